@@ -1,0 +1,32 @@
+# Install mdr from its build tree into a scratch prefix, then configure,
+# build and run examples/consumer against it with find_package(mdr CONFIG)
+# and, separately, through pkg-config.
+set(prefix ${WORK_DIR}/prefix)
+file(REMOVE_RECURSE ${WORK_DIR})
+file(MAKE_DIRECTORY ${WORK_DIR})
+function(run)
+  execute_process(COMMAND ${ARGV} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "failed (${rc}): ${ARGV}\n${out}\n${err}")
+  endif()
+  message(STATUS "${out}")
+endfunction()
+run(${CMAKE_COMMAND} --install ${MDR_BUILD_DIR} --prefix ${prefix})
+run(${CMAKE_COMMAND} -S ${MDR_SOURCE_DIR}/examples/consumer -B ${WORK_DIR}/build
+    -G ${CMAKE_GENERATOR} -DCMAKE_PREFIX_PATH=${prefix})
+run(${CMAKE_COMMAND} --build ${WORK_DIR}/build)
+run(${WORK_DIR}/build/mdr_consumer)
+# pkg-config: compile the same source with the flags the .pc file gives.
+find_program(PKG_CONFIG pkg-config)
+if(PKG_CONFIG)
+  set(ENV{PKG_CONFIG_PATH} ${prefix}/lib/pkgconfig:${prefix}/lib64/pkgconfig)
+  execute_process(COMMAND ${PKG_CONFIG} --cflags --libs mdr OUTPUT_VARIABLE flags
+                  RESULT_VARIABLE rc OUTPUT_STRIP_TRAILING_WHITESPACE)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "pkg-config does not know mdr")
+  endif()
+  separate_arguments(flags UNIX_COMMAND "${flags}")
+  run(cc -std=c11 ${MDR_SOURCE_DIR}/examples/consumer/main.c ${flags}
+      -Wl,-rpath,${prefix}/lib -o ${WORK_DIR}/consumer_pc)
+  run(${WORK_DIR}/consumer_pc)
+endif()

@@ -1,0 +1,123 @@
+/* mdr — the arena: every activation buffer of a decode step in one device
+ * allocation, at stable addresses, and the seed's zeroing helpers.
+ *
+ * Lifetime: the arena borrows its backend (which must outlive it) and owns
+ * one slab allocated at create; nothing is allocated afterwards and no
+ * pointer ever moves. Thread safety: the accessors and mdr_arena_zero_plan
+ * only read the arena and may be called from several threads at once; the
+ * setters and the zeroing helpers must not run concurrently with each other
+ * on the same arena (each helper enqueues on the caller's stream). */
+#ifndef MDR_ARENA_H
+#define MDR_ARENA_H
+
+#include <stddef.h>
+
+#include "mdr/backend.h"
+#include "mdr/sizes.h"
+#include "mdr/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct mdr_arena mdr_arena;
+
+/* Buffers are 256-byte aligned inside the slab. */
+#define MDR_ARENA_ALIGN 256
+
+/* Allocate the slab for `s` on backend `b` and carve it into the buffers;
+ * entries of size 0 stay NULL (address 0). norm_unit_w is cleared to zero
+ * here (blocking). Returns MDR_ERR_INVALID_ARGUMENT for NULL arguments or
+ * s->max_batch_tokens == 0, MDR_ERR_OUT_OF_RANGE when s->logits_rows is 0 or
+ * does not divide the logits size, MDR_ERR_OVERFLOW when the aligned total
+ * overflows, MDR_ERR_OUT_OF_MEMORY / MDR_ERR_BACKEND from the backend. On
+ * failure *out is untouched and nothing is left allocated. Caller owns *out;
+ * release with mdr_arena_destroy. Not capture-safe. */
+mdr_status mdr_arena_create(mdr_backend *b, const mdr_sizes *s, mdr_arena **out);
+
+/* Free the slab. Accepts NULL. Work still enqueued on the arena's buffers
+ * must have finished (synchronize first). */
+void mdr_arena_destroy(mdr_arena *a);
+
+/* Device address of a buffer; 0 for NULL entries, a NULL arena or an
+ * out-of-range buffer. */
+mdr_dptr mdr_arena_ptr(const mdr_arena *a, mdr_buffer buf);
+/* Allocated size of a buffer in bytes; 0 for NULL entries / bad arguments. */
+size_t mdr_arena_bytes(const mdr_arena *a, mdr_buffer buf);
+/* M, the rows of the token-major buffers; 0 for a NULL arena. */
+size_t mdr_arena_max_batch_tokens(const mdr_arena *a);
+/* The backend the arena was made on (borrowed); NULL for a NULL arena. */
+mdr_backend *mdr_arena_backend(const mdr_arena *a);
+/* The sizes the arena was made from (borrowed); NULL for a NULL arena. */
+const mdr_sizes *mdr_arena_sizes(const mdr_arena *a);
+/* Bytes of the single slab allocation (sum of the aligned buffers). */
+size_t mdr_arena_slab_bytes(const mdr_arena *a);
+
+/* Named accessors for every buffer: mdr_arena_<name>(a) and
+ * mdr_arena_<name>_bytes(a), e.g. mdr_arena_hidden_states(a). */
+#define MDR_ARENA_ACCESSOR_(e, name)                                                 \
+  static inline mdr_dptr mdr_arena_##name(const mdr_arena *a) { return mdr_arena_ptr(a, e); } \
+  static inline size_t mdr_arena_##name##_bytes(const mdr_arena *a) { return mdr_arena_bytes(a, e); }
+MDR_BUFFER_LIST(MDR_ARENA_ACCESSOR_)
+#undef MDR_ARENA_ACCESSOR_
+
+typedef enum mdr_zero_strategy {
+  MDR_ZERO_MEMSET, /* one memset per segment */
+  MDR_ZERO_FUSED,  /* every segment in one kernel launch */
+  MDR_ZERO_STRATEGY_COUNT
+} mdr_zero_strategy;
+
+typedef enum mdr_rows_policy {
+  MDR_ROWS_SEED, /* the seed's zero_all_rows: splitk_workspace, logits, scratch whole */
+  MDR_ROWS_ALL,  /* also logits limited to its first min(tokens, logits_rows) rows */
+  MDR_ROWS_POLICY_COUNT
+} mdr_rows_policy;
+
+/* Choose how the zeroing helpers clear memory (default MDR_ZERO_MEMSET).
+ * MDR_ZERO_FUSED on a backend without the fused kernel: MDR_ERR_UNSUPPORTED
+ * and the strategy is unchanged. Unknown value / NULL arena:
+ * MDR_ERR_INVALID_ARGUMENT. */
+mdr_status mdr_arena_set_zero_strategy(mdr_arena *a, mdr_zero_strategy z);
+/* Choose the row policy of zero_all_rows (default MDR_ROWS_SEED). Unknown
+ * value / NULL arena: MDR_ERR_INVALID_ARGUMENT. */
+mdr_status mdr_arena_set_rows_policy(mdr_arena *a, mdr_rows_policy p);
+mdr_zero_strategy mdr_arena_zero_strategy(const mdr_arena *a);
+mdr_rows_policy mdr_arena_rows_policy(const mdr_arena *a);
+
+/* The zeroing helpers. Enqueue only, on `stream`; asynchronous and
+ * capture-safe (no allocation, no synchronisation). With MDR_ZERO_MEMSET the
+ * first failed enqueue is returned and later buffers are not zeroed; with
+ * MDR_ZERO_FUSED the plan is one launch. NULL entries are skipped. Coverage
+ * and the row rule are the seed's (shared/spec/arena-sizes.md §9):
+ *   zero_all                 18 buffers, whole;
+ *   zero_all_rows(tokens)    splitk_workspace, logits, scratch whole, the
+ *                            other 15 for zero_head_bytes(n, M, tokens) bytes;
+ *                            tokens >= M zeroes them whole, tokens == 0
+ *                            zeroes only the three always-whole ones; under
+ *                            MDR_ROWS_ALL, logits only its first
+ *                            min(tokens, logits_rows) rows;
+ *   zero_prefill_essentials  7 buffers, whole.
+ * NULL arena: MDR_ERR_INVALID_ARGUMENT. */
+mdr_status mdr_arena_zero_all(mdr_arena *a, mdr_stream stream);
+mdr_status mdr_arena_zero_all_rows(mdr_arena *a, mdr_stream stream, size_t tokens);
+mdr_status mdr_arena_zero_prefill_essentials(mdr_arena *a, mdr_stream stream);
+
+typedef struct mdr_segment {
+  mdr_dptr ptr;
+  size_t bytes;
+} mdr_segment;
+
+/* The plan zero_all_rows(tokens) executes under the current policy, in
+ * order, without empty segments: writes at most `cap` segments to out (out
+ * may be NULL when cap is 0) and sets *n to the full count. NULL arena or n:
+ * MDR_ERR_INVALID_ARGUMENT. Reads the arena only; thread-safe. */
+mdr_status mdr_arena_zero_plan(const mdr_arena *a, size_t tokens, mdr_segment *out, size_t cap,
+                               size_t *n);
+
+/* The largest number of segments any zero plan of an arena can have. */
+#define MDR_ZERO_PLAN_MAX 18
+
+#ifdef __cplusplus
+}
+#endif
+#endif

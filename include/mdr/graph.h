@@ -1,0 +1,152 @@
+/* mdr — the graph builder and cache: one decode step's zeroing, token-id
+ * upload and (optionally) the caller's own decode kernels captured into a
+ * CUDA graph, cached by token count and replayed once per step.
+ *
+ * What one graph holds, in order:
+ *   1. the zero plan of mdr_arena_zero_all_rows(graph_tokens) under the
+ *      arena's row policy (memset nodes, or one fused-kernel node);
+ *   2. the upload of the step's ids from a pinned staging slot owned by the
+ *      cache into the arena's token_ids (a kernel reading mapped pinned
+ *      memory; with MDR_ZERO_FUSED it is the same node as the zeroing);
+ *   3. the caller's body(user, stream, graph_tokens).
+ *
+ * Staging safety: the ids of each step go to their own slot of a ring of
+ * MDR_GRAPH_STAGING_SLOTS slots; the device counts the launches it has
+ * served and reports them in pinned memory. `step` writes a slot only after
+ * the launch that read it last has finished, so the host can run ahead of
+ * the GPU by up to the ring length without ever overwriting ids not yet read;
+ * past that, `step` waits.
+ *
+ * Thread safety: one cache per thread and stream. Several caches may share
+ * one arena only if their steps are ordered (the same stream, or the caller
+ * orders the streams), since every graph writes the same buffers. */
+#ifndef MDR_GRAPH_H
+#define MDR_GRAPH_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "mdr/arena.h"
+#include "mdr/backend.h"
+#include "mdr/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct mdr_graph_cache mdr_graph_cache;
+
+typedef enum mdr_graph_mode {
+  MDR_GRAPH_EXACT,   /* one graph per exact token count */
+  MDR_GRAPH_LADDER,  /* pad up to the next ladder size; pad ids = pad_token_id */
+  MDR_GRAPH_DYNAMIC, /* one graph for every token count (count read on device) */
+  MDR_GRAPH_MODE_COUNT
+} mdr_graph_mode;
+
+/* Caller's decode work, captured inside each graph after the zeroing and the
+ * upload. It must only enqueue work on `stream` (no allocation, no
+ * synchronisation, nothing on other streams). `tokens` is the graph's token
+ * count (the padded one in LADDER mode). Returning anything but MDR_OK
+ * aborts the capture. Not used in DYNAMIC mode (see mdr_capture_dynamic_fn). */
+typedef mdr_status (*mdr_capture_fn)(void *user, mdr_stream stream, size_t tokens);
+
+/* The body of a DYNAMIC cache, captured once: its kernels must read the
+ * step's token count on the device, from the uint32 at `count_ptr` (written
+ * by the graph before the body runs, every replay), and treat
+ * `max_tokens` as the upper bound for grid sizes. */
+typedef mdr_status (*mdr_capture_dynamic_fn)(void *user, mdr_stream stream, mdr_dptr count_ptr,
+                                             size_t max_tokens);
+
+/* Default ladder of MDR_GRAPH_LADDER: 1, 2, 4, 8, 16, 24, 32, 48, 64, 96,
+ * 128, 192, 256, then powers of two, ending at max_batch_tokens (always the
+ * last rung). */
+#define MDR_GRAPH_STAGING_SLOTS 8
+
+typedef struct mdr_graph_cache_options {
+  mdr_graph_mode mode;
+  mdr_zero_strategy zero;                  /* DYNAMIC needs MDR_ZERO_FUSED */
+  const size_t *ladder; size_t ladder_len; /* LADDER; NULL: the default ladder.
+                                              Copied at create; must be
+                                              strictly increasing, >= 1; sizes
+                                              above max_batch_tokens are
+                                              dropped and max_batch_tokens is
+                                              added as the last rung. */
+  size_t max_graphs;                       /* LRU cap; 0: unlimited */
+  uint32_t pad_token_id;
+  mdr_capture_fn body; void *user;         /* optional */
+  mdr_capture_dynamic_fn body_dynamic;     /* optional, DYNAMIC only; gets `user` */
+} mdr_graph_cache_options;
+
+/* EXACT, MDR_ZERO_MEMSET, default ladder, unlimited graphs, pad id 0, no
+ * body. NULL o: nothing. */
+void mdr_graph_cache_options_default(mdr_graph_cache_options *o);
+
+/* Create a cache over arena `a` capturing and replaying on `stream` (not the
+ * legacy stream: NULL is MDR_ERR_INVALID_ARGUMENT). The arena, its backend
+ * and the stream are borrowed and must outlive the cache; the options are
+ * copied. Allocates the staging ring (pinned) and a small device block;
+ * captures nothing yet. Returns MDR_ERR_INVALID_ARGUMENT for NULL arguments,
+ * an unknown mode or strategy, a ladder that is not strictly increasing or
+ * holds 0, DYNAMIC without MDR_ZERO_FUSED, or a body of the wrong kind for
+ * the mode; MDR_ERR_UNSUPPORTED for MDR_ZERO_FUSED on a backend without the
+ * fused kernel; allocation failures as such. On failure *out is untouched
+ * and nothing leaks. Caller owns *out; release with mdr_graph_cache_destroy.
+ * Environment: MDR_DISABLE_GRAPHS=1 at create makes every step eager. */
+mdr_status mdr_graph_cache_create(mdr_arena *a, mdr_stream stream,
+                                  const mdr_graph_cache_options *o, mdr_graph_cache **out);
+
+/* Wait for the cache's stream, then free every graph, the staging ring and
+ * the device block. Accepts NULL. */
+void mdr_graph_cache_destroy(mdr_graph_cache *c);
+
+/* Capture ahead of time (e.g. at start-up) the graphs serving these token
+ * counts (each 1 .. max_batch_tokens; in LADDER mode the rung serving it, in
+ * DYNAMIC mode the one graph). Counts already cached are skipped. Returns
+ * the first failure (MDR_ERR_OUT_OF_RANGE for a bad count, checked before
+ * anything is captured; MDR_ERR_CAPTURE or the body's status otherwise);
+ * graphs captured before it stay. Not capture-safe; enqueues on the stream
+ * (graph uploads). With graphs disabled it does nothing and returns MDR_OK. */
+mdr_status mdr_graph_cache_prepare(mdr_graph_cache *c, const size_t *tokens, size_t n);
+
+/* One decode step: stage `tokens` ids, then replay the graph for that count
+ * (capturing it on a miss). Asynchronous on the cache's stream: it returns
+ * once the work is enqueued; token_ids may be reused by the caller at once.
+ * Waits only when the host is MDR_GRAPH_STAGING_SLOTS steps ahead of the
+ * GPU. Returns:
+ *   MDR_OK                    the step is enqueued (graph or eager);
+ *   MDR_ERR_INVALID_ARGUMENT  NULL cache or ids; nothing changed;
+ *   MDR_ERR_OUT_OF_RANGE      tokens 0 or > max_batch_tokens; nothing changed;
+ *   MDR_ERR_CAPTURE           the capture failed (the body's failure
+ *                             included); it was ended cleanly, no graph was
+ *                             kept, and the step ran eagerly (counted in
+ *                             eager_fallbacks): the step's work is enqueued;
+ *   other                     the step failed (backend error, or the body
+ *                             failed when run eagerly); see
+ *                             mdr_backend_last_error.
+ * Not capture-safe itself (it launches graphs). */
+mdr_status mdr_graph_cache_step(mdr_graph_cache *c, const uint32_t *token_ids, size_t tokens);
+
+/* Device address of the uint32 holding the current step's real token count
+ * (written by every step before the body runs). 0 for a NULL cache. */
+mdr_dptr mdr_graph_cache_count_ptr(const mdr_graph_cache *c);
+
+/* The graph token count serving `tokens` (EXACT: tokens; LADDER: its rung;
+ * DYNAMIC: max_batch_tokens). MDR_ERR_OUT_OF_RANGE / _INVALID_ARGUMENT as
+ * for step. */
+mdr_status mdr_graph_cache_graph_tokens(const mdr_graph_cache *c, size_t tokens, size_t *out);
+
+typedef struct mdr_graph_stats {
+  uint64_t steps, hits, misses, captures, evictions, eager_fallbacks;
+  uint64_t padded_tokens; /* sum over steps of (graph tokens - real tokens) */
+  double capture_us;      /* total time spent capturing + instantiating */
+  size_t graphs;          /* live graphs */
+  uint64_t eager_steps;   /* steps run eagerly (graphs disabled, or fallbacks) */
+} mdr_graph_stats;
+
+/* Copy the counters. NULL arguments: MDR_ERR_INVALID_ARGUMENT. */
+mdr_status mdr_graph_cache_stats(const mdr_graph_cache *c, mdr_graph_stats *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,112 @@
+/* mdr — arena buffer sizes from a model config (shared/spec/arena-sizes.md). */
+#ifndef MDR_SIZES_H
+#define MDR_SIZES_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "mdr/config.h"
+#include "mdr/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The 46 buffers of a decode step, in the seed's order: X(enum, seed name). */
+#define MDR_BUFFER_LIST(X)                                        \
+  X(MDR_BUF_HIDDEN_STATES, hidden_states)                   \
+  X(MDR_BUF_RESIDUAL, residual)                             \
+  X(MDR_BUF_NORM_OUTPUT, norm_output)                       \
+  X(MDR_BUF_QKV_OUTPUT, qkv_output)                         \
+  X(MDR_BUF_ATTN_OUTPUT, attn_output)                       \
+  X(MDR_BUF_GATE_LOGITS, gate_logits)                       \
+  X(MDR_BUF_GATE_LOGITS_F32, gate_logits_f32)               \
+  X(MDR_BUF_MOE_ROUTER_IN_F32, moe_router_in_f32)           \
+  X(MDR_BUF_MOE_OUTPUT, moe_output)                         \
+  X(MDR_BUF_LOGITS, logits)                                 \
+  X(MDR_BUF_SSM_QKVZ, ssm_qkvz)                             \
+  X(MDR_BUF_SSM_BA, ssm_ba)                                 \
+  X(MDR_BUF_SSM_DEINTERLEAVED, ssm_deinterleaved)           \
+  X(MDR_BUF_SSM_GATES, ssm_gates)                           \
+  X(MDR_BUF_SSM_CONV_OUT_F32, ssm_conv_out_f32)             \
+  X(MDR_BUF_SCRATCH, scratch)                               \
+  X(MDR_BUF_SSD_SCRATCH, ssd_scratch)                       \
+  X(MDR_BUF_TOKEN_IDS, token_ids)                           \
+  X(MDR_BUF_EXPERT_GATE_OUT, expert_gate_out)               \
+  X(MDR_BUF_EXPERT_UP_OUT, expert_up_out)                   \
+  X(MDR_BUF_EXPERT_DOWN_OUT, expert_down_out)               \
+  X(MDR_BUF_SPLITK_WORKSPACE, splitk_workspace)             \
+  X(MDR_BUF_GDN_FLA_SCRATCH, gdn_fla_scratch)               \
+  X(MDR_BUF_FFN_ACT_Q8, ffn_act_q8)                         \
+  X(MDR_BUF_FFN_ACT_A, ffn_act_a)                           \
+  X(MDR_BUF_FFN_ACT_SCALE, ffn_act_scale)                   \
+  X(MDR_BUF_FFN_GATE_UP_FUSED, ffn_gate_up_fused)           \
+  X(MDR_BUF_FFN_ACT_SCALE_KMAJOR, ffn_act_scale_kmajor)     \
+  X(MDR_BUF_FP8_ACT, fp8_act)                               \
+  X(MDR_BUF_FP8_ACT_SCALE, fp8_act_scale)                   \
+  X(MDR_BUF_FP8_ACT_SCALE_KMAJOR, fp8_act_scale_kmajor)     \
+  X(MDR_BUF_Q2_DEQUANT_SCRATCH, q2_dequant_scratch)         \
+  X(MDR_BUF_Q2_ACT_Q8, q2_act_q8)                           \
+  X(MDR_BUF_O_LATENT, o_latent)                             \
+  X(MDR_BUF_NORM_UNIT_W, norm_unit_w)                       \
+  X(MDR_BUF_HC_STREAMS, hc_streams)                         \
+  X(MDR_BUF_HC_LOWRANK_SCRATCH, hc_lowrank_scratch)         \
+  X(MDR_BUF_QSA_SELECT_SCRATCH, qsa_select_scratch)         \
+  X(MDR_BUF_HC_POST, hc_post)                               \
+  X(MDR_BUF_HC_COMB, hc_comb)                               \
+  X(MDR_BUF_LORA_XA, lora_xa)                               \
+  X(MDR_BUF_LORA_DELTA, lora_delta)                         \
+  X(MDR_BUF_LORA_HACT, lora_hact)                           \
+  X(MDR_BUF_LORA_SEQ_SLOT, lora_seq_slot)                   \
+  X(MDR_BUF_MOE_FP8_SCRATCH, moe_fp8_scratch)               \
+  X(MDR_BUF_SSM_ROWWISE_W_BF16, ssm_rowwise_w_bf16)
+
+typedef enum mdr_buffer {
+#define MDR_BUFFER_ENUM_(e, name) e,
+  MDR_BUFFER_LIST(MDR_BUFFER_ENUM_)
+#undef MDR_BUFFER_ENUM_
+  MDR_BUF_COUNT
+} mdr_buffer;
+
+/* The seed's name of a buffer, e.g. "hidden_states"; NULL if out of range.
+ * Static string. */
+const char *mdr_buffer_name(mdr_buffer b);
+
+/* The buffer whose seed name is `name`: MDR_OK and *out set, or
+ * MDR_ERR_INVALID_ARGUMENT (NULL arguments or unknown name). */
+mdr_status mdr_buffer_from_name(const char *name, mdr_buffer *out);
+
+typedef struct mdr_sizes {
+  size_t bytes[MDR_BUF_COUNT]; /* allocated byte size; 0 means the buffer is NULL */
+  size_t max_batch_tokens;     /* M */
+  size_t logits_rows;          /* rows of the row-major logits buffer */
+} mdr_sizes;
+
+/* Options of the sizing; mdr_sizes_options_default gives the spec's
+ * defaults (untrimmed, split-K Legacy with 48 SMs). */
+typedef struct mdr_sizes_options {
+  bool glm_trim;           /* apply §7 when the family is MDR_FAMILY_GLM5_NEXT */
+  size_t splitk_sm_count;  /* §5.6 Legacy slots; 0 is rejected */
+} mdr_sizes_options;
+void mdr_sizes_options_default(mdr_sizes_options *o);
+
+/* Every formula of the spec with default options (untrimmed). Returns:
+ *   NULL c, l or out          -> MDR_ERR_INVALID_ARGUMENT
+ *   l->max_batch_tokens == 0  -> MDR_ERR_OUT_OF_RANGE
+ *   a product or sum that overflows size_t -> MDR_ERR_OVERFLOW
+ * On failure *out is untouched. Pure function; thread-safe. */
+mdr_status mdr_sizes_from_config(const mdr_model_config *c, const mdr_limits *l, mdr_sizes *out);
+
+/* The same with options (NULL o: defaults). o->splitk_sm_count == 0 gives
+ * MDR_ERR_INVALID_ARGUMENT. */
+mdr_status mdr_sizes_from_config_ex(const mdr_model_config *c, const mdr_limits *l,
+                                    const mdr_sizes_options *o, mdr_sizes *out);
+
+/* The seed's total_bytes: every entry except o_latent and norm_unit_w.
+ * MDR_ERR_OVERFLOW if the sum overflows. */
+mdr_status mdr_sizes_total_bytes(const mdr_sizes *s, size_t *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

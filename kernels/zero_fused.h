@@ -1,0 +1,32 @@
+/* zero_fused.h — the fused zeroing kernel's C launcher (private; only the
+ * CUDA backend calls it). No CUDA header is needed to include this. */
+#ifndef MDR_ZERO_FUSED_H
+#define MDR_ZERO_FUSED_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "zero_map.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Enqueue on `stream` (a cudaStream_t) the launch(es) clearing every entry of
+ * segs at token count `tokens` (rules of zero_map.h). Plans longer than
+ * MDR_ZERO_MAX_SEGS are split into several launches. With a stage (may be
+ * NULL) the launch also serves a staged step: STAGE_DYNAMIC evaluates the
+ * rules at the slot's token count instead of `tokens` (every launch),
+ * STAGE_FETCH copies the slot's ids and count (first launch), STAGE_ADVANCE
+ * advances the counter and writes the ack once every block is done (last
+ * launch). n == 0 without a stage launches nothing. No allocation, no
+ * synchronisation: legal under stream capture. `sm_count` sizes the grid.
+ * Returns 0 or the cudaError_t of the launch (checked with
+ * cudaGetLastError, which also clears it). */
+int mdr_cuda_zero_fused(const mdr_zero_seg *segs, size_t n, uint64_t tokens,
+                        const mdr_stage_desc *stage, void *stream, int sm_count);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

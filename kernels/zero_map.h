@@ -1,0 +1,153 @@
+/* zero_map.h — the arithmetic of a zero plan, shared by the host (gcc) and
+ * the device (nvcc). Nothing here touches memory; kernels/zero_fused.cu, the
+ * host backend and src/arena.c all read the same functions, so the host
+ * backend zeroes exactly the bytes the kernel would.
+ *
+ * 1. Rules. A plan entry (mdr_zero_seg) names a buffer and how many of its
+ *    leading bytes to clear for a token count t:
+ *      FIXED  clear `bytes` whatever t is;
+ *      HEAD   clear zero_head_bytes(bytes, m, t) (spec §9), none at t == 0;
+ *      ROWS   clear min(t, rows) * row_bytes      (MDR_ROWS_ALL logits).
+ *    With a static plan (eager, EXACT/LADDER graphs) every entry is FIXED,
+ *    evaluated on the host. In DYNAMIC graphs t is read on the device.
+ *
+ * 2. Chunks. Each segment is cut into MDR_ZERO_CHUNK-byte chunks (the last
+ *    one shorter); chunk k of the plan is found from the prefix sums of the
+ *    chunk counts. Blocks take chunks grid-stride. Within a chunk the bytes
+ *    before the first 16-byte boundary (head) and after the last (tail) are
+ *    written one by one, the rest with 16-byte stores.
+ *
+ * 3. Staging slots (graphs). The ids of a step are written by the host into
+ *    one slot of a ring in mapped pinned memory; a device counter says which
+ *    slot the next launch reads (see graphs/graph_cache.c). */
+#ifndef MDR_ZERO_MAP_H
+#define MDR_ZERO_MAP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#if defined(__CUDACC__)
+#define MDR_HD __host__ __device__ __forceinline__
+#else
+#define MDR_HD static inline
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum { MDR_RULE_FIXED = 0, MDR_RULE_HEAD = 1, MDR_RULE_ROWS = 2 };
+
+/* Bytes per chunk: large enough that a chunk keeps a block busy (4 KB per
+ * pass of 256 threads x 16 B), small enough that a 1 MB plan spreads over
+ * many blocks. */
+#define MDR_ZERO_CHUNK ((uint64_t)64 * 1024)
+/* Segments one launch carries in its parameters; longer plans are split
+ * into several launches. */
+#define MDR_ZERO_MAX_SEGS 64
+
+typedef struct mdr_zero_seg {
+  uint64_t ptr;   /* device address of the buffer's first byte */
+  uint64_t bytes; /* FIXED: bytes to clear; HEAD/ROWS: the buffer's size */
+  uint64_t a;     /* HEAD: m (max_batch_tokens); ROWS: row bytes */
+  uint64_t b;     /* ROWS: row cap */
+  uint32_t rule;  /* MDR_RULE_* */
+  uint32_t reserved;
+} mdr_zero_seg;
+
+MDR_HD uint64_t mdr_ceil16(uint64_t x) { return (x + 15u) / 16u * 16u; }
+
+/* Spec §9, verbatim. */
+MDR_HD uint64_t mdr_zero_head_bytes(uint64_t n, uint64_t m, uint64_t t) {
+  if (m < 1) m = 1;
+  if (t >= m) return n;
+  if (n % m == 0) return n / m * t;
+  uint64_t m16 = mdr_ceil16(m);
+  if (n % m16 == 0) {
+    uint64_t t16 = mdr_ceil16(t);
+    return n / m16 * (t16 < m16 ? t16 : m16);
+  }
+  return n;
+}
+
+/* Bytes a plan entry clears at token count t. */
+MDR_HD uint64_t mdr_zero_seg_bytes(const mdr_zero_seg *s, uint64_t t) {
+  switch (s->rule) {
+    case MDR_RULE_HEAD: return t == 0 ? 0 : mdr_zero_head_bytes(s->bytes, s->a, t);
+    case MDR_RULE_ROWS: return (t < s->b ? t : s->b) * s->a;
+    default: return s->bytes;
+  }
+}
+
+MDR_HD uint64_t mdr_zero_chunks(uint64_t bytes) {
+  return (bytes + MDR_ZERO_CHUNK - 1) / MDR_ZERO_CHUNK;
+}
+
+/* Given prefix[i] = chunks of segments [0, i) (prefix[0] = 0, n+1 entries),
+ * the segment holding plan chunk k (k < prefix[n]). Binary search. */
+MDR_HD uint32_t mdr_zero_locate(const uint64_t *prefix, uint32_t n, uint64_t k) {
+  uint32_t lo = 0, hi = n; /* invariant: prefix[lo] <= k < prefix[hi] */
+  while (hi - lo > 1) {
+    uint32_t mid = (lo + hi) / 2;
+    if (prefix[mid] <= k) lo = mid; else hi = mid;
+  }
+  return lo;
+}
+
+/* The byte range [*begin, *end) of a chunk, as addresses, and its split into
+ * an unaligned head [begin, body), 16-byte aligned body [body, tail) and
+ * unaligned tail [tail, end). */
+typedef struct mdr_zero_span {
+  uint64_t begin, body, tail, end;
+} mdr_zero_span;
+
+MDR_HD mdr_zero_span mdr_zero_chunk_span(uint64_t ptr, uint64_t seg_bytes, uint64_t chunk_in_seg) {
+  mdr_zero_span sp;
+  uint64_t off = chunk_in_seg * MDR_ZERO_CHUNK;
+  uint64_t len = seg_bytes - off < MDR_ZERO_CHUNK ? seg_bytes - off : MDR_ZERO_CHUNK;
+  sp.begin = ptr + off;
+  sp.end = sp.begin + len;
+  sp.body = (sp.begin + 15u) & ~(uint64_t)15u;
+  if (sp.body > sp.end) sp.body = sp.end;
+  sp.tail = sp.end & ~(uint64_t)15u;
+  if (sp.tail < sp.body) sp.tail = sp.body;
+  return sp;
+}
+
+/* Staging slot layout: a 16-byte header then the ids. */
+typedef struct mdr_stage_header {
+  uint32_t tokens;      /* real token count of the step */
+  uint32_t copy_tokens; /* ids to copy into token_ids (tokens, or the padded count) */
+  uint32_t reserved[2];
+} mdr_stage_header;
+#define MDR_STAGE_HEADER_BYTES 16u
+
+MDR_HD uint64_t mdr_stage_slot_bytes(uint64_t max_tokens) {
+  return (MDR_STAGE_HEADER_BYTES + max_tokens * 4u + 255u) / 256u * 256u;
+}
+
+/* Flags of a staged launch. */
+enum {
+  MDR_STAGE_FETCH = 1u,   /* copy the slot's ids into token_ids, the count into count_out */
+  MDR_STAGE_ADVANCE = 2u, /* the last block to finish advances the counter and writes ack */
+  MDR_STAGE_DYNAMIC = 4u  /* rules are evaluated at the slot's token count */
+};
+
+/* What a launch needs to read its step from the staging ring. All addresses
+ * are device addresses (the ring and ack are mapped pinned host memory). */
+typedef struct mdr_stage_desc {
+  uint64_t ring;       /* slot 0 */
+  uint64_t slot_bytes; /* stride between slots */
+  uint64_t counter;    /* device uint64: launches consumed so far */
+  uint64_t done;       /* device uint32: blocks finished in this launch (reset by the last) */
+  uint64_t ack;        /* mapped pinned uint64: counter value after the last finished launch */
+  uint64_t token_ids;  /* destination of the ids (uint32) */
+  uint64_t count_out;  /* device uint32: the step's real token count, for the caller's body */
+  uint32_t slots;      /* ring length */
+  uint32_t flags;      /* MDR_STAGE_* */
+} mdr_stage_desc;
+
+#ifdef __cplusplus
+}
+#endif
+#endif
