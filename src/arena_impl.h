@@ -1,0 +1,29 @@
+/* arena_impl.h — what the graph cache needs of the arena (private). */
+#ifndef MDR_ARENA_IMPL_H
+#define MDR_ARENA_IMPL_H
+
+#include "mdr/arena.h"
+#include "backend_impl.h"
+
+/* The coverage of each zeroing helper. */
+typedef enum mdr_coverage {
+  MDR_COVER_ALL,     /* zero_all */
+  MDR_COVER_ROWS,    /* zero_all_rows */
+  MDR_COVER_PREFILL  /* zero_prefill_essentials */
+} mdr_coverage;
+
+/* The helper's plan as rules (zero_map.h), NULL entries left out, in the
+ * seed's order; for ROWS under the arena's current row policy. Returns the
+ * count (at most MDR_ZERO_PLAN_MAX). */
+size_t mdr_arena_rules(const mdr_arena *a, mdr_coverage which, mdr_zero_seg *out);
+
+/* The rules evaluated at `tokens`: FIXED entries, empty ones left out. */
+size_t mdr_arena_static_plan(const mdr_arena *a, mdr_coverage which, size_t tokens,
+                             mdr_zero_seg *out);
+
+/* Enqueue a static plan on `s` with strategy z: memsets (first failure
+ * returned, later segments not enqueued) or one fused launch. */
+mdr_status mdr_arena_run_plan(mdr_arena *a, mdr_stream s, const mdr_zero_seg *plan, size_t n,
+                              mdr_zero_strategy z);
+
+#endif

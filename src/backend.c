@@ -1,0 +1,142 @@
+/* backend.c — the public backend functions and the checked entry points the
+ * rest of the library calls; each forwards to the backend's vtable. */
+#include <stdio.h>
+#include <string.h>
+
+#include "backend_impl.h"
+
+mdr_status mdr_backend_fail(mdr_backend *b, mdr_status st, const char *fmt, ...) {
+  if (b) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(b->last_error, sizeof b->last_error, fmt, ap);
+    va_end(ap);
+  }
+  return st;
+}
+
+void mdr_backend_destroy(mdr_backend *b) {
+  if (b) b->ops->destroy(b);
+}
+
+const char *mdr_backend_name(const mdr_backend *b) { return b ? b->ops->name : "none"; }
+
+const char *mdr_backend_last_error(const mdr_backend *b) { return b ? b->last_error : ""; }
+
+mdr_status mdr_backend_create_default(mdr_backend **out) {
+  if (!out) return MDR_ERR_INVALID_ARGUMENT;
+  mdr_status st = mdr_backend_cuda_create(0, out);
+  if (st == MDR_ERR_NO_DEVICE || st == MDR_ERR_UNSUPPORTED) st = mdr_backend_host_create(out);
+  return st;
+}
+
+mdr_status mdr_backend_stream_create(mdr_backend *b, mdr_stream *out) {
+  if (!b || !out) return MDR_ERR_INVALID_ARGUMENT;
+  return b->ops->stream_create(b, out);
+}
+
+void mdr_backend_stream_destroy(mdr_backend *b, mdr_stream s) {
+  if (b && s) b->ops->stream_destroy(b, s);
+}
+
+mdr_status mdr_backend_synchronize(mdr_backend *b, mdr_stream s) {
+  if (!b) return MDR_ERR_INVALID_ARGUMENT;
+  return b->ops->synchronize(b, s);
+}
+
+/* Common checks of the blocking and enqueued transfers: n == 0 is a no-op, a
+ * 0 address (or NULL host pointer) with n > 0 is invalid. */
+#define MDR_CHECK_TRANSFER_(b, dev, host, n)                        \
+  do {                                                               \
+    if (!(b)) return MDR_ERR_INVALID_ARGUMENT;                       \
+    if ((n) == 0) return MDR_OK;                                     \
+    if (!(dev) || !(host))                                           \
+      return mdr_backend_fail((b), MDR_ERR_INVALID_ARGUMENT,         \
+                              "%s: NULL address with %zu bytes", __func__, (size_t)(n)); \
+  } while (0)
+
+mdr_status mdr_backend_copy_h2d(mdr_backend *b, mdr_dptr dst, const void *src, size_t n) {
+  MDR_CHECK_TRANSFER_(b, dst, src, n);
+  return b->ops->copy_h2d(b, dst, src, n);
+}
+
+mdr_status mdr_backend_copy_d2h(mdr_backend *b, void *dst, mdr_dptr src, size_t n) {
+  MDR_CHECK_TRANSFER_(b, src, dst, n);
+  return b->ops->copy_d2h(b, dst, src, n);
+}
+
+mdr_status mdr_backend_fill(mdr_backend *b, mdr_dptr dst, unsigned char value, size_t n) {
+  MDR_CHECK_TRANSFER_(b, dst, (void *)1, n);
+  return b->ops->fill(b, dst, value, n);
+}
+
+mdr_status mdr_backend_memset_async(mdr_backend *b, mdr_dptr dst, unsigned char value, size_t n,
+                                    mdr_stream s) {
+  MDR_CHECK_TRANSFER_(b, dst, (void *)1, n);
+  return b->ops->memset_async(b, dst, value, n, s);
+}
+
+mdr_status mdr_backend_alloc(mdr_backend *b, size_t n, mdr_dptr *out) {
+  if (!b || !out || n == 0) return MDR_ERR_INVALID_ARGUMENT;
+  return b->ops->alloc_device(b, n, out);
+}
+
+void mdr_backend_free(mdr_backend *b, mdr_dptr p) {
+  if (b && p) b->ops->free_device(b, p);
+}
+
+/* ---- entry points for the library ---- */
+
+#define MDR_REQUIRE_SLOT_(b, slot)                                                       \
+  do {                                                                                   \
+    if (!(b)->ops->slot)                                                                 \
+      return mdr_backend_fail((b), MDR_ERR_UNSUPPORTED, "backend %s has no " #slot,     \
+                              (b)->ops->name);                                           \
+  } while (0)
+
+mdr_status mdr_be_alloc_device(mdr_backend *b, size_t n, mdr_dptr *out) {
+  return b->ops->alloc_device(b, n, out);
+}
+void mdr_be_free_device(mdr_backend *b, mdr_dptr p) {
+  if (p) b->ops->free_device(b, p);
+}
+mdr_status mdr_be_alloc_pinned(mdr_backend *b, size_t n, void **host, mdr_dptr *dev) {
+  return b->ops->alloc_pinned(b, n, host, dev);
+}
+void mdr_be_free_pinned(mdr_backend *b, void *host) {
+  if (host) b->ops->free_pinned(b, host);
+}
+mdr_status mdr_be_copy_h2d_async(mdr_backend *b, mdr_dptr dst, const void *src, size_t n,
+                                 mdr_stream s) {
+  return b->ops->copy_h2d_async(b, dst, src, n, s);
+}
+mdr_status mdr_be_stream_query(mdr_backend *b, mdr_stream s, int *idle) {
+  return b->ops->stream_query(b, s, idle);
+}
+mdr_status mdr_be_capture_begin(mdr_backend *b, mdr_stream s) { return b->ops->capture_begin(b, s); }
+mdr_status mdr_be_capture_end(mdr_backend *b, mdr_stream s, void **graph) {
+  return b->ops->capture_end(b, s, graph);
+}
+mdr_status mdr_be_is_capturing(mdr_backend *b, mdr_stream s, int *capturing) {
+  return b->ops->is_capturing(b, s, capturing);
+}
+mdr_status mdr_be_graph_instantiate(mdr_backend *b, void *graph, void **exec) {
+  return b->ops->graph_instantiate(b, graph, exec);
+}
+mdr_status mdr_be_graph_upload(mdr_backend *b, void *exec, mdr_stream s) {
+  return b->ops->graph_upload(b, exec, s);
+}
+mdr_status mdr_be_graph_launch(mdr_backend *b, void *exec, mdr_stream s) {
+  return b->ops->graph_launch(b, exec, s);
+}
+void mdr_be_graph_destroy(mdr_backend *b, void *graph) {
+  if (graph) b->ops->graph_destroy(b, graph);
+}
+void mdr_be_exec_destroy(mdr_backend *b, void *exec) {
+  if (exec) b->ops->exec_destroy(b, exec);
+}
+mdr_status mdr_be_zero_fused(mdr_backend *b, const mdr_zero_seg *segs, size_t n, uint64_t tokens,
+                             const mdr_stage_desc *stage, mdr_stream s) {
+  MDR_REQUIRE_SLOT_(b, zero_fused);
+  return b->ops->zero_fused(b, segs, n, tokens, stage, s);
+}

@@ -1,0 +1,326 @@
+/* backend_host.c — the host backend: device memory is host memory, streams
+ * run each operation when it is enqueued, and a capture records operations
+ * into a list that a graph launch replays in order.
+ *
+ * It mirrors the CUDA rules that the logic above depends on:
+ *   - capture on the NULL (legacy) stream is refused (MDR_ERR_CAPTURE);
+ *   - while any stream captures, a blocking call (copies, fill, synchronize
+ *     of the capturing stream, allocation) fails and invalidates the capture,
+ *     as in CUDA's thread-local capture mode; capture_end then fails with
+ *     MDR_ERR_CAPTURE and the stream is usable again;
+ *   - a copy node reads its (pinned) source when it runs, not when recorded.
+ * Recording uses host heap memory: that is the emulation's own bookkeeping,
+ * not a device allocation. */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend_impl.h"
+
+typedef enum host_op_kind { HOST_OP_MEMSET, HOST_OP_COPY, HOST_OP_ZERO_FUSED } host_op_kind;
+
+typedef struct host_op {
+  host_op_kind kind;
+  mdr_dptr dst;
+  unsigned char value;
+  size_t n;            /* bytes (memset, copy) or segments (zero_fused) */
+  const void *src;     /* copy: pinned source, read at run time */
+  mdr_zero_seg *segs;  /* zero_fused: owned copy of the plan */
+  uint64_t tokens;
+  int has_stage;
+  mdr_stage_desc stage;
+} host_op;
+
+typedef struct host_list {
+  host_op *ops;
+  size_t len, cap;
+} host_list;
+
+typedef struct host_stream {
+  int capturing;
+  int invalidated;
+  host_list rec;
+} host_stream;
+
+typedef struct host_backend {
+  mdr_backend base;
+} host_backend;
+
+/* The stream this thread is capturing, if any (CUDA's thread-local mode:
+ * only the capturing thread's own blocking calls are illegal). */
+static _Thread_local host_stream *tls_capture;
+
+static void list_free(host_list *l) {
+  for (size_t i = 0; i < l->len; i++) free(l->ops[i].segs);
+  free(l->ops);
+  l->ops = NULL;
+  l->len = l->cap = 0;
+}
+
+static mdr_status list_push(mdr_backend *b, host_list *l, const host_op *op) {
+  if (l->len == l->cap) {
+    size_t cap = l->cap ? l->cap * 2 : 16;
+    host_op *ops = realloc(l->ops, cap * sizeof *ops);
+    if (!ops) return mdr_backend_fail(b, MDR_ERR_OUT_OF_MEMORY, "host: recording an op");
+    l->ops = ops;
+    l->cap = cap;
+  }
+  host_op copy = *op;
+  if (op->kind == HOST_OP_ZERO_FUSED && op->n) {
+    copy.segs = malloc(op->n * sizeof *op->segs);
+    if (!copy.segs) return mdr_backend_fail(b, MDR_ERR_OUT_OF_MEMORY, "host: recording a plan");
+    memcpy(copy.segs, op->segs, op->n * sizeof *op->segs);
+  } else {
+    copy.segs = NULL;
+  }
+  l->ops[l->len++] = copy;
+  return MDR_OK;
+}
+
+static void op_run(const host_op *op) {
+  switch (op->kind) {
+    case HOST_OP_MEMSET: memset((void *)(uintptr_t)op->dst, op->value, op->n); break;
+    case HOST_OP_COPY: memcpy((void *)(uintptr_t)op->dst, op->src, op->n); break;
+    case HOST_OP_ZERO_FUSED:
+      mdr_zero_fused_host(op->segs, op->n, op->tokens, op->has_stage ? &op->stage : NULL);
+      break;
+  }
+}
+
+/* Run an op now, or record it when `s` is capturing. */
+static mdr_status submit(mdr_backend *b, mdr_stream s, const host_op *op) {
+  host_stream *hs = s;
+  if (hs && hs->capturing) {
+    if (hs->invalidated) return mdr_backend_fail(b, MDR_ERR_CAPTURE, "host: capture invalidated");
+    return list_push(b, &hs->rec, op);
+  }
+  op_run(op);
+  return MDR_OK;
+}
+
+/* A blocking call or an allocation by a thread that is capturing is illegal
+ * (CUDA thread-local mode): it fails and invalidates that capture. */
+static mdr_status check_not_capturing(mdr_backend *b, const char *what) {
+  if (!tls_capture) return MDR_OK;
+  tls_capture->invalidated = 1;
+  return mdr_backend_fail(b, MDR_ERR_CAPTURE, "host: %s while this thread captures", what);
+}
+
+static mdr_status host_alloc_device(mdr_backend *b, size_t n, mdr_dptr *out) {
+  mdr_status st = check_not_capturing(b, "allocation");
+  if (st != MDR_OK) return st;
+  size_t rounded = (n + 255) / 256 * 256;
+  if (n == 0 || rounded < n)
+    return mdr_backend_fail(b, MDR_ERR_INVALID_ARGUMENT, "host: allocation of %zu bytes", n);
+  void *p = aligned_alloc(256, rounded);
+  if (!p) return mdr_backend_fail(b, MDR_ERR_OUT_OF_MEMORY, "host: out of memory (%zu bytes)", n);
+  *out = (mdr_dptr)(uintptr_t)p;
+  return MDR_OK;
+}
+
+static void host_free_device(mdr_backend *b, mdr_dptr p) {
+  (void)b;
+  free((void *)(uintptr_t)p);
+}
+
+static mdr_status host_alloc_pinned(mdr_backend *b, size_t n, void **host, mdr_dptr *dev) {
+  mdr_dptr p = 0;
+  mdr_status st = host_alloc_device(b, n, &p);
+  if (st != MDR_OK) return st;
+  *host = (void *)(uintptr_t)p;
+  *dev = p;
+  return MDR_OK;
+}
+
+static void host_free_pinned(mdr_backend *b, void *host) {
+  (void)b;
+  free(host);
+}
+
+static mdr_status host_memset_async(mdr_backend *b, mdr_dptr dst, unsigned char v, size_t n,
+                                    mdr_stream s) {
+  host_op op = {.kind = HOST_OP_MEMSET, .dst = dst, .value = v, .n = n};
+  return submit(b, s, &op);
+}
+
+static mdr_status host_copy_h2d_async(mdr_backend *b, mdr_dptr dst, const void *src, size_t n,
+                                      mdr_stream s) {
+  host_op op = {.kind = HOST_OP_COPY, .dst = dst, .src = src, .n = n};
+  return submit(b, s, &op);
+}
+
+static mdr_status host_copy_h2d(mdr_backend *b, mdr_dptr dst, const void *src, size_t n) {
+  mdr_status st = check_not_capturing(b, "copy_h2d");
+  if (st != MDR_OK) return st;
+  memcpy((void *)(uintptr_t)dst, src, n);
+  return MDR_OK;
+}
+
+static mdr_status host_copy_d2h(mdr_backend *b, void *dst, mdr_dptr src, size_t n) {
+  mdr_status st = check_not_capturing(b, "copy_d2h");
+  if (st != MDR_OK) return st;
+  memcpy(dst, (const void *)(uintptr_t)src, n);
+  return MDR_OK;
+}
+
+static mdr_status host_fill(mdr_backend *b, mdr_dptr dst, unsigned char v, size_t n) {
+  mdr_status st = check_not_capturing(b, "fill");
+  if (st != MDR_OK) return st;
+  memset((void *)(uintptr_t)dst, v, n);
+  return MDR_OK;
+}
+
+static mdr_status host_stream_create(mdr_backend *b, mdr_stream *out) {
+  host_stream *s = calloc(1, sizeof *s);
+  if (!s) return mdr_backend_fail(b, MDR_ERR_OUT_OF_MEMORY, "host: stream");
+  *out = s;
+  return MDR_OK;
+}
+
+static void host_stream_destroy(mdr_backend *b, mdr_stream s) {
+  (void)b;
+  host_stream *hs = s;
+  if (tls_capture == hs) tls_capture = NULL;
+  list_free(&hs->rec);
+  free(hs);
+}
+
+static mdr_status host_synchronize(mdr_backend *b, mdr_stream s) {
+  (void)s;
+  return check_not_capturing(b, "synchronize");
+}
+
+static mdr_status host_stream_query(mdr_backend *b, mdr_stream s, int *idle) {
+  (void)b;
+  (void)s;
+  *idle = 1;
+  return MDR_OK;
+}
+
+static mdr_status host_capture_begin(mdr_backend *b, mdr_stream s) {
+  host_stream *hs = s;
+  if (!hs) return mdr_backend_fail(b, MDR_ERR_CAPTURE, "host: capture on the legacy (NULL) stream");
+  if (hs->capturing || tls_capture)
+    return mdr_backend_fail(b, MDR_ERR_STATE, "host: a capture is already under way");
+  hs->capturing = 1;
+  hs->invalidated = 0;
+  list_free(&hs->rec);
+  tls_capture = hs;
+  return MDR_OK;
+}
+
+static mdr_status host_capture_end(mdr_backend *b, mdr_stream s, void **graph) {
+  host_stream *hs = s;
+  if (!hs || !hs->capturing)
+    return mdr_backend_fail(b, MDR_ERR_STATE, "host: capture_end on a stream not capturing");
+  hs->capturing = 0;
+  if (tls_capture == hs) tls_capture = NULL;
+  if (hs->invalidated) {
+    list_free(&hs->rec);
+    return mdr_backend_fail(b, MDR_ERR_CAPTURE, "host: capture was invalidated");
+  }
+  host_list *g = malloc(sizeof *g);
+  if (!g) {
+    list_free(&hs->rec);
+    return mdr_backend_fail(b, MDR_ERR_OUT_OF_MEMORY, "host: graph");
+  }
+  *g = hs->rec;
+  hs->rec = (host_list){0};
+  *graph = g;
+  return MDR_OK;
+}
+
+static mdr_status host_is_capturing(mdr_backend *b, mdr_stream s, int *capturing) {
+  (void)b;
+  host_stream *hs = s;
+  *capturing = hs ? hs->capturing : 0;
+  return MDR_OK;
+}
+
+static mdr_status host_graph_instantiate(mdr_backend *b, void *graph, void **exec) {
+  const host_list *g = graph;
+  host_list *e = calloc(1, sizeof *e);
+  if (!e) return mdr_backend_fail(b, MDR_ERR_OUT_OF_MEMORY, "host: exec");
+  for (size_t i = 0; i < g->len; i++) {
+    mdr_status st = list_push(b, e, &g->ops[i]);
+    if (st != MDR_OK) {
+      list_free(e);
+      free(e);
+      return st;
+    }
+  }
+  *exec = e;
+  return MDR_OK;
+}
+
+static mdr_status host_graph_upload(mdr_backend *b, void *exec, mdr_stream s) {
+  (void)b;
+  (void)exec;
+  (void)s;
+  return MDR_OK;
+}
+
+static mdr_status host_graph_launch(mdr_backend *b, void *exec, mdr_stream s) {
+  const host_list *e = exec;
+  for (size_t i = 0; i < e->len; i++) {
+    mdr_status st = submit(b, s, &e->ops[i]);
+    if (st != MDR_OK) return st;
+  }
+  return MDR_OK;
+}
+
+static void host_list_destroy(mdr_backend *b, void *list) {
+  (void)b;
+  list_free(list);
+  free(list);
+}
+
+static mdr_status host_zero_fused(mdr_backend *b, const mdr_zero_seg *segs, size_t n,
+                                  uint64_t tokens, const mdr_stage_desc *stage, mdr_stream s) {
+  if (n == 0 && !stage) return MDR_OK;
+  host_op op = {.kind = HOST_OP_ZERO_FUSED,
+                .segs = (mdr_zero_seg *)segs,
+                .n = n,
+                .tokens = tokens,
+                .has_stage = stage != NULL};
+  if (stage) op.stage = *stage;
+  return submit(b, s, &op);
+}
+
+static void host_destroy(mdr_backend *b) { free(b); }
+
+static const struct mdr_backend_ops host_ops = {
+    .name = "host",
+    .destroy = host_destroy,
+    .alloc_device = host_alloc_device,
+    .free_device = host_free_device,
+    .alloc_pinned = host_alloc_pinned,
+    .free_pinned = host_free_pinned,
+    .memset_async = host_memset_async,
+    .copy_h2d_async = host_copy_h2d_async,
+    .copy_h2d = host_copy_h2d,
+    .copy_d2h = host_copy_d2h,
+    .fill = host_fill,
+    .stream_create = host_stream_create,
+    .stream_destroy = host_stream_destroy,
+    .synchronize = host_synchronize,
+    .stream_query = host_stream_query,
+    .capture_begin = host_capture_begin,
+    .capture_end = host_capture_end,
+    .is_capturing = host_is_capturing,
+    .graph_instantiate = host_graph_instantiate,
+    .graph_upload = host_graph_upload,
+    .graph_launch = host_graph_launch,
+    .graph_destroy = host_list_destroy,
+    .exec_destroy = host_list_destroy,
+    .zero_fused = host_zero_fused,
+};
+
+mdr_status mdr_backend_host_create(mdr_backend **out) {
+  if (!out) return MDR_ERR_INVALID_ARGUMENT;
+  host_backend *h = calloc(1, sizeof *h);
+  if (!h) return MDR_ERR_OUT_OF_MEMORY;
+  h->base.ops = &host_ops;
+  *out = &h->base;
+  return MDR_OK;
+}

@@ -1,0 +1,78 @@
+/* zero_fused_host.c — the fused zero plan executed on the CPU.
+ *
+ * The host backend's zero_fused slot. It walks the plan exactly as
+ * kernels/zero_fused.cu does: the same split into launches of at most
+ * MDR_ZERO_MAX_SEGS segments (FETCH on the first, ADVANCE on the last,
+ * DYNAMIC on all), the same chunk prefix sums, mdr_zero_locate and
+ * mdr_zero_chunk_span from zero_map.h, so a byte is cleared here if and only
+ * if the kernel clears it. One "launch" behaves as a grid of one block: the
+ * stage's done counter goes 0 -> 1 -> reset. Every address (segments, ring,
+ * counter, done, ack, token_ids, count_out) is a host address. */
+#include <stdint.h>
+#include <string.h>
+
+#include "backend_impl.h"
+
+#define HOST_PTR(addr) ((void *)(uintptr_t)(addr))
+
+/* Clear up to MDR_ZERO_MAX_SEGS segments at token count t, chunk by chunk. */
+static void zero_launch_host(const mdr_zero_seg *segs, uint32_t n, uint64_t t) {
+  uint64_t bytes[MDR_ZERO_MAX_SEGS];
+  uint64_t prefix[MDR_ZERO_MAX_SEGS + 1];
+  prefix[0] = 0;
+  for (uint32_t i = 0; i < n; i++) {
+    bytes[i] = mdr_zero_seg_bytes(&segs[i], t);
+    prefix[i + 1] = prefix[i] + mdr_zero_chunks(bytes[i]);
+  }
+  for (uint64_t k = 0; k < prefix[n]; k++) {
+    uint32_t s = mdr_zero_locate(prefix, n, k);
+    mdr_zero_span sp = mdr_zero_chunk_span(segs[s].ptr, bytes[s], k - prefix[s]);
+    if (sp.body > sp.begin) memset(HOST_PTR(sp.begin), 0, (size_t)(sp.body - sp.begin));
+    if (sp.tail > sp.body) memset(HOST_PTR(sp.body), 0, (size_t)(sp.tail - sp.body));
+    if (sp.end > sp.tail) memset(HOST_PTR(sp.tail), 0, (size_t)(sp.end - sp.tail));
+  }
+}
+
+void mdr_zero_fused_host(const mdr_zero_seg *segs, size_t n, uint64_t tokens,
+                         const mdr_stage_desc *stage) {
+  if (n == 0 && !stage) return;
+  const uint32_t stage_flags =
+      stage ? stage->flags & (MDR_STAGE_FETCH | MDR_STAGE_ADVANCE | MDR_STAGE_DYNAMIC) : 0u;
+  const size_t launches = n == 0 ? 1 : (n + MDR_ZERO_MAX_SEGS - 1) / MDR_ZERO_MAX_SEGS;
+
+  for (size_t j = 0; j < launches; j++) {
+    const size_t first = j * MDR_ZERO_MAX_SEGS;
+    const size_t count = n - first < MDR_ZERO_MAX_SEGS ? n - first : MDR_ZERO_MAX_SEGS;
+    uint32_t flags = stage_flags & MDR_STAGE_DYNAMIC;
+    if (j == 0) flags |= stage_flags & MDR_STAGE_FETCH;
+    if (j == launches - 1) flags |= stage_flags & MDR_STAGE_ADVANCE;
+
+    uint64_t t = tokens, step = 0;
+    const unsigned char *slot = NULL;
+    const mdr_stage_header *header = NULL;
+    if (flags) step = *(const volatile uint64_t *)HOST_PTR(stage->counter);
+    if (flags & (MDR_STAGE_FETCH | MDR_STAGE_DYNAMIC)) {
+      slot = (const unsigned char *)HOST_PTR(stage->ring + (step % stage->slots) * stage->slot_bytes);
+      header = (const mdr_stage_header *)slot;
+      if (flags & MDR_STAGE_DYNAMIC) t = header->tokens;
+    }
+
+    zero_launch_host(segs + first, (uint32_t)count, t);
+
+    if (flags & MDR_STAGE_FETCH) {
+      if (header->copy_tokens)
+        memcpy(HOST_PTR(stage->token_ids), slot + MDR_STAGE_HEADER_BYTES,
+               (size_t)header->copy_tokens * sizeof(uint32_t));
+      *(uint32_t *)HOST_PTR(stage->count_out) = header->tokens;
+    }
+    if (flags & MDR_STAGE_ADVANCE) {
+      volatile uint32_t *done = (volatile uint32_t *)HOST_PTR(stage->done);
+      uint32_t prev = (*done)++;
+      if (prev == 0) { /* the last (only) block of a one-block grid */
+        *done = 0;
+        *(volatile uint64_t *)HOST_PTR(stage->counter) = step + 1;
+        *(volatile uint64_t *)HOST_PTR(stage->ack) = step + 1;
+      }
+    }
+  }
+}

@@ -1,0 +1,202 @@
+/* fault_backend.c — see fault_backend.h. Every slot forwards to the inner
+ * backend unless a failure is due; failures are reported like real ones
+ * (status + last-error text). */
+#include "fault_backend.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct fault_backend {
+  mdr_backend base;
+  mdr_backend *inner;
+  long calls, fail_at, injected;
+  int fail_kind;
+  long live;
+  long per_op[MDR_OP_COUNT];
+} fault_backend;
+
+static fault_backend *F(mdr_backend *b) { return (fault_backend *)b; }
+static const fault_backend *CF(const mdr_backend *b) { return (const fault_backend *)b; }
+
+static const char *k_op_names[MDR_OP_COUNT] = {
+    "alloc_device", "free_device", "alloc_pinned", "free_pinned", "memset_async",
+    "copy_h2d_async", "copy_h2d", "copy_d2h", "fill", "stream_create", "stream_destroy",
+    "synchronize", "stream_query", "capture_begin", "capture_end", "is_capturing",
+    "graph_instantiate", "graph_upload", "graph_launch", "graph_destroy", "exec_destroy",
+    "zero_fused"};
+
+/* Count a fallible call; return a failure status when one is due. */
+static mdr_status due(mdr_backend *b, mdr_op op) {
+  fault_backend *f = F(b);
+  f->calls++;
+  f->per_op[op]++;
+  if ((f->fail_at > 0 && f->calls == f->fail_at) || f->fail_kind == (int)op) {
+    f->injected++;
+    mdr_status st = (op == MDR_OP_ALLOC_DEVICE || op == MDR_OP_ALLOC_PINNED) ? MDR_ERR_OUT_OF_MEMORY
+                    : (op == MDR_OP_CAPTURE_END || op == MDR_OP_GRAPH_INSTANTIATE) ? MDR_ERR_CAPTURE
+                                                                                    : MDR_ERR_BACKEND;
+    return mdr_backend_fail(b, st, "fault: injected failure of %s (call %ld)", k_op_names[op],
+                            f->calls);
+  }
+  return MDR_OK;
+}
+
+/* Forward the inner backend's error text when it fails. */
+static mdr_status pass(mdr_backend *b, mdr_status st) {
+  if (st != MDR_OK) mdr_backend_fail(b, st, "%s", F(b)->inner->last_error);
+  return st;
+}
+
+#define FORWARD(op, call)                 \
+  do {                                    \
+    mdr_status st_ = due(b, op);          \
+    if (st_ != MDR_OK) return st_;        \
+    return pass(b, F(b)->inner->ops->call); \
+  } while (0)
+
+#define I (F(b)->inner)
+
+static mdr_status f_alloc_device(mdr_backend *b, size_t n, mdr_dptr *out) {
+  mdr_status st = due(b, MDR_OP_ALLOC_DEVICE);
+  if (st == MDR_OK) st = pass(b, I->ops->alloc_device(I, n, out));
+  if (st == MDR_OK) F(b)->live++;
+  return st;
+}
+static void f_free_device(mdr_backend *b, mdr_dptr p) {
+  F(b)->per_op[MDR_OP_FREE_DEVICE]++;
+  F(b)->live--;
+  I->ops->free_device(I, p);
+}
+static mdr_status f_alloc_pinned(mdr_backend *b, size_t n, void **h, mdr_dptr *d) {
+  mdr_status st = due(b, MDR_OP_ALLOC_PINNED);
+  if (st == MDR_OK) st = pass(b, I->ops->alloc_pinned(I, n, h, d));
+  if (st == MDR_OK) F(b)->live++;
+  return st;
+}
+static void f_free_pinned(mdr_backend *b, void *h) {
+  F(b)->per_op[MDR_OP_FREE_PINNED]++;
+  F(b)->live--;
+  I->ops->free_pinned(I, h);
+}
+static mdr_status f_memset_async(mdr_backend *b, mdr_dptr d, unsigned char v, size_t n, mdr_stream s) {
+  FORWARD(MDR_OP_MEMSET_ASYNC, memset_async(I, d, v, n, s));
+}
+static mdr_status f_copy_h2d_async(mdr_backend *b, mdr_dptr d, const void *src, size_t n, mdr_stream s) {
+  FORWARD(MDR_OP_COPY_H2D_ASYNC, copy_h2d_async(I, d, src, n, s));
+}
+static mdr_status f_copy_h2d(mdr_backend *b, mdr_dptr d, const void *src, size_t n) {
+  FORWARD(MDR_OP_COPY_H2D, copy_h2d(I, d, src, n));
+}
+static mdr_status f_copy_d2h(mdr_backend *b, void *dst, mdr_dptr src, size_t n) {
+  FORWARD(MDR_OP_COPY_D2H, copy_d2h(I, dst, src, n));
+}
+static mdr_status f_fill(mdr_backend *b, mdr_dptr d, unsigned char v, size_t n) {
+  FORWARD(MDR_OP_FILL, fill(I, d, v, n));
+}
+static mdr_status f_stream_create(mdr_backend *b, mdr_stream *out) {
+  mdr_status st = due(b, MDR_OP_STREAM_CREATE);
+  if (st == MDR_OK) st = pass(b, I->ops->stream_create(I, out));
+  if (st == MDR_OK) F(b)->live++;
+  return st;
+}
+static void f_stream_destroy(mdr_backend *b, mdr_stream s) {
+  F(b)->live--;
+  I->ops->stream_destroy(I, s);
+}
+static mdr_status f_synchronize(mdr_backend *b, mdr_stream s) {
+  FORWARD(MDR_OP_SYNCHRONIZE, synchronize(I, s));
+}
+static mdr_status f_stream_query(mdr_backend *b, mdr_stream s, int *idle) {
+  FORWARD(MDR_OP_STREAM_QUERY, stream_query(I, s, idle));
+}
+static mdr_status f_capture_begin(mdr_backend *b, mdr_stream s) {
+  FORWARD(MDR_OP_CAPTURE_BEGIN, capture_begin(I, s));
+}
+/* A failed capture_end must still end the capture on the inner backend, as
+ * a real failure would: end it, drop the graph, report the failure. */
+static mdr_status f_capture_end(mdr_backend *b, mdr_stream s, void **g) {
+  mdr_status st = due(b, MDR_OP_CAPTURE_END);
+  void *graph = NULL;
+  mdr_status inner = I->ops->capture_end(I, s, &graph);
+  if (st != MDR_OK) {
+    if (inner == MDR_OK) I->ops->graph_destroy(I, graph);
+    return st;
+  }
+  if (inner != MDR_OK) return pass(b, inner);
+  F(b)->live++;
+  *g = graph;
+  return MDR_OK;
+}
+static mdr_status f_is_capturing(mdr_backend *b, mdr_stream s, int *c) {
+  FORWARD(MDR_OP_IS_CAPTURING, is_capturing(I, s, c));
+}
+static mdr_status f_graph_instantiate(mdr_backend *b, void *g, void **x) {
+  mdr_status st = due(b, MDR_OP_GRAPH_INSTANTIATE);
+  if (st == MDR_OK) st = pass(b, I->ops->graph_instantiate(I, g, x));
+  if (st == MDR_OK) F(b)->live++;
+  return st;
+}
+static mdr_status f_graph_upload(mdr_backend *b, void *x, mdr_stream s) {
+  FORWARD(MDR_OP_GRAPH_UPLOAD, graph_upload(I, x, s));
+}
+static mdr_status f_graph_launch(mdr_backend *b, void *x, mdr_stream s) {
+  FORWARD(MDR_OP_GRAPH_LAUNCH, graph_launch(I, x, s));
+}
+static void f_graph_destroy(mdr_backend *b, void *g) {
+  F(b)->live--;
+  I->ops->graph_destroy(I, g);
+}
+static void f_exec_destroy(mdr_backend *b, void *x) {
+  F(b)->live--;
+  I->ops->exec_destroy(I, x);
+}
+static mdr_status f_zero_fused(mdr_backend *b, const mdr_zero_seg *segs, size_t n, uint64_t t,
+                               const mdr_stage_desc *st, mdr_stream s) {
+  FORWARD(MDR_OP_ZERO_FUSED, zero_fused(I, segs, n, t, st, s));
+}
+static void f_destroy(mdr_backend *b) { free(b); }
+
+static const struct mdr_backend_ops fault_ops = {
+    .name = "fault",
+    .destroy = f_destroy,
+    .alloc_device = f_alloc_device,
+    .free_device = f_free_device,
+    .alloc_pinned = f_alloc_pinned,
+    .free_pinned = f_free_pinned,
+    .memset_async = f_memset_async,
+    .copy_h2d_async = f_copy_h2d_async,
+    .copy_h2d = f_copy_h2d,
+    .copy_d2h = f_copy_d2h,
+    .fill = f_fill,
+    .stream_create = f_stream_create,
+    .stream_destroy = f_stream_destroy,
+    .synchronize = f_synchronize,
+    .stream_query = f_stream_query,
+    .capture_begin = f_capture_begin,
+    .capture_end = f_capture_end,
+    .is_capturing = f_is_capturing,
+    .graph_instantiate = f_graph_instantiate,
+    .graph_upload = f_graph_upload,
+    .graph_launch = f_graph_launch,
+    .graph_destroy = f_graph_destroy,
+    .exec_destroy = f_exec_destroy,
+    .zero_fused = f_zero_fused,
+};
+
+mdr_status fault_backend_create(mdr_backend *inner, mdr_backend **out) {
+  if (!inner || !out) return MDR_ERR_INVALID_ARGUMENT;
+  fault_backend *f = calloc(1, sizeof *f);
+  if (!f) return MDR_ERR_OUT_OF_MEMORY;
+  f->base.ops = &fault_ops;
+  f->inner = inner;
+  f->fail_kind = -1;
+  *out = &f->base;
+  return MDR_OK;
+}
+
+void fault_backend_fail_at(mdr_backend *f, long k) { F(f)->fail_at = k > 0 ? F(f)->calls + k : 0; }
+void fault_backend_fail_kind(mdr_backend *f, int op) { F(f)->fail_kind = op; }
+long fault_backend_calls(const mdr_backend *f) { return CF(f)->calls; }
+long fault_backend_injected(const mdr_backend *f) { return CF(f)->injected; }
+long fault_backend_calls_of(const mdr_backend *f, mdr_op op) { return CF(f)->per_op[op]; }
+long fault_backend_live(const mdr_backend *f) { return CF(f)->live; }

@@ -1,0 +1,101 @@
+#include "support.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#if defined(MDR_HAVE_CUDA)
+#include <cuda_runtime.h>
+#endif
+
+const char *tb_kind_name(tb_kind k) { return k == TB_CUDA ? "cuda" : "host"; }
+
+mdr_backend *tb_backend(tb_kind k) {
+  mdr_backend *b = NULL;
+  if (k == TB_HOST) {
+    cr_assert_eq(mdr_backend_host_create(&b), MDR_OK);
+    return b;
+  }
+  mdr_status st = mdr_backend_cuda_create(0, &b);
+  if (st == MDR_ERR_NO_DEVICE || st == MDR_ERR_UNSUPPORTED) {
+    cr_assert_null(b);
+    cr_skip_test("no CUDA device");
+  }
+  cr_assert_eq(st, MDR_OK, "cuda backend: %s", mdr_status_string(st));
+  return b;
+}
+
+mdr_stream tb_stream(mdr_backend *b) {
+  mdr_stream s = NULL;
+  cr_assert_eq(mdr_backend_stream_create(b, &s), MDR_OK, "%s", mdr_backend_last_error(b));
+  return s;
+}
+
+unsigned char tb_poison_of(mdr_buffer buf) { return (unsigned char)(0x80 + (unsigned)buf * 3); }
+
+void tb_poison_arena(mdr_arena *a) {
+  mdr_backend *b = mdr_arena_backend(a);
+  for (int i = 0; i < MDR_BUF_COUNT; i++) {
+    mdr_dptr p = mdr_arena_ptr(a, (mdr_buffer)i);
+    if (!p) continue;
+    cr_assert_eq(mdr_backend_fill(b, p, tb_poison_of((mdr_buffer)i), mdr_arena_bytes(a, (mdr_buffer)i)),
+                 MDR_OK, "%s", mdr_backend_last_error(b));
+  }
+}
+
+long tb_check_head(mdr_backend *b, mdr_dptr p, size_t bytes, size_t zero, unsigned char poison) {
+  enum { STEP = 1 << 20 };
+  unsigned char *buf = malloc(STEP), *want = malloc(STEP);
+  cr_assert(buf && want);
+  long bad = -1;
+  for (size_t off = 0; off < bytes && bad < 0; off += STEP) {
+    size_t n = bytes - off < STEP ? bytes - off : STEP;
+    cr_assert_eq(mdr_backend_copy_d2h(b, buf, p + off, n), MDR_OK, "%s", mdr_backend_last_error(b));
+    size_t z = zero <= off ? 0 : (zero - off < n ? zero - off : n);
+    memset(want, 0, z);
+    memset(want + z, poison, n - z);
+    if (memcmp(buf, want, n) == 0) continue;
+    for (size_t i = 0; i < n; i++)
+      if (buf[i] != want[i]) {
+        bad = (long)(off + i);
+        break;
+      }
+  }
+  free(buf);
+  free(want);
+  return bad;
+}
+
+void tb_expect_arena(mdr_arena *a, const size_t expect[MDR_BUF_COUNT], const char *what) {
+  mdr_backend *b = mdr_arena_backend(a);
+  for (int i = 0; i < MDR_BUF_COUNT; i++) {
+    mdr_buffer buf = (mdr_buffer)i;
+    mdr_dptr p = mdr_arena_ptr(a, buf);
+    size_t bytes = mdr_arena_bytes(a, buf);
+    if (!p) {
+      cr_assert_eq(bytes, 0, "%s: NULL buffer %s has size %zu", what, mdr_buffer_name(buf), bytes);
+      continue;
+    }
+    /* norm_unit_w was zeroed at create, then poisoned by the test. */
+    long bad = tb_check_head(b, p, bytes, expect[i], tb_poison_of(buf));
+    cr_assert_eq(bad, -1, "%s: %s (%zu bytes, expected %zu zero) wrong at byte %ld", what,
+                 mdr_buffer_name(buf), bytes, expect[i], bad);
+  }
+}
+
+mdr_sizes tb_preset_sizes(const char *preset, size_t m) {
+  mdr_model_config c;
+  mdr_limits l = {.max_batch_tokens = m, .max_seq_len = 4096, .kv_block_size = 16, .max_batch_size = 4};
+  mdr_sizes s;
+  cr_assert_eq(mdr_model_preset(preset, &c), MDR_OK, "preset %s", preset);
+  cr_assert_eq(mdr_sizes_from_config(&c, &l, &s), MDR_OK, "sizes of %s at M=%zu", preset, m);
+  return s;
+}
+
+uint64_t tb_rand(uint64_t *s) {
+  uint64_t x = *s;
+  x ^= x >> 12;
+  x ^= x << 25;
+  x ^= x >> 27;
+  *s = x;
+  return x * 0x2545F4914F6CDD1DULL;
+}

@@ -1,0 +1,39 @@
+/* support.h — shared helpers of the test suites: backends to run a suite
+ * body on, and poison / read-back checks of device memory. */
+#ifndef MDR_TEST_SUPPORT_H
+#define MDR_TEST_SUPPORT_H
+
+#include <criterion/criterion.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "mdr/mdr.h"
+
+typedef enum tb_kind { TB_HOST, TB_CUDA, TB_KIND_COUNT } tb_kind;
+
+/* The backend a suite body runs on: host always; CUDA skips the test
+ * (cr_skip_test) when there is no device. Caller destroys it. */
+mdr_backend *tb_backend(tb_kind k);
+const char *tb_kind_name(tb_kind k);
+/* A stream on b (asserts success). */
+mdr_stream tb_stream(mdr_backend *b);
+
+/* Poison byte of a buffer: differs per buffer so a stray copy is caught. */
+unsigned char tb_poison_of(mdr_buffer buf);
+/* Fill every non-NULL buffer of the arena with its poison byte (blocking). */
+void tb_poison_arena(mdr_arena *a);
+/* Read back `bytes` of device memory at p and check that the first `zero`
+ * bytes are 0 and the rest equal `poison`. Returns the offset of the first
+ * wrong byte, or -1 when all are as expected. */
+long tb_check_head(mdr_backend *b, mdr_dptr p, size_t bytes, size_t zero, unsigned char poison);
+/* For every buffer of the arena, expect[buf] leading bytes zero and the rest
+ * still poisoned; fails the test naming the buffer otherwise. */
+void tb_expect_arena(mdr_arena *a, const size_t expect[MDR_BUF_COUNT], const char *what);
+
+/* The sizes of a preset at limits (M, S = 4096, B = 16, bs = 4); asserts. */
+mdr_sizes tb_preset_sizes(const char *preset, size_t max_batch_tokens);
+
+/* A small deterministic generator (xorshift64*). */
+uint64_t tb_rand(uint64_t *state);
+
+#endif

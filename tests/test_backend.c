@@ -1,0 +1,191 @@
+/* Suite `backend`: status strings, version, the public backend calls and the
+ * host backend's capture emulation; the same body runs on CUDA when present. */
+#include <criterion/criterion.h>
+#include <criterion/parameterized.h>
+#include <string.h>
+
+#include "backend_impl.h"
+#include "fault_backend.h"
+#include "support.h"
+
+Test(backend, every_status_has_a_name) {
+  for (int i = 0; i < MDR_STATUS_COUNT; i++) {
+    const char *s = mdr_status_string((mdr_status)i);
+    cr_assert(s && *s && strcmp(s, "unknown status") != 0, "status %d", i);
+  }
+  cr_assert_str_eq(mdr_status_string(MDR_OK), "ok");
+  cr_assert_str_eq(mdr_status_string(MDR_STATUS_COUNT), "unknown status");
+  cr_assert_str_eq(mdr_status_string((mdr_status)-3), "unknown status");
+  cr_assert_eq(mdr_version_number(), MDR_VERSION_NUMBER);
+}
+
+Test(backend, cuda_create_without_a_device_leaves_out_null) {
+  mdr_backend *b = NULL;
+  mdr_status st = mdr_backend_cuda_create(0, &b);
+  if (st == MDR_OK) {
+    cr_assert_str_eq(mdr_backend_name(b), "cuda");
+    mdr_backend_destroy(b);
+    cr_assert_eq(mdr_backend_cuda_create(1 << 20, &b), MDR_ERR_NO_DEVICE);
+  } else {
+    cr_assert(st == MDR_ERR_NO_DEVICE || st == MDR_ERR_UNSUPPORTED, "%s", mdr_status_string(st));
+  }
+  cr_assert_null(b);
+  cr_assert_eq(mdr_backend_cuda_create(-1, &b), MDR_ERR_INVALID_ARGUMENT);
+  cr_assert_eq(mdr_backend_cuda_create(0, NULL), MDR_ERR_INVALID_ARGUMENT);
+  cr_assert_eq(mdr_backend_create_default(&b), MDR_OK);
+  cr_assert_not_null(b);
+  mdr_backend_destroy(b);
+  cr_assert_eq(mdr_backend_create_default(NULL), MDR_ERR_INVALID_ARGUMENT);
+}
+
+ParameterizedTestParameters(backend, copies_fill_and_memset_round_trip) {
+  static tb_kind kinds[] = {TB_HOST, TB_CUDA};
+  return cr_make_param_array(tb_kind, kinds, 2);
+}
+
+ParameterizedTest(tb_kind *k, backend, copies_fill_and_memset_round_trip) {
+  mdr_backend *b = tb_backend(*k);
+  mdr_stream s = tb_stream(b);
+  mdr_dptr d = 0;
+  unsigned char src[1000], dst[1000];
+  for (int i = 0; i < 1000; i++) src[i] = (unsigned char)(i * 7);
+  cr_assert_eq(mdr_backend_alloc(b, 1000, &d), MDR_OK);
+  cr_assert_eq(d % 256, 0);
+  cr_assert_eq(mdr_backend_copy_h2d(b, d, src, 1000), MDR_OK);
+  cr_assert_eq(mdr_backend_memset_async(b, d + 10, 0, 90, s), MDR_OK);
+  cr_assert_eq(mdr_backend_synchronize(b, s), MDR_OK);
+  cr_assert_eq(mdr_backend_copy_d2h(b, dst, d, 1000), MDR_OK);
+  for (int i = 0; i < 1000; i++)
+    cr_assert_eq(dst[i], i >= 10 && i < 100 ? 0 : src[i], "byte %d", i);
+  cr_assert_eq(mdr_backend_fill(b, d, 0x5A, 1000), MDR_OK);
+  cr_assert_eq(mdr_backend_copy_d2h(b, dst, d, 1000), MDR_OK);
+  for (int i = 0; i < 1000; i++) cr_assert_eq(dst[i], 0x5A);
+  mdr_backend_free(b, d);
+  mdr_backend_stream_destroy(b, s);
+  mdr_backend_destroy(b);
+}
+
+ParameterizedTestParameters(backend, capture_records_and_replay_runs_in_order) {
+  static tb_kind kinds[] = {TB_HOST, TB_CUDA};
+  return cr_make_param_array(tb_kind, kinds, 2);
+}
+
+ParameterizedTest(tb_kind *k, backend, capture_records_and_replay_runs_in_order) {
+  mdr_backend *b = tb_backend(*k);
+  mdr_stream s = tb_stream(b);
+  mdr_dptr d = 0, pin_dev = 0;
+  void *pin = NULL;
+  unsigned char out[64];
+  cr_assert_eq(mdr_backend_alloc(b, 64, &d), MDR_OK);
+  cr_assert_eq(mdr_be_alloc_pinned(b, 64, &pin, &pin_dev), MDR_OK);
+  cr_assert_eq(mdr_backend_fill(b, d, 0xEE, 64), MDR_OK);
+  memset(pin, 1, 64);
+  cr_assert_eq(mdr_be_capture_begin(b, s), MDR_OK);
+  int capturing = 0;
+  cr_assert_eq(mdr_be_is_capturing(b, s, &capturing), MDR_OK);
+  cr_assert_eq(capturing, 1);
+  cr_assert_eq(mdr_backend_memset_async(b, d, 0, 64, s), MDR_OK);
+  cr_assert_eq(mdr_be_copy_h2d_async(b, d, pin, 32, s), MDR_OK);
+  void *g = NULL, *x = NULL;
+  cr_assert_eq(mdr_be_capture_end(b, s, &g), MDR_OK);
+  /* nothing ran during capture */
+  cr_assert_eq(mdr_backend_copy_d2h(b, out, d, 64), MDR_OK);
+  for (int i = 0; i < 64; i++) cr_assert_eq(out[i], 0xEE);
+  cr_assert_eq(mdr_be_graph_instantiate(b, g, &x), MDR_OK);
+  mdr_be_graph_destroy(b, g);
+  for (int rep = 2; rep < 4; rep++) {
+    memset(pin, rep, 64); /* the copy reads the pinned source at replay time */
+    cr_assert_eq(mdr_be_graph_launch(b, x, s), MDR_OK);
+    cr_assert_eq(mdr_backend_synchronize(b, s), MDR_OK);
+    cr_assert_eq(mdr_backend_copy_d2h(b, out, d, 64), MDR_OK);
+    for (int i = 0; i < 64; i++) cr_assert_eq(out[i], i < 32 ? rep : 0, "rep %d byte %d", rep, i);
+  }
+  mdr_be_exec_destroy(b, x);
+  mdr_be_free_pinned(b, pin);
+  mdr_backend_free(b, d);
+  mdr_backend_stream_destroy(b, s);
+  mdr_backend_destroy(b);
+}
+
+ParameterizedTestParameters(backend, an_illegal_call_under_capture_fails_it_cleanly) {
+  static tb_kind kinds[] = {TB_HOST, TB_CUDA};
+  return cr_make_param_array(tb_kind, kinds, 2);
+}
+
+ParameterizedTest(tb_kind *k, backend, an_illegal_call_under_capture_fails_it_cleanly) {
+  mdr_backend *b = tb_backend(*k);
+  mdr_stream s = tb_stream(b);
+  mdr_dptr d = 0;
+  cr_assert_eq(mdr_backend_alloc(b, 256, &d), MDR_OK);
+  void *none = NULL;
+  cr_assert_neq(mdr_be_capture_end(b, s, &none), MDR_OK, "end without begin");
+  cr_assert_null(none);
+  cr_assert_eq(mdr_be_capture_begin(b, NULL), MDR_ERR_CAPTURE, "capture on the legacy stream");
+  cr_assert_eq(mdr_be_capture_begin(b, s), MDR_OK);
+  cr_assert_eq(mdr_backend_memset_async(b, d, 0, 256, s), MDR_OK);
+  cr_assert_neq(mdr_backend_synchronize(b, s), MDR_OK, "synchronize under capture must fail");
+  void *g = (void *)0x1;
+  cr_assert_eq(mdr_be_capture_end(b, s, &g), MDR_ERR_CAPTURE);
+  cr_assert_eq(g, (void *)0x1);
+  cr_assert_neq(strlen(mdr_backend_last_error(b)), 0);
+  int capturing = 1;
+  cr_assert_eq(mdr_be_is_capturing(b, s, &capturing), MDR_OK);
+  cr_assert_eq(capturing, 0);
+  /* the stream works again */
+  cr_assert_eq(mdr_backend_memset_async(b, d, 0, 256, s), MDR_OK);
+  cr_assert_eq(mdr_backend_synchronize(b, s), MDR_OK);
+  mdr_backend_free(b, d);
+  mdr_backend_stream_destroy(b, s);
+  mdr_backend_destroy(b);
+}
+
+Test(backend, bad_input_gets_a_clear_status) {
+  mdr_backend *b = tb_backend(TB_HOST);
+  mdr_stream s = NULL;
+  mdr_dptr d = 0;
+  unsigned char x[4];
+  cr_assert_eq(mdr_backend_host_create(NULL), MDR_ERR_INVALID_ARGUMENT);
+  cr_assert_eq(mdr_backend_stream_create(NULL, &s), MDR_ERR_INVALID_ARGUMENT);
+  cr_assert_eq(mdr_backend_stream_create(b, NULL), MDR_ERR_INVALID_ARGUMENT);
+  cr_assert_eq(mdr_backend_synchronize(NULL, NULL), MDR_ERR_INVALID_ARGUMENT);
+  cr_assert_eq(mdr_backend_copy_h2d(b, 0, x, 4), MDR_ERR_INVALID_ARGUMENT);
+  cr_assert_neq(strlen(mdr_backend_last_error(b)), 0);
+  cr_assert_eq(mdr_backend_copy_d2h(b, NULL, 64, 4), MDR_ERR_INVALID_ARGUMENT);
+  cr_assert_eq(mdr_backend_fill(b, 0, 0, 4), MDR_ERR_INVALID_ARGUMENT);
+  cr_assert_eq(mdr_backend_memset_async(b, 0, 0, 4, NULL), MDR_ERR_INVALID_ARGUMENT);
+  cr_assert_eq(mdr_backend_copy_h2d(b, 0, NULL, 0), MDR_OK, "n == 0 is a no-op");
+  cr_assert_eq(mdr_backend_copy_h2d(NULL, 64, x, 4), MDR_ERR_INVALID_ARGUMENT);
+  cr_assert_eq(mdr_backend_alloc(b, 0, &d), MDR_ERR_INVALID_ARGUMENT);
+  cr_assert_eq(mdr_backend_alloc(b, 16, NULL), MDR_ERR_INVALID_ARGUMENT);
+  cr_assert_eq(mdr_backend_alloc(NULL, 16, &d), MDR_ERR_INVALID_ARGUMENT);
+  cr_assert_str_eq(mdr_backend_name(NULL), "none");
+  cr_assert_str_eq(mdr_backend_last_error(NULL), "");
+  cr_assert_str_eq(mdr_backend_name(b), "host");
+  mdr_backend_stream_destroy(b, NULL);
+  mdr_backend_stream_destroy(NULL, NULL);
+  mdr_backend_free(b, 0);
+  mdr_backend_destroy(NULL);
+  mdr_backend_destroy(b);
+}
+
+Test(backend, fault_backend_fails_the_kth_call_and_counts_live_resources) {
+  mdr_backend *host = tb_backend(TB_HOST), *f = NULL;
+  cr_assert_eq(fault_backend_create(host, &f), MDR_OK);
+  mdr_dptr d = 0;
+  cr_assert_eq(mdr_backend_alloc(f, 64, &d), MDR_OK);
+  cr_assert_eq(fault_backend_live(f), 1);
+  fault_backend_fail_at(f, 2);
+  cr_assert_eq(mdr_backend_fill(f, d, 1, 64), MDR_OK);
+  cr_assert_eq(mdr_backend_fill(f, d, 1, 64), MDR_ERR_BACKEND);
+  cr_assert_eq(mdr_backend_fill(f, d, 1, 64), MDR_OK);
+  cr_assert_eq(fault_backend_injected(f), 1);
+  fault_backend_fail_kind(f, MDR_OP_ALLOC_DEVICE);
+  mdr_dptr e = 0;
+  cr_assert_eq(mdr_backend_alloc(f, 64, &e), MDR_ERR_OUT_OF_MEMORY);
+  cr_assert_eq(e, 0);
+  fault_backend_fail_kind(f, -1);
+  mdr_backend_free(f, d);
+  cr_assert_eq(fault_backend_live(f), 0);
+  mdr_backend_destroy(f);
+  mdr_backend_destroy(host);
+}
