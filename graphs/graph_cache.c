@@ -1,0 +1,377 @@
+/* graph_cache.c — capture one decode step (zeroing + token-id upload + the
+ * caller's body) into a graph per token count, cache it, replay it per step.
+ *
+ * Staging. The ids of step N go to slot N % SLOTS of a ring in mapped pinned
+ * memory. A graph cannot name "the slot of this step" (its addresses are
+ * fixed at capture), so the step's launch finds its slot on the device: a
+ * device counter holds the number of staged launches served so far; the
+ * first kernel of the step (the fused zero kernel, or a stage-only launch of
+ * it under MDR_ZERO_MEMSET) reads the slot counter % SLOTS, copies its ids
+ * into token_ids and its count to the count cell, and its last block
+ * advances the counter and writes it to an ack word in pinned memory. The
+ * host keeps its own count of staged launches (host_step) in lockstep and
+ * writes slot host_step % SLOTS only once ack shows that the launch that
+ * read it last, host_step - SLOTS, has finished. Every step, eager or
+ * replayed, goes through the same staged launch, so the two counts never
+ * diverge: host_step advances exactly when that launch was enqueued.
+ *
+ * Why not a captured copy node: its source address is fixed, so a second
+ * step submitted before the first ran would overwrite ids not yet read (or
+ * the host would have to wait for every step); one kernel node also costs
+ * less per replay than a copy node plus a kernel (issue #7's probe). */
+#define _POSIX_C_SOURCE 200809L
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "arena_impl.h"
+#include "mdr/graph.h"
+
+typedef struct graph_entry {
+  void *exec;         /* NULL: not cached */
+  uint64_t last_used; /* LRU tick */
+} graph_entry;
+
+/* Layout of the cache's small device block. */
+enum { DEV_COUNTER = 0, DEV_DONE = 8, DEV_COUNT = 16, DEV_BLOCK_BYTES = 256 };
+
+struct mdr_graph_cache {
+  mdr_arena *arena;
+  mdr_backend *b;
+  mdr_stream stream;
+  mdr_graph_cache_options o;
+  size_t max_tokens;
+  size_t *ladder;
+  size_t ladder_len;
+  int graphs_disabled;
+
+  /* staging ring (pinned, mapped): SLOTS slots then the ack word */
+  unsigned char *ring_host;
+  mdr_dptr ring_dev;
+  size_t slot_bytes;
+  volatile uint64_t *ack_host;
+  mdr_dptr dev_block;
+  uint64_t host_step; /* staged launches enqueued */
+
+  graph_entry *entries; /* indexed by graph token count, 0 .. max_tokens */
+  uint64_t tick;
+  mdr_graph_stats stats;
+};
+
+static const size_t k_default_ladder[] = {1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256};
+
+void mdr_graph_cache_options_default(mdr_graph_cache_options *o) {
+  if (!o) return;
+  memset(o, 0, sizeof *o);
+  o->mode = MDR_GRAPH_EXACT;
+  o->zero = MDR_ZERO_MEMSET;
+}
+
+static double now_us(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec * 1e6 + ts.tv_nsec / 1e3;
+}
+
+/* The rungs: the caller's (or the default, then powers of two), those above
+ * M dropped, M always last. */
+static mdr_status build_ladder(mdr_graph_cache *c, const mdr_graph_cache_options *o) {
+  const size_t *src = o->ladder ? o->ladder : k_default_ladder;
+  size_t n = o->ladder ? o->ladder_len : sizeof k_default_ladder / sizeof k_default_ladder[0];
+  size_t cap = n + 66;
+  c->ladder = malloc(cap * sizeof *c->ladder);
+  if (!c->ladder) return MDR_ERR_OUT_OF_MEMORY;
+  size_t len = 0;
+  for (size_t i = 0; i < n && src[i] < c->max_tokens; i++) c->ladder[len++] = src[i];
+  if (!o->ladder)
+    for (size_t p = 512; p < c->max_tokens && p != 0; p *= 2) c->ladder[len++] = p;
+  c->ladder[len++] = c->max_tokens;
+  c->ladder_len = len;
+  return MDR_OK;
+}
+
+static mdr_status check_options(const mdr_graph_cache_options *o) {
+  if ((int)o->mode < 0 || o->mode >= MDR_GRAPH_MODE_COUNT) return MDR_ERR_INVALID_ARGUMENT;
+  if ((int)o->zero < 0 || o->zero >= MDR_ZERO_STRATEGY_COUNT) return MDR_ERR_INVALID_ARGUMENT;
+  if (o->mode == MDR_GRAPH_DYNAMIC && (o->zero != MDR_ZERO_FUSED || o->body)) return MDR_ERR_INVALID_ARGUMENT;
+  if (o->mode != MDR_GRAPH_DYNAMIC && o->body_dynamic) return MDR_ERR_INVALID_ARGUMENT;
+  if (o->mode == MDR_GRAPH_LADDER && o->ladder) {
+    if (o->ladder_len == 0 || o->ladder[0] == 0) return MDR_ERR_INVALID_ARGUMENT;
+    for (size_t i = 1; i < o->ladder_len; i++)
+      if (o->ladder[i] <= o->ladder[i - 1]) return MDR_ERR_INVALID_ARGUMENT;
+  }
+  return MDR_OK;
+}
+
+mdr_status mdr_graph_cache_create(mdr_arena *a, mdr_stream stream, const mdr_graph_cache_options *o,
+                                  mdr_graph_cache **out) {
+  if (!a || !stream || !o || !out) return MDR_ERR_INVALID_ARGUMENT;
+  mdr_backend *b = mdr_arena_backend(a);
+  mdr_status st = check_options(o);
+  if (st != MDR_OK) return mdr_backend_fail(b, st, "graph cache: invalid options");
+  if (!b->ops->zero_fused)
+    return mdr_backend_fail(b, MDR_ERR_UNSUPPORTED, "graph cache: backend %s has no staged launch",
+                            b->ops->name);
+  mdr_graph_cache *c = calloc(1, sizeof *c);
+  if (!c) return mdr_backend_fail(b, MDR_ERR_OUT_OF_MEMORY, "graph cache: handle");
+  c->arena = a;
+  c->b = b;
+  c->stream = stream;
+  c->o = *o;
+  c->o.ladder = NULL;
+  c->max_tokens = mdr_arena_max_batch_tokens(a);
+  const char *env = getenv("MDR_DISABLE_GRAPHS");
+  c->graphs_disabled = env && strcmp(env, "1") == 0;
+  st = build_ladder(c, o);
+  if (st != MDR_OK) goto fail;
+  c->entries = calloc(c->max_tokens + 1, sizeof *c->entries);
+  if (!c->entries) {
+    st = MDR_ERR_OUT_OF_MEMORY;
+    goto fail;
+  }
+  c->slot_bytes = (size_t)mdr_stage_slot_bytes(c->max_tokens);
+  size_t ring_bytes = c->slot_bytes * MDR_GRAPH_STAGING_SLOTS;
+  void *ring_host = NULL;
+  st = mdr_be_alloc_pinned(b, ring_bytes + 256, &ring_host, &c->ring_dev);
+  if (st != MDR_OK) goto fail;
+  c->ring_host = ring_host;
+  memset(c->ring_host, 0, ring_bytes + 256);
+  c->ack_host = (volatile uint64_t *)(c->ring_host + ring_bytes);
+  st = mdr_be_alloc_device(b, DEV_BLOCK_BYTES, &c->dev_block);
+  if (st != MDR_OK) goto fail;
+  st = mdr_backend_fill(b, c->dev_block, 0, DEV_BLOCK_BYTES);
+  if (st != MDR_OK) goto fail;
+  *out = c;
+  return MDR_OK;
+fail:
+  mdr_be_free_device(b, c->dev_block);
+  mdr_be_free_pinned(b, c->ring_host);
+  free(c->entries);
+  free(c->ladder);
+  free(c);
+  return st;
+}
+
+void mdr_graph_cache_destroy(mdr_graph_cache *c) {
+  if (!c) return;
+  (void)c->b->ops->synchronize(c->b, c->stream);
+  for (size_t t = 0; t <= c->max_tokens; t++) mdr_be_exec_destroy(c->b, c->entries[t].exec);
+  mdr_be_free_device(c->b, c->dev_block);
+  mdr_be_free_pinned(c->b, c->ring_host);
+  free(c->entries);
+  free(c->ladder);
+  free(c);
+}
+
+mdr_dptr mdr_graph_cache_count_ptr(const mdr_graph_cache *c) {
+  return c ? c->dev_block + DEV_COUNT : 0;
+}
+
+static size_t graph_tokens_of(const mdr_graph_cache *c, size_t t) {
+  if (c->o.mode == MDR_GRAPH_DYNAMIC) return c->max_tokens;
+  if (c->o.mode == MDR_GRAPH_EXACT) return t;
+  size_t lo = 0, hi = c->ladder_len - 1; /* first rung >= t; the last rung is M >= t */
+  while (lo < hi) {
+    size_t mid = (lo + hi) / 2;
+    if (c->ladder[mid] >= t) hi = mid; else lo = mid + 1;
+  }
+  return c->ladder[lo];
+}
+
+static mdr_status check_tokens(const mdr_graph_cache *c, size_t t) {
+  if (t == 0 || t > c->max_tokens)
+    return mdr_backend_fail(c->b, MDR_ERR_OUT_OF_RANGE, "graph cache: %zu tokens (1 .. %zu)", t,
+                            c->max_tokens);
+  return MDR_OK;
+}
+
+mdr_status mdr_graph_cache_graph_tokens(const mdr_graph_cache *c, size_t tokens, size_t *out) {
+  if (!c || !out) return MDR_ERR_INVALID_ARGUMENT;
+  mdr_status st = check_tokens(c, tokens);
+  if (st == MDR_OK) *out = graph_tokens_of(c, tokens);
+  return st;
+}
+
+static mdr_stage_desc stage_desc(const mdr_graph_cache *c) {
+  mdr_stage_desc d = {
+      .ring = c->ring_dev,
+      .slot_bytes = c->slot_bytes,
+      .counter = c->dev_block + DEV_COUNTER,
+      .done = c->dev_block + DEV_DONE,
+      .ack = c->ring_dev + c->slot_bytes * MDR_GRAPH_STAGING_SLOTS,
+      .token_ids = mdr_arena_token_ids(c->arena),
+      .count_out = c->dev_block + DEV_COUNT,
+      .slots = MDR_GRAPH_STAGING_SLOTS,
+      .flags = MDR_STAGE_FETCH | MDR_STAGE_ADVANCE,
+  };
+  if (c->o.mode == MDR_GRAPH_DYNAMIC) d.flags |= MDR_STAGE_DYNAMIC;
+  return d;
+}
+
+/* Enqueue one step's work on the stream for graph token count g: the zero
+ * plan, the staged launch, the body. Used both eagerly and under capture.
+ * *staged is set once the staged launch is enqueued. */
+static mdr_status enqueue_step(mdr_graph_cache *c, size_t g, int *staged) {
+  mdr_zero_seg plan[MDR_ZERO_PLAN_MAX];
+  size_t n;
+  mdr_stage_desc stage = stage_desc(c);
+  mdr_status st;
+  if (c->o.mode == MDR_GRAPH_DYNAMIC) {
+    n = mdr_arena_rules(c->arena, MDR_COVER_ROWS, plan);
+    st = mdr_be_zero_fused(c->b, plan, n, 0, &stage, c->stream);
+  } else {
+    n = mdr_arena_static_plan(c->arena, MDR_COVER_ROWS, g, plan);
+    if (c->o.zero == MDR_ZERO_FUSED) {
+      st = mdr_be_zero_fused(c->b, plan, n, g, &stage, c->stream);
+    } else {
+      st = mdr_arena_run_plan(c->arena, c->stream, plan, n, MDR_ZERO_MEMSET);
+      if (st == MDR_OK) st = mdr_be_zero_fused(c->b, NULL, 0, g, &stage, c->stream);
+    }
+  }
+  if (st != MDR_OK) return st;
+  *staged = 1;
+  if (c->o.body) return c->o.body(c->o.user, c->stream, g);
+  if (c->o.body_dynamic)
+    return c->o.body_dynamic(c->o.user, c->stream, mdr_graph_cache_count_ptr(c), c->max_tokens);
+  return MDR_OK;
+}
+
+static void evict_lru(mdr_graph_cache *c) {
+  size_t victim = 0;
+  uint64_t oldest = UINT64_MAX;
+  for (size_t t = 1; t <= c->max_tokens; t++)
+    if (c->entries[t].exec && c->entries[t].last_used < oldest) {
+      oldest = c->entries[t].last_used;
+      victim = t;
+    }
+  if (!victim) return;
+  mdr_be_exec_destroy(c->b, c->entries[victim].exec);
+  c->entries[victim].exec = NULL;
+  c->stats.graphs--;
+  c->stats.evictions++;
+}
+
+/* Capture and instantiate the graph for g. On failure the capture is ended,
+ * nothing is cached, and the status says why (the body's own, or
+ * MDR_ERR_CAPTURE). */
+static mdr_status capture(mdr_graph_cache *c, size_t g) {
+  double t0 = now_us();
+  void *graph = NULL, *exec = NULL;
+  int staged = 0;
+  mdr_status st = mdr_be_capture_begin(c->b, c->stream);
+  if (st != MDR_OK) return MDR_ERR_CAPTURE;
+  mdr_status body = enqueue_step(c, g, &staged);
+  st = mdr_be_capture_end(c->b, c->stream, &graph);
+  if (body != MDR_OK) {
+    mdr_be_graph_destroy(c->b, st == MDR_OK ? graph : NULL);
+    c->stats.capture_us += now_us() - t0;
+    return body;
+  }
+  if (st == MDR_OK) {
+    st = mdr_be_graph_instantiate(c->b, graph, &exec);
+    mdr_be_graph_destroy(c->b, graph);
+  }
+  if (st == MDR_OK) {
+    st = mdr_be_graph_upload(c->b, exec, c->stream);
+    if (st != MDR_OK) mdr_be_exec_destroy(c->b, exec);
+  }
+  c->stats.capture_us += now_us() - t0;
+  if (st != MDR_OK) return MDR_ERR_CAPTURE;
+  if (c->o.max_graphs && c->stats.graphs >= c->o.max_graphs) evict_lru(c);
+  c->entries[g].exec = exec;
+  c->entries[g].last_used = ++c->tick;
+  c->stats.graphs++;
+  c->stats.captures++;
+  return MDR_OK;
+}
+
+mdr_status mdr_graph_cache_prepare(mdr_graph_cache *c, const size_t *tokens, size_t n) {
+  if (!c || (n && !tokens)) return MDR_ERR_INVALID_ARGUMENT;
+  for (size_t i = 0; i < n; i++) {
+    mdr_status st = check_tokens(c, tokens[i]);
+    if (st != MDR_OK) return st;
+  }
+  if (c->graphs_disabled) return MDR_OK;
+  for (size_t i = 0; i < n; i++) {
+    size_t g = graph_tokens_of(c, tokens[i]);
+    if (c->entries[g].exec) continue;
+    mdr_status st = capture(c, g);
+    if (st != MDR_OK) return st;
+  }
+  return MDR_OK;
+}
+
+/* Wait until slot host_step % SLOTS is free: the launch that read it last
+ * (host_step - SLOTS) has finished. */
+static mdr_status wait_for_slot(mdr_graph_cache *c) {
+  for (unsigned spins = 0; c->host_step - *c->ack_host >= MDR_GRAPH_STAGING_SLOTS; spins++) {
+    if (spins % 64 == 63) {
+      int idle = 0;
+      mdr_status st = mdr_be_stream_query(c->b, c->stream, &idle);
+      if (st != MDR_OK) return st;
+      if (idle && c->host_step - *c->ack_host >= MDR_GRAPH_STAGING_SLOTS)
+        return mdr_backend_fail(c->b, MDR_ERR_STATE,
+                                "graph cache: stream idle but staged launch %llu never finished",
+                                (unsigned long long)(c->host_step - MDR_GRAPH_STAGING_SLOTS));
+    }
+    sched_yield();
+  }
+  return MDR_OK;
+}
+
+static void write_slot(mdr_graph_cache *c, const uint32_t *ids, size_t t, size_t g) {
+  unsigned char *slot = c->ring_host + (c->host_step % MDR_GRAPH_STAGING_SLOTS) * c->slot_bytes;
+  size_t copy = c->o.mode == MDR_GRAPH_DYNAMIC ? t : g;
+  mdr_stage_header h = {.tokens = (uint32_t)t, .copy_tokens = (uint32_t)copy};
+  uint32_t *dst = (uint32_t *)(slot + MDR_STAGE_HEADER_BYTES);
+  memcpy(dst, ids, t * sizeof *ids);
+  for (size_t i = t; i < copy; i++) dst[i] = c->o.pad_token_id;
+  memcpy(slot, &h, sizeof h);
+}
+
+mdr_status mdr_graph_cache_step(mdr_graph_cache *c, const uint32_t *token_ids, size_t tokens) {
+  if (!c || !token_ids) return MDR_ERR_INVALID_ARGUMENT;
+  mdr_status st = check_tokens(c, tokens);
+  if (st != MDR_OK) return st;
+  size_t g = graph_tokens_of(c, tokens);
+  st = wait_for_slot(c);
+  if (st != MDR_OK) return st;
+  write_slot(c, token_ids, tokens, g);
+
+  mdr_status outcome = MDR_OK;
+  graph_entry *e = &c->entries[g];
+  if (!c->graphs_disabled) {
+    if (e->exec) {
+      c->stats.hits++;
+    } else {
+      c->stats.misses++;
+      st = capture(c, g);
+      if (st != MDR_OK) {
+        c->stats.eager_fallbacks++;
+        outcome = MDR_ERR_CAPTURE;
+      }
+    }
+  }
+  if (!c->graphs_disabled && e->exec) {
+    st = mdr_be_graph_launch(c->b, e->exec, c->stream);
+    if (st != MDR_OK) return st;
+    e->last_used = ++c->tick;
+    c->host_step++;
+  } else {
+    int staged = 0;
+    st = enqueue_step(c, g, &staged);
+    if (staged) c->host_step++;
+    c->stats.eager_steps++;
+    if (st != MDR_OK) return st;
+  }
+  c->stats.steps++;
+  c->stats.padded_tokens += c->o.mode == MDR_GRAPH_DYNAMIC ? 0 : g - tokens;
+  return outcome;
+}
+
+mdr_status mdr_graph_cache_stats(const mdr_graph_cache *c, mdr_graph_stats *out) {
+  if (!c || !out) return MDR_ERR_INVALID_ARGUMENT;
+  *out = c->stats;
+  return MDR_OK;
+}

@@ -1,0 +1,269 @@
+/* zero_fused.cu — one launch clears every buffer of a zero plan.
+ *
+ * Purpose. Before a forward step, up to 18 arena buffers (spec §9) must be
+ * zero, wholly or in their leading rows. One cudaMemsetAsync per buffer costs
+ * one launch each; this kernel clears the whole plan in one launch, and in
+ * CUDA graphs it also serves the staged step (reads the step's token count
+ * and ids from a ring in mapped pinned memory, advances the ring counter).
+ *
+ * Memory layout. Nothing is allocated. The plan travels by value in the
+ * kernel parameters (zf_params, < 4 KiB: 64 segments x 40 B, 65 prefix sums,
+ * the stage descriptor). Each segment is a byte range [ptr, ptr + bytes) of
+ * any size and alignment. The plan is cut into MDR_ZERO_CHUNK (64 KiB)
+ * chunks (zero_map.h); blocks take chunks grid-stride, and inside a chunk the
+ * unaligned head and tail bytes are written one by one and the aligned body
+ * with 16-byte stores, ZF_UNROLL of them in flight per thread.
+ *   - Static plan: the launcher evaluates the rules at `tokens`, rewrites the
+ *     segments as FIXED and passes the chunk prefix sums.
+ *   - STAGE_DYNAMIC: t is the slot header's token count, known only on the
+ *     device; each block evaluates the rules and scans the chunk counts into
+ *     shared memory (warp 0, two segments per lane).
+ *   - Staging ring (mapped pinned host memory): slot = ring + (counter %
+ *     slots) * slot_bytes; a 16-byte mdr_stage_header then uint32 ids.
+ *
+ * Launch limits. ZF_BLOCK threads per block; grid = min(chunks, sm_count *
+ * ZF_BLOCKS_PER_SM), at least 1 (DYNAMIC: chunks at the rules' largest
+ * extent). At most MDR_ZERO_MAX_SEGS segments per launch: the launcher splits
+ * longer plans (FETCH on the first launch, ADVANCE on the last, DYNAMIC on
+ * all). No allocation, no synchronisation, no host-side wait: legal under
+ * stream capture. A chunk is <= 64 KiB, so in-chunk indices are 32-bit. */
+#include <cuda_runtime.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "zero_fused.h"
+#include "zero_map.h"
+
+/* Threads per block: 16 stores of 16 B per thread cover a 64 KiB chunk. */
+#define ZF_BLOCK 256
+/* Resident blocks per SM the grid is sized for: stores need bytes in flight,
+ * not occupancy; 1024 threads per SM keep HBM busy with 64 registers. */
+#define ZF_BLOCKS_PER_SM 4
+/* 16-byte stores each thread issues back to back. */
+#define ZF_UNROLL 4
+/* Largest number of ids one thread copies with a single 16-byte load. */
+#define ZF_IDS_PER_VEC 4u
+
+typedef struct zf_params {
+  mdr_zero_seg segs[MDR_ZERO_MAX_SEGS];     /* static plans: resolved to FIXED */
+  uint64_t prefix[MDR_ZERO_MAX_SEGS + 1];   /* static plans: chunk prefix sums */
+  mdr_stage_desc stage;                     /* valid when flags != 0 */
+  uint64_t tokens;                          /* t of a static plan */
+  uint32_t n;                               /* segments in this launch */
+  uint32_t flags;                           /* MDR_STAGE_* of this launch */
+} zf_params;
+
+static_assert(sizeof(zf_params) <= 4096, "kernel parameters must stay under 4 KiB");
+
+// ----------------------------------------------------------------------------
+// device helpers
+
+/* One 16-byte zero store. The plan carries addresses as integers, so plain
+ * C++ would emit generic stores; these are global memory by contract. */
+__device__ __forceinline__ void zf_store16_zero(uint64_t addr) {
+  asm volatile("st.global.v4.u32 [%0], {%1, %1, %1, %1};" ::"l"(addr), "r"(0u) : "memory");
+}
+
+/* Clear [begin, end) of one chunk: head [begin, body) and tail [tail, end)
+ * are < 16 bytes each, body is 16-byte aligned and at most 64 KiB. */
+__device__ __forceinline__ void zf_clear_span(const mdr_zero_span sp) {
+  const unsigned tid = threadIdx.x;
+  if (tid < sp.body - sp.begin) *(unsigned char *)(sp.begin + tid) = 0;
+  if (tid < sp.end - sp.tail) *(unsigned char *)(sp.tail + tid) = 0;
+  const unsigned n16 = (unsigned)((sp.tail - sp.body) >> 4);
+  unsigned i = tid;
+  for (; i + (ZF_UNROLL - 1) * ZF_BLOCK < n16; i += ZF_UNROLL * ZF_BLOCK) {
+#pragma unroll
+    for (int u = 0; u < ZF_UNROLL; u++) zf_store16_zero(sp.body + (uint64_t)(i + u * ZF_BLOCK) * 16u);
+  }
+  for (; i < n16; i += ZF_BLOCK) zf_store16_zero(sp.body + (uint64_t)i * 16u);
+}
+
+/* Warp 0 evaluates the rules at t for up to 64 segments (two per lane) and
+ * writes the bytes and the exclusive chunk prefix sums (65 entries). */
+__device__ __forceinline__ void zf_scan_dynamic(const zf_params &p, uint64_t t, uint64_t *s_bytes,
+                                                uint64_t *s_prefix) {
+  const unsigned lane = threadIdx.x;
+  const unsigned i0 = 2 * lane, i1 = 2 * lane + 1;
+  uint64_t b0 = i0 < p.n ? mdr_zero_seg_bytes(&p.segs[i0], t) : 0;
+  uint64_t b1 = i1 < p.n ? mdr_zero_seg_bytes(&p.segs[i1], t) : 0;
+  uint64_t c0 = mdr_zero_chunks(b0), c1 = mdr_zero_chunks(b1);
+  uint64_t pair = c0 + c1, incl = pair;
+#pragma unroll
+  for (int off = 1; off < 32; off *= 2) {
+    uint64_t v = __shfl_up_sync(0xffffffffu, incl, off);
+    if (lane >= (unsigned)off) incl += v;
+  }
+  s_bytes[i0] = b0;
+  s_bytes[i1] = b1;
+  s_prefix[i0] = incl - pair;
+  s_prefix[i1] = incl - pair + c0;
+  if (lane == 31) s_prefix[MDR_ZERO_MAX_SEGS] = incl;
+}
+
+// ----------------------------------------------------------------------------
+// kernel
+
+/* kDynamic: the rules are evaluated here at the slot's token count and the
+ * prefix sums live in shared memory; otherwise both come resolved in p. */
+template <bool kDynamic>
+__global__ void __launch_bounds__(ZF_BLOCK) zero_fused_kernel(const __grid_constant__ zf_params p) {
+  __shared__ uint64_t s_bytes[kDynamic ? MDR_ZERO_MAX_SEGS : 1];
+  __shared__ uint64_t s_prefix[kDynamic ? MDR_ZERO_MAX_SEGS + 1 : 1];
+  __shared__ uint64_t s_step;
+  __shared__ uint32_t s_tokens, s_copy;
+  const uint32_t flags = p.flags;
+  const bool reads_slot = (flags & (MDR_STAGE_FETCH | MDR_STAGE_DYNAMIC)) != 0;
+
+  // Stage prologue: the counter is read before this block can signal done,
+  // hence before any block can advance it.
+  uint64_t slot = 0;
+  if (flags) {
+    if (threadIdx.x == 0) {
+      uint64_t step = *(volatile const uint64_t *)p.stage.counter;
+      s_step = step;
+      if (reads_slot) {
+        const mdr_stage_header *h = (const mdr_stage_header *)(p.stage.ring +
+                                    (step % p.stage.slots) * p.stage.slot_bytes);
+        s_tokens = h->tokens;
+        s_copy = h->copy_tokens;
+      }
+    }
+    __syncthreads();
+    if (reads_slot) slot = p.stage.ring + (s_step % p.stage.slots) * p.stage.slot_bytes;
+  }
+
+  const uint64_t *prefix = p.prefix;
+  if (kDynamic) {
+    if (threadIdx.x < 32) zf_scan_dynamic(p, s_tokens, s_bytes, s_prefix);
+    __syncthreads();
+    prefix = s_prefix;
+  }
+
+  // FETCH: issue this thread's first 16-byte id load before zeroing so the
+  // round trip to host memory overlaps the stores.
+  uint32_t copy = 0;
+  bool vec = false, have_first = false;
+  uint4 first = make_uint4(0u, 0u, 0u, 0u);
+  const uint64_t gtid = (uint64_t)blockIdx.x * ZF_BLOCK + threadIdx.x;
+  const uint64_t gstride = (uint64_t)gridDim.x * ZF_BLOCK;
+  const uint64_t ids_src = slot + MDR_STAGE_HEADER_BYTES;
+  if (flags & MDR_STAGE_FETCH) {
+    copy = s_copy;
+    vec = ((ids_src | p.stage.token_ids) & 15u) == 0;
+    if (vec && gtid < copy / ZF_IDS_PER_VEC) {
+      first = ((const uint4 *)ids_src)[gtid];
+      have_first = true;
+    }
+  }
+
+  // Zeroing: chunks grid-stride.
+  const uint64_t total = prefix[p.n];
+  for (uint64_t k = blockIdx.x; k < total; k += gridDim.x) {
+    const uint32_t s = mdr_zero_locate(prefix, p.n, k);
+    const uint64_t bytes = kDynamic ? s_bytes[s] : p.segs[s].bytes;
+    zf_clear_span(mdr_zero_chunk_span(p.segs[s].ptr, bytes, k - prefix[s]));
+  }
+
+  if (flags & MDR_STAGE_FETCH) {
+    uint32_t *dst = (uint32_t *)p.stage.token_ids;
+    const uint32_t *src = (const uint32_t *)ids_src;
+    uint64_t scalar_from = 0;
+    if (vec) {
+      const uint64_t nvec = copy / ZF_IDS_PER_VEC;
+      if (have_first) ((uint4 *)dst)[gtid] = first;
+      for (uint64_t i = gtid + gstride; i < nvec; i += gstride)
+        ((uint4 *)dst)[i] = ((const uint4 *)src)[i];
+      scalar_from = nvec * ZF_IDS_PER_VEC;
+    }
+    for (uint64_t i = scalar_from + gtid; i < copy; i += gstride) dst[i] = src[i];
+    if (gtid == 0) *(uint32_t *)p.stage.count_out = s_tokens;
+  }
+
+  // ADVANCE: the last block to finish moves the ring on and tells the host.
+  if (flags & MDR_STAGE_ADVANCE) {
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      __threadfence();
+      unsigned prev = atomicAdd((unsigned *)p.stage.done, 1u);
+      if (prev == gridDim.x - 1) {
+        *(volatile unsigned *)p.stage.done = 0u;
+        *(volatile uint64_t *)p.stage.counter = s_step + 1;
+        __threadfence_system();
+        *(volatile uint64_t *)p.stage.ack = s_step + 1;
+      }
+    }
+  }
+}
+
+// ----------------------------------------------------------------------------
+// launcher
+
+/* Chunks of a segment at the largest extent its rule can reach (t only grows
+ * the cleared prefix; the header's t is a uint32). Saturates. */
+static uint64_t zf_max_chunks(const mdr_zero_seg *s) {
+  uint64_t bytes = s->bytes;
+  if (s->rule == MDR_RULE_ROWS) {
+    uint64_t rows = s->b < UINT32_MAX ? s->b : UINT32_MAX;
+    if (s->a != 0 && rows > UINT64_MAX / s->a) return UINT64_MAX;
+    bytes = rows * s->a;
+  }
+  return mdr_zero_chunks(bytes);
+}
+
+extern "C" int mdr_cuda_zero_fused(const mdr_zero_seg *segs, size_t n, uint64_t tokens,
+                                   const mdr_stage_desc *stage, void *stream, int sm_count) {
+  if (n == 0 && !stage) return 0;
+  if (sm_count <= 0) {
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
+        sm_count <= 0) {
+      (void)cudaGetLastError();
+      sm_count = 1;
+    }
+  }
+  const uint64_t max_grid = (uint64_t)sm_count * ZF_BLOCKS_PER_SM;
+  const uint32_t stage_flags =
+      stage ? stage->flags & (MDR_STAGE_FETCH | MDR_STAGE_ADVANCE | MDR_STAGE_DYNAMIC) : 0u;
+  const size_t launches = n == 0 ? 1 : (n + MDR_ZERO_MAX_SEGS - 1) / MDR_ZERO_MAX_SEGS;
+
+  for (size_t j = 0; j < launches; j++) {
+    zf_params p;
+    memset(&p, 0, sizeof p);
+    const size_t first = j * MDR_ZERO_MAX_SEGS;
+    const size_t count = n - first < MDR_ZERO_MAX_SEGS ? n - first : MDR_ZERO_MAX_SEGS;
+    uint32_t flags = stage_flags & MDR_STAGE_DYNAMIC;
+    if (j == 0) flags |= stage_flags & MDR_STAGE_FETCH;
+    if (j == launches - 1) flags |= stage_flags & MDR_STAGE_ADVANCE;
+    if (flags) p.stage = *stage;
+    p.flags = flags;
+    p.n = (uint32_t)count;
+    p.tokens = tokens;
+
+    uint64_t chunks = 0;
+    for (size_t i = 0; i < count; i++) {
+      p.segs[i] = segs[first + i];
+      if (flags & MDR_STAGE_DYNAMIC) {
+        uint64_t c = zf_max_chunks(&p.segs[i]);
+        chunks = c > UINT64_MAX - chunks ? UINT64_MAX : chunks + c;
+      } else {
+        p.segs[i].bytes = mdr_zero_seg_bytes(&segs[first + i], tokens);
+        p.segs[i].rule = MDR_RULE_FIXED;
+        p.prefix[i] = chunks;
+        chunks += mdr_zero_chunks(p.segs[i].bytes);
+      }
+    }
+    if (!(flags & MDR_STAGE_DYNAMIC)) p.prefix[count] = chunks;
+    if (chunks == 0 && flags == 0) continue; /* nothing to clear, no stage work */
+
+    const unsigned grid = (unsigned)(chunks < 1 ? 1 : chunks < max_grid ? chunks : max_grid);
+    if (flags & MDR_STAGE_DYNAMIC)
+      zero_fused_kernel<true><<<grid, ZF_BLOCK, 0, (cudaStream_t)stream>>>(p);
+    else
+      zero_fused_kernel<false><<<grid, ZF_BLOCK, 0, (cudaStream_t)stream>>>(p);
+    cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess) return (int)e;
+  }
+  return 0;
+}

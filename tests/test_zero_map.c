@@ -1,0 +1,484 @@
+/* test_zero_map.c — the zero-plan arithmetic (kernels/zero_map.h) and its CPU
+ * execution (mdr_zero_fused_host), on the CPU only.
+ *
+ * Two models: for large plans (segments up to 64 MiB) the chunk mapping is
+ * checked as intervals over fake addresses (no memory touched); for small
+ * plans real memory is poisoned (0xA5), the plan run, and every byte
+ * checked: zero inside the cleared range, poison everywhere else. */
+#include <criterion/criterion.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend_impl.h"
+
+#define POISON 0xA5u
+
+/* ------------------------------------------------------------------------- */
+/* helpers */
+
+static uint64_t rng_next(uint64_t *state) { /* splitmix64 */
+  uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+static uint64_t rng_range(uint64_t *state, uint64_t lo, uint64_t hi) { /* [lo, hi] */
+  return lo + rng_next(state) % (hi - lo + 1);
+}
+
+#define ADDR(p) ((uint64_t)(uintptr_t)(p))
+
+/* Index of the first byte of [p, p + n) that differs from v, or n. */
+static size_t first_not(const unsigned char *p, size_t n, unsigned char v) {
+  for (size_t i = 0; i < n; i++)
+    if (p[i] != v) return i;
+  return n;
+}
+
+/* Walk one launch's chunk mapping (at most MDR_ZERO_MAX_SEGS segments) and
+ * check, as intervals, that the chunks of every segment tile
+ * [ptr, ptr + bytes) in order, each at most MDR_ZERO_CHUNK long, with a
+ * minimal head, a 16-byte aligned body and a tail shorter than 16 bytes. */
+static void check_launch_mapping(const mdr_zero_seg *segs, uint32_t n, uint64_t t) {
+  uint64_t bytes[MDR_ZERO_MAX_SEGS], prefix[MDR_ZERO_MAX_SEGS + 1], next[MDR_ZERO_MAX_SEGS];
+  prefix[0] = 0;
+  for (uint32_t i = 0; i < n; i++) {
+    bytes[i] = mdr_zero_seg_bytes(&segs[i], t);
+    prefix[i + 1] = prefix[i] + mdr_zero_chunks(bytes[i]);
+    next[i] = segs[i].ptr;
+  }
+  for (uint64_t k = 0; k < prefix[n]; k++) {
+    uint32_t s = mdr_zero_locate(prefix, n, k);
+    cr_assert(s < n && prefix[s] <= k && k < prefix[s + 1], "chunk %llu located in segment %u",
+              (unsigned long long)k, s);
+    mdr_zero_span sp = mdr_zero_chunk_span(segs[s].ptr, bytes[s], k - prefix[s]);
+    cr_assert_eq(sp.begin, next[s], "segment %u: chunk %llu does not continue the previous one", s,
+                 (unsigned long long)k);
+    cr_assert(sp.end > sp.begin && sp.end - sp.begin <= MDR_ZERO_CHUNK, "chunk length");
+    cr_assert(sp.begin <= sp.body && sp.body <= sp.tail && sp.tail <= sp.end, "span order");
+    cr_assert(sp.body - sp.begin < 16 && sp.end - sp.tail < 16, "head/tail under 16 bytes");
+    if (sp.body < sp.end) {
+      cr_assert_eq(sp.body % 16, 0, "body aligned");
+      cr_assert_eq(sp.body, mdr_ceil16(sp.begin), "head is minimal");
+    }
+    if (sp.tail > sp.body) {
+      cr_assert_eq(sp.tail % 16, 0, "tail aligned");
+      cr_assert_eq(sp.tail, sp.end & ~(uint64_t)15, "tail is minimal");
+    }
+    next[s] = sp.end;
+  }
+  for (uint32_t i = 0; i < n; i++)
+    cr_assert_eq(next[i], segs[i].ptr + bytes[i], "segment %u covered up to its end", i);
+}
+
+/* A segment of `size` buffer bytes with a random rule; *cleared gets the
+ * bytes it clears at t. */
+static mdr_zero_seg random_rule(uint64_t *rng, uint64_t ptr, uint64_t size, uint64_t t) {
+  mdr_zero_seg s = {.ptr = ptr, .bytes = size, .rule = MDR_RULE_FIXED};
+  uint64_t r = rng_next(rng) % 4;
+  if (r == 1) {
+    s.rule = MDR_RULE_HEAD;
+    s.a = rng_range(rng, 1, 300);
+  } else if (r == 2 && size > 0) {
+    s.rule = MDR_RULE_ROWS;
+    s.a = rng_range(rng, 1, size < 600 ? size : 600); /* row bytes */
+    s.b = size / s.a;                                  /* row cap */
+  }
+  (void)t;
+  return s;
+}
+
+/* Sizes for real-memory plans: empties, a few bytes, a few KiB, and a few
+ * that cross chunk boundaries. */
+static uint64_t random_small_size(uint64_t *rng) {
+  switch (rng_next(rng) % 6) {
+    case 0: return 0;
+    case 1: return rng_range(rng, 1, 40);
+    case 2: case 3: return rng_range(rng, 41, 6000);
+    case 4: return rng_range(rng, 6001, 40000);
+    default: return rng_range(rng, MDR_ZERO_CHUNK - 20, 2 * MDR_ZERO_CHUNK + 300);
+  }
+}
+
+/* A plan laid out in one poisoned host allocation: each buffer preceded by a
+ * guard of 1..64 bytes (plus a random misalignment), a guard after the
+ * last. */
+typedef struct host_plan {
+  unsigned char *mem;
+  size_t mem_bytes;
+  mdr_zero_seg *segs;
+  uint64_t *size; /* each buffer's size (what may be written: only the cleared head) */
+  size_t n;
+} host_plan;
+
+static host_plan make_host_plan(uint64_t *rng, size_t n, uint64_t t) {
+  host_plan hp = {0};
+  hp.n = n;
+  hp.segs = calloc(n ? n : 1, sizeof *hp.segs);
+  hp.size = calloc(n ? n : 1, sizeof *hp.size);
+  uint64_t *off = calloc(n ? n : 1, sizeof *off);
+  cr_assert(hp.segs && hp.size && off);
+  size_t cursor = 0;
+  for (size_t i = 0; i < n; i++) {
+    cursor += rng_range(rng, 1, 64) + rng_range(rng, 0, 15);
+    off[i] = cursor;
+    hp.size[i] = random_small_size(rng);
+    cursor += hp.size[i];
+  }
+  hp.mem_bytes = cursor + 64;
+  hp.mem = malloc(hp.mem_bytes);
+  cr_assert(hp.mem);
+  memset(hp.mem, POISON, hp.mem_bytes);
+  for (size_t i = 0; i < n; i++) hp.segs[i] = random_rule(rng, ADDR(hp.mem + off[i]), hp.size[i], t);
+  free(off);
+  return hp;
+}
+
+static void free_host_plan(host_plan *hp) {
+  free(hp->mem);
+  free(hp->segs);
+  free(hp->size);
+}
+
+/* Every cleared byte is zero, every other byte (guards, the uncleared rest
+ * of each buffer) still poison. */
+static void check_host_image(const host_plan *hp, uint64_t t) {
+  const unsigned char *p = hp->mem;
+  uint64_t cursor = ADDR(hp->mem);
+  for (size_t i = 0; i < hp->n; i++) {
+    uint64_t cleared = mdr_zero_seg_bytes(&hp->segs[i], t);
+    cr_assert(cleared <= hp->size[i], "segment %zu clears %llu of %llu bytes", i,
+              (unsigned long long)cleared, (unsigned long long)hp->size[i]);
+    size_t guard = (size_t)(hp->segs[i].ptr - cursor);
+    size_t bad = first_not(p + (cursor - ADDR(hp->mem)), guard, POISON);
+    cr_assert_eq(bad, guard, "guard before segment %zu written at byte %zu", i, bad);
+    const unsigned char *seg = (const unsigned char *)(uintptr_t)hp->segs[i].ptr;
+    bad = first_not(seg, (size_t)cleared, 0);
+    cr_assert_eq(bad, cleared, "segment %zu byte %zu of %llu not cleared", i, bad,
+                 (unsigned long long)cleared);
+    bad = first_not(seg + cleared, (size_t)(hp->size[i] - cleared), POISON);
+    cr_assert_eq(bad, hp->size[i] - cleared, "segment %zu written past its cleared head", i);
+    cursor = hp->segs[i].ptr + hp->size[i];
+  }
+  size_t rest = hp->mem_bytes - (size_t)(cursor - ADDR(hp->mem));
+  size_t bad = first_not(p + (cursor - ADDR(hp->mem)), rest, POISON);
+  cr_assert_eq(bad, rest, "trailing guard written");
+}
+
+/* ------------------------------------------------------------------------- */
+/* rules */
+
+Test(zero_map, head_bytes_follow_the_spec_examples) {
+  const uint64_t m = 100, w = 48; /* Mp = 112; 112*48 is not a multiple of 100 */
+  cr_assert_eq(mdr_ceil16(m), 112);
+  /* an M-row buffer clears t rows */
+  cr_assert_eq(mdr_zero_head_bytes(100 * w, m, 1), 1 * w);
+  cr_assert_eq(mdr_zero_head_bytes(100 * w, m, 37), 37 * w);
+  /* an Mp-row buffer clears ceil16(t) rows */
+  cr_assert_eq(mdr_zero_head_bytes(112 * w, m, 1), 16 * w);
+  cr_assert_eq(mdr_zero_head_bytes(112 * w, m, 20), 32 * w);
+  cr_assert_eq(mdr_zero_head_bytes(112 * w, m, 99), 112 * w);
+  /* a 256-byte floor that is a multiple of neither is cleared whole */
+  cr_assert_eq(mdr_zero_head_bytes(256, m, 1), 256);
+  /* t >= m clears the whole buffer */
+  cr_assert_eq(mdr_zero_head_bytes(100 * w, m, 100), 100 * w);
+  cr_assert_eq(mdr_zero_head_bytes(112 * w, m, 500), 112 * w);
+  cr_assert_eq(mdr_zero_head_bytes(12345, m, 100), 12345);
+  /* M a multiple of 16: exactly t rows */
+  cr_assert_eq(mdr_zero_head_bytes(64 * w, 64, 5), 5 * w);
+  /* the seed's quirk: a 256-byte floor divisible by M = 128 is trimmed */
+  cr_assert_eq(mdr_zero_head_bytes(256, 128, 3), 6);
+  /* m = 0 is taken as 1 */
+  cr_assert_eq(mdr_zero_head_bytes(77, 0, 1), 77);
+}
+
+Test(zero_map, head_rule_clears_nothing_at_zero_tokens) {
+  mdr_zero_seg s = {.ptr = 4096, .bytes = 100 * 48, .a = 100, .rule = MDR_RULE_HEAD};
+  cr_assert_eq(mdr_zero_seg_bytes(&s, 0), 0);
+  cr_assert_eq(mdr_zero_seg_bytes(&s, 1), 48);
+  s.bytes = 256; /* even a buffer cleared whole at t >= 1 */
+  cr_assert_eq(mdr_zero_seg_bytes(&s, 0), 0);
+  cr_assert_eq(mdr_zero_seg_bytes(&s, 1), 256);
+}
+
+Test(zero_map, rows_rule_clamps_at_the_row_cap) {
+  mdr_zero_seg s = {.ptr = 4096, .bytes = 10 * 600, .a = 600, .b = 10, .rule = MDR_RULE_ROWS};
+  cr_assert_eq(mdr_zero_seg_bytes(&s, 0), 0);
+  cr_assert_eq(mdr_zero_seg_bytes(&s, 3), 3 * 600);
+  cr_assert_eq(mdr_zero_seg_bytes(&s, 10), 10 * 600);
+  cr_assert_eq(mdr_zero_seg_bytes(&s, 11), 10 * 600);
+  cr_assert_eq(mdr_zero_seg_bytes(&s, 4096), 10 * 600);
+}
+
+Test(zero_map, fixed_rule_ignores_tokens) {
+  mdr_zero_seg s = {.ptr = 4096, .bytes = 777, .rule = MDR_RULE_FIXED};
+  cr_assert_eq(mdr_zero_seg_bytes(&s, 0), 777);
+  cr_assert_eq(mdr_zero_seg_bytes(&s, 12345), 777);
+}
+
+/* ------------------------------------------------------------------------- */
+/* chunk mapping */
+
+Test(zero_map, chunks_round_up_to_whole_chunks) {
+  cr_assert_eq(mdr_zero_chunks(0), 0);
+  cr_assert_eq(mdr_zero_chunks(1), 1);
+  cr_assert_eq(mdr_zero_chunks(MDR_ZERO_CHUNK), 1);
+  cr_assert_eq(mdr_zero_chunks(MDR_ZERO_CHUNK + 1), 2);
+}
+
+Test(zero_map, locate_skips_empty_segments) {
+  /* chunks per segment: 0, 2, 0, 0, 1, 3, 0 */
+  const uint64_t prefix[] = {0, 0, 2, 2, 2, 3, 6, 6};
+  const uint32_t want[] = {1, 1, 4, 5, 5, 5};
+  for (uint64_t k = 0; k < 6; k++) cr_assert_eq(mdr_zero_locate(prefix, 7, k), want[k], "k=%llu", (unsigned long long)k);
+}
+
+Test(zero_map, chunk_span_splits_head_body_tail) {
+  mdr_zero_span sp = mdr_zero_chunk_span(1003, 10, 0); /* no aligned byte */
+  cr_assert(sp.begin == 1003 && sp.end == 1013 && sp.body == 1008 && sp.tail == 1008);
+  sp = mdr_zero_chunk_span(1001, 5, 0); /* inside one 16-byte line */
+  cr_assert(sp.begin == 1001 && sp.end == 1006 && sp.body == 1006 && sp.tail == 1006);
+  sp = mdr_zero_chunk_span(4096 + 5, 3 * MDR_ZERO_CHUNK, 1);
+  cr_assert(sp.begin == 4101 + MDR_ZERO_CHUNK && sp.end == sp.begin + MDR_ZERO_CHUNK);
+  cr_assert(sp.body == sp.begin + 11 && sp.tail == sp.end - 5);
+  sp = mdr_zero_chunk_span(4096, MDR_ZERO_CHUNK + 7, 1); /* the short last chunk */
+  cr_assert(sp.begin == 4096 + MDR_ZERO_CHUNK && sp.end == sp.begin + 7 && sp.body == sp.begin &&
+            sp.tail == sp.begin);
+}
+
+/* Fake addresses, sizes 0 .. 64 MiB, random misalignment, 1 .. 64 segments,
+ * random rules and token counts: the intervals tile every segment. */
+Test(zero_map, random_large_plans_tile_every_segment_exactly_once) {
+  uint64_t rng = 0x5eed0001;
+  mdr_zero_seg segs[MDR_ZERO_MAX_SEGS];
+  for (int plan = 0; plan < 200; plan++) {
+    uint32_t n = (uint32_t)rng_range(&rng, 1, MDR_ZERO_MAX_SEGS);
+    uint64_t t = rng_range(&rng, 0, 5000);
+    uint64_t addr = rng_range(&rng, 1, (uint64_t)1 << 40);
+    for (uint32_t i = 0; i < n; i++) {
+      uint64_t size;
+      switch (rng_next(&rng) % 5) {
+        case 0: size = 0; break;
+        case 1: size = rng_range(&rng, 1, 100); break;
+        case 2: size = rng_range(&rng, 101, 3 * MDR_ZERO_CHUNK); break;
+        default: size = rng_range(&rng, 1, (uint64_t)64 << 20); break;
+      }
+      addr += rng_range(&rng, 0, 4096);
+      segs[i] = random_rule(&rng, addr, size, t);
+      addr += size;
+    }
+    check_launch_mapping(segs, n, t);
+  }
+}
+
+/* Small plans over a per-byte coverage counter: each byte of a cleared range
+ * is visited exactly once, no other byte at all. */
+Test(zero_map, random_small_plans_visit_each_byte_once) {
+  uint64_t rng = 0x5eed0002;
+  mdr_zero_seg segs[MDR_ZERO_MAX_SEGS];
+  const size_t model = 3u << 20;
+  unsigned char *visits = malloc(model);
+  cr_assert(visits);
+  for (int plan = 0; plan < 40; plan++) {
+    memset(visits, 0, model);
+    uint32_t n = (uint32_t)rng_range(&rng, 1, MDR_ZERO_MAX_SEGS);
+    uint64_t t = rng_range(&rng, 0, 400);
+    uint64_t base = 0x100000000ull + rng_range(&rng, 0, 255), cursor = 16;
+    uint64_t bytes[MDR_ZERO_MAX_SEGS], prefix[MDR_ZERO_MAX_SEGS + 1] = {0};
+    for (uint32_t i = 0; i < n; i++) {
+      uint64_t size = random_small_size(&rng);
+      if (cursor + size + 100 > model) size = 0;
+      cursor += rng_range(&rng, 0, 40);
+      segs[i] = random_rule(&rng, base + cursor, size, t);
+      cursor += size;
+      bytes[i] = mdr_zero_seg_bytes(&segs[i], t);
+      prefix[i + 1] = prefix[i] + mdr_zero_chunks(bytes[i]);
+    }
+    for (uint64_t k = 0; k < prefix[n]; k++) {
+      uint32_t s = mdr_zero_locate(prefix, n, k);
+      mdr_zero_span sp = mdr_zero_chunk_span(segs[s].ptr, bytes[s], k - prefix[s]);
+      for (uint64_t a = sp.begin; a < sp.end; a++) visits[a - base]++;
+    }
+    for (uint32_t i = 0, at = 0; i < n; i++) {
+      uint64_t off = segs[i].ptr - base;
+      cr_assert_eq(first_not(visits + at, (size_t)(off - at), 0), off - at,
+                   "plan %d: byte before segment %u visited", plan, i);
+      cr_assert_eq(first_not(visits + off, (size_t)bytes[i], 1), bytes[i],
+                   "plan %d: segment %u not visited exactly once", plan, i);
+      at = (uint32_t)(off + bytes[i]);
+      if (i == n - 1)
+        cr_assert_eq(first_not(visits + at, model - at, 0), model - at, "byte after the plan visited");
+    }
+  }
+  free(visits);
+}
+
+/* ------------------------------------------------------------------------- */
+/* mdr_zero_fused_host on real memory */
+
+Test(zero_map, host_plan_clears_exactly_the_cleared_heads) {
+  uint64_t rng = 0x5eed0003;
+  for (int plan = 0; plan < 60; plan++) {
+    size_t n = (size_t)rng_range(&rng, 1, MDR_ZERO_MAX_SEGS);
+    uint64_t t = rng_range(&rng, 0, 400);
+    host_plan hp = make_host_plan(&rng, n, t);
+    mdr_zero_fused_host(hp.segs, hp.n, t, NULL);
+    check_host_image(&hp, t);
+    free_host_plan(&hp);
+  }
+}
+
+Test(zero_map, host_plan_longer_than_64_segments_is_split_and_complete) {
+  uint64_t rng = 0x5eed0004;
+  const size_t counts[] = {65, 128, 129, 200};
+  for (size_t c = 0; c < sizeof counts / sizeof counts[0]; c++) {
+    uint64_t t = rng_range(&rng, 1, 400);
+    host_plan hp = make_host_plan(&rng, counts[c], t);
+    mdr_zero_fused_host(hp.segs, hp.n, t, NULL);
+    check_host_image(&hp, t);
+    free_host_plan(&hp);
+  }
+}
+
+Test(zero_map, host_empty_plan_without_stage_writes_nothing) {
+  unsigned char guard[64];
+  memset(guard, POISON, sizeof guard);
+  mdr_zero_seg seg = {.ptr = ADDR(guard), .bytes = 0, .rule = MDR_RULE_FIXED};
+  mdr_zero_fused_host(NULL, 0, 5, NULL);
+  mdr_zero_fused_host(&seg, 1, 5, NULL);
+  cr_assert_eq(first_not(guard, sizeof guard, POISON), sizeof guard);
+}
+
+/* ------------------------------------------------------------------------- */
+/* staged launches on the host */
+
+#define RING_SLOTS 3u
+#define RING_MAX_TOKENS 200u
+
+typedef struct host_stage {
+  unsigned char *ring;
+  uint64_t slot_bytes;
+  uint64_t counter;
+  uint32_t done;
+  uint64_t ack;
+  uint32_t token_ids[RING_MAX_TOKENS + 8];
+  uint32_t count_out;
+  mdr_stage_desc desc;
+} host_stage;
+
+static void stage_init(host_stage *hs, uint64_t counter, uint32_t flags) {
+  memset(hs, 0, sizeof *hs);
+  hs->slot_bytes = mdr_stage_slot_bytes(RING_MAX_TOKENS);
+  hs->ring = aligned_alloc(256, (size_t)(hs->slot_bytes * RING_SLOTS));
+  cr_assert(hs->ring);
+  memset(hs->ring, POISON, (size_t)(hs->slot_bytes * RING_SLOTS));
+  hs->counter = counter;
+  hs->ack = 0xA5A5A5A5A5A5A5A5ull;
+  memset(hs->token_ids, POISON, sizeof hs->token_ids);
+  hs->count_out = 0xA5A5A5A5u;
+  hs->desc = (mdr_stage_desc){.ring = ADDR(hs->ring),
+                              .slot_bytes = hs->slot_bytes,
+                              .counter = ADDR(&hs->counter),
+                              .done = ADDR(&hs->done),
+                              .ack = ADDR(&hs->ack),
+                              .token_ids = ADDR(hs->token_ids),
+                              .count_out = ADDR(&hs->count_out),
+                              .slots = RING_SLOTS,
+                              .flags = flags};
+}
+
+/* Fill slot `slot` with `tokens` real tokens and `copy` ids (base + i). */
+static void stage_fill(host_stage *hs, uint32_t slot, uint32_t tokens, uint32_t copy, uint32_t base) {
+  unsigned char *p = hs->ring + slot * hs->slot_bytes;
+  mdr_stage_header h = {.tokens = tokens, .copy_tokens = copy};
+  memcpy(p, &h, sizeof h);
+  for (uint32_t i = 0; i < copy; i++) {
+    uint32_t id = base + i;
+    memcpy(p + MDR_STAGE_HEADER_BYTES + 4 * i, &id, 4);
+  }
+}
+
+static void check_ids(const host_stage *hs, uint32_t copy, uint32_t base) {
+  for (uint32_t i = 0; i < copy; i++)
+    cr_assert_eq(hs->token_ids[i], base + i, "id %u", i);
+  for (uint32_t i = copy; i < RING_MAX_TOKENS + 8; i++)
+    cr_assert_eq(hs->token_ids[i], 0xA5A5A5A5u, "id %u past copy_tokens written", i);
+}
+
+Test(zero_map, host_stage_fetches_the_slot_named_by_the_counter_and_advances) {
+  uint64_t rng = 0x5eed0005;
+  host_stage hs;
+  stage_init(&hs, 7, MDR_STAGE_FETCH | MDR_STAGE_ADVANCE);
+  for (uint32_t s = 0; s < RING_SLOTS; s++) stage_fill(&hs, s, 10 + s, 12 + s, 1000 * (s + 1));
+  host_plan hp = make_host_plan(&rng, 20, 33);
+  mdr_zero_fused_host(hp.segs, hp.n, 33, &hs.desc); /* counter 7 -> slot 1 */
+  check_host_image(&hp, 33);
+  check_ids(&hs, 13, 2000);
+  cr_assert_eq(hs.count_out, 11);
+  cr_assert_eq(hs.counter, 8);
+  cr_assert_eq(hs.ack, 8);
+  cr_assert_eq(hs.done, 0);
+  /* the next launch reads the next slot */
+  memset(hs.token_ids, POISON, sizeof hs.token_ids);
+  mdr_zero_fused_host(hp.segs, hp.n, 33, &hs.desc); /* counter 8 -> slot 2 */
+  check_ids(&hs, 14, 3000);
+  cr_assert_eq(hs.count_out, 12);
+  cr_assert_eq(hs.counter, 9);
+  cr_assert_eq(hs.ack, 9);
+  free_host_plan(&hp);
+  free(hs.ring);
+}
+
+Test(zero_map, host_stage_dynamic_evaluates_rules_at_the_slot_tokens) {
+  uint64_t rng = 0x5eed0006;
+  host_stage hs;
+  stage_init(&hs, 4, MDR_STAGE_DYNAMIC);
+  stage_fill(&hs, 1, 57, 57, 1); /* counter 4 -> slot 1 */
+  host_plan hp = make_host_plan(&rng, 40, 57);
+  mdr_zero_fused_host(hp.segs, hp.n, 999 /* ignored */, &hs.desc);
+  check_host_image(&hp, 57);
+  cr_assert_eq(hs.counter, 4, "no ADVANCE: counter untouched");
+  cr_assert_eq(hs.count_out, 0xA5A5A5A5u, "no FETCH: count untouched");
+  check_ids(&hs, 0, 0);
+  free_host_plan(&hp);
+  free(hs.ring);
+}
+
+Test(zero_map, host_split_stage_fetches_once_and_advances_once) {
+  uint64_t rng = 0x5eed0007;
+  host_stage hs;
+  stage_init(&hs, 2, MDR_STAGE_FETCH | MDR_STAGE_ADVANCE | MDR_STAGE_DYNAMIC);
+  stage_fill(&hs, 2, 61, 64, 500);     /* counter 2 -> slot 2 */
+  stage_fill(&hs, 0, 3, 3, 9000);      /* the slot an early advance would read */
+  host_plan hp = make_host_plan(&rng, 150, 61);
+  /* A FIXED segment in the last launch clears the ids: they survive only if
+   * no later launch fetches again. */
+  hp.segs[149] = (mdr_zero_seg){.ptr = ADDR(hs.token_ids), .bytes = 64 * 4, .rule = MDR_RULE_FIXED};
+  hp.size[149] = 0; /* not checked as part of the poisoned image */
+  hp.n = 149;
+  mdr_zero_seg segs[150];
+  memcpy(segs, hp.segs, sizeof segs);
+  mdr_zero_fused_host(segs, 150, 999, &hs.desc);
+  check_host_image(&hp, 61); /* every launch saw slot 2's t = 61 */
+  for (uint32_t i = 0; i < 64; i++) cr_assert_eq(hs.token_ids[i], 0, "id %u re-fetched after the clear", i);
+  cr_assert_eq(hs.count_out, 61);
+  cr_assert_eq(hs.counter, 3, "advanced exactly once");
+  cr_assert_eq(hs.ack, 3);
+  cr_assert_eq(hs.done, 0);
+  free_host_plan(&hp);
+  free(hs.ring);
+}
+
+Test(zero_map, host_stage_without_segments_does_only_the_stage_work) {
+  host_stage hs;
+  stage_init(&hs, 5, MDR_STAGE_FETCH | MDR_STAGE_ADVANCE);
+  stage_fill(&hs, 2, 9, 9, 77);
+  mdr_zero_fused_host(NULL, 0, 0, &hs.desc);
+  check_ids(&hs, 9, 77);
+  cr_assert_eq(hs.count_out, 9);
+  cr_assert_eq(hs.counter, 6);
+  cr_assert_eq(hs.ack, 6);
+  free(hs.ring);
+}
