@@ -99,3 +99,54 @@ uint64_t tb_rand(uint64_t *s) {
   *s = x;
   return x * 0x2545F4914F6CDD1DULL;
 }
+
+/* §9, by name. */
+const char *const tb_zero_all_names[] = {
+    "hidden_states", "residual", "norm_output", "qkv_output", "attn_output", "gate_logits",
+    "moe_output", "ssm_qkvz", "ssm_ba", "ssm_deinterleaved", "ssm_gates", "ssm_conv_out_f32",
+    "splitk_workspace", "expert_gate_out", "expert_up_out", "expert_down_out", "logits", "scratch"};
+static const char *const k_prefill_names[] = {"hidden_states", "residual", "gate_logits",
+                                              "expert_gate_out", "expert_up_out",
+                                              "expert_down_out", "moe_output"};
+
+static int in_list(const char *const *list, size_t n, mdr_buffer buf) {
+  for (size_t i = 0; i < n; i++)
+    if (strcmp(list[i], mdr_buffer_name(buf)) == 0) return 1;
+  return 0;
+}
+
+/* The spec's pseudo-code, transcribed. */
+static size_t ref_head(size_t n, size_t m, size_t t) {
+  if (m < 1) m = 1;
+  if (t >= m) return n;
+  if (n % m == 0) return n / m * t;
+  size_t m16 = (m + 15) / 16 * 16;
+  if (n % m16 == 0) {
+    size_t t16 = (t + 15) / 16 * 16;
+    return n / m16 * (t16 < m16 ? t16 : m16);
+  }
+  return n;
+}
+
+
+void tb_expected(const mdr_arena *a, tb_helper h, size_t t, mdr_rows_policy pol,
+                     size_t out[MDR_BUF_COUNT]) {
+  const mdr_sizes *s = mdr_arena_sizes(a);
+  for (int i = 0; i < MDR_BUF_COUNT; i++) {
+    mdr_buffer b = (mdr_buffer)i;
+    size_t n = s->bytes[i];
+    out[i] = 0;
+    if (h == TB_ZERO_PREFILL) {
+      if (in_list(k_prefill_names, 7, b)) out[i] = n;
+    } else if (in_list(tb_zero_all_names, 18, b)) {
+      const char *name = mdr_buffer_name(b);
+      int whole = !strcmp(name, "splitk_workspace") || !strcmp(name, "logits") || !strcmp(name, "scratch");
+      if (h == TB_ZERO_ALL) out[i] = n;
+      else if (!strcmp(name, "logits") && pol == MDR_ROWS_ALL)
+        out[i] = (t < s->logits_rows ? t : s->logits_rows) * (n / s->logits_rows);
+      else if (whole) out[i] = n;
+      else out[i] = t == 0 ? 0 : ref_head(n, s->max_batch_tokens, t);
+    }
+  }
+}
+

@@ -33,6 +33,13 @@ void tb_expect_arena(mdr_arena *a, const size_t expect[MDR_BUF_COUNT], const cha
 /* The sizes of a preset at limits (M, S = 4096, B = 16, bs = 4); asserts. */
 mdr_sizes tb_preset_sizes(const char *preset, size_t max_batch_tokens);
 
+/* Reference coverage of the zeroing helpers, written from spec §9 by buffer
+ * name, independently of src/: out[buf] = leading bytes cleared. */
+typedef enum tb_helper { TB_ZERO_ALL, TB_ZERO_ROWS, TB_ZERO_PREFILL } tb_helper;
+extern const char *const tb_zero_all_names[18];
+void tb_expected(const mdr_arena *a, tb_helper h, size_t tokens, mdr_rows_policy policy,
+                 size_t out[MDR_BUF_COUNT]);
+
 /* A small deterministic generator (xorshift64*). */
 uint64_t tb_rand(uint64_t *state);
 

@@ -13,57 +13,6 @@
 static const char *const k_presets[] = {"qwen3-next-80b", "glm-5.3-flash-tp2", "nemotron-h",
                                         "deepseek-v4-flash"};
 
-/* §9, by name. */
-static const char *const k_all_names[] = {
-    "hidden_states", "residual", "norm_output", "qkv_output", "attn_output", "gate_logits",
-    "moe_output", "ssm_qkvz", "ssm_ba", "ssm_deinterleaved", "ssm_gates", "ssm_conv_out_f32",
-    "splitk_workspace", "expert_gate_out", "expert_up_out", "expert_down_out", "logits", "scratch"};
-static const char *const k_prefill_names[] = {"hidden_states", "residual", "gate_logits",
-                                              "expert_gate_out", "expert_up_out",
-                                              "expert_down_out", "moe_output"};
-
-static int in_list(const char *const *list, size_t n, mdr_buffer buf) {
-  for (size_t i = 0; i < n; i++)
-    if (strcmp(list[i], mdr_buffer_name(buf)) == 0) return 1;
-  return 0;
-}
-
-/* The spec's pseudo-code, transcribed. */
-static size_t ref_head(size_t n, size_t m, size_t t) {
-  if (m < 1) m = 1;
-  if (t >= m) return n;
-  if (n % m == 0) return n / m * t;
-  size_t m16 = (m + 15) / 16 * 16;
-  if (n % m16 == 0) {
-    size_t t16 = (t + 15) / 16 * 16;
-    return n / m16 * (t16 < m16 ? t16 : m16);
-  }
-  return n;
-}
-
-typedef enum helper { H_ALL, H_ROWS, H_PREFILL } helper;
-
-static void expected(const mdr_arena *a, helper h, size_t t, mdr_rows_policy pol,
-                     size_t out[MDR_BUF_COUNT]) {
-  const mdr_sizes *s = mdr_arena_sizes(a);
-  for (int i = 0; i < MDR_BUF_COUNT; i++) {
-    mdr_buffer b = (mdr_buffer)i;
-    size_t n = s->bytes[i];
-    out[i] = 0;
-    if (h == H_PREFILL) {
-      if (in_list(k_prefill_names, 7, b)) out[i] = n;
-    } else if (in_list(k_all_names, 18, b)) {
-      const char *name = mdr_buffer_name(b);
-      int whole = !strcmp(name, "splitk_workspace") || !strcmp(name, "logits") || !strcmp(name, "scratch");
-      if (h == H_ALL) out[i] = n;
-      else if (!strcmp(name, "logits") && pol == MDR_ROWS_ALL)
-        out[i] = (t < s->logits_rows ? t : s->logits_rows) * (n / s->logits_rows);
-      else if (whole) out[i] = n;
-      else out[i] = t == 0 ? 0 : ref_head(n, s->max_batch_tokens, t);
-    }
-  }
-}
-
 typedef struct arena_case {
   tb_kind kind;
   int preset;
@@ -83,18 +32,18 @@ ParameterizedTestParameters(arena, helpers_clear_exactly_the_seed_coverage) {
   return cr_make_param_array(arena_case, cases, n);
 }
 
-static void run_and_check(mdr_arena *a, mdr_stream s, helper h, size_t t, mdr_rows_policy pol,
+static void run_and_check(mdr_arena *a, mdr_stream s, tb_helper h, size_t t, mdr_rows_policy pol,
                           const char *label) {
   size_t want[MDR_BUF_COUNT];
   char what[160];
   mdr_backend *b = mdr_arena_backend(a);
   tb_poison_arena(a);
-  mdr_status st = h == H_ALL ? mdr_arena_zero_all(a, s)
-                  : h == H_ROWS ? mdr_arena_zero_all_rows(a, s, t)
+  mdr_status st = h == TB_ZERO_ALL ? mdr_arena_zero_all(a, s)
+                  : h == TB_ZERO_ROWS ? mdr_arena_zero_all_rows(a, s, t)
                                 : mdr_arena_zero_prefill_essentials(a, s);
   cr_assert_eq(st, MDR_OK, "%s: %s", label, mdr_backend_last_error(b));
   cr_assert_eq(mdr_backend_synchronize(b, s), MDR_OK);
-  expected(a, h, t, pol, want);
+  tb_expected(a, h, t, pol, want);
   snprintf(what, sizeof what, "%s helper %d tokens %zu policy %d", label, (int)h, t, (int)pol);
   tb_expect_arena(a, want, what);
 }
@@ -112,12 +61,12 @@ ParameterizedTest(arena_case *c, arena, helpers_clear_exactly_the_seed_coverage)
   const size_t m = c->m;
   const size_t tokens[] = {0, 1, 3, 16, 17, m - 1, m, m + 5};
   for (size_t i = 0; i < sizeof tokens / sizeof tokens[0]; i++)
-    run_and_check(a, s, H_ROWS, tokens[i], MDR_ROWS_SEED, label);
+    run_and_check(a, s, TB_ZERO_ROWS, tokens[i], MDR_ROWS_SEED, label);
   cr_assert_eq(mdr_arena_set_rows_policy(a, MDR_ROWS_ALL), MDR_OK);
   for (size_t i = 0; i < sizeof tokens / sizeof tokens[0]; i++)
-    run_and_check(a, s, H_ROWS, tokens[i], MDR_ROWS_ALL, label);
-  run_and_check(a, s, H_ALL, 0, MDR_ROWS_ALL, label);
-  run_and_check(a, s, H_PREFILL, 0, MDR_ROWS_ALL, label);
+    run_and_check(a, s, TB_ZERO_ROWS, tokens[i], MDR_ROWS_ALL, label);
+  run_and_check(a, s, TB_ZERO_ALL, 0, MDR_ROWS_ALL, label);
+  run_and_check(a, s, TB_ZERO_PREFILL, 0, MDR_ROWS_ALL, label);
   mdr_arena_destroy(a);
   mdr_backend_stream_destroy(b, s);
   mdr_backend_destroy(b);
@@ -209,16 +158,16 @@ Test(arena, zero_plan_lists_the_segments_in_order) {
     for (size_t ti = 0; ti < 6; ti++) {
       size_t t = tokens[ti], want[MDR_BUF_COUNT], n = 0, count = 0;
       mdr_segment seg[MDR_ZERO_PLAN_MAX + 1];
-      expected(a, H_ROWS, t, (mdr_rows_policy)pol, want);
+      tb_expected(a, TB_ZERO_ROWS, t, (mdr_rows_policy)pol, want);
       cr_assert_eq(mdr_arena_zero_plan(a, t, seg, MDR_ZERO_PLAN_MAX + 1, &n), MDR_OK);
       /* in the seed's order, skipping NULL and empty entries */
       for (size_t i = 0; i < 18; i++) {
         mdr_buffer buf;
-        cr_assert_eq(mdr_buffer_from_name(k_all_names[i], &buf), MDR_OK);
+        cr_assert_eq(mdr_buffer_from_name(tb_zero_all_names[i], &buf), MDR_OK);
         if (!want[buf]) continue;
         cr_assert_lt(count, n);
-        cr_assert_eq(seg[count].ptr, mdr_arena_ptr(a, buf), "segment %zu is not %s", count, k_all_names[i]);
-        cr_assert_eq(seg[count].bytes, want[buf], "%s at t=%zu", k_all_names[i], t);
+        cr_assert_eq(seg[count].ptr, mdr_arena_ptr(a, buf), "segment %zu is not %s", count, tb_zero_all_names[i]);
+        cr_assert_eq(seg[count].bytes, want[buf], "%s at t=%zu", tb_zero_all_names[i], t);
         count++;
       }
       cr_assert_eq(count, n);
@@ -250,9 +199,9 @@ Test(arena, glm_trim_entries_are_null_and_skipped) {
   cr_assert_eq(mdr_arena_create(b, &sizes, &a), MDR_OK);
   cr_assert_eq(mdr_arena_qkv_output(a), 0);
   mdr_stream s = tb_stream(b);
-  run_and_check(a, s, H_ROWS, 5, MDR_ROWS_SEED, "glm trimmed");
-  run_and_check(a, s, H_ALL, 0, MDR_ROWS_SEED, "glm trimmed");
-  run_and_check(a, s, H_PREFILL, 0, MDR_ROWS_SEED, "glm trimmed");
+  run_and_check(a, s, TB_ZERO_ROWS, 5, MDR_ROWS_SEED, "glm trimmed");
+  run_and_check(a, s, TB_ZERO_ALL, 0, MDR_ROWS_SEED, "glm trimmed");
+  run_and_check(a, s, TB_ZERO_PREFILL, 0, MDR_ROWS_SEED, "glm trimmed");
   mdr_backend_stream_destroy(b, s);
   mdr_arena_destroy(a);
   mdr_backend_destroy(b);

@@ -1,0 +1,635 @@
+/* Suite `graph_cache`: capture + replay of zeroing, staged token-id upload
+ * and the caller's body, per token count; on the host backend (recorded op
+ * lists) and, when present, the CUDA backend. Every step is checked by
+ * poisoning the whole arena (and the body's own buffer) before it and
+ * reading everything back after it. */
+#define _POSIX_C_SOURCE 200809L
+#include <criterion/criterion.h>
+#include <criterion/parameterized.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fault_backend.h"
+#include "support.h"
+#if defined(MDR_HAVE_CUDA)
+#include "gpu_helpers.h"
+#endif
+
+enum { M = 40, MP = 48, LOGITS_ROWS = 40 };
+
+/* A small arena with every kind of buffer the row rule distinguishes:
+ * M-row, Mp-row, floored, fixed and NULL entries. */
+static mdr_sizes small_sizes(void) {
+  mdr_sizes s;
+  memset(&s, 0, sizeof s);
+  s.max_batch_tokens = M;
+  s.logits_rows = LOGITS_ROWS;
+  s.bytes[MDR_BUF_HIDDEN_STATES] = M * 64;
+  s.bytes[MDR_BUF_RESIDUAL] = M * 64;
+  s.bytes[MDR_BUF_NORM_OUTPUT] = M * 32;
+  s.bytes[MDR_BUF_QKV_OUTPUT] = MP * 96;
+  s.bytes[MDR_BUF_ATTN_OUTPUT] = M * 48;
+  s.bytes[MDR_BUF_GATE_LOGITS] = M * 18;
+  s.bytes[MDR_BUF_MOE_OUTPUT] = MP * 64;
+  s.bytes[MDR_BUF_LOGITS] = LOGITS_ROWS * 100;
+  s.bytes[MDR_BUF_SSM_QKVZ] = 256;  /* floored, a multiple of neither M nor Mp: whole */
+  s.bytes[MDR_BUF_SSM_BA] = M * 8 + 3;
+  s.bytes[MDR_BUF_SSM_DEINTERLEAVED] = MP * 24;
+  s.bytes[MDR_BUF_SSM_CONV_OUT_F32] = M * 4 * 3;
+  s.bytes[MDR_BUF_SCRATCH] = 65536;
+  s.bytes[MDR_BUF_TOKEN_IDS] = M * 4 < 256 ? 256 : M * 4;
+  s.bytes[MDR_BUF_EXPERT_GATE_OUT] = MP * 32;
+  s.bytes[MDR_BUF_EXPERT_UP_OUT] = MP * 32;
+  s.bytes[MDR_BUF_EXPERT_DOWN_OUT] = MP * 40;
+  s.bytes[MDR_BUF_SPLITK_WORKSPACE] = 4000;
+  s.bytes[MDR_BUF_O_LATENT] = 256;
+  s.bytes[MDR_BUF_NORM_UNIT_W] = 128;
+  s.bytes[MDR_BUF_HC_STREAMS] = 256;
+  s.bytes[MDR_BUF_FP8_ACT] = MP * 16;
+  return s; /* ssm_gates, gate_logits_f32, … stay NULL */
+}
+
+typedef struct fixture {
+  mdr_backend *b;
+  mdr_stream s;
+  mdr_arena *a;
+  mdr_dptr mark; /* the body's own buffer, M bytes */
+  int body_calls;
+  int illegal_under_capture; /* body calls synchronize (illegal while capturing) */
+  mdr_status body_status;
+} fixture;
+
+static const unsigned char MARK_POISON = 0x3C;
+
+static mdr_status body(void *user, mdr_stream s, size_t tokens) {
+  fixture *f = user;
+  f->body_calls++;
+  if (f->body_status != MDR_OK) return f->body_status;
+  mdr_status st = mdr_backend_memset_async(f->b, f->mark, (unsigned char)(tokens | 1), tokens, s);
+  if (st == MDR_OK && f->illegal_under_capture) st = mdr_backend_synchronize(f->b, s);
+  return st;
+}
+
+static mdr_status body_dynamic(void *user, mdr_stream s, mdr_dptr count_ptr, size_t max_tokens) {
+  fixture *f = user;
+  f->body_calls++;
+  cr_assert_neq(count_ptr, 0);
+  return mdr_backend_memset_async(f->b, f->mark, 0x77, max_tokens, s);
+}
+
+static void fixture_init(fixture *f, mdr_backend *b) {
+  memset(f, 0, sizeof *f);
+  f->b = b;
+  f->s = tb_stream(b);
+  mdr_sizes sizes = small_sizes();
+  cr_assert_eq(mdr_arena_create(b, &sizes, &f->a), MDR_OK, "%s", mdr_backend_last_error(b));
+  cr_assert_eq(mdr_backend_alloc(b, M, &f->mark), MDR_OK);
+}
+
+static void fixture_fini(fixture *f) {
+  mdr_backend_free(f->b, f->mark);
+  mdr_arena_destroy(f->a);
+  mdr_backend_stream_destroy(f->b, f->s);
+}
+
+static void poison_all(fixture *f) {
+  tb_poison_arena(f->a);
+  cr_assert_eq(mdr_backend_fill(f->b, f->mark, MARK_POISON, M), MDR_OK);
+}
+
+static void random_ids(uint64_t *rng, uint32_t *ids, size_t n) {
+  for (size_t i = 0; i < n; i++) ids[i] = (uint32_t)(tb_rand(rng) % 150000) + 1;
+}
+
+/* After a step of t real tokens served by a graph of g tokens: the rows of
+ * zero_all_rows(zero_tokens) are zero, the rest of every buffer poisoned;
+ * token_ids holds the ids then pad ids up to `copied`, poison after; the
+ * count cell holds t; the body's buffer shows the body ran for g. */
+static void expect_step(fixture *f, mdr_graph_cache *c, const uint32_t *ids, size_t t, size_t g,
+                        size_t copied, size_t zero_tokens, uint32_t pad, int body_len,
+                        unsigned char body_byte, const char *what) {
+  size_t want[MDR_BUF_COUNT];
+  tb_expected(f->a, TB_ZERO_ROWS, zero_tokens, mdr_arena_rows_policy(f->a), want);
+  /* token_ids is checked separately below */
+  mdr_dptr idp = mdr_arena_token_ids(f->a);
+  size_t idbytes = mdr_arena_token_ids_bytes(f->a);
+  uint32_t got[M * 2];
+  unsigned char raw[256 + M * 4];
+  cr_assert_eq(mdr_backend_copy_d2h(f->b, raw, idp, idbytes), MDR_OK);
+  memcpy(got, raw, copied * 4);
+  for (size_t i = 0; i < copied; i++)
+    cr_assert_eq(got[i], i < t ? ids[i] : pad, "%s: token_ids[%zu] of t=%zu g=%zu", what, i, t, g);
+  for (size_t i = copied * 4; i < idbytes; i++)
+    cr_assert_eq(raw[i], tb_poison_of(MDR_BUF_TOKEN_IDS), "%s: token_ids byte %zu written", what, i);
+  uint32_t count = 0;
+  cr_assert_eq(mdr_backend_copy_d2h(f->b, &count, mdr_graph_cache_count_ptr(c), 4), MDR_OK);
+  cr_assert_eq(count, t, "%s: count cell", what);
+  for (int i = 0; i < MDR_BUF_COUNT; i++)
+    if (i == MDR_BUF_TOKEN_IDS) want[i] = 0;
+  /* token_ids is not in the zero plan, so its poison check above suffices;
+   * tb_expect_arena checks it as all-poison unless we skip it: do so by
+   * checking every other buffer here. */
+  for (int i = 0; i < MDR_BUF_COUNT; i++) {
+    mdr_buffer buf = (mdr_buffer)i;
+    mdr_dptr p = mdr_arena_ptr(f->a, buf);
+    if (!p || buf == MDR_BUF_TOKEN_IDS) continue;
+    long bad = tb_check_head(f->b, p, mdr_arena_bytes(f->a, buf), want[i], tb_poison_of(buf));
+    cr_assert_eq(bad, -1, "%s: %s wrong at byte %ld (t=%zu g=%zu, %zu zero expected)", what,
+                 mdr_buffer_name(buf), bad, t, g, want[i]);
+  }
+  unsigned char mark[M];
+  cr_assert_eq(mdr_backend_copy_d2h(f->b, mark, f->mark, M), MDR_OK);
+  for (int i = 0; i < M; i++)
+    cr_assert_eq(mark[i], i < body_len ? body_byte : MARK_POISON, "%s: body byte %d (g=%zu)", what, i, g);
+}
+
+typedef struct replay_case {
+  tb_kind kind;
+  mdr_graph_mode mode;
+  mdr_zero_strategy zero;
+  mdr_rows_policy policy;
+} replay_case;
+
+ParameterizedTestParameters(graph_cache, replays_zero_upload_and_body_exactly_for_random_counts) {
+  static replay_case cases[TB_KIND_COUNT * 5 * 2];
+  size_t n = 0;
+  for (int k = 0; k < TB_KIND_COUNT; k++)
+    for (int p = 0; p < 2; p++) {
+      cases[n++] = (replay_case){(tb_kind)k, MDR_GRAPH_EXACT, MDR_ZERO_MEMSET, (mdr_rows_policy)p};
+      cases[n++] = (replay_case){(tb_kind)k, MDR_GRAPH_EXACT, MDR_ZERO_FUSED, (mdr_rows_policy)p};
+      cases[n++] = (replay_case){(tb_kind)k, MDR_GRAPH_LADDER, MDR_ZERO_MEMSET, (mdr_rows_policy)p};
+      cases[n++] = (replay_case){(tb_kind)k, MDR_GRAPH_LADDER, MDR_ZERO_FUSED, (mdr_rows_policy)p};
+      cases[n++] = (replay_case){(tb_kind)k, MDR_GRAPH_DYNAMIC, MDR_ZERO_FUSED, (mdr_rows_policy)p};
+    }
+  return cr_make_param_array(replay_case, cases, n);
+}
+
+ParameterizedTest(replay_case *rc, graph_cache, replays_zero_upload_and_body_exactly_for_random_counts) {
+  fixture f;
+  fixture_init(&f, tb_backend(rc->kind));
+  cr_assert_eq(mdr_arena_set_rows_policy(f.a, rc->policy), MDR_OK);
+  mdr_graph_cache_options o;
+  mdr_graph_cache_options_default(&o);
+  o.mode = rc->mode;
+  o.zero = rc->zero;
+  o.pad_token_id = 0xFFFFu;
+  o.user = &f;
+  if (rc->mode == MDR_GRAPH_DYNAMIC) o.body_dynamic = body_dynamic; else o.body = body;
+  mdr_graph_cache *c = NULL;
+  cr_assert_eq(mdr_graph_cache_create(f.a, f.s, &o, &c), MDR_OK, "%s", mdr_backend_last_error(f.b));
+  uint64_t rng = 0x1234 + (uint64_t)rc->mode * 7 + (uint64_t)rc->zero;
+  const size_t edges[] = {1, 15, 16, 17, M - 1, M};
+  int seen[M + 1] = {0};
+  size_t distinct_graphs = 0;
+  uint64_t padded = 0;
+  for (int step = 0; step < 40; step++) {
+    size_t t = step < 6 ? edges[step] : 1 + tb_rand(&rng) % M;
+    uint32_t ids[M];
+    random_ids(&rng, ids, t);
+    size_t g = 0;
+    cr_assert_eq(mdr_graph_cache_graph_tokens(c, t, &g), MDR_OK);
+    poison_all(&f);
+    char what[96];
+    snprintf(what, sizeof what, "%s mode %d zero %d step %d", tb_kind_name(rc->kind), rc->mode, rc->zero, step);
+    cr_assert_eq(mdr_graph_cache_step(c, ids, t), MDR_OK, "%s: %s", what, mdr_backend_last_error(f.b));
+    cr_assert_eq(mdr_backend_synchronize(f.b, f.s), MDR_OK);
+    if (rc->mode == MDR_GRAPH_DYNAMIC) {
+      cr_assert_eq(g, M);
+      expect_step(&f, c, ids, t, g, t, t, 0, M, 0x77, what);
+    } else {
+      expect_step(&f, c, ids, t, g, g, g, o.pad_token_id, (int)g, (unsigned char)(g | 1), what);
+      padded += g - t;
+    }
+    if (!seen[g]++) distinct_graphs++;
+  }
+  mdr_graph_stats st;
+  cr_assert_eq(mdr_graph_cache_stats(c, &st), MDR_OK);
+  cr_assert_eq(st.steps, 40);
+  cr_assert_eq(st.captures, rc->mode == MDR_GRAPH_DYNAMIC ? 1 : distinct_graphs);
+  cr_assert_eq(st.misses, st.captures);
+  cr_assert_eq(st.hits + st.misses, 40);
+  cr_assert_eq(st.graphs, st.captures);
+  cr_assert_eq(st.eager_fallbacks, 0);
+  cr_assert_eq(st.eager_steps, 0);
+  cr_assert_eq(st.padded_tokens, padded);
+  cr_assert_eq((uint64_t)f.body_calls, st.captures, "the body runs at capture only, then replays");
+  mdr_graph_cache_destroy(c);
+  fixture_fini(&f);
+  mdr_backend_destroy(f.b);
+}
+
+Test(graph_cache, prepare_captures_ahead_so_steps_only_hit) {
+  fixture f;
+  fixture_init(&f, tb_backend(TB_HOST));
+  mdr_graph_cache_options o;
+  mdr_graph_cache_options_default(&o);
+  mdr_graph_cache *c = NULL;
+  cr_assert_eq(mdr_graph_cache_create(f.a, f.s, &o, &c), MDR_OK);
+  size_t counts[] = {1, 2, 3, 4, 5, 6, 7, 8, 8, 3};
+  cr_assert_eq(mdr_graph_cache_prepare(c, counts, 10), MDR_OK);
+  mdr_graph_stats st;
+  cr_assert_eq(mdr_graph_cache_stats(c, &st), MDR_OK);
+  cr_assert_eq(st.captures, 8);
+  cr_assert_eq(st.graphs, 8);
+  cr_assert_eq(st.steps, 0);
+  cr_assert_geq(st.capture_us, 0.0);
+  uint32_t ids[M] = {0};
+  for (size_t t = 1; t <= 8; t++) cr_assert_eq(mdr_graph_cache_step(c, ids, t), MDR_OK);
+  cr_assert_eq(mdr_graph_cache_stats(c, &st), MDR_OK);
+  cr_assert_eq(st.hits, 8);
+  cr_assert_eq(st.misses, 0);
+  cr_assert_eq(st.captures, 8);
+  /* a bad count anywhere: nothing captured */
+  size_t bad[] = {9, 0};
+  cr_assert_eq(mdr_graph_cache_prepare(c, bad, 2), MDR_ERR_OUT_OF_RANGE);
+  cr_assert_eq(mdr_graph_cache_stats(c, &st), MDR_OK);
+  cr_assert_eq(st.captures, 8);
+  cr_assert_eq(mdr_graph_cache_prepare(c, NULL, 0), MDR_OK);
+  cr_assert_eq(mdr_graph_cache_prepare(c, NULL, 1), MDR_ERR_INVALID_ARGUMENT);
+  cr_assert_eq(mdr_graph_cache_prepare(NULL, counts, 1), MDR_ERR_INVALID_ARGUMENT);
+  mdr_graph_cache_destroy(c);
+
+  /* LADDER: 3 and 5 are served by rungs 4 and 8; DYNAMIC: one graph */
+  o.mode = MDR_GRAPH_LADDER;
+  cr_assert_eq(mdr_graph_cache_create(f.a, f.s, &o, &c), MDR_OK);
+  size_t two[] = {3, 5, 4};
+  cr_assert_eq(mdr_graph_cache_prepare(c, two, 3), MDR_OK);
+  cr_assert_eq(mdr_graph_cache_stats(c, &st), MDR_OK);
+  cr_assert_eq(st.captures, 2);
+  mdr_graph_cache_destroy(c);
+  o.mode = MDR_GRAPH_DYNAMIC;
+  o.zero = MDR_ZERO_FUSED;
+  cr_assert_eq(mdr_graph_cache_create(f.a, f.s, &o, &c), MDR_OK);
+  cr_assert_eq(mdr_graph_cache_prepare(c, two, 3), MDR_OK);
+  for (size_t t = 1; t <= M; t++) cr_assert_eq(mdr_graph_cache_step(c, ids, t), MDR_OK);
+  cr_assert_eq(mdr_graph_cache_stats(c, &st), MDR_OK);
+  cr_assert_eq(st.captures, 1);
+  cr_assert_eq(st.hits, M);
+  cr_assert_eq(st.padded_tokens, 0);
+  mdr_graph_cache_destroy(c);
+  fixture_fini(&f);
+  mdr_backend_destroy(f.b);
+}
+
+Test(graph_cache, lru_evicts_the_least_recently_used_graph) {
+  fixture f;
+  fixture_init(&f, tb_backend(TB_HOST));
+  mdr_graph_cache_options o;
+  mdr_graph_cache_options_default(&o);
+  o.max_graphs = 2;
+  o.body = body;
+  o.user = &f;
+  mdr_graph_cache *c = NULL;
+  cr_assert_eq(mdr_graph_cache_create(f.a, f.s, &o, &c), MDR_OK);
+  uint32_t ids[M] = {0};
+  mdr_graph_stats st;
+  /* 1, 2 captured; 1 used again (2 is now LRU); 3 evicts 2; 1 still hits; 2 misses */
+  const size_t seq[] = {1, 2, 1, 3, 1, 2};
+  const uint64_t hits_after[] = {0, 0, 1, 1, 2, 2};
+  const uint64_t evictions_after[] = {0, 0, 0, 1, 1, 2};
+  for (int i = 0; i < 6; i++) {
+    cr_assert_eq(mdr_graph_cache_step(c, ids, seq[i]), MDR_OK);
+    cr_assert_eq(mdr_graph_cache_stats(c, &st), MDR_OK);
+    cr_assert_eq(st.hits, hits_after[i], "step %d", i);
+    cr_assert_eq(st.evictions, evictions_after[i], "step %d", i);
+    cr_assert_leq(st.graphs, 2);
+  }
+  cr_assert_eq(st.captures, 4);
+  mdr_graph_cache_destroy(c);
+  fixture_fini(&f);
+  mdr_backend_destroy(f.b);
+}
+
+Test(graph_cache, ladder_rungs_pad_ids_and_rows) {
+  fixture f;
+  fixture_init(&f, tb_backend(TB_HOST));
+  mdr_graph_cache_options o;
+  mdr_graph_cache_options_default(&o);
+  o.mode = MDR_GRAPH_LADDER;
+  mdr_graph_cache *c = NULL;
+  cr_assert_eq(mdr_graph_cache_create(f.a, f.s, &o, &c), MDR_OK);
+  /* default ladder 1 2 4 8 16 24 32 then M (40) */
+  const size_t t_in[] = {1, 2, 3, 5, 9, 17, 25, 33, 40};
+  const size_t rung[] = {1, 2, 4, 8, 16, 24, 32, 40, 40};
+  for (int i = 0; i < 9; i++) {
+    size_t g = 0;
+    cr_assert_eq(mdr_graph_cache_graph_tokens(c, t_in[i], &g), MDR_OK);
+    cr_assert_eq(g, rung[i], "t=%zu", t_in[i]);
+  }
+  mdr_graph_cache_destroy(c);
+  /* a caller's ladder: rungs above M dropped, M added */
+  const size_t mine[] = {3, 10, 64, 128};
+  o.ladder = mine;
+  o.ladder_len = 4;
+  cr_assert_eq(mdr_graph_cache_create(f.a, f.s, &o, &c), MDR_OK);
+  size_t g = 0;
+  cr_assert_eq(mdr_graph_cache_graph_tokens(c, 1, &g), MDR_OK);
+  cr_assert_eq(g, 3);
+  cr_assert_eq(mdr_graph_cache_graph_tokens(c, 11, &g), MDR_OK);
+  cr_assert_eq(g, M);
+  mdr_graph_cache_destroy(c);
+  /* not strictly increasing, or holding 0: rejected, out untouched */
+  const size_t unsorted[] = {4, 2, 8}, dup[] = {2, 2}, zero[] = {0, 4};
+  mdr_graph_cache *keep = (mdr_graph_cache *)0x1;
+  o.ladder = unsorted; o.ladder_len = 3;
+  cr_assert_eq(mdr_graph_cache_create(f.a, f.s, &o, &keep), MDR_ERR_INVALID_ARGUMENT);
+  o.ladder = dup; o.ladder_len = 2;
+  cr_assert_eq(mdr_graph_cache_create(f.a, f.s, &o, &keep), MDR_ERR_INVALID_ARGUMENT);
+  o.ladder = zero; o.ladder_len = 2;
+  cr_assert_eq(mdr_graph_cache_create(f.a, f.s, &o, &keep), MDR_ERR_INVALID_ARGUMENT);
+  o.ladder = mine; o.ladder_len = 0;
+  cr_assert_eq(mdr_graph_cache_create(f.a, f.s, &o, &keep), MDR_ERR_INVALID_ARGUMENT);
+  cr_assert_eq(keep, (mdr_graph_cache *)0x1);
+  fixture_fini(&f);
+  mdr_backend_destroy(f.b);
+}
+
+ParameterizedTestParameters(graph_cache, a_failed_capture_is_ended_and_the_step_runs_eagerly) {
+  static tb_kind kinds[] = {TB_HOST, TB_CUDA};
+  return cr_make_param_array(tb_kind, kinds, 2);
+}
+
+ParameterizedTest(tb_kind *k, graph_cache, a_failed_capture_is_ended_and_the_step_runs_eagerly) {
+  fixture f;
+  fixture_init(&f, tb_backend(*k));
+  mdr_graph_cache_options o;
+  mdr_graph_cache_options_default(&o);
+  o.zero = MDR_ZERO_FUSED;
+  o.body = body;
+  o.user = &f;
+  mdr_graph_cache *c = NULL;
+  cr_assert_eq(mdr_graph_cache_create(f.a, f.s, &o, &c), MDR_OK);
+  uint64_t rng = 99;
+  uint32_t ids[M];
+  random_ids(&rng, ids, 5);
+  f.illegal_under_capture = 1; /* the body synchronizes: illegal while capturing */
+  poison_all(&f);
+  cr_assert_eq(mdr_graph_cache_step(c, ids, 5), MDR_ERR_CAPTURE);
+  cr_assert_neq(strlen(mdr_backend_last_error(f.b)), 0);
+  cr_assert_eq(mdr_backend_synchronize(f.b, f.s), MDR_OK, "the stream is usable after the failed capture");
+  expect_step(&f, c, ids, 5, 5, 5, 5, 0, 5, 5 | 1, "eager fallback");
+  mdr_graph_stats st;
+  cr_assert_eq(mdr_graph_cache_stats(c, &st), MDR_OK);
+  cr_assert_eq(st.eager_fallbacks, 1);
+  cr_assert_eq(st.eager_steps, 1);
+  cr_assert_eq(st.graphs, 0);
+  cr_assert_eq(st.captures, 0);
+  cr_assert_eq(st.steps, 1);
+  /* the body behaves again: the next step of that count is captured and replayed */
+  f.illegal_under_capture = 0;
+  random_ids(&rng, ids, 5);
+  poison_all(&f);
+  cr_assert_eq(mdr_graph_cache_step(c, ids, 5), MDR_OK);
+  cr_assert_eq(mdr_backend_synchronize(f.b, f.s), MDR_OK);
+  expect_step(&f, c, ids, 5, 5, 5, 5, 0, 5, 5 | 1, "after recovery");
+  cr_assert_eq(mdr_graph_cache_stats(c, &st), MDR_OK);
+  cr_assert_eq(st.graphs, 1);
+  /* a body that fails outright: the step fails with the body's status */
+  f.body_status = MDR_ERR_UNSUPPORTED;
+  cr_assert_eq(mdr_graph_cache_step(c, ids, 7), MDR_ERR_UNSUPPORTED);
+  cr_assert_eq(mdr_graph_cache_stats(c, &st), MDR_OK);
+  cr_assert_eq(st.graphs, 1);
+  f.body_status = MDR_OK;
+  /* and the cache still serves correctly after that */
+  random_ids(&rng, ids, 9);
+  poison_all(&f);
+  cr_assert_eq(mdr_graph_cache_step(c, ids, 9), MDR_OK);
+  cr_assert_eq(mdr_backend_synchronize(f.b, f.s), MDR_OK);
+  expect_step(&f, c, ids, 9, 9, 9, 9, 0, 9, 9 | 1, "after a failed body");
+  mdr_graph_cache_destroy(c);
+  fixture_fini(&f);
+  mdr_backend_destroy(f.b);
+}
+
+Test(graph_cache, disabled_graphs_run_every_step_eagerly_through_the_same_api) {
+  fixture f;
+  fixture_init(&f, tb_backend(TB_HOST));
+  mdr_graph_cache_options o;
+  mdr_graph_cache_options_default(&o);
+  o.body = body;
+  o.user = &f;
+  o.mode = MDR_GRAPH_LADDER;
+  mdr_graph_cache *c = NULL;
+  setenv("MDR_DISABLE_GRAPHS", "1", 1);
+  mdr_status created = mdr_graph_cache_create(f.a, f.s, &o, &c);
+  unsetenv("MDR_DISABLE_GRAPHS");
+  cr_assert_eq(created, MDR_OK);
+  size_t some[] = {1, 2};
+  cr_assert_eq(mdr_graph_cache_prepare(c, some, 2), MDR_OK);
+  uint64_t rng = 5;
+  for (int i = 0; i < 10; i++) {
+    size_t t = 1 + tb_rand(&rng) % M, g = 0;
+    uint32_t ids[M];
+    random_ids(&rng, ids, t);
+    cr_assert_eq(mdr_graph_cache_graph_tokens(c, t, &g), MDR_OK);
+    poison_all(&f);
+    cr_assert_eq(mdr_graph_cache_step(c, ids, t), MDR_OK);
+    expect_step(&f, c, ids, t, g, g, g, 0, (int)g, (unsigned char)(g | 1), "eager");
+  }
+  mdr_graph_stats st;
+  cr_assert_eq(mdr_graph_cache_stats(c, &st), MDR_OK);
+  cr_assert_eq(st.captures, 0);
+  cr_assert_eq(st.eager_steps, 10);
+  cr_assert_eq(st.steps, 10);
+  cr_assert_eq(st.graphs, 0);
+  mdr_graph_cache_destroy(c);
+  fixture_fini(&f);
+  mdr_backend_destroy(f.b);
+}
+
+Test(graph_cache, bad_input_gets_a_clear_status_and_changes_nothing) {
+  fixture f;
+  fixture_init(&f, tb_backend(TB_HOST));
+  mdr_graph_cache_options o;
+  mdr_graph_cache_options_default(&o);
+  mdr_graph_cache_options_default(NULL);
+  mdr_graph_cache *c = (mdr_graph_cache *)0x1;
+  cr_assert_eq(mdr_graph_cache_create(NULL, f.s, &o, &c), MDR_ERR_INVALID_ARGUMENT);
+  cr_assert_eq(mdr_graph_cache_create(f.a, NULL, &o, &c), MDR_ERR_INVALID_ARGUMENT, "legacy stream");
+  cr_assert_eq(mdr_graph_cache_create(f.a, f.s, NULL, &c), MDR_ERR_INVALID_ARGUMENT);
+  cr_assert_eq(mdr_graph_cache_create(f.a, f.s, &o, NULL), MDR_ERR_INVALID_ARGUMENT);
+  o.mode = (mdr_graph_mode)9;
+  cr_assert_eq(mdr_graph_cache_create(f.a, f.s, &o, &c), MDR_ERR_INVALID_ARGUMENT);
+  mdr_graph_cache_options_default(&o);
+  o.zero = (mdr_zero_strategy)5;
+  cr_assert_eq(mdr_graph_cache_create(f.a, f.s, &o, &c), MDR_ERR_INVALID_ARGUMENT);
+  mdr_graph_cache_options_default(&o);
+  o.mode = MDR_GRAPH_DYNAMIC; /* needs the fused kernel */
+  cr_assert_eq(mdr_graph_cache_create(f.a, f.s, &o, &c), MDR_ERR_INVALID_ARGUMENT);
+  o.zero = MDR_ZERO_FUSED;
+  o.body = body; /* DYNAMIC takes body_dynamic */
+  cr_assert_eq(mdr_graph_cache_create(f.a, f.s, &o, &c), MDR_ERR_INVALID_ARGUMENT);
+  mdr_graph_cache_options_default(&o);
+  o.body_dynamic = body_dynamic; /* only for DYNAMIC */
+  cr_assert_eq(mdr_graph_cache_create(f.a, f.s, &o, &c), MDR_ERR_INVALID_ARGUMENT);
+  cr_assert_eq(c, (mdr_graph_cache *)0x1);
+
+  mdr_graph_cache_options_default(&o);
+  o.body = body;
+  o.user = &f;
+  cr_assert_eq(mdr_graph_cache_create(f.a, f.s, &o, &c), MDR_OK);
+  uint32_t ids[M + 1] = {0};
+  mdr_graph_stats before, after;
+  cr_assert_eq(mdr_graph_cache_step(c, ids, 3), MDR_OK);
+  cr_assert_eq(mdr_graph_cache_stats(c, &before), MDR_OK);
+  int calls = f.body_calls;
+  cr_assert_eq(mdr_graph_cache_step(c, ids, 0), MDR_ERR_OUT_OF_RANGE);
+  cr_assert_eq(mdr_graph_cache_step(c, ids, M + 1), MDR_ERR_OUT_OF_RANGE);
+  cr_assert_eq(mdr_graph_cache_step(c, NULL, 3), MDR_ERR_INVALID_ARGUMENT);
+  cr_assert_eq(mdr_graph_cache_step(NULL, ids, 3), MDR_ERR_INVALID_ARGUMENT);
+  cr_assert_eq(mdr_graph_cache_stats(c, &after), MDR_OK);
+  cr_assert_eq(memcmp(&before, &after, sizeof before), 0, "a rejected step changed the stats");
+  cr_assert_eq(f.body_calls, calls, "a rejected step captured something");
+  size_t g = 0;
+  cr_assert_eq(mdr_graph_cache_graph_tokens(c, 0, &g), MDR_ERR_OUT_OF_RANGE);
+  cr_assert_eq(mdr_graph_cache_graph_tokens(c, 1, NULL), MDR_ERR_INVALID_ARGUMENT);
+  cr_assert_eq(mdr_graph_cache_graph_tokens(NULL, 1, &g), MDR_ERR_INVALID_ARGUMENT);
+  cr_assert_eq(mdr_graph_cache_stats(NULL, &after), MDR_ERR_INVALID_ARGUMENT);
+  cr_assert_eq(mdr_graph_cache_stats(c, NULL), MDR_ERR_INVALID_ARGUMENT);
+  cr_assert_eq(mdr_graph_cache_count_ptr(NULL), 0);
+  mdr_graph_cache_destroy(c);
+  mdr_graph_cache_destroy(NULL);
+  fixture_fini(&f);
+  mdr_backend_destroy(f.b);
+}
+
+/* For every k, fail the k-th backend call of a whole workflow: create,
+ * prepare, steps of random counts, destroy. No crash, every status is a
+ * real one, nothing leaks, and once the faults stop the cache serves a
+ * correct step (eagerly if a capture failed). */
+Test(graph_cache, every_injected_fault_is_reported_and_nothing_leaks) {
+  mdr_backend *host = tb_backend(TB_HOST), *fb = NULL;
+  cr_assert_eq(fault_backend_create(host, &fb), MDR_OK);
+  fixture f;
+  fixture_init(&f, fb);
+  long base_live = fault_backend_live(fb);
+  long total = 0;
+  for (long k = 1;; k++) {
+    mdr_graph_cache_options o;
+    mdr_graph_cache_options_default(&o);
+    o.mode = k % 3 == 0 ? MDR_GRAPH_LADDER : k % 3 == 1 ? MDR_GRAPH_EXACT : MDR_GRAPH_DYNAMIC;
+    o.zero = k % 2 || o.mode == MDR_GRAPH_DYNAMIC ? MDR_ZERO_FUSED : MDR_ZERO_MEMSET;
+    o.user = &f;
+    if (o.mode == MDR_GRAPH_DYNAMIC) o.body_dynamic = body_dynamic; else o.body = body;
+    o.max_graphs = 3;
+    long start = fault_backend_calls(fb);
+    fault_backend_fail_at(fb, k);
+    mdr_graph_cache *c = NULL;
+    mdr_status st = mdr_graph_cache_create(f.a, f.s, &o, &c);
+    int injected_before = (int)fault_backend_injected(fb);
+    if (st != MDR_OK) {
+      cr_assert_null(c);
+      cr_assert_eq(fault_backend_live(fb), base_live, "leak after failed create (k=%ld)", k);
+    } else {
+      size_t pre[] = {1, 2};
+      st = mdr_graph_cache_prepare(c, pre, 2);
+      cr_assert(st == MDR_OK || st == MDR_ERR_CAPTURE || st == MDR_ERR_BACKEND, "k=%ld: %s", k,
+                mdr_status_string(st));
+      uint64_t rng = (uint64_t)k;
+      for (int i = 0; i < 12; i++) {
+        uint32_t ids[M];
+        size_t t = 1 + tb_rand(&rng) % M;
+        random_ids(&rng, ids, t);
+        st = mdr_graph_cache_step(c, ids, t);
+        cr_assert(st == MDR_OK || st == MDR_ERR_CAPTURE || st == MDR_ERR_BACKEND ||
+                      st == MDR_ERR_OUT_OF_MEMORY,
+                  "k=%ld step %d: %s", k, i, mdr_status_string(st));
+      }
+      /* faults off: a step is served correctly */
+      fault_backend_fail_at(fb, 0);
+      uint32_t ids[M];
+      random_ids(&rng, ids, 6);
+      poison_all(&f);
+      st = mdr_graph_cache_step(c, ids, 6);
+      cr_assert(st == MDR_OK, "k=%ld: after the fault: %s", k, mdr_status_string(st));
+      size_t g = 0;
+      cr_assert_eq(mdr_graph_cache_graph_tokens(c, 6, &g), MDR_OK);
+      if (o.mode == MDR_GRAPH_DYNAMIC)
+        expect_step(&f, c, ids, 6, g, 6, 6, 0, M, 0x77, "after fault");
+      else
+        expect_step(&f, c, ids, 6, g, g, g, 0, (int)g, (unsigned char)(g | 1), "after fault");
+      mdr_graph_cache_destroy(c);
+      cr_assert_eq(fault_backend_live(fb), base_live, "leak (k=%ld)", k);
+    }
+    fault_backend_fail_at(fb, 0);
+    (void)injected_before;
+    long used = fault_backend_calls(fb) - start;
+    if (k > used + 2) break; /* k ran past the whole workflow: no fault was injected */
+    total++;
+  }
+  cr_assert_gt(total, 50, "the workflow makes enough calls to be worth injecting into");
+  fixture_fini(&f);
+  mdr_backend_destroy(fb);
+  mdr_backend_destroy(host);
+}
+
+#if defined(MDR_HAVE_CUDA)
+/* Staging safety on the GPU: a slow kernel is queued in front, then many
+ * steps are submitted behind it (far more than the ring holds); each step's
+ * body folds its token_ids into an accumulator. If any step's ids were
+ * overwritten before its upload read them, the sums would differ. */
+typedef struct acc_user {
+  mdr_arena *a;
+  uint64_t *acc;
+} acc_user;
+
+static mdr_status acc_body(void *user, mdr_stream s, size_t tokens) {
+  acc_user *u = user;
+  return tb_cuda_accumulate(s, (const uint32_t *)(uintptr_t)mdr_arena_token_ids(u->a), tokens, u->acc)
+             ? MDR_ERR_BACKEND : MDR_OK;
+}
+
+static mdr_status acc_body_dynamic(void *user, mdr_stream s, mdr_dptr count, size_t max_tokens) {
+  (void)max_tokens;
+  acc_user *u = user;
+  return tb_cuda_accumulate_dev(s, (const uint32_t *)(uintptr_t)mdr_arena_token_ids(u->a),
+                                (const uint32_t *)(uintptr_t)count, u->acc)
+             ? MDR_ERR_BACKEND : MDR_OK;
+}
+
+Test(graph_cache, ids_survive_a_host_running_far_ahead_of_the_gpu) {
+  mdr_backend *b = tb_backend(TB_CUDA);
+  for (int mode = 0; mode < 3; mode++) {
+    fixture f;
+    fixture_init(&f, b);
+    mdr_dptr acc_dev = 0;
+    cr_assert_eq(mdr_backend_alloc(b, 16, &acc_dev), MDR_OK);
+    cr_assert_eq(mdr_backend_fill(b, acc_dev, 0, 16), MDR_OK);
+    acc_user u = {f.a, (uint64_t *)(uintptr_t)acc_dev};
+    mdr_graph_cache_options o;
+    mdr_graph_cache_options_default(&o);
+    o.mode = (mdr_graph_mode)mode;
+    o.zero = mode == 1 ? MDR_ZERO_MEMSET : MDR_ZERO_FUSED;
+    o.user = &u;
+    if (mode == MDR_GRAPH_DYNAMIC) o.body_dynamic = acc_body_dynamic; else o.body = acc_body;
+    if (mode == MDR_GRAPH_LADDER) o.mode = MDR_GRAPH_EXACT;
+    mdr_graph_cache *c = NULL;
+    cr_assert_eq(mdr_graph_cache_create(f.a, f.s, &o, &c), MDR_OK, "%s", mdr_backend_last_error(b));
+    size_t all[M];
+    for (size_t t = 1; t <= M; t++) all[t - 1] = t;
+    cr_assert_eq(mdr_graph_cache_prepare(c, all, M), MDR_OK, "%s", mdr_backend_last_error(b));
+    cr_assert_eq(mdr_backend_synchronize(b, f.s), MDR_OK);
+    cr_assert_eq(tb_cuda_sleep(f.s, 50ull * 1000 * 1000), 0);
+    uint64_t rng = 77 + (uint64_t)mode, want_sum = 0, want_n = 0;
+    for (int step = 0; step < 300; step++) {
+      size_t t = 1 + tb_rand(&rng) % M;
+      uint32_t ids[M];
+      random_ids(&rng, ids, t);
+      for (size_t i = 0; i < t; i++) want_sum += (uint64_t)(i + 1) * ids[i];
+      want_n += t;
+      cr_assert_eq(mdr_graph_cache_step(c, ids, t), MDR_OK, "%s", mdr_backend_last_error(b));
+      memset(ids, 0xEE, sizeof ids); /* the caller may reuse its buffer at once */
+    }
+    cr_assert_eq(mdr_backend_synchronize(b, f.s), MDR_OK);
+    uint64_t got[2];
+    cr_assert_eq(mdr_backend_copy_d2h(b, got, acc_dev, 16), MDR_OK);
+    cr_assert_eq(got[1], want_n, "mode %d: tokens seen", mode);
+    cr_assert_eq(got[0], want_sum, "mode %d: ids were overwritten before they were read", mode);
+    mdr_graph_cache_destroy(c);
+    mdr_backend_free(b, acc_dev);
+    fixture_fini(&f);
+  }
+  mdr_backend_destroy(b);
+}
+#endif
