@@ -1,0 +1,161 @@
+/* mdr example — the decode loop's kernels: embedding gather, RMSNorm and the
+ * MoE-style accumulate (see decode_kernels.h for the contracts).
+ *
+ * Memory layout: row-major BF16, one block per row, 16-byte accesses (8 BF16
+ * per uint4), grid-stride over the row. Reductions are a fixed-order warp
+ * shuffle tree followed by one warp over the per-warp sums, so a given launch
+ * configuration gives bit-identical results run after run (what the example's
+ * eager-versus-graph comparison relies on).
+ * Launch limits: rows <= 2^31-1, width % 8 == 0. */
+#include "decode_kernels.h"
+
+#include <cuda_bf16.h>
+
+namespace {
+
+constexpr int kGatherThreads = 128;
+constexpr int kNormThreads = 128; /* 4 warps; must be a multiple of 32, <= 1024 */
+constexpr int kMoeThreads = 128;
+constexpr int kVec = 8;           /* BF16 per 16-byte access */
+
+union Bf16x8 {
+  uint4 raw;
+  __nv_bfloat16 h[kVec];
+};
+
+__device__ __forceinline__ uint32_t mix32(uint32_t h) {
+  h ^= h >> 16; h *= 0x7feb352du;
+  h ^= h >> 15; h *= 0x846ca68bu;
+  h ^= h >> 16;
+  return h;
+}
+
+/* Routing weight of (token id, slot): in [0.5, 1.5) / slots. */
+__device__ __forceinline__ float route_weight(uint32_t id, uint32_t slot, uint32_t slots) {
+  uint32_t h = mix32(id * 0x9e3779b9u + slot * 0x85ebca6bu + 1u);
+  float u = (float)(h >> 8) * (1.0f / 16777216.0f);
+  return (0.5f + u) / (float)slots;
+}
+
+__global__ void gather_kernel(uint4 *hidden, const uint4 *emb, const uint32_t *ids,
+                              size_t tokens, size_t vecs_per_row, size_t vocab) {
+  size_t r = blockIdx.x;
+  uint4 *dst = hidden + r * vecs_per_row;
+  if (r < tokens) {
+    const uint4 *src = emb + (size_t)(ids[r] % vocab) * vecs_per_row;
+    for (size_t i = threadIdx.x; i < vecs_per_row; i += blockDim.x) dst[i] = src[i];
+  } else {
+    const uint4 zero = make_uint4(0, 0, 0, 0);
+    for (size_t i = threadIdx.x; i < vecs_per_row; i += blockDim.x) dst[i] = zero;
+  }
+}
+
+__device__ __forceinline__ float block_sum(float v, float *warp_sums) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, nwarps = blockDim.x / 32;
+  if (lane == 0) warp_sums[warp] = v;
+  __syncthreads();
+  float t = lane < nwarps ? warp_sums[lane] : 0.0f;
+  for (int o = 16; o > 0; o >>= 1) t += __shfl_xor_sync(0xffffffffu, t, o);
+  return t; /* every thread holds the block's sum */
+}
+
+__device__ __forceinline__ void load_row8(const uint4 *x, const uint4 *add, size_t i, float v[kVec]) {
+  Bf16x8 a;
+  a.raw = x[i];
+  for (int k = 0; k < kVec; ++k) v[k] = __bfloat162float(a.h[k]);
+  if (add) {
+    Bf16x8 b;
+    b.raw = add[i];
+    for (int k = 0; k < kVec; ++k) v[k] += __bfloat162float(b.h[k]);
+  }
+}
+
+__global__ void rmsnorm_kernel(uint4 *out, const uint4 *x, const uint4 *add, const uint4 *gamma,
+                               size_t tokens, size_t vecs_per_row, float inv_width, float eps) {
+  __shared__ float warp_sums[32];
+  const size_t r = blockIdx.x;
+  uint4 *dst = out + r * vecs_per_row;
+  if (r >= tokens) {
+    const uint4 zero = make_uint4(0, 0, 0, 0);
+    for (size_t i = threadIdx.x; i < vecs_per_row; i += blockDim.x) dst[i] = zero;
+    return;
+  }
+  const uint4 *xr = x + r * vecs_per_row;
+  const uint4 *ar = add ? add + r * vecs_per_row : nullptr;
+  float ss = 0.0f;
+  for (size_t i = threadIdx.x; i < vecs_per_row; i += blockDim.x) {
+    float v[kVec];
+    load_row8(xr, ar, i, v);
+    for (int k = 0; k < kVec; ++k) ss += v[k] * v[k];
+  }
+  const float inv_rms = rsqrtf(block_sum(ss, warp_sums) * inv_width + eps);
+  for (size_t i = threadIdx.x; i < vecs_per_row; i += blockDim.x) {
+    float v[kVec];
+    load_row8(xr, ar, i, v);
+    Bf16x8 g, o;
+    g.raw = gamma[i];
+    for (int k = 0; k < kVec; ++k) o.h[k] = __float2bfloat16_rn(v[k] * inv_rms * __bfloat162float(g.h[k]));
+    dst[i] = o.raw;
+  }
+}
+
+__global__ void moe_accumulate_kernel(uint4 *moe_out, const uint4 *expert_out, const uint32_t *ids,
+                                      uint32_t slot, uint32_t slots, size_t vecs_per_row) {
+  const size_t r = blockIdx.x;
+  const float w = route_weight(ids[r], slot, slots);
+  uint4 *acc = moe_out + r * vecs_per_row;
+  const uint4 *src = expert_out + (r * slots + slot) * vecs_per_row;
+  for (size_t i = threadIdx.x; i < vecs_per_row; i += blockDim.x) {
+    Bf16x8 a, e;
+    a.raw = acc[i];
+    e.raw = src[i];
+    for (int k = 0; k < kVec; ++k)
+      a.h[k] = __float2bfloat16_rn(__bfloat162float(a.h[k]) + w * __bfloat162float(e.h[k]));
+    acc[i] = a.raw;
+  }
+}
+
+bool aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
+
+}  // namespace
+
+extern "C" cudaError_t dk_gather_embeddings(void *hidden, const void *emb, const uint32_t *ids,
+                                            size_t tokens, size_t rows, size_t width,
+                                            size_t vocab, cudaStream_t stream) {
+  if (!hidden || !emb || (tokens && !ids) || tokens > rows || rows > 0x7fffffffu ||
+      width == 0 || width % kVec || vocab == 0 || !aligned16(hidden) || !aligned16(emb))
+    return cudaErrorInvalidValue;
+  if (rows == 0) return cudaSuccess;
+  gather_kernel<<<(unsigned)rows, kGatherThreads, 0, stream>>>(
+      (uint4 *)hidden, (const uint4 *)emb, ids, tokens, width / kVec, vocab);
+  return cudaGetLastError();
+}
+
+extern "C" cudaError_t dk_rmsnorm(void *out, const void *x, const void *add, const void *gamma,
+                                  size_t tokens, size_t rows, size_t width, float eps,
+                                  cudaStream_t stream) {
+  if (!out || !x || !gamma || tokens > rows || rows > 0x7fffffffu || width == 0 ||
+      width % kVec || !aligned16(out) || !aligned16(x) || !aligned16(gamma) ||
+      (add && !aligned16(add)))
+    return cudaErrorInvalidValue;
+  if (rows == 0) return cudaSuccess;
+  rmsnorm_kernel<<<(unsigned)rows, kNormThreads, 0, stream>>>(
+      (uint4 *)out, (const uint4 *)x, (const uint4 *)add, (const uint4 *)gamma, tokens,
+      width / kVec, 1.0f / (float)width, eps);
+  return cudaGetLastError();
+}
+
+extern "C" cudaError_t dk_moe_accumulate(void *moe_out, const void *expert_out, size_t slot,
+                                         size_t slots, const uint32_t *ids, size_t tokens,
+                                         size_t width, cudaStream_t stream) {
+  if (!moe_out || !expert_out || !ids || slots == 0 || slot >= slots || slots > 0xffffffffu ||
+      tokens > 0x7fffffffu || width == 0 || width % kVec || !aligned16(moe_out) ||
+      !aligned16(expert_out))
+    return cudaErrorInvalidValue;
+  if (tokens == 0) return cudaSuccess;
+  moe_accumulate_kernel<<<(unsigned)tokens, kMoeThreads, 0, stream>>>(
+      (uint4 *)moe_out, (const uint4 *)expert_out, ids, (uint32_t)slot, (uint32_t)slots,
+      width / kVec);
+  return cudaGetLastError();
+}

@@ -1,0 +1,48 @@
+/* mdr example — the decode loop's own device kernels (gather, RMSNorm, MoE
+ * accumulate), with C-callable launchers.
+ *
+ * Layout: every activation is row-major BF16 [rows, width], one token per
+ * row. `tokens` rows are real; rows tokens .. rows-1 are the GEMM padding up
+ * to ceil16(tokens). Each launcher only enqueues on `stream` (capture-safe:
+ * no allocation, no synchronisation) and returns cudaGetLastError() after
+ * the launch, or cudaErrorInvalidValue for bad shapes (widths must be
+ * multiples of 8 for the 16-byte accesses; pointers 16-byte aligned). */
+#ifndef MDR_EXAMPLE_DECODE_KERNELS_H
+#define MDR_EXAMPLE_DECODE_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cuda_runtime.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* hidden[r] = emb[ids[r] % vocab] for r < tokens; hidden[r] = 0 for
+ * tokens <= r < rows (so a GEMM over `rows` rows reads written memory). */
+cudaError_t dk_gather_embeddings(void *hidden, const void *emb, const uint32_t *ids,
+                                 size_t tokens, size_t rows, size_t width, size_t vocab,
+                                 cudaStream_t stream);
+
+/* out[r] = v * rsqrt(mean(v^2) + eps) * gamma with v = x[r] (+ add[r] when
+ * add is not NULL), accumulated in F32, for r < tokens; out[r] = 0 for
+ * tokens <= r < rows. Pad rows of x and add are never read. */
+cudaError_t dk_rmsnorm(void *out, const void *x, const void *add, const void *gamma,
+                       size_t tokens, size_t rows, size_t width, float eps,
+                       cudaStream_t stream);
+
+/* MoE-style accumulation of one expert slot, for r < tokens only:
+ *   moe_out[r][j] = bf16(moe_out[r][j] + w(ids[r], slot) * expert_out[r][slot*width + j])
+ * expert_out rows hold `slots` expert outputs back to back (row stride
+ * slots*width elements). w is a fixed routing weight derived from the token
+ * id and the slot. It reads moe_out first: the rows must be zero at the
+ * start of the step (the arena's zero_all_rows does it). */
+cudaError_t dk_moe_accumulate(void *moe_out, const void *expert_out, size_t slot, size_t slots,
+                              const uint32_t *ids, size_t tokens, size_t width,
+                              cudaStream_t stream);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
