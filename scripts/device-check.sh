@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# Device check on a GPU machine: build for sm_90, run the test suites, run
+# the GPU suites again under compute-sanitizer (memcheck, initcheck,
+# synccheck), run the kernel variants, the decode-loop example and the
+# benchmark, and print a short table last. Everything is logged under OUT.
+#
+# Usage: bash scripts/device-check.sh OUT [phase...]
+#   phases: build tests sanitize variants decode bench peer   (default: all)
+#   env BENCH_ARGS: extra arguments for mdr-bench (default --quick)
+# Criterion comes from .device-deps/criterion/*.deb (shared/device/README.md).
+set -uo pipefail
+out=${1:?usage: device-check.sh OUT [phase...]}
+shift
+phases=${*:-build tests sanitize variants decode bench peer}
+cd "$(dirname "$0")/.."
+mkdir -p "$out"
+log="$out/device-check.log"
+summary="$out/summary.txt"
+: >"$summary"
+has() { [[ " $phases " == *" $1 "* ]]; }
+note() { echo "$*" | tee -a "$summary"; }
+run() { # name, command...: run, log, record pass/fail
+  local name=$1; shift
+  echo "== $name: $*" >>"$log"
+  local t0=$SECONDS
+  if timeout "${STEP_TIMEOUT:-300}" "$@" >"$out/$name.log" 2>&1; then note "PASS $name ($((SECONDS - t0)) s)"
+  else note "FAIL $name (rc $?, $((SECONDS - t0)) s) — see $name.log"; tail -20 "$out/$name.log"; fi
+}
+
+if [ -d .device-deps/criterion ] && ! pkg-config --exists criterion 2>/dev/null; then
+  mkdir -p /tmp/crit && for f in .device-deps/criterion/*.deb; do dpkg -x "$f" /tmp/crit; done
+  export CMAKE_PREFIX_PATH=/tmp/crit/usr
+  export LD_LIBRARY_PATH=/tmp/crit/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
+  export PKG_CONFIG_PATH=/tmp/crit/usr/lib/x86_64-linux-gnu/pkgconfig PKG_CONFIG_SYSROOT_DIR=/tmp/crit
+fi
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv >"$out/gpu.txt" 2>&1
+nvcc --version | tail -1 >>"$out/gpu.txt"
+
+build=build-device
+if has build; then
+  run configure cmake -S . -B $build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CUDA_ARCHITECTURES=90
+  run build cmake --build $build -j "$(nproc)"
+fi
+if has tests; then
+  run ctest bash -c "cd $build && ctest --output-on-failure -j 4"
+fi
+if has sanitize; then
+  cs="compute-sanitizer --error-exitcode 1 --target-processes all"
+  for suite in backend zero_fused graph_cache arena; do
+    run "memcheck-$suite" $cs --tool memcheck $build/tests/test_$suite --jobs 1
+  done
+  for suite in zero_fused graph_cache; do
+    run "initcheck-$suite" $cs --tool initcheck $build/tests/test_$suite --jobs 1
+    run "synccheck-$suite" $cs --tool synccheck $build/tests/test_$suite --jobs 1
+  done
+fi
+if has variants; then
+  run variants $build/bench/zero_fused_variants "$out/zero_fused_variants.csv"
+fi
+if has decode; then
+  run decode-loop $build/examples/mdr_decode_loop --steps 200 --json "$out/decode_loop.json"
+  run decode-loop-initcheck compute-sanitizer --error-exitcode 1 --tool initcheck $build/examples/mdr_decode_loop --steps 10
+  run decode-loop-memcheck compute-sanitizer --error-exitcode 1 --tool memcheck $build/examples/mdr_decode_loop --steps 10
+fi
+if has bench; then
+  run bench $build/bench/mdr-bench ${BENCH_ARGS:---quick} --out "$out/bench"
+fi
+if has peer; then
+  run peer env PYTHONUNBUFFERED=1 python3 bench/peer_torch.py "$out/bench" ${PEER_ARGS:---quick}
+  run plot python3 bench/plot.py "$out/bench"
+fi
+echo
+echo "== summary"
+cat "$summary"
+# The device tool brings back few files: pack the logs when asked.
+if [ -n "${PACK:-}" ]; then
+  tar -C "$out" -czf /tmp/device-logs.tgz . && find "$out" -mindepth 1 -delete &&
+    mv /tmp/device-logs.tgz "$out/logs.tgz" && tar -xzf "$out/logs.tgz" -C "$out" ./summary.txt
+fi
