@@ -20,6 +20,7 @@ run(${WORK_DIR}/build/mdr_consumer)
 find_program(PKG_CONFIG pkg-config)
 if(PKG_CONFIG)
   set(ENV{PKG_CONFIG_PATH} ${prefix}/lib/pkgconfig:${prefix}/lib64/pkgconfig)
+  unset(ENV{PKG_CONFIG_SYSROOT_DIR})
   execute_process(COMMAND ${PKG_CONFIG} --cflags --libs mdr OUTPUT_VARIABLE flags
                   RESULT_VARIABLE rc OUTPUT_STRIP_TRAILING_WHITESPACE)
   if(NOT rc EQUAL 0)

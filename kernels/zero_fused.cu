@@ -34,13 +34,19 @@
 #include "zero_fused.h"
 #include "zero_map.h"
 
-/* Threads per block: 16 stores of 16 B per thread cover a 64 KiB chunk. */
+/* Threads per block. */
 #define ZF_BLOCK 256
-/* Resident blocks per SM the grid is sized for: stores need bytes in flight,
- * not occupancy; 1024 threads per SM keep HBM busy with 64 registers. */
-#define ZF_BLOCKS_PER_SM 4
+/* Resident blocks per SM the grid is sized for (overridable for the variant
+ * sweep in bench/zero_fused_variants.cu). */
+#ifndef ZF_BLOCKS_PER_SM
+#define ZF_BLOCKS_PER_SM 6
+#endif
 /* 16-byte stores each thread issues back to back. */
+#ifndef ZF_UNROLL
 #define ZF_UNROLL 4
+#endif
+/* 16-byte id loads in flight per thread while fetching from host memory. */
+#define ZF_FETCH_VECS 4
 /* Largest number of ids one thread copies with a single 16-byte load. */
 #define ZF_IDS_PER_VEC 4u
 
@@ -104,57 +110,94 @@ __device__ __forceinline__ void zf_scan_dynamic(const zf_params &p, uint64_t t, 
 // ----------------------------------------------------------------------------
 // kernel
 
+/* Copy ids [from, nvec) (16-byte vectors) of a slot into token_ids with one
+ * block, ZF_FETCH_VECS loads in flight per thread before the stores: one
+ * round trip to host memory per ZF_BLOCK * ZF_FETCH_VECS vectors. */
+__device__ __forceinline__ void zf_fetch_vectors(const uint4 *src, uint4 *dst, uint32_t from,
+                                                 uint32_t nvec) {
+  for (uint32_t base = from; base < nvec; base += ZF_BLOCK * ZF_FETCH_VECS) {
+    uint4 r[ZF_FETCH_VECS];
+#pragma unroll
+    for (int v = 0; v < ZF_FETCH_VECS; v++) {
+      const uint32_t i = base + v * ZF_BLOCK + threadIdx.x;
+      if (i < nvec) r[v] = src[i];
+    }
+#pragma unroll
+    for (int v = 0; v < ZF_FETCH_VECS; v++) {
+      const uint32_t i = base + v * ZF_BLOCK + threadIdx.x;
+      if (i < nvec) dst[i] = r[v];
+    }
+  }
+}
+
+/* The tail of a copy that is not a whole number of vectors (or not 16-byte
+ * aligned at all): ids [from, copy) one by one. */
+__device__ __forceinline__ void zf_fetch_scalars(const uint32_t *src, uint32_t *dst, uint32_t from,
+                                                 uint32_t copy) {
+  for (uint32_t i = from + threadIdx.x; i < copy; i += ZF_BLOCK) dst[i] = src[i];
+}
+
 /* kDynamic: the rules are evaluated here at the slot's token count and the
- * prefix sums live in shared memory; otherwise both come resolved in p. */
+ * prefix sums live in shared memory; otherwise both come resolved in p.
+ *
+ * Staging. Static plans (the host knows the graph's token count, p.tokens):
+ * only block 0 touches the ring. It reads the counter, then in one round
+ * trip to host memory the slot's header and its p.tokens ids, stores them,
+ * and advances the counter and the ack itself; no other block reads the
+ * counter, so no cross-block handshake is needed. DYNAMIC: every block needs
+ * the slot's token count, so every block reads the header; block 0 also
+ * loads the first ZF_BLOCK id vectors speculatively in the same round trip;
+ * the last block to finish advances the counter (atomic arrival count). The
+ * ack is a plain posted write: the host only needs to learn, eventually,
+ * that every read of the slot has completed, which holds once the values
+ * read were consumed. */
 template <bool kDynamic>
-__global__ void __launch_bounds__(ZF_BLOCK) zero_fused_kernel(const __grid_constant__ zf_params p) {
+__global__ void __launch_bounds__(ZF_BLOCK, ZF_BLOCKS_PER_SM) zero_fused_kernel(const __grid_constant__ zf_params p) {
   __shared__ uint64_t s_bytes[kDynamic ? MDR_ZERO_MAX_SEGS : 1];
   __shared__ uint64_t s_prefix[kDynamic ? MDR_ZERO_MAX_SEGS + 1 : 1];
-  __shared__ uint64_t s_step;
   __shared__ uint32_t s_tokens, s_copy;
   const uint32_t flags = p.flags;
-  const bool reads_slot = (flags & (MDR_STAGE_FETCH | MDR_STAGE_DYNAMIC)) != 0;
+  const bool fetcher = (flags & MDR_STAGE_FETCH) && blockIdx.x == 0;
+  const bool reads_ring = kDynamic ? flags != 0 : blockIdx.x == 0 && flags != 0;
 
-  // Stage prologue: the counter is read before this block can signal done,
-  // hence before any block can advance it.
-  uint64_t slot = 0;
-  if (flags) {
-    if (threadIdx.x == 0) {
-      uint64_t step = *(volatile const uint64_t *)p.stage.counter;
-      s_step = step;
-      if (reads_slot) {
-        const mdr_stage_header *h = (const mdr_stage_header *)(p.stage.ring +
-                                    (step % p.stage.slots) * p.stage.slot_bytes);
-        s_tokens = h->tokens;
-        s_copy = h->copy_tokens;
-      }
+  uint64_t step = 0, slot = 0;
+  uint4 spec = make_uint4(0u, 0u, 0u, 0u);
+  uint32_t spec_vecs = 0;
+  if (reads_ring) {
+    step = *(volatile const uint64_t *)p.stage.counter; /* one broadcast load */
+    slot = p.stage.ring + (step % p.stage.slots) * p.stage.slot_bytes;
+    const uint4 *ids = (const uint4 *)(slot + MDR_STAGE_HEADER_BYTES);
+    if (threadIdx.x == 0 && (kDynamic || fetcher)) {
+      const mdr_stage_header *h = (const mdr_stage_header *)slot;
+      s_tokens = h->tokens;
+      s_copy = kDynamic ? h->copy_tokens : (uint32_t)p.tokens;
     }
+    if (fetcher && kDynamic) {
+      spec_vecs = (uint32_t)((p.stage.slot_bytes - MDR_STAGE_HEADER_BYTES) / 16u);
+      if (spec_vecs > ZF_BLOCK) spec_vecs = ZF_BLOCK;
+      if (threadIdx.x < spec_vecs) spec = ids[threadIdx.x];
+    }
+    if (fetcher && !kDynamic) /* the count is known: the ids go in this round trip */
+      zf_fetch_vectors(ids, (uint4 *)p.stage.token_ids, 0, (uint32_t)p.tokens / ZF_IDS_PER_VEC);
     __syncthreads();
-    if (reads_slot) slot = p.stage.ring + (s_step % p.stage.slots) * p.stage.slot_bytes;
   }
 
   const uint64_t *prefix = p.prefix;
   if (kDynamic) {
-    if (threadIdx.x < 32) zf_scan_dynamic(p, s_tokens, s_bytes, s_prefix);
+    if (threadIdx.x < 32) zf_scan_dynamic(p, flags ? s_tokens : p.tokens, s_bytes, s_prefix);
     __syncthreads();
     prefix = s_prefix;
   }
 
-  // FETCH: issue this thread's first 16-byte id load before zeroing so the
-  // round trip to host memory overlaps the stores.
-  uint32_t copy = 0;
-  bool vec = false, have_first = false;
-  uint4 first = make_uint4(0u, 0u, 0u, 0u);
-  const uint64_t gtid = (uint64_t)blockIdx.x * ZF_BLOCK + threadIdx.x;
-  const uint64_t gstride = (uint64_t)gridDim.x * ZF_BLOCK;
-  const uint64_t ids_src = slot + MDR_STAGE_HEADER_BYTES;
-  if (flags & MDR_STAGE_FETCH) {
-    copy = s_copy;
-    vec = ((ids_src | p.stage.token_ids) & 15u) == 0;
-    if (vec && gtid < copy / ZF_IDS_PER_VEC) {
-      first = ((const uint4 *)ids_src)[gtid];
-      have_first = true;
+  if (fetcher) {
+    const uint32_t copy = s_copy, nvec = copy / ZF_IDS_PER_VEC;
+    const uint64_t ids = slot + MDR_STAGE_HEADER_BYTES;
+    if (kDynamic) {
+      if (threadIdx.x < nvec && threadIdx.x < spec_vecs) ((uint4 *)p.stage.token_ids)[threadIdx.x] = spec;
+      zf_fetch_vectors((const uint4 *)ids, (uint4 *)p.stage.token_ids, spec_vecs, nvec);
     }
+    zf_fetch_scalars((const uint32_t *)ids, (uint32_t *)p.stage.token_ids, nvec * ZF_IDS_PER_VEC, copy);
+    if (threadIdx.x == 0) *(uint32_t *)p.stage.count_out = s_tokens;
   }
 
   // Zeroing: chunks grid-stride.
@@ -165,33 +208,24 @@ __global__ void __launch_bounds__(ZF_BLOCK) zero_fused_kernel(const __grid_const
     zf_clear_span(mdr_zero_chunk_span(p.segs[s].ptr, bytes, k - prefix[s]));
   }
 
-  if (flags & MDR_STAGE_FETCH) {
-    uint32_t *dst = (uint32_t *)p.stage.token_ids;
-    const uint32_t *src = (const uint32_t *)ids_src;
-    uint64_t scalar_from = 0;
-    if (vec) {
-      const uint64_t nvec = copy / ZF_IDS_PER_VEC;
-      if (have_first) ((uint4 *)dst)[gtid] = first;
-      for (uint64_t i = gtid + gstride; i < nvec; i += gstride)
-        ((uint4 *)dst)[i] = ((const uint4 *)src)[i];
-      scalar_from = nvec * ZF_IDS_PER_VEC;
-    }
-    for (uint64_t i = scalar_from + gtid; i < copy; i += gstride) dst[i] = src[i];
-    if (gtid == 0) *(uint32_t *)p.stage.count_out = s_tokens;
-  }
-
-  // ADVANCE: the last block to finish moves the ring on and tells the host.
-  if (flags & MDR_STAGE_ADVANCE) {
-    __syncthreads();
+  if (!(flags & MDR_STAGE_ADVANCE)) return;
+  if (!kDynamic) {
+    if (blockIdx.x != 0) return;
+    __syncthreads(); /* every id load of this block has completed */
     if (threadIdx.x == 0) {
-      __threadfence();
-      unsigned prev = atomicAdd((unsigned *)p.stage.done, 1u);
-      if (prev == gridDim.x - 1) {
-        *(volatile unsigned *)p.stage.done = 0u;
-        *(volatile uint64_t *)p.stage.counter = s_step + 1;
-        __threadfence_system();
-        *(volatile uint64_t *)p.stage.ack = s_step + 1;
-      }
+      *(volatile uint64_t *)p.stage.counter = step + 1;
+      *(volatile uint64_t *)p.stage.ack = step + 1;
+    }
+    return;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    __threadfence();
+    const unsigned prev = atomicAdd((unsigned *)p.stage.done, 1u);
+    if (prev == gridDim.x - 1) {
+      *(volatile unsigned *)p.stage.done = 0u;
+      *(volatile uint64_t *)p.stage.counter = step + 1;
+      *(volatile uint64_t *)p.stage.ack = step + 1;
     }
   }
 }

@@ -17,7 +17,9 @@ extern "C" {
  * MDR_ZERO_MAX_SEGS are split into several launches. With a stage (may be
  * NULL) the launch also serves a staged step: STAGE_DYNAMIC evaluates the
  * rules at the slot's token count instead of `tokens` (every launch),
- * STAGE_FETCH copies the slot's ids and count (first launch), STAGE_ADVANCE
+ * STAGE_FETCH copies the slot's ids (`tokens` of them for a static plan,
+ * the header's copy_tokens under DYNAMIC) and its real count into count_out
+ * (first launch), STAGE_ADVANCE
  * advances the counter and writes the ack once every block is done (last
  * launch). n == 0 without a stage launches nothing. No allocation, no
  * synchronisation: legal under stream capture. `sm_count` sizes the grid.

@@ -38,10 +38,13 @@ extern "C" {
 
 enum { MDR_RULE_FIXED = 0, MDR_RULE_HEAD = 1, MDR_RULE_ROWS = 2 };
 
-/* Bytes per chunk: large enough that a chunk keeps a block busy (4 KB per
- * pass of 256 threads x 16 B), small enough that a 1 MB plan spreads over
- * many blocks. */
-#define MDR_ZERO_CHUNK ((uint64_t)64 * 1024)
+/* Bytes per chunk: a few passes of a 256-thread block storing 16 B per
+ * thread (4 KB per pass), small enough that a 1 MB plan spreads over many
+ * blocks. Overridable only for the kernel variant sweep in bench/; the host
+ * and the device must agree on it. */
+#ifndef MDR_ZERO_CHUNK
+#define MDR_ZERO_CHUNK ((uint64_t)16 * 1024)
+#endif
 /* Segments one launch carries in its parameters; longer plans are split
  * into several launches. */
 #define MDR_ZERO_MAX_SEGS 64

@@ -13,4 +13,4 @@ if ! pkg-config --exists criterion 2>/dev/null; then
 fi
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMDR_SANITIZE="${MDR_SANITIZE:-}" >/dev/null
 cmake --build "$build" -j "$(nproc)"
-cd "$build" && ctest --output-on-failure -j "$(nproc)"
+cd "$build" && ctest --output-on-failure --no-tests=error -j "$(nproc)"

@@ -60,9 +60,11 @@ void mdr_zero_fused_host(const mdr_zero_seg *segs, size_t n, uint64_t tokens,
     zero_launch_host(segs + first, (uint32_t)count, t);
 
     if (flags & MDR_STAGE_FETCH) {
-      if (header->copy_tokens)
+      /* static plans copy the launch's own token count; DYNAMIC the slot's */
+      uint64_t copy = (flags & MDR_STAGE_DYNAMIC) ? header->copy_tokens : tokens;
+      if (copy)
         memcpy(HOST_PTR(stage->token_ids), slot + MDR_STAGE_HEADER_BYTES,
-               (size_t)header->copy_tokens * sizeof(uint32_t));
+               (size_t)copy * sizeof(uint32_t));
       *(uint32_t *)HOST_PTR(stage->count_out) = header->tokens;
     }
     if (flags & MDR_STAGE_ADVANCE) {

@@ -25,6 +25,7 @@ Test(backend, cuda_create_without_a_device_leaves_out_null) {
   if (st == MDR_OK) {
     cr_assert_str_eq(mdr_backend_name(b), "cuda");
     mdr_backend_destroy(b);
+    b = NULL;
     cr_assert_eq(mdr_backend_cuda_create(1 << 20, &b), MDR_ERR_NO_DEVICE);
   } else {
     cr_assert(st == MDR_ERR_NO_DEVICE || st == MDR_ERR_UNSUPPORTED, "%s", mdr_status_string(st));

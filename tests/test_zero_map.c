@@ -475,7 +475,7 @@ Test(zero_map, host_stage_without_segments_does_only_the_stage_work) {
   host_stage hs;
   stage_init(&hs, 5, MDR_STAGE_FETCH | MDR_STAGE_ADVANCE);
   stage_fill(&hs, 2, 9, 9, 77);
-  mdr_zero_fused_host(NULL, 0, 0, &hs.desc);
+  mdr_zero_fused_host(NULL, 0, 9, &hs.desc); /* a static launch copies its own token count */
   check_ids(&hs, 9, 77);
   cr_assert_eq(hs.count_out, 9);
   cr_assert_eq(hs.counter, 6);
