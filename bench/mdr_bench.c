@@ -81,11 +81,13 @@ typedef enum strategy {
   STRAT_EAGER_FUSED,  /* one fused kernel + cudaMemcpyAsync */
   STRAT_GRAPH_MEMSET, /* graph cache EXACT: memset nodes + staged upload */
   STRAT_GRAPH_FUSED,  /* graph cache EXACT: one fused node (zero + upload) */
-  STRAT_GRAPH_DYNAMIC,/* graph cache DYNAMIC: one graph for every count */
+  STRAT_GRAPH_DYNAMIC,/* graph cache DYNAMIC (node update): one graph for every count */
+  STRAT_GRAPH_DYNAMIC_COUNT, /* DYNAMIC, count read on the device from the slot */
   STRAT_COUNT
 } strategy;
 static const char *const k_strategy_names[STRAT_COUNT] = {
-    "eager-memset", "eager-fused", "graph-memset", "graph-fused", "graph-dynamic"};
+    "eager-memset", "eager-fused", "graph-memset", "graph-fused", "graph-dynamic",
+    "graph-dynamic-count"};
 static const char *const k_policy_names[MDR_ROWS_POLICY_COUNT] = {"seed", "all"};
 
 /* ---- failure handling ---- */
@@ -221,7 +223,8 @@ static void usage(void) {
        "  --batch N         max_batch_size (default 4)\n"
        "  --tokens a,b,..   token counts (default 1,2,4,...,4096; counts > M are dropped)\n"
        "  --presets a,b     model presets (default: all four)\n"
-       "  --strategies a,b  eager-memset,eager-fused,graph-memset,graph-fused,graph-dynamic\n"
+       "  --strategies a,b  eager-memset,eager-fused,graph-memset,graph-fused,graph-dynamic,\n"
+       "                   graph-dynamic-count\n"
        "  --policies a,b    seed,all (default both)\n"
        "  --reps N          timed steps per figure (default 200)\n"
        "  --out DIR         output folder (default bench-out)\n"
@@ -598,11 +601,13 @@ static bool runner_begin(runner *r, strategy s, const size_t *prepare, size_t n_
   }
   mdr_graph_cache_options o;
   mdr_graph_cache_options_default(&o);
-  o.mode = s == STRAT_GRAPH_DYNAMIC ? MDR_GRAPH_DYNAMIC : MDR_GRAPH_EXACT;
+  int dynamic = s == STRAT_GRAPH_DYNAMIC || s == STRAT_GRAPH_DYNAMIC_COUNT;
+  o.mode = dynamic ? MDR_GRAPH_DYNAMIC : MDR_GRAPH_EXACT;
+  o.dynamic_impl = s == STRAT_GRAPH_DYNAMIC_COUNT ? MDR_DYNAMIC_DEVICE_COUNT : MDR_DYNAMIC_NODE_UPDATE;
   o.zero = s == STRAT_GRAPH_MEMSET ? MDR_ZERO_MEMSET : MDR_ZERO_FUSED;
   mdr_status st = mdr_graph_cache_create(r->arena, r->stream, &o, &r->cache);
   if (st != MDR_OK) {
-    if (s == STRAT_GRAPH_DYNAMIC || st == MDR_ERR_UNSUPPORTED) {
+    if (dynamic || st == MDR_ERR_UNSUPPORTED) {
       *why = mdr_status_string(st);
       fprintf(stderr, "note: %s skipped: %s: %s\n", k_strategy_names[s], mdr_status_string(st),
               mdr_backend_last_error(r->b));
@@ -757,7 +762,7 @@ static void fill_speedups(bench_case *c, size_t n) {
 }
 
 static void print_table_header(void) {
-  printf("%-18s %-6s %6s %-13s %9s %22s %8s %8s %8s %8s %7s %7s %7s\n", "preset", "policy", "tokens",
+  printf("%-18s %-6s %6s %-19s %9s %22s %8s %8s %8s %8s %7s %7s %7s\n", "preset", "policy", "tokens",
          "strategy", "MB", "GPU us med [p10-p90]", "loop us", "cold us", "CPU us", "GB/s", "xfloor",
          "speedup", "CPU spd");
 }
@@ -779,11 +784,11 @@ static void print_case(const bench_case *c) {
   fmt(sp, sizeof sp, "%.2f", c->speedup);
   fmt(csp, sizeof csp, "%.2f", c->cpu_speedup);
   if (!c->measured) {
-    printf("%-18s %-6s %6zu %-13s %9.3f  skipped: %s\n", c->preset, k_policy_names[c->policy], c->tokens,
+    printf("%-18s %-6s %6zu %-19s %9.3f  skipped: %s\n", c->preset, k_policy_names[c->policy], c->tokens,
            k_strategy_names[c->strat], (double)c->bytes / 1e6, c->note ? c->note : "");
     return;
   }
-  printf("%-18s %-6s %6zu %-13s %9.3f %22s %8s %8s %8s %8s %7s %7s %7s\n", c->preset,
+  printf("%-18s %-6s %6zu %-19s %9.3f %22s %8s %8s %8s %8s %7s %7s %7s\n", c->preset,
          k_policy_names[c->policy], c->tokens, k_strategy_names[c->strat], (double)c->bytes / 1e6, gpu,
          loop, cold, cpu, gbps, xf, sp, csp);
 }

@@ -55,6 +55,12 @@ struct mdr_graph_cache {
   uint64_t host_step; /* staged launches enqueued */
 
   graph_entry *entries; /* indexed by graph token count, 0 .. max_tokens */
+  /* DYNAMIC with NODE_UPDATE: the captured graph (its node handles name the
+   * fused node in the exec) and that node; the plan as rules. */
+  void *dyn_graph;
+  void *dyn_node;
+  mdr_zero_seg rules[MDR_ZERO_PLAN_MAX];
+  size_t n_rules;
   uint64_t tick;
   mdr_graph_stats stats;
 };
@@ -91,11 +97,16 @@ static mdr_status build_ladder(mdr_graph_cache *c, const mdr_graph_cache_options
   return MDR_OK;
 }
 
+static int node_update_of(const mdr_graph_cache_options *o) {
+  return o->mode == MDR_GRAPH_DYNAMIC && o->dynamic_impl == MDR_DYNAMIC_NODE_UPDATE;
+}
+
 static mdr_status check_options(const mdr_graph_cache_options *o) {
   if ((int)o->mode < 0 || o->mode >= MDR_GRAPH_MODE_COUNT) return MDR_ERR_INVALID_ARGUMENT;
   if ((int)o->zero < 0 || o->zero >= MDR_ZERO_STRATEGY_COUNT) return MDR_ERR_INVALID_ARGUMENT;
   if (o->mode == MDR_GRAPH_DYNAMIC && (o->zero != MDR_ZERO_FUSED || o->body)) return MDR_ERR_INVALID_ARGUMENT;
   if (o->mode != MDR_GRAPH_DYNAMIC && o->body_dynamic) return MDR_ERR_INVALID_ARGUMENT;
+  if ((int)o->dynamic_impl < 0 || o->dynamic_impl >= MDR_DYNAMIC_IMPL_COUNT) return MDR_ERR_INVALID_ARGUMENT;
   if (o->mode == MDR_GRAPH_LADDER && o->ladder) {
     if (o->ladder_len == 0 || o->ladder[0] == 0) return MDR_ERR_INVALID_ARGUMENT;
     for (size_t i = 1; i < o->ladder_len; i++)
@@ -110,8 +121,9 @@ mdr_status mdr_graph_cache_create(mdr_arena *a, mdr_stream stream, const mdr_gra
   mdr_backend *b = mdr_arena_backend(a);
   mdr_status st = check_options(o);
   if (st != MDR_OK) return mdr_backend_fail(b, st, "graph cache: invalid options");
-  if (!b->ops->zero_fused)
-    return mdr_backend_fail(b, MDR_ERR_UNSUPPORTED, "graph cache: backend %s has no staged launch",
+  if (!b->ops->zero_fused ||
+      (node_update_of(o) && (!b->ops->fused_node_find || !b->ops->fused_node_update)))
+    return mdr_backend_fail(b, MDR_ERR_UNSUPPORTED, "graph cache: backend %s lacks the fused launch",
                             b->ops->name);
   mdr_graph_cache *c = calloc(1, sizeof *c);
   if (!c) return mdr_backend_fail(b, MDR_ERR_OUT_OF_MEMORY, "graph cache: handle");
@@ -157,6 +169,7 @@ void mdr_graph_cache_destroy(mdr_graph_cache *c) {
   if (!c) return;
   (void)c->b->ops->synchronize(c->b, c->stream);
   for (size_t t = 0; t <= c->max_tokens; t++) mdr_be_exec_destroy(c->b, c->entries[t].exec);
+  mdr_be_graph_destroy(c->b, c->dyn_graph);
   mdr_be_free_device(c->b, c->dev_block);
   mdr_be_free_pinned(c->b, c->ring_host);
   free(c->entries);
@@ -205,13 +218,15 @@ static mdr_stage_desc stage_desc(const mdr_graph_cache *c) {
       .slots = MDR_GRAPH_STAGING_SLOTS,
       .flags = MDR_STAGE_FETCH | MDR_STAGE_ADVANCE,
   };
-  if (c->o.mode == MDR_GRAPH_DYNAMIC) d.flags |= MDR_STAGE_DYNAMIC;
+  if (c->o.mode == MDR_GRAPH_DYNAMIC && !node_update_of(&c->o)) d.flags |= MDR_STAGE_DYNAMIC;
   return d;
 }
 
 /* Enqueue one step's work on the stream for graph token count g: the zero
  * plan, the staged launch, the body. Used both eagerly and under capture.
- * *staged is set once the staged launch is enqueued. */
+ * *staged is set once the staged launch is enqueued. In DYNAMIC mode g is
+ * the step's real count (NODE_UPDATE: the launch as the update would make
+ * it; captured once at max_batch_tokens) or ignored (DEVICE_COUNT). */
 static mdr_status enqueue_step(mdr_graph_cache *c, size_t g, int *staged) {
   mdr_zero_seg plan[MDR_ZERO_PLAN_MAX];
   size_t n;
@@ -219,7 +234,7 @@ static mdr_status enqueue_step(mdr_graph_cache *c, size_t g, int *staged) {
   mdr_status st;
   if (c->o.mode == MDR_GRAPH_DYNAMIC) {
     n = mdr_arena_rules(c->arena, MDR_COVER_ROWS, plan);
-    st = mdr_be_zero_fused(c->b, plan, n, 0, &stage, c->stream);
+    st = mdr_be_zero_fused(c->b, plan, n, g, &stage, c->stream);
   } else {
     n = mdr_arena_static_plan(c->arena, MDR_COVER_ROWS, g, plan);
     if (c->o.zero == MDR_ZERO_FUSED) {
@@ -268,10 +283,20 @@ static mdr_status capture(mdr_graph_cache *c, size_t g) {
     c->stats.capture_us += now_us() - t0;
     return body;
   }
-  if (st == MDR_OK) {
-    st = mdr_be_graph_instantiate(c->b, graph, &exec);
-    mdr_be_graph_destroy(c->b, graph);
+  if (st == MDR_OK) st = mdr_be_graph_instantiate(c->b, graph, &exec);
+  if (st == MDR_OK && node_update_of(&c->o)) {
+    /* keep the graph: its node handle names the fused node in the exec */
+    st = mdr_be_fused_node_find(c->b, graph, &c->dyn_node);
+    if (st == MDR_OK) {
+      c->n_rules = mdr_arena_rules(c->arena, MDR_COVER_ROWS, c->rules);
+      mdr_be_graph_destroy(c->b, c->dyn_graph); /* a graph evicted and captured again */
+      c->dyn_graph = graph;
+      graph = NULL;
+    } else {
+      mdr_be_exec_destroy(c->b, exec);
+    }
   }
+  mdr_be_graph_destroy(c->b, graph);
   if (st == MDR_OK) {
     st = mdr_be_graph_upload(c->b, exec, c->stream);
     if (st != MDR_OK) mdr_be_exec_destroy(c->b, exec);
@@ -322,7 +347,7 @@ static mdr_status wait_for_slot(mdr_graph_cache *c) {
 
 static void write_slot(mdr_graph_cache *c, const uint32_t *ids, size_t t, size_t g) {
   unsigned char *slot = c->ring_host + (c->host_step % MDR_GRAPH_STAGING_SLOTS) * c->slot_bytes;
-  size_t copy = c->o.mode == MDR_GRAPH_DYNAMIC ? t : g;
+  size_t copy = c->o.mode == MDR_GRAPH_DYNAMIC ? t : g; /* NODE_UPDATE copies t too */
   mdr_stage_header h = {.tokens = (uint32_t)t, .copy_tokens = (uint32_t)copy};
   uint32_t *dst = (uint32_t *)(slot + MDR_STAGE_HEADER_BYTES);
   memcpy(dst, ids, t * sizeof *ids);
@@ -354,13 +379,18 @@ mdr_status mdr_graph_cache_step(mdr_graph_cache *c, const uint32_t *token_ids, s
     }
   }
   if (!c->graphs_disabled && e->exec) {
+    if (node_update_of(&c->o)) {
+      mdr_stage_desc stage = stage_desc(c);
+      st = mdr_be_fused_node_update(c->b, e->exec, c->dyn_node, c->rules, c->n_rules, tokens, &stage);
+      if (st != MDR_OK) return st;
+    }
     st = mdr_be_graph_launch(c->b, e->exec, c->stream);
     if (st != MDR_OK) return st;
     e->last_used = ++c->tick;
     c->host_step++;
   } else {
     int staged = 0;
-    st = enqueue_step(c, g, &staged);
+    st = enqueue_step(c, c->o.mode == MDR_GRAPH_DYNAMIC ? tokens : g, &staged);
     if (staged) c->host_step++;
     c->stats.eager_steps++;
     if (st != MDR_OK) return st;

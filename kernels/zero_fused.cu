@@ -29,6 +29,7 @@
  * stream capture. A chunk is <= 64 KiB, so in-chunk indices are 32-bit. */
 #include <cuda_runtime.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "zero_fused.h"
@@ -137,87 +138,103 @@ __device__ __forceinline__ void zf_fetch_scalars(const uint32_t *src, uint32_t *
   for (uint32_t i = from + threadIdx.x; i < copy; i += ZF_BLOCK) dst[i] = src[i];
 }
 
-/* kDynamic: the rules are evaluated here at the slot's token count and the
- * prefix sums live in shared memory; otherwise both come resolved in p.
- *
- * Staging. Static plans (the host knows the graph's token count, p.tokens):
- * only block 0 touches the ring. It reads the counter, then in one round
- * trip to host memory the slot's header and its p.tokens ids, stores them,
- * and advances the counter and the ack itself; no other block reads the
- * counter, so no cross-block handshake is needed. DYNAMIC: every block needs
- * the slot's token count, so every block reads the header; block 0 also
- * loads the first ZF_BLOCK id vectors speculatively in the same round trip;
- * the last block to finish advances the counter (atomic arrival count). The
- * ack is a plain posted write: the host only needs to learn, eventually,
- * that every read of the slot has completed, which holds once the values
- * read were consumed. */
-template <bool kDynamic>
-__global__ void __launch_bounds__(ZF_BLOCK, ZF_BLOCKS_PER_SM) zero_fused_kernel(const __grid_constant__ zf_params p) {
-  __shared__ uint64_t s_bytes[kDynamic ? MDR_ZERO_MAX_SEGS : 1];
-  __shared__ uint64_t s_prefix[kDynamic ? MDR_ZERO_MAX_SEGS + 1 : 1];
+/* Serve a staged step from one block: read the counter, then in one round
+ * trip to host memory the slot's header and its `copy` ids (copy known on
+ * the host: static plans), store them, and advance the counter and the ack.
+ * Only this block touches the counter in such a launch, so no cross-block
+ * handshake is needed. The ack is a plain posted write: the host only needs
+ * to learn, eventually, that every read of the slot has completed, which
+ * holds once the values read have been stored. */
+__device__ __forceinline__ void zf_stage_block(const mdr_stage_desc &st, uint32_t flags,
+                                               uint32_t copy) {
+  __shared__ uint32_t s_tokens;
+  const uint64_t step = *(volatile const uint64_t *)st.counter; /* one broadcast load */
+  const uint64_t slot = st.ring + (step % st.slots) * st.slot_bytes;
+  const uint64_t ids = slot + MDR_STAGE_HEADER_BYTES;
+  if (flags & MDR_STAGE_FETCH) {
+    if (threadIdx.x == 0) s_tokens = ((const mdr_stage_header *)slot)->tokens;
+    const bool vec = ((ids | st.token_ids) & 15u) == 0;
+    const uint32_t nvec = vec ? copy / ZF_IDS_PER_VEC : 0;
+    zf_fetch_vectors((const uint4 *)ids, (uint4 *)st.token_ids, 0, nvec);
+    zf_fetch_scalars((const uint32_t *)ids, (uint32_t *)st.token_ids, nvec * ZF_IDS_PER_VEC, copy);
+  }
+  __syncthreads(); /* every load of the slot has completed */
+  if (threadIdx.x == 0) {
+    if (flags & MDR_STAGE_FETCH) *(uint32_t *)st.count_out = s_tokens;
+    if (flags & MDR_STAGE_ADVANCE) {
+      *(volatile uint64_t *)st.counter = step + 1;
+      *(volatile uint64_t *)st.ack = step + 1;
+    }
+  }
+}
+
+/* Static plan: segments resolved to FIXED byte counts and chunk prefix sums
+ * on the host (p.segs, p.prefix). With stage work the grid has one extra,
+ * last block that only serves the stage, so its round trip to host memory
+ * overlaps the zeroing instead of delaying a zeroing block. */
+__global__ void __launch_bounds__(ZF_BLOCK, ZF_BLOCKS_PER_SM)
+    zero_static_kernel(const __grid_constant__ zf_params p) {
+  const unsigned zero_blocks = gridDim.x - (p.flags ? 1u : 0u);
+  if (blockIdx.x == zero_blocks) {
+    zf_stage_block(p.stage, p.flags, (uint32_t)p.tokens);
+    return;
+  }
+  const uint64_t total = p.prefix[p.n];
+  for (uint64_t k = blockIdx.x; k < total; k += zero_blocks) {
+    const uint32_t s = mdr_zero_locate(p.prefix, p.n, k);
+    zf_clear_span(mdr_zero_chunk_span(p.segs[s].ptr, p.segs[s].bytes, k - p.prefix[s]));
+  }
+}
+
+/* STAGE_DYNAMIC (the device-count implementation of MDR_GRAPH_DYNAMIC): the
+ * token count is the slot header's, known only on the device, so every
+ * block reads the header, evaluates the rules and scans the chunk counts
+ * into shared memory; block 0 also copies the ids (the first ZF_BLOCK
+ * vectors speculatively, in the header's round trip), and the last block to
+ * finish advances the counter (atomic arrival count). */
+__global__ void __launch_bounds__(ZF_BLOCK, ZF_BLOCKS_PER_SM)
+    zero_dynamic_kernel(const __grid_constant__ zf_params p) {
+  __shared__ uint64_t s_bytes[MDR_ZERO_MAX_SEGS];
+  __shared__ uint64_t s_prefix[MDR_ZERO_MAX_SEGS + 1];
   __shared__ uint32_t s_tokens, s_copy;
   const uint32_t flags = p.flags;
   const bool fetcher = (flags & MDR_STAGE_FETCH) && blockIdx.x == 0;
-  const bool reads_ring = kDynamic ? flags != 0 : blockIdx.x == 0 && flags != 0;
 
-  uint64_t step = 0, slot = 0;
+  const uint64_t step = *(volatile const uint64_t *)p.stage.counter;
+  const uint64_t slot = p.stage.ring + (step % p.stage.slots) * p.stage.slot_bytes;
+  const uint64_t ids = slot + MDR_STAGE_HEADER_BYTES;
   uint4 spec = make_uint4(0u, 0u, 0u, 0u);
   uint32_t spec_vecs = 0;
-  if (reads_ring) {
-    step = *(volatile const uint64_t *)p.stage.counter; /* one broadcast load */
-    slot = p.stage.ring + (step % p.stage.slots) * p.stage.slot_bytes;
-    const uint4 *ids = (const uint4 *)(slot + MDR_STAGE_HEADER_BYTES);
-    if (threadIdx.x == 0 && (kDynamic || fetcher)) {
-      const mdr_stage_header *h = (const mdr_stage_header *)slot;
-      s_tokens = h->tokens;
-      s_copy = kDynamic ? h->copy_tokens : (uint32_t)p.tokens;
-    }
-    if (fetcher && kDynamic) {
-      spec_vecs = (uint32_t)((p.stage.slot_bytes - MDR_STAGE_HEADER_BYTES) / 16u);
-      if (spec_vecs > ZF_BLOCK) spec_vecs = ZF_BLOCK;
-      if (threadIdx.x < spec_vecs) spec = ids[threadIdx.x];
-    }
-    if (fetcher && !kDynamic) /* the count is known: the ids go in this round trip */
-      zf_fetch_vectors(ids, (uint4 *)p.stage.token_ids, 0, (uint32_t)p.tokens / ZF_IDS_PER_VEC);
-    __syncthreads();
+  if (threadIdx.x == 0) {
+    const mdr_stage_header *h = (const mdr_stage_header *)slot;
+    s_tokens = h->tokens;
+    s_copy = h->copy_tokens;
   }
-
-  const uint64_t *prefix = p.prefix;
-  if (kDynamic) {
-    if (threadIdx.x < 32) zf_scan_dynamic(p, flags ? s_tokens : p.tokens, s_bytes, s_prefix);
-    __syncthreads();
-    prefix = s_prefix;
+  const bool vec = ((ids | p.stage.token_ids) & 15u) == 0;
+  if (fetcher && vec) {
+    spec_vecs = (uint32_t)((p.stage.slot_bytes - MDR_STAGE_HEADER_BYTES) / 16u);
+    if (spec_vecs > ZF_BLOCK) spec_vecs = ZF_BLOCK;
+    if (threadIdx.x < spec_vecs) spec = ((const uint4 *)ids)[threadIdx.x];
   }
+  __syncthreads();
+  if (threadIdx.x < 32) zf_scan_dynamic(p, s_tokens, s_bytes, s_prefix);
+  __syncthreads();
 
   if (fetcher) {
-    const uint32_t copy = s_copy, nvec = copy / ZF_IDS_PER_VEC;
-    const uint64_t ids = slot + MDR_STAGE_HEADER_BYTES;
-    if (kDynamic) {
-      if (threadIdx.x < nvec && threadIdx.x < spec_vecs) ((uint4 *)p.stage.token_ids)[threadIdx.x] = spec;
-      zf_fetch_vectors((const uint4 *)ids, (uint4 *)p.stage.token_ids, spec_vecs, nvec);
-    }
+    const uint32_t copy = s_copy, nvec = vec ? copy / ZF_IDS_PER_VEC : 0;
+    if (threadIdx.x < nvec && threadIdx.x < spec_vecs) ((uint4 *)p.stage.token_ids)[threadIdx.x] = spec;
+    zf_fetch_vectors((const uint4 *)ids, (uint4 *)p.stage.token_ids, spec_vecs, nvec);
     zf_fetch_scalars((const uint32_t *)ids, (uint32_t *)p.stage.token_ids, nvec * ZF_IDS_PER_VEC, copy);
     if (threadIdx.x == 0) *(uint32_t *)p.stage.count_out = s_tokens;
   }
 
-  // Zeroing: chunks grid-stride.
-  const uint64_t total = prefix[p.n];
+  const uint64_t total = s_prefix[p.n];
   for (uint64_t k = blockIdx.x; k < total; k += gridDim.x) {
-    const uint32_t s = mdr_zero_locate(prefix, p.n, k);
-    const uint64_t bytes = kDynamic ? s_bytes[s] : p.segs[s].bytes;
-    zf_clear_span(mdr_zero_chunk_span(p.segs[s].ptr, bytes, k - prefix[s]));
+    const uint32_t s = mdr_zero_locate(s_prefix, p.n, k);
+    zf_clear_span(mdr_zero_chunk_span(p.segs[s].ptr, s_bytes[s], k - s_prefix[s]));
   }
 
   if (!(flags & MDR_STAGE_ADVANCE)) return;
-  if (!kDynamic) {
-    if (blockIdx.x != 0) return;
-    __syncthreads(); /* every id load of this block has completed */
-    if (threadIdx.x == 0) {
-      *(volatile uint64_t *)p.stage.counter = step + 1;
-      *(volatile uint64_t *)p.stage.ack = step + 1;
-    }
-    return;
-  }
   __syncthreads();
   if (threadIdx.x == 0) {
     __threadfence();
@@ -245,59 +262,118 @@ static uint64_t zf_max_chunks(const mdr_zero_seg *s) {
   return mdr_zero_chunks(bytes);
 }
 
-extern "C" int mdr_cuda_zero_fused(const mdr_zero_seg *segs, size_t n, uint64_t tokens,
-                                   const mdr_stage_desc *stage, void *stream, int sm_count) {
-  if (n == 0 && !stage) return 0;
-  if (sm_count <= 0) {
-    int dev = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
-        sm_count <= 0) {
-      (void)cudaGetLastError();
-      sm_count = 1;
-    }
-  }
+/* Build the parameters and grid of launch j of a plan (see the header).
+ * Returns 0 when the launch has nothing to do. */
+static int zf_build(const mdr_zero_seg *segs, size_t n, uint64_t tokens, const mdr_stage_desc *stage,
+                    int sm_count, size_t j, size_t launches, zf_params *p, unsigned *grid) {
   const uint64_t max_grid = (uint64_t)sm_count * ZF_BLOCKS_PER_SM;
   const uint32_t stage_flags =
       stage ? stage->flags & (MDR_STAGE_FETCH | MDR_STAGE_ADVANCE | MDR_STAGE_DYNAMIC) : 0u;
-  const size_t launches = n == 0 ? 1 : (n + MDR_ZERO_MAX_SEGS - 1) / MDR_ZERO_MAX_SEGS;
+  memset(p, 0, sizeof *p);
+  const size_t first = j * MDR_ZERO_MAX_SEGS;
+  const size_t count = n - first < MDR_ZERO_MAX_SEGS ? n - first : MDR_ZERO_MAX_SEGS;
+  uint32_t flags = stage_flags & MDR_STAGE_DYNAMIC;
+  if (j == 0) flags |= stage_flags & MDR_STAGE_FETCH;
+  if (j == launches - 1) flags |= stage_flags & MDR_STAGE_ADVANCE;
+  if (flags) p->stage = *stage;
+  p->flags = flags;
+  p->n = (uint32_t)count;
+  p->tokens = tokens;
 
+  uint64_t chunks = 0;
+  for (size_t i = 0; i < count; i++) {
+    p->segs[i] = segs[first + i];
+    if (flags & MDR_STAGE_DYNAMIC) {
+      uint64_t c = zf_max_chunks(&p->segs[i]);
+      chunks = c > UINT64_MAX - chunks ? UINT64_MAX : chunks + c;
+    } else {
+      p->segs[i].bytes = mdr_zero_seg_bytes(&segs[first + i], tokens);
+      p->segs[i].rule = MDR_RULE_FIXED;
+      p->prefix[i] = chunks;
+      chunks += mdr_zero_chunks(p->segs[i].bytes);
+    }
+  }
+  if (!(flags & MDR_STAGE_DYNAMIC)) p->prefix[count] = chunks;
+  if (chunks == 0 && flags == 0) return 0; /* nothing to clear, no stage work */
+  uint64_t g = chunks < max_grid ? chunks : max_grid;
+  if (flags & MDR_STAGE_DYNAMIC) g = g ? g : 1;
+  else if (flags) g += 1; /* the stage block */
+  *grid = (unsigned)g;
+  return 1;
+}
+
+static int zf_sm_count(int sm_count) {
+  if (sm_count > 0) return sm_count;
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
+      sm_count <= 0) {
+    (void)cudaGetLastError();
+    sm_count = 1;
+  }
+  return sm_count;
+}
+
+static size_t zf_launches(size_t n) { return n == 0 ? 1 : (n + MDR_ZERO_MAX_SEGS - 1) / MDR_ZERO_MAX_SEGS; }
+
+extern "C" int mdr_cuda_zero_fused(const mdr_zero_seg *segs, size_t n, uint64_t tokens,
+                                   const mdr_stage_desc *stage, void *stream, int sm_count) {
+  if (n == 0 && !stage) return 0;
+  sm_count = zf_sm_count(sm_count);
+  const size_t launches = zf_launches(n);
   for (size_t j = 0; j < launches; j++) {
     zf_params p;
-    memset(&p, 0, sizeof p);
-    const size_t first = j * MDR_ZERO_MAX_SEGS;
-    const size_t count = n - first < MDR_ZERO_MAX_SEGS ? n - first : MDR_ZERO_MAX_SEGS;
-    uint32_t flags = stage_flags & MDR_STAGE_DYNAMIC;
-    if (j == 0) flags |= stage_flags & MDR_STAGE_FETCH;
-    if (j == launches - 1) flags |= stage_flags & MDR_STAGE_ADVANCE;
-    if (flags) p.stage = *stage;
-    p.flags = flags;
-    p.n = (uint32_t)count;
-    p.tokens = tokens;
-
-    uint64_t chunks = 0;
-    for (size_t i = 0; i < count; i++) {
-      p.segs[i] = segs[first + i];
-      if (flags & MDR_STAGE_DYNAMIC) {
-        uint64_t c = zf_max_chunks(&p.segs[i]);
-        chunks = c > UINT64_MAX - chunks ? UINT64_MAX : chunks + c;
-      } else {
-        p.segs[i].bytes = mdr_zero_seg_bytes(&segs[first + i], tokens);
-        p.segs[i].rule = MDR_RULE_FIXED;
-        p.prefix[i] = chunks;
-        chunks += mdr_zero_chunks(p.segs[i].bytes);
-      }
-    }
-    if (!(flags & MDR_STAGE_DYNAMIC)) p.prefix[count] = chunks;
-    if (chunks == 0 && flags == 0) continue; /* nothing to clear, no stage work */
-
-    const unsigned grid = (unsigned)(chunks < 1 ? 1 : chunks < max_grid ? chunks : max_grid);
-    if (flags & MDR_STAGE_DYNAMIC)
-      zero_fused_kernel<true><<<grid, ZF_BLOCK, 0, (cudaStream_t)stream>>>(p);
+    unsigned grid = 0;
+    if (!zf_build(segs, n, tokens, stage, sm_count, j, launches, &p, &grid)) continue;
+    if (p.flags & MDR_STAGE_DYNAMIC)
+      zero_dynamic_kernel<<<grid, ZF_BLOCK, 0, (cudaStream_t)stream>>>(p);
     else
-      zero_fused_kernel<false><<<grid, ZF_BLOCK, 0, (cudaStream_t)stream>>>(p);
+      zero_static_kernel<<<grid, ZF_BLOCK, 0, (cudaStream_t)stream>>>(p);
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess) return (int)e;
   }
   return 0;
+}
+
+extern "C" int mdr_cuda_zero_fused_find(void *graph, void **node) {
+  size_t count = 0;
+  cudaError_t e = cudaGraphGetNodes((cudaGraph_t)graph, NULL, &count);
+  if (e != cudaSuccess) return (int)e;
+  cudaGraphNode_t *nodes = (cudaGraphNode_t *)malloc(count * sizeof *nodes);
+  if (!nodes && count) return (int)cudaErrorMemoryAllocation;
+  e = cudaGraphGetNodes((cudaGraph_t)graph, nodes, &count);
+  int found = 0;
+  for (size_t i = 0; e == cudaSuccess && i < count && !found; i++) {
+    cudaGraphNodeType type;
+    if (cudaGraphNodeGetType(nodes[i], &type) != cudaSuccess || type != cudaGraphNodeTypeKernel) continue;
+    cudaKernelNodeParams kp;
+    if (cudaGraphKernelNodeGetParams(nodes[i], &kp) != cudaSuccess) continue;
+    if (kp.func == (void *)zero_static_kernel) {
+      *node = nodes[i];
+      found = 1;
+    }
+  }
+  free(nodes);
+  (void)cudaGetLastError();
+  if (e != cudaSuccess) return (int)e;
+  return found ? 0 : (int)cudaErrorInvalidValue;
+}
+
+extern "C" int mdr_cuda_zero_fused_update(void *exec, void *node, const mdr_zero_seg *segs,
+                                          size_t n, uint64_t tokens, const mdr_stage_desc *stage,
+                                          int sm_count) {
+  if (n > MDR_ZERO_MAX_SEGS || !stage) return (int)cudaErrorInvalidValue;
+  zf_params p;
+  unsigned grid = 0;
+  mdr_stage_desc st = *stage;
+  st.flags &= ~(uint32_t)MDR_STAGE_DYNAMIC;
+  if (!zf_build(segs, n, tokens, &st, zf_sm_count(sm_count), 0, 1, &p, &grid))
+    return (int)cudaErrorInvalidValue;
+  void *args[] = {&p};
+  cudaKernelNodeParams kp = {};
+  kp.func = (void *)zero_static_kernel;
+  kp.gridDim = dim3(grid);
+  kp.blockDim = dim3(ZF_BLOCK);
+  kp.kernelParams = args;
+  return (int)cudaGraphExecKernelNodeSetParams((cudaGraphExec_t)exec, (cudaGraphNode_t)node, &kp);
 }

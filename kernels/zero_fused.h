@@ -28,6 +28,18 @@ extern "C" {
 int mdr_cuda_zero_fused(const mdr_zero_seg *segs, size_t n, uint64_t tokens,
                         const mdr_stage_desc *stage, void *stream, int sm_count);
 
+/* Find, in a captured graph, the kernel node of a static fused launch (the
+ * first one). 0 and *node set, or a cudaError_t. */
+int mdr_cuda_zero_fused_find(void *graph, void **node);
+
+/* Re-target that node of an instantiated graph (a cudaGraphExec_t) to the
+ * plan `segs` (at most MDR_ZERO_MAX_SEGS rules) evaluated at `tokens`, with
+ * `stage` served as a static plan (its DYNAMIC flag ignored): exactly the
+ * launch mdr_cuda_zero_fused would have made. Affects later launches of the
+ * exec only. 0 or a cudaError_t. */
+int mdr_cuda_zero_fused_update(void *exec, void *node, const mdr_zero_seg *segs, size_t n,
+                               uint64_t tokens, const mdr_stage_desc *stage, int sm_count);
+
 #ifdef __cplusplus
 }
 #endif

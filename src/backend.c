@@ -140,3 +140,12 @@ mdr_status mdr_be_zero_fused(mdr_backend *b, const mdr_zero_seg *segs, size_t n,
   MDR_REQUIRE_SLOT_(b, zero_fused);
   return b->ops->zero_fused(b, segs, n, tokens, stage, s);
 }
+mdr_status mdr_be_fused_node_find(mdr_backend *b, void *graph, void **node) {
+  MDR_REQUIRE_SLOT_(b, fused_node_find);
+  return b->ops->fused_node_find(b, graph, node);
+}
+mdr_status mdr_be_fused_node_update(mdr_backend *b, void *exec, void *node, const mdr_zero_seg *segs,
+                                    size_t n, uint64_t tokens, const mdr_stage_desc *stage) {
+  MDR_REQUIRE_SLOT_(b, fused_node_update);
+  return b->ops->fused_node_update(b, exec, node, segs, n, tokens, stage);
+}

@@ -207,6 +207,20 @@ static mdr_status cuda_zero_fused(mdr_backend *b, const mdr_zero_seg *segs, size
   return MDR_OK;
 }
 
+static mdr_status cuda_fused_node_find(mdr_backend *b, void *graph, void **node) {
+  int e = mdr_cuda_zero_fused_find(graph, node);
+  if (e != 0) return cuda_fail(b, (cudaError_t)e, "finding the fused node");
+  return MDR_OK;
+}
+
+static mdr_status cuda_fused_node_update(mdr_backend *b, void *exec, void *node,
+                                         const mdr_zero_seg *segs, size_t n, uint64_t tokens,
+                                         const mdr_stage_desc *stage) {
+  int e = mdr_cuda_zero_fused_update(exec, node, segs, n, tokens, stage, cuda_of(b)->sm_count);
+  if (e != 0) return cuda_fail(b, (cudaError_t)e, "cudaGraphExecKernelNodeSetParams (fused node)");
+  return MDR_OK;
+}
+
 static void cuda_destroy(mdr_backend *b) { free(b); }
 
 static const struct mdr_backend_ops cuda_ops = {
@@ -234,6 +248,8 @@ static const struct mdr_backend_ops cuda_ops = {
     .graph_destroy = cuda_graph_destroy,
     .exec_destroy = cuda_exec_destroy,
     .zero_fused = cuda_zero_fused,
+    .fused_node_find = cuda_fused_node_find,
+    .fused_node_update = cuda_fused_node_update,
 };
 
 mdr_status mdr_backend_cuda_create(int device, mdr_backend **out) {

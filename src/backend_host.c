@@ -287,6 +287,42 @@ static mdr_status host_zero_fused(mdr_backend *b, const mdr_zero_seg *segs, size
   return submit(b, s, &op);
 }
 
+/* A node is the 1-based position of the op in the recorded list; an exec
+ * holds the same list, so the position names the same op there. */
+static mdr_status host_fused_node_find(mdr_backend *b, void *graph, void **node) {
+  const host_list *g = graph;
+  for (size_t i = 0; i < g->len; i++)
+    if (g->ops[i].kind == HOST_OP_ZERO_FUSED) {
+      *node = (void *)(uintptr_t)(i + 1);
+      return MDR_OK;
+    }
+  return mdr_backend_fail(b, MDR_ERR_STATE, "host: no fused launch in the graph");
+}
+
+static mdr_status host_fused_node_update(mdr_backend *b, void *exec, void *node,
+                                         const mdr_zero_seg *segs, size_t n, uint64_t tokens,
+                                         const mdr_stage_desc *stage) {
+  host_list *e = exec;
+  size_t i = (size_t)(uintptr_t)node;
+  if (i == 0 || i > e->len || e->ops[i - 1].kind != HOST_OP_ZERO_FUSED || n > MDR_ZERO_MAX_SEGS)
+    return mdr_backend_fail(b, MDR_ERR_INVALID_ARGUMENT, "host: not a fused node");
+  host_op *op = &e->ops[i - 1];
+  if (n > op->n) {
+    mdr_zero_seg *more = realloc(op->segs, n * sizeof *more);
+    if (!more) return mdr_backend_fail(b, MDR_ERR_OUT_OF_MEMORY, "host: updating a plan");
+    op->segs = more;
+  }
+  if (n) memcpy(op->segs, segs, n * sizeof *segs);
+  op->n = n;
+  op->tokens = tokens;
+  op->has_stage = stage != NULL;
+  if (stage) {
+    op->stage = *stage;
+    op->stage.flags &= ~(uint32_t)MDR_STAGE_DYNAMIC;
+  }
+  return MDR_OK;
+}
+
 static void host_destroy(mdr_backend *b) { free(b); }
 
 static const struct mdr_backend_ops host_ops = {
@@ -314,6 +350,8 @@ static const struct mdr_backend_ops host_ops = {
     .graph_destroy = host_list_destroy,
     .exec_destroy = host_list_destroy,
     .zero_fused = host_zero_fused,
+    .fused_node_find = host_fused_node_find,
+    .fused_node_update = host_fused_node_update,
 };
 
 mdr_status mdr_backend_host_create(mdr_backend **out) {

@@ -29,7 +29,8 @@ typedef enum mdr_op {
   MDR_OP_STREAM_CREATE, MDR_OP_STREAM_DESTROY, MDR_OP_SYNCHRONIZE, MDR_OP_STREAM_QUERY,
   MDR_OP_CAPTURE_BEGIN, MDR_OP_CAPTURE_END, MDR_OP_IS_CAPTURING,
   MDR_OP_GRAPH_INSTANTIATE, MDR_OP_GRAPH_UPLOAD, MDR_OP_GRAPH_LAUNCH,
-  MDR_OP_GRAPH_DESTROY, MDR_OP_EXEC_DESTROY, MDR_OP_ZERO_FUSED,
+  MDR_OP_GRAPH_DESTROY, MDR_OP_EXEC_DESTROY, MDR_OP_ZERO_FUSED, MDR_OP_FUSED_NODE_FIND,
+  MDR_OP_FUSED_NODE_UPDATE,
   MDR_OP_COUNT
 } mdr_op;
 
@@ -76,6 +77,13 @@ struct mdr_backend_ops {
    * capture-safe, no allocation. */
   mdr_status (*zero_fused)(mdr_backend *b, const mdr_zero_seg *segs, size_t n, uint64_t tokens,
                            const mdr_stage_desc *stage, mdr_stream s);
+  /* optional: the node of the first fused launch in a captured graph, and
+   * its re-targeting in an exec of that graph to `segs` at `tokens` (a
+   * static plan of at most MDR_ZERO_MAX_SEGS rules; the stage's DYNAMIC flag
+   * is ignored). The update affects later launches only. */
+  mdr_status (*fused_node_find)(mdr_backend *b, void *graph, void **node);
+  mdr_status (*fused_node_update)(mdr_backend *b, void *exec, void *node, const mdr_zero_seg *segs,
+                                  size_t n, uint64_t tokens, const mdr_stage_desc *stage);
 };
 
 #define MDR_BACKEND_ERROR_MAX 512
@@ -108,6 +116,9 @@ void mdr_be_graph_destroy(mdr_backend *b, void *graph);
 void mdr_be_exec_destroy(mdr_backend *b, void *exec);
 mdr_status mdr_be_zero_fused(mdr_backend *b, const mdr_zero_seg *segs, size_t n, uint64_t tokens,
                              const mdr_stage_desc *stage, mdr_stream s);
+mdr_status mdr_be_fused_node_find(mdr_backend *b, void *graph, void **node);
+mdr_status mdr_be_fused_node_update(mdr_backend *b, void *exec, void *node, const mdr_zero_seg *segs,
+                                    size_t n, uint64_t tokens, const mdr_stage_desc *stage);
 mdr_status mdr_be_alloc_device(mdr_backend *b, size_t n, mdr_dptr *out);
 void mdr_be_free_device(mdr_backend *b, mdr_dptr p);
 

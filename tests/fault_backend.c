@@ -23,7 +23,7 @@ static const char *k_op_names[MDR_OP_COUNT] = {
     "copy_h2d_async", "copy_h2d", "copy_d2h", "fill", "stream_create", "stream_destroy",
     "synchronize", "stream_query", "capture_begin", "capture_end", "is_capturing",
     "graph_instantiate", "graph_upload", "graph_launch", "graph_destroy", "exec_destroy",
-    "zero_fused"};
+    "zero_fused", "fused_node_find", "fused_node_update"};
 
 /* Count a fallible call; return a failure status when one is due. */
 static mdr_status due(mdr_backend *b, mdr_op op) {
@@ -154,6 +154,13 @@ static mdr_status f_zero_fused(mdr_backend *b, const mdr_zero_seg *segs, size_t 
                                const mdr_stage_desc *st, mdr_stream s) {
   FORWARD(MDR_OP_ZERO_FUSED, zero_fused(I, segs, n, t, st, s));
 }
+static mdr_status f_fused_node_find(mdr_backend *b, void *g, void **node) {
+  FORWARD(MDR_OP_FUSED_NODE_FIND, fused_node_find(I, g, node));
+}
+static mdr_status f_fused_node_update(mdr_backend *b, void *x, void *node, const mdr_zero_seg *segs,
+                                      size_t n, uint64_t t, const mdr_stage_desc *st) {
+  FORWARD(MDR_OP_FUSED_NODE_UPDATE, fused_node_update(I, x, node, segs, n, t, st));
+}
 static void f_destroy(mdr_backend *b) { free(b); }
 
 static const struct mdr_backend_ops fault_ops = {
@@ -181,6 +188,8 @@ static const struct mdr_backend_ops fault_ops = {
     .graph_destroy = f_graph_destroy,
     .exec_destroy = f_exec_destroy,
     .zero_fused = f_zero_fused,
+    .fused_node_find = f_fused_node_find,
+    .fused_node_update = f_fused_node_update,
 };
 
 mdr_status fault_backend_create(mdr_backend *inner, mdr_backend **out) {

@@ -149,18 +149,22 @@ typedef struct replay_case {
   mdr_graph_mode mode;
   mdr_zero_strategy zero;
   mdr_rows_policy policy;
+  mdr_graph_dynamic_impl impl;
 } replay_case;
 
 ParameterizedTestParameters(graph_cache, replays_zero_upload_and_body_exactly_for_random_counts) {
-  static replay_case cases[TB_KIND_COUNT * 5 * 2];
+  static replay_case cases[TB_KIND_COUNT * 6 * 2];
   size_t n = 0;
   for (int k = 0; k < TB_KIND_COUNT; k++)
     for (int p = 0; p < 2; p++) {
-      cases[n++] = (replay_case){(tb_kind)k, MDR_GRAPH_EXACT, MDR_ZERO_MEMSET, (mdr_rows_policy)p};
-      cases[n++] = (replay_case){(tb_kind)k, MDR_GRAPH_EXACT, MDR_ZERO_FUSED, (mdr_rows_policy)p};
-      cases[n++] = (replay_case){(tb_kind)k, MDR_GRAPH_LADDER, MDR_ZERO_MEMSET, (mdr_rows_policy)p};
-      cases[n++] = (replay_case){(tb_kind)k, MDR_GRAPH_LADDER, MDR_ZERO_FUSED, (mdr_rows_policy)p};
-      cases[n++] = (replay_case){(tb_kind)k, MDR_GRAPH_DYNAMIC, MDR_ZERO_FUSED, (mdr_rows_policy)p};
+      cases[n++] = (replay_case){(tb_kind)k, MDR_GRAPH_EXACT, MDR_ZERO_MEMSET, (mdr_rows_policy)p, MDR_DYNAMIC_NODE_UPDATE};
+      cases[n++] = (replay_case){(tb_kind)k, MDR_GRAPH_EXACT, MDR_ZERO_FUSED, (mdr_rows_policy)p, MDR_DYNAMIC_NODE_UPDATE};
+      cases[n++] = (replay_case){(tb_kind)k, MDR_GRAPH_LADDER, MDR_ZERO_MEMSET, (mdr_rows_policy)p, MDR_DYNAMIC_NODE_UPDATE};
+      cases[n++] = (replay_case){(tb_kind)k, MDR_GRAPH_LADDER, MDR_ZERO_FUSED, (mdr_rows_policy)p, MDR_DYNAMIC_NODE_UPDATE};
+      cases[n++] = (replay_case){(tb_kind)k, MDR_GRAPH_DYNAMIC, MDR_ZERO_FUSED, (mdr_rows_policy)p,
+                                 MDR_DYNAMIC_NODE_UPDATE};
+      cases[n++] = (replay_case){(tb_kind)k, MDR_GRAPH_DYNAMIC, MDR_ZERO_FUSED, (mdr_rows_policy)p,
+                                 MDR_DYNAMIC_DEVICE_COUNT};
     }
   return cr_make_param_array(replay_case, cases, n);
 }
@@ -174,6 +178,7 @@ ParameterizedTest(replay_case *rc, graph_cache, replays_zero_upload_and_body_exa
   o.mode = rc->mode;
   o.zero = rc->zero;
   o.pad_token_id = 0xFFFFu;
+  o.dynamic_impl = rc->impl;
   o.user = &f;
   if (rc->mode == MDR_GRAPH_DYNAMIC) o.body_dynamic = body_dynamic; else o.body = body;
   mdr_graph_cache *c = NULL;
@@ -191,7 +196,8 @@ ParameterizedTest(replay_case *rc, graph_cache, replays_zero_upload_and_body_exa
     cr_assert_eq(mdr_graph_cache_graph_tokens(c, t, &g), MDR_OK);
     poison_all(&f);
     char what[96];
-    snprintf(what, sizeof what, "%s mode %d zero %d step %d", tb_kind_name(rc->kind), rc->mode, rc->zero, step);
+    snprintf(what, sizeof what, "%s mode %d zero %d impl %d step %d", tb_kind_name(rc->kind), rc->mode,
+             rc->zero, rc->impl, step);
     cr_assert_eq(mdr_graph_cache_step(c, ids, t), MDR_OK, "%s: %s", what, mdr_backend_last_error(f.b));
     cr_assert_eq(mdr_backend_synchronize(f.b, f.s), MDR_OK);
     if (rc->mode == MDR_GRAPH_DYNAMIC) {
@@ -463,6 +469,9 @@ Test(graph_cache, bad_input_gets_a_clear_status_and_changes_nothing) {
   mdr_graph_cache_options_default(&o);
   o.body_dynamic = body_dynamic; /* only for DYNAMIC */
   cr_assert_eq(mdr_graph_cache_create(f.a, f.s, &o, &c), MDR_ERR_INVALID_ARGUMENT);
+  mdr_graph_cache_options_default(&o);
+  o.dynamic_impl = (mdr_graph_dynamic_impl)7;
+  cr_assert_eq(mdr_graph_cache_create(f.a, f.s, &o, &c), MDR_ERR_INVALID_ARGUMENT);
   cr_assert_eq(c, (mdr_graph_cache *)0x1);
 
   mdr_graph_cache_options_default(&o);
@@ -513,6 +522,7 @@ Test(graph_cache, every_injected_fault_is_reported_and_nothing_leaks) {
     o.user = &f;
     if (o.mode == MDR_GRAPH_DYNAMIC) o.body_dynamic = body_dynamic; else o.body = body;
     o.max_graphs = 3;
+    o.dynamic_impl = k % 4 < 2 ? MDR_DYNAMIC_NODE_UPDATE : MDR_DYNAMIC_DEVICE_COUNT;
     long start = fault_backend_calls(fb);
     fault_backend_fail_at(fb, k);
     mdr_graph_cache *c = NULL;
@@ -590,7 +600,7 @@ static mdr_status acc_body_dynamic(void *user, mdr_stream s, mdr_dptr count, siz
 
 Test(graph_cache, ids_survive_a_host_running_far_ahead_of_the_gpu) {
   mdr_backend *b = tb_backend(TB_CUDA);
-  for (int mode = 0; mode < 3; mode++) {
+  for (int mode = 0; mode < 4; mode++) { /* EXACT fused, EXACT memset, DYNAMIC x2 impls */
     fixture f;
     fixture_init(&f, b);
     mdr_dptr acc_dev = 0;
@@ -599,11 +609,11 @@ Test(graph_cache, ids_survive_a_host_running_far_ahead_of_the_gpu) {
     acc_user u = {f.a, (uint64_t *)(uintptr_t)acc_dev};
     mdr_graph_cache_options o;
     mdr_graph_cache_options_default(&o);
-    o.mode = (mdr_graph_mode)mode;
+    o.mode = mode >= 2 ? MDR_GRAPH_DYNAMIC : MDR_GRAPH_EXACT;
     o.zero = mode == 1 ? MDR_ZERO_MEMSET : MDR_ZERO_FUSED;
+    o.dynamic_impl = mode == 3 ? MDR_DYNAMIC_DEVICE_COUNT : MDR_DYNAMIC_NODE_UPDATE;
     o.user = &u;
-    if (mode == MDR_GRAPH_DYNAMIC) o.body_dynamic = acc_body_dynamic; else o.body = acc_body;
-    if (mode == MDR_GRAPH_LADDER) o.mode = MDR_GRAPH_EXACT;
+    if (o.mode == MDR_GRAPH_DYNAMIC) o.body_dynamic = acc_body_dynamic; else o.body = acc_body;
     mdr_graph_cache *c = NULL;
     cr_assert_eq(mdr_graph_cache_create(f.a, f.s, &o, &c), MDR_OK, "%s", mdr_backend_last_error(b));
     size_t all[M];

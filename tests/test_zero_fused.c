@@ -397,14 +397,15 @@ Test(zero_fused, staged_launch_fetches_the_counter_slot_and_advances_with_many_b
   p.size[39] = (uint64_t)64 << 20; p.rule[39].rule = MDR_RULE_FIXED; p.rule[39].bytes = p.size[39];
   p.mem_bytes = p.off[39] + p.size[39] + 4096;
   stage_state ss;
-  run_staged(&im, &p, 33, 33, &st, sms); /* counter 7 -> slot 1 */
+  /* a static launch copies its own token count (the graph's) */
+  run_staged(&im, &p, 336, 336, &st, sms); /* counter 7 -> slot 1 */
   read_stage(&st, &ss);
   check_ids(&ss, 336, 2000);
   cr_assert_eq(ss.count, 333);
   cr_assert_eq(ss.counter, 8);
   cr_assert_eq(ss.ack, 8);
   cr_assert_eq(ss.done, 0);
-  run_staged(&im, &p, 33, 33, &st, sms); /* counter 8 -> slot 2 */
+  run_staged(&im, &p, RING_MAX_TOKENS, RING_MAX_TOKENS, &st, sms); /* counter 8 -> slot 2 */
   read_stage(&st, &ss);
   check_ids(&ss, RING_MAX_TOKENS, 7000);
   cr_assert_eq(ss.count, RING_MAX_TOKENS);
@@ -422,7 +423,7 @@ Test(zero_fused, staged_launch_fetches_the_counter_slot_and_advances_with_many_b
     }
   }
   CU(cudaMemset(st.ids, POISON, IDS_CAP * sizeof(uint32_t)));
-  run_staged(&im, &p, 33, 33, &st, sms); /* counter 9 -> slot 0 */
+  run_staged(&im, &p, 23, 23, &st, sms); /* counter 9 -> slot 0 */
   read_stage(&st, &ss);
   check_ids(&ss, 23, 40000);
   cr_assert_eq(ss.count, 21);

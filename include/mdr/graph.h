@@ -57,6 +57,23 @@ typedef mdr_status (*mdr_capture_fn)(void *user, mdr_stream stream, size_t token
 typedef mdr_status (*mdr_capture_dynamic_fn)(void *user, mdr_stream stream, mdr_dptr count_ptr,
                                              size_t max_tokens);
 
+/* How a DYNAMIC graph learns each step's token count (both measured side by
+ * side in bench/; see bench/results/ for the figures that chose the default):
+ *   MDR_DYNAMIC_NODE_UPDATE   step() rewrites the fused node's parameters in
+ *                             the one instantiated graph for the count
+ *                             (cudaGraphExecKernelNodeSetParams); the kernel
+ *                             sees the count as a launch parameter, so no
+ *                             block waits on host memory. Default.
+ *   MDR_DYNAMIC_DEVICE_COUNT  the graph never changes: every block of the
+ *                             fused kernel reads the count from the staging
+ *                             slot in mapped host memory and evaluates the
+ *                             zero rules on the device. */
+typedef enum mdr_graph_dynamic_impl {
+  MDR_DYNAMIC_NODE_UPDATE,
+  MDR_DYNAMIC_DEVICE_COUNT,
+  MDR_DYNAMIC_IMPL_COUNT
+} mdr_graph_dynamic_impl;
+
 /* Default ladder of MDR_GRAPH_LADDER: 1, 2, 4, 8, 16, 24, 32, 48, 64, 96,
  * 128, 192, 256, then powers of two, ending at max_batch_tokens (always the
  * last rung). */
@@ -75,6 +92,7 @@ typedef struct mdr_graph_cache_options {
   uint32_t pad_token_id;
   mdr_capture_fn body; void *user;         /* optional */
   mdr_capture_dynamic_fn body_dynamic;     /* optional, DYNAMIC only; gets `user` */
+  mdr_graph_dynamic_impl dynamic_impl;     /* DYNAMIC only */
 } mdr_graph_cache_options;
 
 /* EXACT, MDR_ZERO_MEMSET, default ladder, unlimited graphs, pad id 0, no
