@@ -156,7 +156,7 @@ mdr_status mdr_graph_cache_graph_tokens(const mdr_graph_cache *c, size_t tokens,
 typedef struct mdr_graph_stats {
   uint64_t steps, hits, misses, captures, evictions, eager_fallbacks;
   uint64_t padded_tokens; /* sum over steps of (graph tokens - real tokens) */
-  double capture_us;      /* total time spent capturing + instantiating */
+  double capture_us;      /* total time spent capturing, instantiating and uploading graphs */
   size_t graphs;          /* live graphs */
   uint64_t eager_steps;   /* steps run eagerly (graphs disabled, or fallbacks) */
 } mdr_graph_stats;
