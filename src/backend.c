@@ -23,13 +23,6 @@ const char *mdr_backend_name(const mdr_backend *b) { return b ? b->ops->name : "
 
 const char *mdr_backend_last_error(const mdr_backend *b) { return b ? b->last_error : ""; }
 
-mdr_status mdr_backend_create_default(mdr_backend **out) {
-  if (!out) return MDR_ERR_INVALID_ARGUMENT;
-  mdr_status st = mdr_backend_cuda_create(0, out);
-  if (st == MDR_ERR_NO_DEVICE || st == MDR_ERR_UNSUPPORTED) st = mdr_backend_host_create(out);
-  return st;
-}
-
 mdr_status mdr_backend_stream_create(mdr_backend *b, mdr_stream *out) {
   if (!b || !out) return MDR_ERR_INVALID_ARGUMENT;
   return b->ops->stream_create(b, out);
