@@ -42,6 +42,7 @@ struct mdr_graph_cache {
   mdr_stream stream;
   mdr_graph_cache_options o;
   size_t max_tokens;
+  mdr_rows_policy rows; /* the arena's row policy when the cache was made */
   size_t *ladder;
   size_t ladder_len;
   int graphs_disabled;
@@ -125,6 +126,11 @@ mdr_status mdr_graph_cache_create(mdr_arena *a, mdr_stream stream, const mdr_gra
       (node_update_of(o) && (!b->ops->fused_node_find || !b->ops->fused_node_update)))
     return mdr_backend_fail(b, MDR_ERR_UNSUPPORTED, "graph cache: backend %s lacks the fused launch",
                             b->ops->name);
+  size_t m = mdr_arena_max_batch_tokens(a);
+  if (!mdr_arena_token_ids(a) || mdr_arena_token_ids_bytes(a) / sizeof(uint32_t) < m)
+    return mdr_backend_fail(b, MDR_ERR_INVALID_ARGUMENT,
+                            "graph cache: token_ids holds %zu bytes, fewer than max_batch_tokens (%zu) ids",
+                            mdr_arena_token_ids_bytes(a), m);
   mdr_graph_cache *c = calloc(1, sizeof *c);
   if (!c) return mdr_backend_fail(b, MDR_ERR_OUT_OF_MEMORY, "graph cache: handle");
   c->arena = a;
@@ -133,6 +139,7 @@ mdr_status mdr_graph_cache_create(mdr_arena *a, mdr_stream stream, const mdr_gra
   c->o = *o;
   c->o.ladder = NULL;
   c->max_tokens = mdr_arena_max_batch_tokens(a);
+  c->rows = mdr_arena_rows_policy(a);
   const char *env = getenv("MDR_DISABLE_GRAPHS");
   c->graphs_disabled = env && strcmp(env, "1") == 0;
   st = build_ladder(c, o);
@@ -233,10 +240,10 @@ static mdr_status enqueue_step(mdr_graph_cache *c, size_t g, int *staged) {
   mdr_stage_desc stage = stage_desc(c);
   mdr_status st;
   if (c->o.mode == MDR_GRAPH_DYNAMIC) {
-    n = mdr_arena_rules(c->arena, MDR_COVER_ROWS, plan);
+    n = mdr_arena_rules(c->arena, MDR_COVER_ROWS, c->rows, plan);
     st = mdr_be_zero_fused(c->b, plan, n, g, &stage, c->stream);
   } else {
-    n = mdr_arena_static_plan(c->arena, MDR_COVER_ROWS, g, plan);
+    n = mdr_arena_static_plan(c->arena, MDR_COVER_ROWS, c->rows, g, plan);
     if (c->o.zero == MDR_ZERO_FUSED) {
       st = mdr_be_zero_fused(c->b, plan, n, g, &stage, c->stream);
     } else {
@@ -281,14 +288,15 @@ static mdr_status capture(mdr_graph_cache *c, size_t g) {
   if (body != MDR_OK) {
     mdr_be_graph_destroy(c->b, st == MDR_OK ? graph : NULL);
     c->stats.capture_us += now_us() - t0;
-    return body;
+    /* the body's own status; a failure before it (zeroing, staging) is the capture's */
+    return staged ? body : MDR_ERR_CAPTURE;
   }
   if (st == MDR_OK) st = mdr_be_graph_instantiate(c->b, graph, &exec);
   if (st == MDR_OK && node_update_of(&c->o)) {
     /* keep the graph: its node handle names the fused node in the exec */
     st = mdr_be_fused_node_find(c->b, graph, &c->dyn_node);
     if (st == MDR_OK) {
-      c->n_rules = mdr_arena_rules(c->arena, MDR_COVER_ROWS, c->rules);
+      c->n_rules = mdr_arena_rules(c->arena, MDR_COVER_ROWS, c->rows, c->rules);
       mdr_be_graph_destroy(c->b, c->dyn_graph); /* a graph evicted and captured again */
       c->dyn_graph = graph;
       graph = NULL;
@@ -366,16 +374,13 @@ mdr_status mdr_graph_cache_step(mdr_graph_cache *c, const uint32_t *token_ids, s
 
   mdr_status outcome = MDR_OK;
   graph_entry *e = &c->entries[g];
-  if (!c->graphs_disabled) {
-    if (e->exec) {
-      c->stats.hits++;
-    } else {
-      c->stats.misses++;
-      st = capture(c, g);
-      if (st != MDR_OK) {
-        c->stats.eager_fallbacks++;
-        outcome = MDR_ERR_CAPTURE;
-      }
+  const int hit = e->exec != NULL;
+  if (!c->graphs_disabled && !hit) {
+    c->stats.misses++;
+    st = capture(c, g);
+    if (st != MDR_OK) {
+      c->stats.eager_fallbacks++;
+      outcome = MDR_ERR_CAPTURE;
     }
   }
   if (!c->graphs_disabled && e->exec) {
@@ -388,12 +393,13 @@ mdr_status mdr_graph_cache_step(mdr_graph_cache *c, const uint32_t *token_ids, s
     if (st != MDR_OK) return st;
     e->last_used = ++c->tick;
     c->host_step++;
+    c->stats.hits += hit;
   } else {
     int staged = 0;
     st = enqueue_step(c, c->o.mode == MDR_GRAPH_DYNAMIC ? tokens : g, &staged);
     if (staged) c->host_step++;
-    c->stats.eager_steps++;
     if (st != MDR_OK) return st;
+    c->stats.eager_steps++;
   }
   c->stats.steps++;
   c->stats.padded_tokens += c->o.mode == MDR_GRAPH_DYNAMIC ? 0 : g - tokens;

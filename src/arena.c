@@ -125,7 +125,8 @@ static int always_whole_in_rows(mdr_buffer b) {
   return b == MDR_BUF_SPLITK_WORKSPACE || b == MDR_BUF_LOGITS || b == MDR_BUF_SCRATCH;
 }
 
-size_t mdr_arena_rules(const mdr_arena *a, mdr_coverage which, mdr_zero_seg *out) {
+size_t mdr_arena_rules(const mdr_arena *a, mdr_coverage which, mdr_rows_policy policy,
+                       mdr_zero_seg *out) {
   const mdr_buffer *list = which == MDR_COVER_PREFILL ? k_prefill : k_zero_all;
   size_t len = which == MDR_COVER_PREFILL ? COUNT_OF(k_prefill) : COUNT_OF(k_zero_all);
   size_t n = 0;
@@ -134,7 +135,7 @@ size_t mdr_arena_rules(const mdr_arena *a, mdr_coverage which, mdr_zero_seg *out
     if (!a->ptr[buf]) continue;
     mdr_zero_seg seg = {.ptr = a->ptr[buf], .bytes = a->sizes.bytes[buf], .rule = MDR_RULE_FIXED};
     if (which == MDR_COVER_ROWS) {
-      if (buf == MDR_BUF_LOGITS && a->rows == MDR_ROWS_ALL) {
+      if (buf == MDR_BUF_LOGITS && policy == MDR_ROWS_ALL) {
         seg.rule = MDR_RULE_ROWS;
         seg.a = a->sizes.bytes[buf] / a->sizes.logits_rows;
         seg.b = a->sizes.logits_rows;
@@ -148,10 +149,10 @@ size_t mdr_arena_rules(const mdr_arena *a, mdr_coverage which, mdr_zero_seg *out
   return n;
 }
 
-size_t mdr_arena_static_plan(const mdr_arena *a, mdr_coverage which, size_t tokens,
-                             mdr_zero_seg *out) {
+size_t mdr_arena_static_plan(const mdr_arena *a, mdr_coverage which, mdr_rows_policy policy,
+                             size_t tokens, mdr_zero_seg *out) {
   mdr_zero_seg rules[MDR_ZERO_PLAN_MAX];
-  size_t nr = mdr_arena_rules(a, which, rules);
+  size_t nr = mdr_arena_rules(a, which, policy, rules);
   size_t n = 0;
   for (size_t i = 0; i < nr; i++) {
     uint64_t bytes = mdr_zero_seg_bytes(&rules[i], tokens);
@@ -174,7 +175,7 @@ mdr_status mdr_arena_run_plan(mdr_arena *a, mdr_stream s, const mdr_zero_seg *pl
 static mdr_status zero_helper(mdr_arena *a, mdr_stream s, mdr_coverage which, size_t tokens) {
   if (!a) return MDR_ERR_INVALID_ARGUMENT;
   mdr_zero_seg plan[MDR_ZERO_PLAN_MAX];
-  size_t n = mdr_arena_static_plan(a, which, tokens, plan);
+  size_t n = mdr_arena_static_plan(a, which, a->rows, tokens, plan);
   return mdr_arena_run_plan(a, s, plan, n, a->zero);
 }
 
@@ -194,7 +195,7 @@ mdr_status mdr_arena_zero_plan(const mdr_arena *a, size_t tokens, mdr_segment *o
                                size_t *n) {
   if (!a || !n || (cap && !out)) return MDR_ERR_INVALID_ARGUMENT;
   mdr_zero_seg plan[MDR_ZERO_PLAN_MAX];
-  size_t count = mdr_arena_static_plan(a, MDR_COVER_ROWS, tokens, plan);
+  size_t count = mdr_arena_static_plan(a, MDR_COVER_ROWS, a->rows, tokens, plan);
   for (size_t i = 0; i < count && i < cap; i++)
     out[i] = (mdr_segment){.ptr = plan[i].ptr, .bytes = (size_t)plan[i].bytes};
   *n = count;

@@ -13,13 +13,14 @@ typedef enum mdr_coverage {
 } mdr_coverage;
 
 /* The helper's plan as rules (zero_map.h), NULL entries left out, in the
- * seed's order; for ROWS under the arena's current row policy. Returns the
- * count (at most MDR_ZERO_PLAN_MAX). */
-size_t mdr_arena_rules(const mdr_arena *a, mdr_coverage which, mdr_zero_seg *out);
+ * seed's order; for ROWS under row policy `policy`. Returns the count (at
+ * most MDR_ZERO_PLAN_MAX). */
+size_t mdr_arena_rules(const mdr_arena *a, mdr_coverage which, mdr_rows_policy policy,
+                       mdr_zero_seg *out);
 
 /* The rules evaluated at `tokens`: FIXED entries, empty ones left out. */
-size_t mdr_arena_static_plan(const mdr_arena *a, mdr_coverage which, size_t tokens,
-                             mdr_zero_seg *out);
+size_t mdr_arena_static_plan(const mdr_arena *a, mdr_coverage which, mdr_rows_policy policy,
+                             size_t tokens, mdr_zero_seg *out);
 
 /* Enqueue a static plan on `s` with strategy z: memsets (first failure
  * returned, later segments not enqueued) or one fused launch. */

@@ -5,23 +5,55 @@
 
 #include "backend_impl.h"
 
+/* The last-error texts are per thread and per backend, so threads sharing a
+ * backend never write one buffer at once: each thread keeps the texts of the
+ * MDR_ERROR_SLOTS backends it most recently saw fail. */
+enum { MDR_ERROR_SLOTS = 8 };
+typedef struct error_slot {
+  const mdr_backend *b;
+  unsigned long long used; /* this thread's failure count when last written */
+  char text[MDR_BACKEND_ERROR_MAX];
+} error_slot;
+static _Thread_local error_slot tls_errors[MDR_ERROR_SLOTS];
+static _Thread_local unsigned long long tls_failures;
+
+static error_slot *error_slot_of(const mdr_backend *b, int create) {
+  error_slot *oldest = &tls_errors[0];
+  for (int i = 0; i < MDR_ERROR_SLOTS; i++) {
+    if (tls_errors[i].b == b) return &tls_errors[i];
+    if (tls_errors[i].used < oldest->used) oldest = &tls_errors[i];
+  }
+  if (!create) return NULL;
+  oldest->b = b;
+  oldest->text[0] = '\0';
+  return oldest;
+}
+
 mdr_status mdr_backend_fail(mdr_backend *b, mdr_status st, const char *fmt, ...) {
   if (b) {
+    error_slot *e = error_slot_of(b, 1);
+    e->used = ++tls_failures;
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(b->last_error, sizeof b->last_error, fmt, ap);
+    vsnprintf(e->text, sizeof e->text, fmt, ap);
     va_end(ap);
   }
   return st;
 }
 
 void mdr_backend_destroy(mdr_backend *b) {
-  if (b) b->ops->destroy(b);
+  if (!b) return;
+  error_slot *e = error_slot_of(b, 0); /* a later backend may get this address */
+  if (e) e->b = NULL;
+  b->ops->destroy(b);
 }
 
 const char *mdr_backend_name(const mdr_backend *b) { return b ? b->ops->name : "none"; }
 
-const char *mdr_backend_last_error(const mdr_backend *b) { return b ? b->last_error : ""; }
+const char *mdr_backend_last_error(const mdr_backend *b) {
+  const error_slot *e = b ? error_slot_of(b, 0) : NULL;
+  return e ? e->text : "";
+}
 
 mdr_status mdr_backend_stream_create(mdr_backend *b, mdr_stream *out) {
   if (!b || !out) return MDR_ERR_INVALID_ARGUMENT;

@@ -90,10 +90,10 @@ struct mdr_backend_ops {
 
 struct mdr_backend {
   const struct mdr_backend_ops *ops;
-  char last_error[MDR_BACKEND_ERROR_MAX];
 };
 
-/* Record a failure (printf-style) into b->last_error and return `st`. */
+/* Record a failure (printf-style) as this thread's last error of backend b
+ * (see mdr_backend_last_error) and return `st`. */
 mdr_status mdr_backend_fail(mdr_backend *b, mdr_status st, const char *fmt, ...)
 #if defined(__GNUC__)
     __attribute__((format(printf, 3, 4)))

@@ -57,7 +57,7 @@ void mdr_zero_fused_host(const mdr_zero_seg *segs, size_t n, uint64_t tokens,
       if (flags & MDR_STAGE_DYNAMIC) t = header->tokens;
     }
 
-    zero_launch_host(segs + first, (uint32_t)count, t);
+    if (count) zero_launch_host(segs + first, (uint32_t)count, t);
 
     if (flags & MDR_STAGE_FETCH) {
       /* static plans copy the launch's own token count; DYNAMIC the slot's */

@@ -43,7 +43,7 @@ static mdr_status due(mdr_backend *b, mdr_op op) {
 
 /* Forward the inner backend's error text when it fails. */
 static mdr_status pass(mdr_backend *b, mdr_status st) {
-  if (st != MDR_OK) mdr_backend_fail(b, st, "%s", F(b)->inner->last_error);
+  if (st != MDR_OK) mdr_backend_fail(b, st, "%s", mdr_backend_last_error(F(b)->inner));
   return st;
 }
 

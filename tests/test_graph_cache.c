@@ -643,3 +643,83 @@ Test(graph_cache, ids_survive_a_host_running_far_ahead_of_the_gpu) {
   mdr_backend_destroy(b);
 }
 #endif
+
+Test(graph_cache, an_arena_whose_token_ids_cannot_hold_m_ids_is_refused) {
+  mdr_backend *b = tb_backend(TB_HOST);
+  mdr_stream s = tb_stream(b);
+  mdr_graph_cache_options o;
+  mdr_graph_cache_options_default(&o);
+  for (int variant = 0; variant < 2; variant++) {
+    mdr_sizes sizes = small_sizes();
+    sizes.bytes[MDR_BUF_TOKEN_IDS] = variant == 0 ? 0 : (M - 1) * 4; /* none, or one id short */
+    mdr_arena *a = NULL;
+    cr_assert_eq(mdr_arena_create(b, &sizes, &a), MDR_OK);
+    mdr_graph_cache *c = (mdr_graph_cache *)0x1;
+    cr_assert_eq(mdr_graph_cache_create(a, s, &o, &c), MDR_ERR_INVALID_ARGUMENT, "variant %d", variant);
+    cr_assert_eq(c, (mdr_graph_cache *)0x1);
+    cr_assert_neq(strstr(mdr_backend_last_error(b), "token_ids"), NULL);
+    mdr_arena_destroy(a);
+  }
+  mdr_backend_stream_destroy(b, s);
+  mdr_backend_destroy(b);
+}
+
+/* The row policy is read once, at create: a graph and an eager step of the
+ * same cache never disagree on what they clear. */
+Test(graph_cache, the_row_policy_is_the_one_of_create_time) {
+  fixture f;
+  fixture_init(&f, tb_backend(TB_HOST));
+  mdr_graph_cache_options o;
+  mdr_graph_cache_options_default(&o);
+  o.body = body;
+  o.user = &f;
+  mdr_graph_cache *c = NULL;
+  cr_assert_eq(mdr_arena_set_rows_policy(f.a, MDR_ROWS_ALL), MDR_OK);
+  cr_assert_eq(mdr_graph_cache_create(f.a, f.s, &o, &c), MDR_OK);
+  cr_assert_eq(mdr_arena_set_rows_policy(f.a, MDR_ROWS_SEED), MDR_OK);
+  uint64_t rng = 3;
+  uint32_t ids[M];
+  for (int i = 0; i < 2; i++) { /* the capture, then a replay */
+    random_ids(&rng, ids, 2);
+    poison_all(&f);
+    cr_assert_eq(mdr_graph_cache_step(c, ids, 2), MDR_OK);
+    cr_assert_eq(mdr_arena_set_rows_policy(f.a, MDR_ROWS_ALL), MDR_OK); /* expect_step reads it */
+    expect_step(&f, c, ids, 2, 2, 2, 2, 0, 2, 2 | 1, "policy of create time");
+    cr_assert_eq(mdr_arena_set_rows_policy(f.a, MDR_ROWS_SEED), MDR_OK);
+  }
+  mdr_graph_cache_destroy(c);
+  fixture_fini(&f);
+  mdr_backend_destroy(f.b);
+}
+
+/* prepare: a failure of the zeroing or staging under capture is the
+ * capture's (MDR_ERR_CAPTURE); a failure of the body is the body's status. */
+Test(graph_cache, prepare_reports_capture_failures_and_body_failures_apart) {
+  mdr_backend *host = tb_backend(TB_HOST), *fb = NULL;
+  cr_assert_eq(fault_backend_create(host, &fb), MDR_OK);
+  fixture f;
+  fixture_init(&f, fb);
+  mdr_graph_cache_options o;
+  mdr_graph_cache_options_default(&o);
+  o.body = body;
+  o.user = &f;
+  mdr_graph_cache *c = NULL;
+  cr_assert_eq(mdr_graph_cache_create(f.a, f.s, &o, &c), MDR_OK);
+  size_t one[] = {3};
+  fault_backend_fail_kind(fb, MDR_OP_MEMSET_ASYNC); /* the plan's memsets, under capture */
+  cr_assert_eq(mdr_graph_cache_prepare(c, one, 1), MDR_ERR_CAPTURE);
+  fault_backend_fail_kind(fb, -1);
+  f.body_status = MDR_ERR_UNSUPPORTED;
+  cr_assert_eq(mdr_graph_cache_prepare(c, one, 1), MDR_ERR_UNSUPPORTED);
+  f.body_status = MDR_OK;
+  cr_assert_eq(mdr_graph_cache_prepare(c, one, 1), MDR_OK);
+  mdr_graph_stats st;
+  cr_assert_eq(mdr_graph_cache_stats(c, &st), MDR_OK);
+  cr_assert_eq(st.captures, 1);
+  cr_assert_eq(st.graphs, 1);
+  mdr_graph_cache_destroy(c);
+  fixture_fini(&f);
+  cr_assert_eq(fault_backend_live(fb), 0);
+  mdr_backend_destroy(fb);
+  mdr_backend_destroy(host);
+}

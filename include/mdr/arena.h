@@ -3,10 +3,12 @@
  *
  * Lifetime: the arena borrows its backend (which must outlive it) and owns
  * one slab allocated at create; nothing is allocated afterwards and no
- * pointer ever moves. Thread safety: the accessors and mdr_arena_zero_plan
- * only read the arena and may be called from several threads at once; the
- * setters and the zeroing helpers must not run concurrently with each other
- * on the same arena (each helper enqueues on the caller's stream). */
+ * pointer ever moves. Thread safety (docs/THREADS.md): the accessors and
+ * mdr_arena_zero_plan only read the arena and may be called from several
+ * threads at once, as long as no setter (mdr_arena_set_zero_strategy,
+ * mdr_arena_set_rows_policy) runs at the same time; the setters and the
+ * zeroing helpers must not run concurrently with each other on the same
+ * arena (each helper enqueues on the caller's stream). */
 #ifndef MDR_ARENA_H
 #define MDR_ARENA_H
 

@@ -8,9 +8,10 @@
  *     recorded list in order. It exists so that every piece of logic above
  *     the backend is tested on machines without a GPU.
  *
- * Thread safety: a backend may be shared by several threads for allocation
- * and blocking copies; a stream must be used by one thread at a time. The
- * last-error text is per backend (the latest failure from any thread). */
+ * Thread safety: a backend may be shared by several threads (allocation,
+ * blocking copies, streams, arenas and caches of their own); a stream must
+ * be used by one thread at a time. The last-error text is per thread and per
+ * backend: the latest failure this backend recorded in the calling thread. */
 #ifndef MDR_BACKEND_H
 #define MDR_BACKEND_H
 
@@ -49,8 +50,9 @@ void mdr_backend_destroy(mdr_backend *b);
 /* "cuda" or "host" (NULL backend: "none"). Static string. */
 const char *mdr_backend_name(const mdr_backend *b);
 
-/* Text of the latest failure recorded by this backend, "" when none (and for
- * a NULL backend). Borrowed; valid until the next failing call. */
+/* Text of the latest failure this backend recorded in the calling thread,
+ * "" when none (and for a NULL backend). Borrowed; valid until the calling
+ * thread's next failure. */
 const char *mdr_backend_last_error(const mdr_backend *b);
 
 /* Create a stream (CUDA: cudaStreamNonBlocking; never the legacy stream).

@@ -4,7 +4,8 @@
  *
  * What one graph holds, in order:
  *   1. the zero plan of mdr_arena_zero_all_rows(graph_tokens) under the
- *      arena's row policy (memset nodes, or one fused-kernel node);
+ *      arena's row policy as it was when the cache was created (memset
+ *      nodes, or one fused-kernel node);
  *   2. the upload of the step's ids from a pinned staging slot owned by the
  *      cache into the arena's token_ids (a kernel reading mapped pinned
  *      memory; with MDR_ZERO_FUSED it is the same node as the zeroing);
@@ -106,8 +107,10 @@ void mdr_graph_cache_options_default(mdr_graph_cache_options *o);
  * captures nothing yet. Returns MDR_ERR_INVALID_ARGUMENT for NULL arguments,
  * an unknown mode or strategy, a ladder that is not strictly increasing or
  * holds 0, DYNAMIC without MDR_ZERO_FUSED, or a body of the wrong kind for
- * the mode; MDR_ERR_UNSUPPORTED for MDR_ZERO_FUSED on a backend without the
- * fused kernel; allocation failures as such. On failure *out is untouched
+ * the mode, or an arena whose token_ids cannot hold max_batch_tokens ids;
+ * MDR_ERR_UNSUPPORTED on a backend without the fused launch (the staged
+ * upload needs it); allocation failures as such. The arena's row policy is
+ * read here, once: later changes to it do not reach this cache. On failure *out is untouched
  * and nothing leaks. Caller owns *out; release with mdr_graph_cache_destroy.
  * Environment: MDR_DISABLE_GRAPHS=1 at create makes every step eager. */
 mdr_status mdr_graph_cache_create(mdr_arena *a, mdr_stream stream,
@@ -154,11 +157,16 @@ mdr_dptr mdr_graph_cache_count_ptr(const mdr_graph_cache *c);
 mdr_status mdr_graph_cache_graph_tokens(const mdr_graph_cache *c, size_t tokens, size_t *out);
 
 typedef struct mdr_graph_stats {
-  uint64_t steps, hits, misses, captures, evictions, eager_fallbacks;
-  uint64_t padded_tokens; /* sum over steps of (graph tokens - real tokens) */
-  double capture_us;      /* total time spent capturing, instantiating and uploading graphs */
-  size_t graphs;          /* live graphs */
-  uint64_t eager_steps;   /* steps run eagerly (graphs disabled, or fallbacks) */
+  uint64_t steps;           /* steps enqueued (returned MDR_OK or MDR_ERR_CAPTURE) */
+  uint64_t hits;            /* steps replayed from a graph already cached */
+  uint64_t misses;          /* steps that found no graph and tried to capture one */
+  uint64_t captures;        /* graphs captured, by steps and by prepare */
+  uint64_t evictions;       /* graphs dropped by the LRU cap */
+  uint64_t eager_fallbacks; /* captures that failed in a step (it then ran eagerly) */
+  uint64_t padded_tokens;   /* sum over steps of (graph tokens - real tokens) */
+  double capture_us;        /* total time spent capturing, instantiating and uploading graphs */
+  size_t graphs;            /* live graphs */
+  uint64_t eager_steps;     /* steps enqueued eagerly (graphs disabled, or fallbacks) */
 } mdr_graph_stats;
 
 /* Copy the counters. NULL arguments: MDR_ERR_INVALID_ARGUMENT. */
