@@ -5,7 +5,8 @@
 # benchmark, and print a short table last. Everything is logged under OUT.
 #
 # Usage: bash scripts/device-check.sh OUT [phase...]
-#   phases: build tests sanitize variants sweep decode bench peer   (default: all but sweep)
+#   phases: build tests sanitize variants sweep decode soak bench peer
+#   (default: build tests sanitize variants decode bench peer)
 #   env BENCH_ARGS: extra arguments for mdr-bench (default --quick)
 # Criterion comes from .device-deps/criterion/*.deb (shared/device/README.md).
 set -uo pipefail
@@ -84,6 +85,9 @@ if has decode; then
   run decode-loop $build/examples/mdr_decode_loop --steps 200 --json "$out/decode_loop.json"
   run decode-loop-initcheck compute-sanitizer --error-exitcode 1 --tool initcheck $build/examples/mdr_decode_loop --steps 10
   run decode-loop-memcheck compute-sanitizer --error-exitcode 1 --tool memcheck $build/examples/mdr_decode_loop --steps 10
+fi
+if has soak; then
+  run soak env STEPS="${SOAK_STEPS:-100000}" bash scripts/soak.sh "$out/soak"
 fi
 if has bench; then
   run bench $build/bench/mdr-bench ${BENCH_ARGS:---quick} --out "$out/bench"
