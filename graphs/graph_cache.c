@@ -60,6 +60,7 @@ struct mdr_graph_cache {
    * fused node in the exec) and that node; the plan as rules. */
   void *dyn_graph;
   void *dyn_node;
+  size_t dyn_tokens; /* the count the exec's fused node holds now (0: as captured) */
   mdr_zero_seg rules[MDR_ZERO_PLAN_MAX];
   size_t n_rules;
   uint64_t tick;
@@ -299,6 +300,7 @@ static mdr_status capture(mdr_graph_cache *c, size_t g) {
       c->n_rules = mdr_arena_rules(c->arena, MDR_COVER_ROWS, c->rows, c->rules);
       mdr_be_graph_destroy(c->b, c->dyn_graph); /* a graph evicted and captured again */
       c->dyn_graph = graph;
+      c->dyn_tokens = g; /* captured at max_batch_tokens */
       graph = NULL;
     } else {
       mdr_be_exec_destroy(c->b, exec);
@@ -384,10 +386,12 @@ mdr_status mdr_graph_cache_step(mdr_graph_cache *c, const uint32_t *token_ids, s
     }
   }
   if (!c->graphs_disabled && e->exec) {
-    if (node_update_of(&c->o)) {
+    if (node_update_of(&c->o) && c->dyn_tokens != tokens) {
+      /* decode batches keep their size for many steps: update only on change */
       mdr_stage_desc stage = stage_desc(c);
       st = mdr_be_fused_node_update(c->b, e->exec, c->dyn_node, c->rules, c->n_rules, tokens, &stage);
       if (st != MDR_OK) return st;
+      c->dyn_tokens = tokens;
     }
     st = mdr_be_graph_launch(c->b, e->exec, c->stream);
     if (st != MDR_OK) return st;

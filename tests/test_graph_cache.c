@@ -723,3 +723,46 @@ Test(graph_cache, prepare_reports_capture_failures_and_body_failures_apart) {
   mdr_backend_destroy(fb);
   mdr_backend_destroy(host);
 }
+
+/* DYNAMIC by node update re-targets the one graph only when the count
+ * changes; every step still zeroes and uploads exactly its own count. */
+Test(graph_cache, dynamic_node_update_touches_the_graph_only_when_the_count_changes) {
+  mdr_backend *host = tb_backend(TB_HOST), *fb = NULL;
+  cr_assert_eq(fault_backend_create(host, &fb), MDR_OK);
+  fixture f;
+  fixture_init(&f, fb);
+  mdr_graph_cache_options o;
+  mdr_graph_cache_options_default(&o);
+  o.mode = MDR_GRAPH_DYNAMIC;
+  o.zero = MDR_ZERO_FUSED;
+  o.body_dynamic = body_dynamic;
+  o.user = &f;
+  mdr_graph_cache *c = NULL;
+  cr_assert_eq(mdr_graph_cache_create(f.a, f.s, &o, &c), MDR_OK);
+  const size_t seq[] = {M, 5, 5, 5, 9, 9, 5, M, M};
+  const long updates_after[] = {0, 1, 1, 1, 2, 2, 3, 4, 4}; /* captured at M: the first M needs none */
+  uint64_t rng = 11;
+  long base = fault_backend_calls_of(fb, MDR_OP_FUSED_NODE_UPDATE);
+  for (int i = 0; i < 9; i++) {
+    uint32_t ids[M];
+    random_ids(&rng, ids, seq[i]);
+    poison_all(&f);
+    cr_assert_eq(mdr_graph_cache_step(c, ids, seq[i]), MDR_OK);
+    cr_assert_eq(fault_backend_calls_of(fb, MDR_OP_FUSED_NODE_UPDATE) - base, updates_after[i], "step %d", i);
+    expect_step(&f, c, ids, seq[i], M, seq[i], seq[i], 0, M, 0x77, "node update");
+  }
+  /* a failed update changes nothing: the next step of another count updates again */
+  fault_backend_fail_kind(fb, MDR_OP_FUSED_NODE_UPDATE);
+  uint32_t ids[M] = {1, 2, 3};
+  cr_assert_eq(mdr_graph_cache_step(c, ids, 3), MDR_ERR_BACKEND);
+  fault_backend_fail_kind(fb, -1);
+  long before = fault_backend_calls_of(fb, MDR_OP_FUSED_NODE_UPDATE);
+  poison_all(&f);
+  cr_assert_eq(mdr_graph_cache_step(c, ids, 3), MDR_OK);
+  cr_assert_eq(fault_backend_calls_of(fb, MDR_OP_FUSED_NODE_UPDATE) - before, 1);
+  expect_step(&f, c, ids, 3, M, 3, 3, 0, M, 0x77, "after a failed update");
+  mdr_graph_cache_destroy(c);
+  fixture_fini(&f);
+  mdr_backend_destroy(fb);
+  mdr_backend_destroy(host);
+}

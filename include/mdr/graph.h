@@ -61,7 +61,8 @@ typedef mdr_status (*mdr_capture_dynamic_fn)(void *user, mdr_stream stream, mdr_
 /* How a DYNAMIC graph learns each step's token count (both measured side by
  * side in bench/; see bench/results/ for the figures that chose the default):
  *   MDR_DYNAMIC_NODE_UPDATE   step() rewrites the fused node's parameters in
- *                             the one instantiated graph for the count
+ *                             the one instantiated graph when the count
+ *                             differs from the previous step's
  *                             (cudaGraphExecKernelNodeSetParams); the kernel
  *                             sees the count as a launch parameter, so no
  *                             block waits on host memory. Default.
