@@ -150,3 +150,34 @@ void tb_expected(const mdr_arena *a, tb_helper h, size_t t, mdr_rows_policy pol,
   }
 }
 
+
+mdr_sizes tb_small_sizes(void) {
+  enum { M = TB_SMALL_M, MP = TB_SMALL_MP };
+  mdr_sizes s;
+  memset(&s, 0, sizeof s);
+  s.max_batch_tokens = M;
+  s.logits_rows = M;
+  s.bytes[MDR_BUF_HIDDEN_STATES] = M * 64;
+  s.bytes[MDR_BUF_RESIDUAL] = M * 64;
+  s.bytes[MDR_BUF_NORM_OUTPUT] = M * 32;
+  s.bytes[MDR_BUF_QKV_OUTPUT] = MP * 96;
+  s.bytes[MDR_BUF_ATTN_OUTPUT] = M * 48;
+  s.bytes[MDR_BUF_GATE_LOGITS] = M * 18;
+  s.bytes[MDR_BUF_MOE_OUTPUT] = MP * 64;
+  s.bytes[MDR_BUF_LOGITS] = M * 100;
+  s.bytes[MDR_BUF_SSM_QKVZ] = 256;  /* floored, a multiple of neither M nor Mp: whole */
+  s.bytes[MDR_BUF_SSM_BA] = M * 8 + 3;
+  s.bytes[MDR_BUF_SSM_DEINTERLEAVED] = MP * 24;
+  s.bytes[MDR_BUF_SSM_CONV_OUT_F32] = M * 4 * 3;
+  s.bytes[MDR_BUF_SCRATCH] = 65536;
+  s.bytes[MDR_BUF_TOKEN_IDS] = M * 4 < 256 ? 256 : M * 4;
+  s.bytes[MDR_BUF_EXPERT_GATE_OUT] = MP * 32;
+  s.bytes[MDR_BUF_EXPERT_UP_OUT] = MP * 32;
+  s.bytes[MDR_BUF_EXPERT_DOWN_OUT] = MP * 40;
+  s.bytes[MDR_BUF_SPLITK_WORKSPACE] = 4000;
+  s.bytes[MDR_BUF_O_LATENT] = 256;
+  s.bytes[MDR_BUF_NORM_UNIT_W] = 128;
+  s.bytes[MDR_BUF_HC_STREAMS] = 256;
+  s.bytes[MDR_BUF_FP8_ACT] = MP * 16;
+  return s; /* ssm_gates, gate_logits_f32, … stay NULL */
+}

@@ -40,6 +40,12 @@ extern const char *const tb_zero_all_names[18];
 void tb_expected(const mdr_arena *a, tb_helper h, size_t tokens, mdr_rows_policy policy,
                  size_t out[MDR_BUF_COUNT]);
 
+/* A small arena of M = TB_SMALL_M rows (Mp = 48) with every kind of buffer
+ * the row rule distinguishes: M-row, Mp-row, floored, fixed and NULL
+ * entries; logits has TB_SMALL_M rows. */
+enum { TB_SMALL_M = 40, TB_SMALL_MP = 48 };
+mdr_sizes tb_small_sizes(void);
+
 /* A small deterministic generator (xorshift64*). */
 uint64_t tb_rand(uint64_t *state);
 

@@ -16,39 +16,9 @@
 #include "gpu_helpers.h"
 #endif
 
-enum { M = 40, MP = 48, LOGITS_ROWS = 40 };
+enum { M = TB_SMALL_M, MP = TB_SMALL_MP, LOGITS_ROWS = TB_SMALL_M };
 
-/* A small arena with every kind of buffer the row rule distinguishes:
- * M-row, Mp-row, floored, fixed and NULL entries. */
-static mdr_sizes small_sizes(void) {
-  mdr_sizes s;
-  memset(&s, 0, sizeof s);
-  s.max_batch_tokens = M;
-  s.logits_rows = LOGITS_ROWS;
-  s.bytes[MDR_BUF_HIDDEN_STATES] = M * 64;
-  s.bytes[MDR_BUF_RESIDUAL] = M * 64;
-  s.bytes[MDR_BUF_NORM_OUTPUT] = M * 32;
-  s.bytes[MDR_BUF_QKV_OUTPUT] = MP * 96;
-  s.bytes[MDR_BUF_ATTN_OUTPUT] = M * 48;
-  s.bytes[MDR_BUF_GATE_LOGITS] = M * 18;
-  s.bytes[MDR_BUF_MOE_OUTPUT] = MP * 64;
-  s.bytes[MDR_BUF_LOGITS] = LOGITS_ROWS * 100;
-  s.bytes[MDR_BUF_SSM_QKVZ] = 256;  /* floored, a multiple of neither M nor Mp: whole */
-  s.bytes[MDR_BUF_SSM_BA] = M * 8 + 3;
-  s.bytes[MDR_BUF_SSM_DEINTERLEAVED] = MP * 24;
-  s.bytes[MDR_BUF_SSM_CONV_OUT_F32] = M * 4 * 3;
-  s.bytes[MDR_BUF_SCRATCH] = 65536;
-  s.bytes[MDR_BUF_TOKEN_IDS] = M * 4 < 256 ? 256 : M * 4;
-  s.bytes[MDR_BUF_EXPERT_GATE_OUT] = MP * 32;
-  s.bytes[MDR_BUF_EXPERT_UP_OUT] = MP * 32;
-  s.bytes[MDR_BUF_EXPERT_DOWN_OUT] = MP * 40;
-  s.bytes[MDR_BUF_SPLITK_WORKSPACE] = 4000;
-  s.bytes[MDR_BUF_O_LATENT] = 256;
-  s.bytes[MDR_BUF_NORM_UNIT_W] = 128;
-  s.bytes[MDR_BUF_HC_STREAMS] = 256;
-  s.bytes[MDR_BUF_FP8_ACT] = MP * 16;
-  return s; /* ssm_gates, gate_logits_f32, … stay NULL */
-}
+static mdr_sizes small_sizes(void) { return tb_small_sizes(); }
 
 typedef struct fixture {
   mdr_backend *b;
