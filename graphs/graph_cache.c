@@ -7,8 +7,9 @@
  * device counter holds the number of staged launches served so far; the
  * first kernel of the step (the fused zero kernel, or a stage-only launch of
  * it under MDR_ZERO_MEMSET) reads the slot counter % SLOTS, copies its ids
- * into token_ids and its count to the count cell, and its last block
- * advances the counter and writes it to an ack word in pinned memory. The
+ * into token_ids and its count to the count cell (one dedicated block does
+ * this while the others zero), then advances the counter and writes it to an
+ * ack word in pinned memory. The
  * host keeps its own count of staged launches (host_step) in lockstep and
  * writes slot host_step % SLOTS only once ack shows that the launch that
  * read it last, host_step - SLOTS, has finished. Every step, eager or
@@ -18,7 +19,13 @@
  * Why not a captured copy node: its source address is fixed, so a second
  * step submitted before the first ran would overwrite ids not yet read (or
  * the host would have to wait for every step); one kernel node also costs
- * less per replay than a copy node plus a kernel (issue #7's probe). */
+ * less per replay than a copy node plus a kernel (issue #7's probe).
+ *
+ * DYNAMIC. One graph serves every count. By default (NODE_UPDATE) the fused
+ * node is re-targeted to the step's count when it changes, so the kernel
+ * gets the count as a parameter; DEVICE_COUNT leaves the graph untouched and
+ * lets every block read the count from the slot (slower on the GPU, see
+ * include/mdr/graph.h and bench/results/). */
 #define _POSIX_C_SOURCE 200809L
 #include <sched.h>
 #include <stdlib.h>
