@@ -437,6 +437,21 @@ typedef struct timing {
 
 /* Eager step: the seed's path. zero_all_rows (MDR_ZERO_MEMSET), copy the ids,
  * enqueue the body, then wait. zero = false skips the zeroing (the demo). */
+/* Close a timed step begun at host time h0 with ev0 recorded: record ev1,
+ * wait for the stream, fill host and GPU microseconds. */
+static int finish_timing(model *m, cudaEvent_t ev0, cudaEvent_t ev1, double h0, timing *t) {
+  CUDA_OK(cudaEventRecord(ev1, m->stream));
+  CUDA_OK(cudaStreamSynchronize(m->stream));
+  double h1 = now_us();
+  float ms = 0;
+  CUDA_OK(cudaEventElapsedTime(&ms, ev0, ev1));
+  t->host_us = h1 - h0;
+  t->gpu_us = (double)ms * 1e3;
+  return 0;
+fail:
+  return -1;
+}
+
 static int eager_step(model *m, uint32_t *ids_pinned, const uint32_t *ids, size_t tokens,
                       bool zero, cudaEvent_t ev0, cudaEvent_t ev1, timing *t) {
   memcpy(ids_pinned, ids, tokens * sizeof *ids); /* the previous step has finished */
@@ -446,14 +461,7 @@ static int eager_step(model *m, uint32_t *ids_pinned, const uint32_t *ids, size_
   CUDA_OK(cudaMemcpyAsync(arena_ptr(m, MDR_BUF_TOKEN_IDS), ids_pinned, tokens * sizeof *ids,
                           cudaMemcpyHostToDevice, m->stream));
   MDR_OK_(m, decode_body(m, m->stream, tokens));
-  CUDA_OK(cudaEventRecord(ev1, m->stream));
-  CUDA_OK(cudaStreamSynchronize(m->stream));
-  double h1 = now_us();
-  float ms = 0;
-  CUDA_OK(cudaEventElapsedTime(&ms, ev0, ev1));
-  t->host_us = h1 - h0;
-  t->gpu_us = (double)ms * 1e3;
-  return 0;
+  return finish_timing(m, ev0, ev1, h0, t);
 fail:
   return -1;
 }
@@ -470,14 +478,7 @@ static int graph_step(model *m, mdr_graph_cache *cache, const uint32_t *ids, siz
   } else {
     MDR_OK_(m, st);
   }
-  CUDA_OK(cudaEventRecord(ev1, m->stream));
-  CUDA_OK(cudaStreamSynchronize(m->stream));
-  double h1 = now_us();
-  float ms = 0;
-  CUDA_OK(cudaEventElapsedTime(&ms, ev0, ev1));
-  t->host_us = h1 - h0;
-  t->gpu_us = (double)ms * 1e3;
-  return 0;
+  return finish_timing(m, ev0, ev1, h0, t);
 fail:
   return -1;
 }

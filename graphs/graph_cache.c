@@ -94,7 +94,8 @@ static double now_us(void) {
 static mdr_status build_ladder(mdr_graph_cache *c, const mdr_graph_cache_options *o) {
   const size_t *src = o->ladder ? o->ladder : k_default_ladder;
   size_t n = o->ladder ? o->ladder_len : sizeof k_default_ladder / sizeof k_default_ladder[0];
-  size_t cap = n + 66;
+  /* room for: the given rungs, powers of two 512 .. 2^63 (55), and M */
+  size_t cap = n + 56;
   c->ladder = malloc(cap * sizeof *c->ladder);
   if (!c->ladder) return MDR_ERR_OUT_OF_MEMORY;
   size_t len = 0;

@@ -79,6 +79,9 @@ typedef enum mdr_graph_dynamic_impl {
 /* Default ladder of MDR_GRAPH_LADDER: 1, 2, 4, 8, 16, 24, 32, 48, 64, 96,
  * 128, 192, 256, then powers of two, ending at max_batch_tokens (always the
  * last rung). */
+
+/* Slots of the staging ring: how many steps the host may run ahead of the
+ * GPU before mdr_graph_cache_step waits. */
 #define MDR_GRAPH_STAGING_SLOTS 8
 
 typedef struct mdr_graph_cache_options {
