@@ -18,6 +18,8 @@
  *   - CPU time: clock_gettime around the submitting call, no sync inside;
  *     the stream is drained every CPU_BATCH steps so the staging ring never
  *     makes a step wait;
+ *   - CPU chg (graph strategies): the same with the count alternating
+ *     between tokens and tokens - 1 (2 for 1) on every step;
  *   - floor(case) = bytes / write ceiling + one 1-kernel graph replay.
  *
  * On the host backend (no GPU) only the CPU figures exist. Every mdr call
@@ -642,6 +644,29 @@ static summary cpu_time_steps(runner *r, size_t tokens, size_t reps) {
   return s;
 }
 
+/* The count a "changing" CPU run alternates with: a neighbour of tokens. */
+static size_t partner_tokens(size_t tokens) { return tokens > 1 ? tokens - 1 : tokens + 1; }
+
+/* Host µs to submit one step when the count changes on every step (it
+ * alternates between tokens and partner_tokens(tokens)): what a DYNAMIC
+ * graph pays to re-target its node. Both counts are warmed up first, so an
+ * EXACT cache replays two cached graphs. */
+static summary cpu_time_steps_vary(runner *r, size_t tokens, size_t reps) {
+  const size_t other = partner_tokens(tokens);
+  for (int i = 0; i < WARMUP_STEPS; i++) runner_step(r, i % 2 ? other : tokens);
+  double *us = xmalloc(reps * sizeof *us);
+  for (size_t i = 0; i < reps; i++) {
+    if (i % CPU_BATCH == 0) runner_sync(r);
+    double t0 = now_us();
+    runner_step(r, i % 2 ? other : tokens);
+    us[i] = now_us() - t0;
+  }
+  runner_sync(r);
+  summary s = summarize(us, reps);
+  free(us);
+  return s;
+}
+
 /* ---- validation ---- */
 
 static bool all_bytes(const unsigned char *p, size_t n, unsigned char v, size_t *bad) {
@@ -736,6 +761,7 @@ typedef struct bench_case {
   const char *note; /* why it was skipped; NULL */
   size_t bytes, segments;
   summary gpu, cold, cpu; /* µs */
+  summary cpu_vary;       /* graph strategies: CPU µs when the count changes every step */
   double loop_us;         /* µs per step back to back */
   double gbps, floor_us, x_floor, speedup, cpu_speedup;
   uint64_t eager_steps;   /* graph strategies: steps that ran eagerly */
@@ -762,9 +788,9 @@ static void fill_speedups(bench_case *c, size_t n) {
 }
 
 static void print_table_header(void) {
-  printf("%-18s %-6s %6s %-19s %9s %22s %8s %8s %8s %8s %7s %7s %7s\n", "preset", "policy", "tokens",
-         "strategy", "MB", "GPU us med [p10-p90]", "loop us", "cold us", "CPU us", "GB/s", "xfloor",
-         "speedup", "CPU spd");
+  printf("%-18s %-6s %6s %-19s %9s %22s %8s %8s %8s %8s %8s %7s %7s %7s\n", "preset", "policy", "tokens",
+         "strategy", "MB", "GPU us med [p10-p90]", "loop us", "cold us", "CPU us", "CPU chg", "GB/s",
+         "xfloor", "speedup", "CPU spd");
 }
 
 static void fmt(char *out, size_t n, const char *f, double x) {
@@ -773,12 +799,13 @@ static void fmt(char *out, size_t n, const char *f, double x) {
 }
 
 static void print_case(const bench_case *c) {
-  char gpu[48], loop[16], cold[16], cpu[16], gbps[16], xf[16], sp[16], csp[16];
+  char gpu[48], loop[16], cold[16], cpu[16], chg[16], gbps[16], xf[16], sp[16], csp[16];
   if (isfinite(c->gpu.med)) snprintf(gpu, sizeof gpu, "%.2f [%.2f-%.2f]", c->gpu.med, c->gpu.p10, c->gpu.p90);
   else snprintf(gpu, sizeof gpu, "-");
   fmt(loop, sizeof loop, "%.2f", c->loop_us);
   fmt(cold, sizeof cold, "%.2f", c->cold.med);
   fmt(cpu, sizeof cpu, "%.2f", c->cpu.med);
+  fmt(chg, sizeof chg, "%.2f", c->cpu_vary.med);
   fmt(gbps, sizeof gbps, "%.1f", c->gbps);
   fmt(xf, sizeof xf, "%.2f", c->x_floor);
   fmt(sp, sizeof sp, "%.2f", c->speedup);
@@ -788,9 +815,9 @@ static void print_case(const bench_case *c) {
            k_strategy_names[c->strat], (double)c->bytes / 1e6, c->note ? c->note : "");
     return;
   }
-  printf("%-18s %-6s %6zu %-19s %9.3f %22s %8s %8s %8s %8s %7s %7s %7s\n", c->preset,
+  printf("%-18s %-6s %6zu %-19s %9.3f %22s %8s %8s %8s %8s %8s %7s %7s %7s\n", c->preset,
          k_policy_names[c->policy], c->tokens, k_strategy_names[c->strat], (double)c->bytes / 1e6, gpu,
-         loop, cold, cpu, gbps, xf, sp, csp);
+         loop, cold, cpu, chg, gbps, xf, sp, csp);
 }
 
 typedef struct bench_env {
@@ -831,6 +858,8 @@ static void measure_case(bench_env *e, runner *r, bench_case *c) {
   }
 #endif
   c->cpu = cpu_time_steps(r, c->tokens, reps);
+  c->cpu_vary = k_no_summary;
+  if (r->cache && partner_tokens(c->tokens) <= e->o->m) c->cpu_vary = cpu_time_steps_vary(r, c->tokens, reps);
   if (r->cache) {
     CHECK(e->b, mdr_graph_cache_stats(r->cache, &after));
     c->eager_steps = after.eager_steps - before.eager_steps;
@@ -1077,6 +1106,7 @@ static void write_case_json(FILE *f, const bench_case *c) {
       {"cold_us_p90", c->cold.p90}, {"cpu_us_med", c->cpu.med},   {"cpu_us_p10", c->cpu.p10},
       {"cpu_us_p90", c->cpu.p90},   {"gbps", c->gbps},            {"floor_us", c->floor_us},
       {"x_floor", c->x_floor},      {"speedup", c->speedup},      {"cpu_speedup", c->cpu_speedup},
+      {"cpu_vary_us_med", c->cpu_vary.med}, {"cpu_vary_us_p90", c->cpu_vary.p90},
   };
   for (size_t i = 0; i < sizeof nums / sizeof nums[0]; i++) {
     fprintf(f, ", \"%s\": ", nums[i].key);
@@ -1131,13 +1161,14 @@ static void write_results_json(const bench_env *e, const sweep *sw, const graph_
 static void write_results_csv(const bench_env *e, const sweep *sw) {
   FILE *f = open_out(e->o->out_dir, "results.csv");
   fprintf(f, "preset,policy,tokens,strategy,measured,bytes,segments,gpu_us_med,gpu_us_p10,gpu_us_p90,"
-             "loop_us_mean,cold_us_med,cpu_us_med,gbps,floor_us,x_floor,speedup,cpu_speedup,eager_steps\n");
+             "loop_us_mean,cold_us_med,cpu_us_med,gbps,floor_us,x_floor,speedup,cpu_speedup,cpu_vary_us_med,"
+             "eager_steps\n");
   for (size_t i = 0; i < sw->n; i++) {
     const bench_case *c = &sw->cases[i];
     fprintf(f, "%s,%s,%zu,%s,%d,%zu,%zu", c->preset, k_policy_names[c->policy], c->tokens,
             k_strategy_names[c->strat], c->measured, c->bytes, c->segments);
     const double nums[] = {c->gpu.med, c->gpu.p10, c->gpu.p90, c->loop_us, c->cold.med, c->cpu.med,
-                           c->gbps, c->floor_us, c->x_floor, c->speedup, c->cpu_speedup};
+                           c->gbps, c->floor_us, c->x_floor, c->speedup, c->cpu_speedup, c->cpu_vary.med};
     for (size_t k = 0; k < sizeof nums / sizeof nums[0]; k++) fputc(',', f), csv_num(f, nums[k]);
     fprintf(f, ",%llu\n", (unsigned long long)c->eager_steps);
   }

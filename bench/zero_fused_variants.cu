@@ -6,13 +6,23 @@
  * Run:    ./build/zero_fused_variants [results.csv]
  *
  * Versions (all take the plan by value, static rules resolved on the host,
- * chunks of MDR_ZERO_CHUNK = 64 KiB mapped with zero_map.h):
+ * chunks of MDR_ZERO_CHUNK (16 KiB unless overridden) mapped with zero_map.h):
  *   v1  grid-stride over chunks, one 16-byte store per thread per iteration
  *   v2  as v1 with 4 stores in flight per thread (unrolled x4)
  *   v3  a block owns a contiguous range of chunks (no grid-stride interleave)
  *   v4  as v2 with st.global.cs (evict-first streaming stores)
  *   v5  as v2 on quarter chunks (16 KiB pieces): small plans spread over 4x
  *       the blocks
+ *   v6  no chunks: the whole grid strides over each segment in turn
+ *   v7  v6 with twice the blocks
+ *   v8  v2 with a warp-parallel locate: lane i loads prefix[i] and segment
+ *       i in one round of parameter loads, a ballot picks the segment
+ *       (instead of a binary search of dependent loads)
+ *   v9  Hopper bulk stores: each block zeroes a 16 KiB shared buffer once,
+ *       then one thread per chunk issues cp.async.bulk (shared -> global)
+ *       for the aligned body; head and tail bytes by plain stores
+ *   v10 one chunk per block, no grid stride: grid = chunks (like a memset
+ *       kernel sized to the buffer)
  *   lib the promoted kernel through mdr_cuda_zero_fused (kernels/zero_fused.cu)
  *
  * Cases:
@@ -189,6 +199,77 @@ __global__ void __launch_bounds__(BV_BLOCK) zero_v6(const __grid_constant__ benc
   }
 }
 
+/* v8: the segment of chunk k in one round of parameter loads. Every warp
+ * computes it itself (no shared memory, no block barrier): lane i holds
+ * prefix[i + 1] (chunks up to the end of segment i) and the ballot of
+ * "prefix[i + 1] <= k" counts the segments wholly before k. Plans of more
+ * than 32 segments fall back to the binary search. */
+__device__ __forceinline__ void v8_chunk(const bench_params &p, uint64_t k, uint64_t *begin, uint64_t *end) {
+  if (p.n > 32) {
+    bv_chunk(p, k, begin, end);
+    return;
+  }
+  const unsigned lane = threadIdx.x & 31u;
+  const uint64_t hi = lane < p.n ? p.prefix[lane + 1] : UINT64_MAX;
+  const uint64_t ptr = lane < p.n ? p.segs[lane].ptr : 0, bytes = lane < p.n ? p.segs[lane].bytes : 0;
+  const uint64_t lo = lane < p.n ? p.prefix[lane] : 0;
+  const unsigned s = __popc(__ballot_sync(0xffffffffu, hi <= k));
+  const uint64_t sp = __shfl_sync(0xffffffffu, ptr, s), sb = __shfl_sync(0xffffffffu, bytes, s);
+  const uint64_t sl = __shfl_sync(0xffffffffu, lo, s);
+  mdr_zero_span span = mdr_zero_chunk_span(sp, sb, k - sl);
+  *begin = span.begin;
+  *end = span.end;
+}
+
+__global__ void __launch_bounds__(BV_BLOCK) zero_v8(const __grid_constant__ bench_params p) {
+  /* the loop bound is uniform per block, so whole warps stay converged for the ballot */
+  for (uint64_t k = blockIdx.x; k < p.prefix[p.n]; k += gridDim.x) {
+    uint64_t b, e;
+    v8_chunk(p, k, &b, &e);
+    bv_clear<4, false>(b, e);
+  }
+}
+
+/* v9: bulk asynchronous stores from a zeroed shared buffer (sm_90). */
+#define V9_BUF MDR_ZERO_CHUNK
+__global__ void __launch_bounds__(BV_BLOCK) zero_v9(const __grid_constant__ bench_params p) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  __shared__ __align__(128) uint4 zbuf[V9_BUF / 16];
+  for (unsigned i = threadIdx.x; i < V9_BUF / 16; i += BV_BLOCK) zbuf[i] = make_uint4(0, 0, 0, 0);
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+  __syncthreads();
+  const uint32_t src = (uint32_t)__cvta_generic_to_shared(zbuf);
+  for (uint64_t k = blockIdx.x; k < p.prefix[p.n]; k += gridDim.x) {
+    uint64_t begin, end;
+    bv_chunk(p, k, &begin, &end);
+    uint64_t body = (begin + 15u) & ~(uint64_t)15u;
+    if (body > end) body = end;
+    uint64_t tail = end & ~(uint64_t)15u;
+    if (tail < body) tail = body;
+    const unsigned tid = threadIdx.x;
+    if (tid < body - begin) *(unsigned char *)(begin + tid) = 0;
+    if (tid < end - tail) *(unsigned char *)(tail + tid) = 0;
+    if (tid == 0 && tail > body)
+      asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" ::"l"(body), "r"(src),
+                   "r"((uint32_t)(tail - body))
+                   : "memory");
+  }
+  if (threadIdx.x == 0) {
+    asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+    asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+  }
+#else
+  if (p.n) asm volatile("trap;");
+#endif
+}
+
+/* v10: block b clears chunk b, nothing else. */
+__global__ void __launch_bounds__(BV_BLOCK) zero_v10(const __grid_constant__ bench_params p) {
+  uint64_t b, e;
+  bv_chunk(p, blockIdx.x, &b, &e);
+  bv_clear<4, false>(b, e);
+}
+
 /* The baseline of the small case: same parameters, no work. */
 __global__ void __launch_bounds__(BV_BLOCK) zero_empty(const __grid_constant__ bench_params p) {
   if (p.n == 0xFFFFFFFFu) asm volatile("trap;");
@@ -216,14 +297,15 @@ static bench_params resolve(const host_plan &hp, uint64_t base) {
   return p;
 }
 
-enum version { V1, V2, V3, V4, V5, V6, V7, LIB, MEMSET, NVERSIONS };
-static const char *k_names[NVERSIONS] = {"v1", "v2", "v3", "v4", "v5", "v6", "v7", "lib", "memset"};
+enum version { V1, V2, V3, V4, V5, V6, V7, V8, V9, V10, LIB, MEMSET, NVERSIONS };
+static const char *k_names[NVERSIONS] = {"v1", "v2", "v3", "v4", "v5", "v6", "v7", "v8", "v9", "v10", "lib", "memset"};
 
 static int g_sms;
 
 static unsigned grid_for(version v, const bench_params &p) {
   uint64_t work = p.prefix[p.n] * (v == V5 ? BV_PIECES_PER_CHUNK : 1);
   uint64_t cap = (uint64_t)g_sms * BV_BLOCKS_PER_SM * (v == V7 ? 2 : 1);
+  if (v == V10) cap = 0x7fffffffu;
   if (v == V6 || v == V7) {
     work = 0;
     for (uint32_t i = 0; i < p.n; i++) work += (p.segs[i].bytes / 16 + BV_BLOCK - 1) / BV_BLOCK;
@@ -241,6 +323,9 @@ static void launch(version v, const host_plan &hp, const bench_params &p, cudaSt
     case V5: zero_v5<<<g, BV_BLOCK, 0, s>>>(p); break;
     case V6:
     case V7: zero_v6<<<g, BV_BLOCK, 0, s>>>(p); break;
+    case V8: zero_v8<<<g, BV_BLOCK, 0, s>>>(p); break;
+    case V9: zero_v9<<<g, BV_BLOCK, 0, s>>>(p); break;
+    case V10: zero_v10<<<g, BV_BLOCK, 0, s>>>(p); break;
     case LIB: {
       /* the launcher resolves the rules itself: hand it the raw plan */
       std::vector<mdr_zero_seg> segs(hp.segs);
@@ -398,7 +483,8 @@ struct staged {
   unsigned char *ring_h;
   uint64_t *ack_h;
   uint64_t *counter;
-  uint32_t *done, *ids, *count;
+  mdr_stage_sync *sync;
+  uint32_t *ids, *count;
   mdr_stage_desc desc;
 };
 
@@ -420,11 +506,11 @@ static staged staged_init(void) {
   }
   *st.ack_h = 0;
   CUDA_CHECK(cudaMalloc((void **)&st.counter, sizeof(uint64_t)));
-  CUDA_CHECK(cudaMalloc((void **)&st.done, sizeof(uint32_t)));
+  CUDA_CHECK(cudaMalloc((void **)&st.sync, sizeof(mdr_stage_sync)));
   CUDA_CHECK(cudaMalloc((void **)&st.ids, tokens * sizeof(uint32_t)));
   CUDA_CHECK(cudaMalloc((void **)&st.count, sizeof(uint32_t)));
   CUDA_CHECK(cudaMemset(st.counter, 0, sizeof(uint64_t)));
-  CUDA_CHECK(cudaMemset(st.done, 0, sizeof(uint32_t)));
+  CUDA_CHECK(cudaMemset(st.sync, 0, sizeof(mdr_stage_sync)));
   memset(&st.desc, 0, sizeof st.desc);
   CUDA_CHECK(cudaHostGetDevicePointer(&d, st.ring_h, 0));
   st.desc.ring = (uint64_t)(uintptr_t)d;
@@ -432,7 +518,7 @@ static staged staged_init(void) {
   st.desc.ack = (uint64_t)(uintptr_t)d;
   st.desc.slot_bytes = slot_bytes;
   st.desc.counter = (uint64_t)(uintptr_t)st.counter;
-  st.desc.done = (uint64_t)(uintptr_t)st.done;
+  st.desc.done = (uint64_t)(uintptr_t)st.sync;
   st.desc.token_ids = (uint64_t)(uintptr_t)st.ids;
   st.desc.count_out = (uint64_t)(uintptr_t)st.count;
   st.desc.slots = slots;
@@ -509,7 +595,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "validation failed: no timing\n");
     return 1;
   }
-  printf("validation passed: v1..v7, lib, memset on random40, plan18, big; lib on staged\n\n");
+  printf("validation passed: v1..v10, lib, memset on random40, plan18, big; lib on staged\n\n");
 
   // (a) 1 GiB: bandwidth against one cudaMemsetAsync.
   const float memset_us = time_us(s, 1, [&] {
@@ -573,7 +659,7 @@ int main(int argc, char **argv) {
   CUDA_CHECK(cudaFreeHost(st.ring_h));
   CUDA_CHECK(cudaFreeHost(st.ack_h));
   CUDA_CHECK(cudaFree(st.counter));
-  CUDA_CHECK(cudaFree(st.done));
+  CUDA_CHECK(cudaFree(st.sync));
   CUDA_CHECK(cudaFree(st.ids));
   CUDA_CHECK(cudaFree(st.count));
   CUDA_CHECK(cudaFree(big_mem));

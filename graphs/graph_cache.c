@@ -41,7 +41,7 @@ typedef struct graph_entry {
 } graph_entry;
 
 /* Layout of the cache's small device block. */
-enum { DEV_COUNTER = 0, DEV_DONE = 8, DEV_COUNT = 16, DEV_BLOCK_BYTES = 256 };
+enum { DEV_COUNTER = 0, DEV_SYNC = 8 /* mdr_stage_sync, 16 bytes */, DEV_COUNT = 32, DEV_BLOCK_BYTES = 256 };
 
 struct mdr_graph_cache {
   mdr_arena *arena;
@@ -227,7 +227,7 @@ static mdr_stage_desc stage_desc(const mdr_graph_cache *c) {
       .ring = c->ring_dev,
       .slot_bytes = c->slot_bytes,
       .counter = c->dev_block + DEV_COUNTER,
-      .done = c->dev_block + DEV_DONE,
+      .done = c->dev_block + DEV_SYNC,
       .ack = c->ring_dev + c->slot_bytes * MDR_GRAPH_STAGING_SLOTS,
       .token_ids = mdr_arena_token_ids(c->arena),
       .count_out = c->dev_block + DEV_COUNT,

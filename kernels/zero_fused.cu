@@ -17,21 +17,25 @@
  * them in flight per thread.
  *   - Static plan (eager, EXACT/LADDER graphs, DYNAMIC by node update): the
  *     launcher evaluates the rules at `tokens` and passes FIXED segments and
- *     the prefix sums; stage work, if any, runs in one extra last block that
- *     does no zeroing, so its round trip to host memory overlaps the stores.
+ *     the prefix sums; the grid has one block per chunk; stage work, if any,
+ *     runs in one extra first block that does no zeroing, so its round trip
+ *     to host memory overlaps the stores.
  *   - STAGE_DYNAMIC (DYNAMIC by device count): t is the slot header's count,
- *     known only on the device; every block reads it, evaluates the rules and
- *     scans the chunk counts into shared memory.
+ *     known only on the device. One block (ticket 0) reads it and publishes
+ *     it in device memory; all blocks first clear the floor every t >= 1
+ *     clears, then wait for t and clear the rest (see the kernel).
  *
- * Launch limits. ZF_BLOCK threads per block; grid = min(chunks, sm_count *
- * ZF_BLOCKS_PER_SM) (+1 stage block), at least 1. At most MDR_ZERO_MAX_SEGS
- * segments per launch: the launcher splits longer plans (FETCH on the first
- * launch, ADVANCE on the last, DYNAMIC on all). No allocation, no
- * synchronisation, no host-side wait: legal under stream capture. A chunk is
- * at most 16 KiB, so in-chunk indices are 32-bit.
+ * Launch limits. ZF_BLOCK threads per block. Static: grid = min(chunks,
+ * sm_count * ZF_STATIC_BLOCKS_PER_SM) (+1 stage block); DYNAMIC: grid =
+ * min(chunks at the largest t, sm_count * ZF_BLOCKS_PER_SM), at least 1. At
+ * most MDR_ZERO_MAX_SEGS segments per launch: the launcher splits longer
+ * plans (FETCH on the first launch, ADVANCE on the last, DYNAMIC on all). No
+ * allocation, no synchronisation, no host-side wait: legal under stream
+ * capture. A chunk is at most 16 KiB, so in-chunk indices are 32-bit.
  *
- * Measured (bench/results/): 0.94x the bandwidth of one cudaMemsetAsync over
- * 1 GiB; an 18-segment 1 MB plan about 1.1 us over an empty kernel. */
+ * Measured (bench/results/h200-2026-11-30-v10/): 1.0x the bandwidth of one
+ * cudaMemsetAsync over 1 GiB; an 18-segment 1 MB plan under 1 us over an
+ * empty kernel. */
 #include <cuda_runtime.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -42,8 +46,15 @@
 
 /* Threads per block. */
 #define ZF_BLOCK 256
-/* Resident blocks per SM the grid is sized for (overridable for the variant
- * sweep in bench/zero_fused_variants.cu). */
+/* Static plans: at most this many blocks per SM in the grid, one chunk
+ * each (a grid sized to the plan, like a memset kernel: 1.0x the bandwidth
+ * of cudaMemsetAsync over 1 GiB, where a resident grid striding over the
+ * chunks reached 0.94x; bench/results/). Past it, blocks stride. */
+#ifndef ZF_STATIC_BLOCKS_PER_SM
+#define ZF_STATIC_BLOCKS_PER_SM 1024
+#endif
+/* DYNAMIC plans: the grid is fixed at capture for the largest count, so it
+ * is sized to stay resident (this many blocks per SM) and strides. */
 #ifndef ZF_BLOCKS_PER_SM
 #define ZF_BLOCKS_PER_SM 6
 #endif
@@ -98,26 +109,52 @@ __device__ __forceinline__ void zf_clear_span(const mdr_zero_span sp) {
   for (; i < n16; i += ZF_BLOCK) zf_store16_zero(sp.body + (uint64_t)i * 16u);
 }
 
-/* Warp 0 evaluates the rules at t for up to 64 segments (two per lane) and
- * writes the bytes and the exclusive chunk prefix sums (65 entries). */
-__device__ __forceinline__ void zf_scan_dynamic(const zf_params &p, uint64_t t, uint64_t *s_bytes,
-                                                uint64_t *s_prefix) {
+/* Warp 0, for one phase of a DYNAMIC launch: the byte range each of up to
+ * 64 segments clears (two per lane) as an offset from its start and a
+ * length (phase 0: [0, floor); phase 1, t known: [floor, bytes(t))), and the
+ * exclusive chunk prefix sums (65 entries; entries past n hold the total). */
+__device__ __forceinline__ void zf_scan_phase(const zf_params &p, bool rest, uint64_t t, uint64_t *s_off,
+                                              uint64_t *s_len, uint64_t *s_prefix) {
   const unsigned lane = threadIdx.x;
-  const unsigned i0 = 2 * lane, i1 = 2 * lane + 1;
-  uint64_t b0 = i0 < p.n ? mdr_zero_seg_bytes(&p.segs[i0], t) : 0;
-  uint64_t b1 = i1 < p.n ? mdr_zero_seg_bytes(&p.segs[i1], t) : 0;
-  uint64_t c0 = mdr_zero_chunks(b0), c1 = mdr_zero_chunks(b1);
-  uint64_t pair = c0 + c1, incl = pair;
+  uint64_t c[2];
+#pragma unroll
+  for (int j = 0; j < 2; j++) {
+    const unsigned i = 2 * lane + j;
+    uint64_t off = 0, len = 0;
+    if (i < p.n) {
+      const uint64_t floor = mdr_zero_seg_floor(&p.segs[i]);
+      if (rest) {
+        const uint64_t b = mdr_zero_seg_bytes(&p.segs[i], t);
+        off = floor;
+        len = b > floor ? b - floor : 0;
+      } else {
+        len = floor;
+      }
+    }
+    s_off[i] = off;
+    s_len[i] = len;
+    c[j] = mdr_zero_chunks(len);
+  }
+  const uint64_t pair = c[0] + c[1];
+  uint64_t incl = pair;
 #pragma unroll
   for (int off = 1; off < 32; off *= 2) {
     uint64_t v = __shfl_up_sync(0xffffffffu, incl, off);
     if (lane >= (unsigned)off) incl += v;
   }
-  s_bytes[i0] = b0;
-  s_bytes[i1] = b1;
-  s_prefix[i0] = incl - pair;
-  s_prefix[i1] = incl - pair + c0;
+  s_prefix[2 * lane] = incl - pair;
+  s_prefix[2 * lane + 1] = incl - pair + c[0];
   if (lane == 31) s_prefix[MDR_ZERO_MAX_SEGS] = incl;
+}
+
+/* Clear the chunks first, first + stride, ... of one DYNAMIC phase. */
+__device__ __forceinline__ void zf_clear_phase(const zf_params &p, const uint64_t *s_off, const uint64_t *s_len,
+                                               const uint64_t *s_prefix, uint64_t first, uint64_t stride) {
+  const uint64_t total = s_prefix[p.n];
+  for (uint64_t k = first; k < total; k += stride) {
+    const uint32_t s = mdr_zero_locate(s_prefix, p.n, k);
+    zf_clear_span(mdr_zero_chunk_span(p.segs[s].ptr + s_off[s], s_len[s], k - s_prefix[s]));
+  }
 }
 
 // ----------------------------------------------------------------------------
@@ -181,81 +218,110 @@ __device__ __forceinline__ void zf_stage_block(const mdr_stage_desc &st, uint32_
 }
 
 /* Static plan: segments resolved to FIXED byte counts and chunk prefix sums
- * on the host (p.segs, p.prefix). With stage work the grid has one extra,
- * last block that only serves the stage, so its round trip to host memory
- * overlaps the zeroing instead of delaying a zeroing block. */
+ * on the host (p.segs, p.prefix). The grid has a block per chunk (up to
+ * ZF_STATIC_BLOCKS_PER_SM per SM, then grid-stride). With stage work, block
+ * 0 only serves the stage: it is dispatched first, so its round trip to host
+ * memory overlaps the zeroing instead of trailing it. */
 template <int CAP>
-__global__ void __launch_bounds__(ZF_BLOCK, ZF_BLOCKS_PER_SM)
+__global__ void __launch_bounds__(ZF_BLOCK)
     zero_static_kernel(const __grid_constant__ zf_params_t<CAP> p) {
-  const unsigned zero_blocks = gridDim.x - (p.flags ? 1u : 0u);
-  if (blockIdx.x == zero_blocks) {
+  const unsigned first = p.flags ? 1u : 0u;
+  if (first && blockIdx.x == 0) {
     zf_stage_block(p.stage, p.flags, (uint32_t)p.tokens);
     return;
   }
   const uint64_t total = p.prefix[p.n];
-  for (uint64_t k = blockIdx.x; k < total; k += zero_blocks) {
+  for (uint64_t k = blockIdx.x - first; k < total; k += gridDim.x - first) {
     const uint32_t s = mdr_zero_locate(p.prefix, p.n, k);
     zf_clear_span(mdr_zero_chunk_span(p.segs[s].ptr, p.segs[s].bytes, k - p.prefix[s]));
   }
 }
 
 /* STAGE_DYNAMIC (the device-count implementation of MDR_GRAPH_DYNAMIC): the
- * token count is the slot header's, known only on the device, so every
- * block reads the header, evaluates the rules and scans the chunk counts
- * into shared memory; block 0 also copies the ids (the first ZF_BLOCK
- * vectors speculatively, in the header's round trip), and the last block to
- * finish advances the counter (atomic arrival count). */
+ * token count t is the slot header's, known only on the device, and reading
+ * host memory takes a PCIe round trip. So (mdr_stage_sync in zero_map.h):
+ *   - every block takes a ticket; the block with ticket 0 (the stager)
+ *     reads the header, publishes t in device memory at once, and copies
+ *     the ids (the first ZF_BLOCK vectors in the header's round trip);
+ *   - meanwhile every block clears its share of the floor (what any t >= 1
+ *     clears, from the rules alone);
+ *   - then each block waits for the published t (a device-memory load, not
+ *     a PCIe read per block) and clears the rest, [floor, bytes(t));
+ *   - the last block to finish resets the tickets and, on the last launch
+ *     of a plan (ADVANCE), advances the counter and writes the ack.
+ * Blocks take chunks in ticket order, so the first to start take the first
+ * chunks. */
 __global__ void __launch_bounds__(ZF_BLOCK, ZF_BLOCKS_PER_SM)
     zero_dynamic_kernel(const __grid_constant__ zf_params p) {
-  __shared__ uint64_t s_bytes[MDR_ZERO_MAX_SEGS];
+  __shared__ uint64_t s_off[MDR_ZERO_MAX_SEGS], s_len[MDR_ZERO_MAX_SEGS];
   __shared__ uint64_t s_prefix[MDR_ZERO_MAX_SEGS + 1];
-  __shared__ uint32_t s_tokens, s_copy;
+  __shared__ uint64_t s_step;
+  __shared__ uint32_t s_ticket, s_tokens, s_copy;
+  mdr_stage_sync *sync = (mdr_stage_sync *)p.stage.done;
   const uint32_t flags = p.flags;
-  const bool fetcher = (flags & MDR_STAGE_FETCH) && blockIdx.x == 0;
 
-  const uint64_t step = *(volatile const uint64_t *)p.stage.counter;
-  const uint64_t slot = p.stage.ring + (step % p.stage.slots) * p.stage.slot_bytes;
-  const uint64_t ids = slot + MDR_STAGE_HEADER_BYTES;
-  uint4 spec = make_uint4(0u, 0u, 0u, 0u);
-  uint32_t spec_vecs = 0;
-  if (threadIdx.x == 0) {
-    const mdr_stage_header *h = (const mdr_stage_header *)slot;
-    s_tokens = h->tokens;
-    s_copy = h->copy_tokens;
+  if (threadIdx.x == 32) { /* warp 1, while warp 0 scans the floor */
+    s_ticket = atomicAdd(&sync->ticket, 1u);
+    s_step = *(volatile const uint64_t *)p.stage.counter;
   }
-  const bool vec = ((ids | p.stage.token_ids) & 15u) == 0;
-  if (fetcher && vec) {
-    spec_vecs = (uint32_t)((p.stage.slot_bytes - MDR_STAGE_HEADER_BYTES) / 16u);
-    if (spec_vecs > ZF_BLOCK) spec_vecs = ZF_BLOCK;
-    if (threadIdx.x < spec_vecs) spec = ((const uint4 *)ids)[threadIdx.x];
-  }
+  if (threadIdx.x < 32) zf_scan_phase(p, false, 0, s_off, s_len, s_prefix);
   __syncthreads();
-  if (threadIdx.x < 32) zf_scan_dynamic(p, s_tokens, s_bytes, s_prefix);
+  const uint64_t step = s_step, vblock = s_ticket;
+  const bool stager = vblock == 0;
+
+  if (stager) {
+    const uint64_t slot = p.stage.ring + (step % p.stage.slots) * p.stage.slot_bytes;
+    const uint64_t ids = slot + MDR_STAGE_HEADER_BYTES;
+    const bool fetch = flags & MDR_STAGE_FETCH;
+    const bool vec = ((ids | p.stage.token_ids) & 15u) == 0;
+    uint4 spec = make_uint4(0u, 0u, 0u, 0u);
+    uint32_t spec_vecs = 0;
+    if (threadIdx.x == 0) {
+      const volatile mdr_stage_header *h = (const volatile mdr_stage_header *)slot;
+      const uint32_t t = h->tokens;
+      s_tokens = t;
+      s_copy = h->copy_tokens;
+      *(volatile uint64_t *)&sync->published = ((uint64_t)(uint32_t)(step + 1) << 32) | t;
+    }
+    if (fetch && vec) {
+      spec_vecs = (uint32_t)((p.stage.slot_bytes - MDR_STAGE_HEADER_BYTES) / 16u);
+      if (spec_vecs > ZF_BLOCK) spec_vecs = ZF_BLOCK;
+      if (threadIdx.x < spec_vecs) spec = ((const uint4 *)ids)[threadIdx.x];
+    }
+    __syncthreads();
+    if (fetch) {
+      const uint32_t copy = s_copy, nvec = vec ? copy / ZF_IDS_PER_VEC : 0;
+      if (threadIdx.x < nvec && threadIdx.x < spec_vecs) ((uint4 *)p.stage.token_ids)[threadIdx.x] = spec;
+      zf_fetch_vectors((const uint4 *)ids, (uint4 *)p.stage.token_ids, spec_vecs, nvec);
+      zf_fetch_scalars((const uint32_t *)ids, (uint32_t *)p.stage.token_ids, nvec * ZF_IDS_PER_VEC, copy);
+      if (threadIdx.x == 0) *(uint32_t *)p.stage.count_out = s_tokens;
+    }
+  }
+
+  zf_clear_phase(p, s_off, s_len, s_prefix, vblock, gridDim.x); /* the floor */
+
+  if (!stager && threadIdx.x == 0) {
+    const uint32_t want = (uint32_t)(step + 1);
+    uint64_t v;
+    while (((v = *(volatile const uint64_t *)&sync->published) >> 32) != want) __nanosleep(32);
+    s_tokens = (uint32_t)v;
+  }
+  __syncthreads(); /* t known; every thread is done with the floor's prefix sums */
+  if (threadIdx.x < 32) zf_scan_phase(p, true, s_tokens, s_off, s_len, s_prefix);
   __syncthreads();
+  zf_clear_phase(p, s_off, s_len, s_prefix, vblock, gridDim.x); /* the rest */
 
-  if (fetcher) {
-    const uint32_t copy = s_copy, nvec = vec ? copy / ZF_IDS_PER_VEC : 0;
-    if (threadIdx.x < nvec && threadIdx.x < spec_vecs) ((uint4 *)p.stage.token_ids)[threadIdx.x] = spec;
-    zf_fetch_vectors((const uint4 *)ids, (uint4 *)p.stage.token_ids, spec_vecs, nvec);
-    zf_fetch_scalars((const uint32_t *)ids, (uint32_t *)p.stage.token_ids, nvec * ZF_IDS_PER_VEC, copy);
-    if (threadIdx.x == 0) *(uint32_t *)p.stage.count_out = s_tokens;
-  }
-
-  const uint64_t total = s_prefix[p.n];
-  for (uint64_t k = blockIdx.x; k < total; k += gridDim.x) {
-    const uint32_t s = mdr_zero_locate(s_prefix, p.n, k);
-    zf_clear_span(mdr_zero_chunk_span(p.segs[s].ptr, s_bytes[s], k - s_prefix[s]));
-  }
-
-  if (!(flags & MDR_STAGE_ADVANCE)) return;
   __syncthreads();
   if (threadIdx.x == 0) {
     __threadfence();
-    const unsigned prev = atomicAdd((unsigned *)p.stage.done, 1u);
-    if (prev == gridDim.x - 1) {
-      *(volatile unsigned *)p.stage.done = 0u;
-      *(volatile uint64_t *)p.stage.counter = step + 1;
-      *(volatile uint64_t *)p.stage.ack = step + 1;
+    const unsigned prev = atomicAdd(&sync->done, 1u);
+    if (prev == gridDim.x - 1) { /* every block has started and finished */
+      *(volatile uint32_t *)&sync->done = 0u;
+      *(volatile uint32_t *)&sync->ticket = 0u;
+      if (flags & MDR_STAGE_ADVANCE) {
+        *(volatile uint64_t *)p.stage.counter = step + 1;
+        *(volatile uint64_t *)p.stage.ack = step + 1;
+      }
     }
   }
 }
@@ -280,7 +346,9 @@ static uint64_t zf_max_chunks(const mdr_zero_seg *s) {
 template <int CAP>
 static int zf_build(const mdr_zero_seg *segs, size_t n, uint64_t tokens, const mdr_stage_desc *stage,
                     int sm_count, size_t j, size_t launches, zf_params_t<CAP> *p, unsigned *grid) {
-  const uint64_t max_grid = (uint64_t)sm_count * ZF_BLOCKS_PER_SM;
+  const uint64_t max_grid = (uint64_t)sm_count * ((stage && (stage->flags & MDR_STAGE_DYNAMIC))
+                                                      ? ZF_BLOCKS_PER_SM
+                                                      : ZF_STATIC_BLOCKS_PER_SM);
   const uint32_t stage_flags =
       stage ? stage->flags & (MDR_STAGE_FETCH | MDR_STAGE_ADVANCE | MDR_STAGE_DYNAMIC) : 0u;
   memset(p, 0, sizeof *p);
@@ -381,6 +449,25 @@ extern "C" int mdr_cuda_zero_fused_find(void *graph, void **node) {
   return found ? 0 : (int)cudaErrorInvalidValue;
 }
 
+/* Set a captured static-kernel node (found by mdr_cuda_zero_fused_find) to
+ * the plan at `tokens`: grid and parameters. (The driver's
+ * cuGraphExecKernelNodeSetParams with a CUkernel handle was measured at the
+ * same cost as this runtime call: bench/dynamic_switch_probe.cu.) */
+template <int CAP>
+static int zf_update_node(cudaGraphExec_t exec, cudaGraphNode_t node, const mdr_zero_seg *segs, size_t n,
+                          uint64_t tokens, const mdr_stage_desc *st, int sm_count) {
+  zf_params_t<CAP> p;
+  unsigned grid = 0;
+  if (!zf_build(segs, n, tokens, st, sm_count, 0, 1, &p, &grid)) return (int)cudaErrorInvalidValue;
+  void *args[1] = {&p};
+  cudaKernelNodeParams kp = {};
+  kp.func = (void *)zero_static_kernel<CAP>;
+  kp.gridDim = dim3(grid);
+  kp.blockDim = dim3(ZF_BLOCK);
+  kp.kernelParams = args;
+  return (int)cudaGraphExecKernelNodeSetParams(exec, node, &kp);
+}
+
 extern "C" int mdr_cuda_zero_fused_update(void *exec, void *node, const mdr_zero_seg *segs,
                                           size_t n, uint64_t tokens, const mdr_stage_desc *stage,
                                           int sm_count) {
@@ -388,22 +475,9 @@ extern "C" int mdr_cuda_zero_fused_update(void *exec, void *node, const mdr_zero
   mdr_stage_desc st = *stage;
   st.flags &= ~(uint32_t)MDR_STAGE_DYNAMIC;
   sm_count = zf_sm_count(sm_count);
-  cudaKernelNodeParams kp = {};
-  kp.blockDim = dim3(ZF_BLOCK);
-  unsigned grid = 0;
-  zf_params_small small;
-  zf_params big;
-  void *args[1];
-  if (n <= ZF_SMALL_SEGS) {
-    if (!zf_build(segs, n, tokens, &st, sm_count, 0, 1, &small, &grid)) return (int)cudaErrorInvalidValue;
-    kp.func = (void *)zero_static_kernel<ZF_SMALL_SEGS>;
-    args[0] = &small;
-  } else {
-    if (!zf_build(segs, n, tokens, &st, sm_count, 0, 1, &big, &grid)) return (int)cudaErrorInvalidValue;
-    kp.func = (void *)zero_static_kernel<MDR_ZERO_MAX_SEGS>;
-    args[0] = &big;
-  }
-  kp.gridDim = dim3(grid);
-  kp.kernelParams = args;
-  return (int)cudaGraphExecKernelNodeSetParams((cudaGraphExec_t)exec, (cudaGraphNode_t)node, &kp);
+  if (n <= ZF_SMALL_SEGS)
+    return zf_update_node<ZF_SMALL_SEGS>((cudaGraphExec_t)exec, (cudaGraphNode_t)node, segs, n, tokens, &st,
+                                         sm_count);
+  return zf_update_node<MDR_ZERO_MAX_SEGS>((cudaGraphExec_t)exec, (cudaGraphNode_t)node, segs, n, tokens,
+                                           &st, sm_count);
 }

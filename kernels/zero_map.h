@@ -82,6 +82,12 @@ MDR_HD uint64_t mdr_zero_seg_bytes(const mdr_zero_seg *s, uint64_t t) {
   }
 }
 
+/* Every rule is non-decreasing in t, so any count t >= 1 clears at least
+ * the first mdr_zero_seg_bytes(s, 1) bytes: the "floor" a DYNAMIC launch
+ * clears before it knows t (its count is never 0: caches reject 0 tokens).
+ * The rest, [floor, mdr_zero_seg_bytes(s, t)), waits for t. */
+MDR_HD uint64_t mdr_zero_seg_floor(const mdr_zero_seg *s) { return mdr_zero_seg_bytes(s, 1); }
+
 MDR_HD uint64_t mdr_zero_chunks(uint64_t bytes) {
   return (bytes + MDR_ZERO_CHUNK - 1) / MDR_ZERO_CHUNK;
 }
@@ -136,13 +142,26 @@ enum {
   MDR_STAGE_DYNAMIC = 4u  /* rules are evaluated at the slot's token count */
 };
 
+/* The device words a staged launch coordinates its blocks with (at
+ * mdr_stage_desc.done, zeroed before the first launch, left zeroed by each).
+ * DYNAMIC launches: each block takes a ticket when it starts; ticket 0 reads
+ * the slot's header and publishes (step + 1) << 32 | t, which the others
+ * wait for (in device memory) before clearing past their floors. A block
+ * that holds ticket 0 is running, so the wait cannot deadlock whatever the
+ * residency. The last block to finish (done) resets done and ticket. */
+typedef struct mdr_stage_sync {
+  uint32_t done;      /* blocks finished in this launch */
+  uint32_t ticket;    /* blocks started in this launch */
+  uint64_t published; /* (step + 1) << 32 | token count, from ticket 0 */
+} mdr_stage_sync;
+
 /* What a launch needs to read its step from the staging ring. All addresses
  * are device addresses (the ring and ack are mapped pinned host memory). */
 typedef struct mdr_stage_desc {
   uint64_t ring;       /* slot 0 */
   uint64_t slot_bytes; /* stride between slots */
   uint64_t counter;    /* device uint64: launches consumed so far */
-  uint64_t done;       /* device uint32: blocks finished in this launch (reset by the last) */
+  uint64_t done;       /* device mdr_stage_sync (16 bytes, 8-aligned) */
   uint64_t ack;        /* mapped pinned uint64: counter value after the last finished launch */
   uint64_t token_ids;  /* destination of the ids (uint32) */
   uint64_t count_out;  /* device uint32: the step's real token count, for the caller's body */

@@ -5,7 +5,7 @@
 # benchmark, and print a short table last. Everything is logged under OUT.
 #
 # Usage: bash scripts/device-check.sh OUT [phase...]
-#   phases: build tests sanitize variants sweep decode soak bench peer
+#   phases: build tests sanitize variants sweep probe ncu decode soak bench peer
 #   (default: build tests sanitize variants decode bench peer)
 #   env BENCH_ARGS: extra arguments for mdr-bench (default --quick)
 # Criterion comes from .device-deps/criterion/*.deb (shared/device/README.md).
@@ -64,22 +64,32 @@ if has variants; then
   run variants $build/bench/zero_fused_variants "$out/zero_fused_variants.csv"
 fi
 if has sweep; then
-  # The promoted kernel's launch shape: chunk bytes x resident blocks per SM,
-  # each build validated and timed by the variants program (rows "lib").
-  for chunk in 4096 16384 65536; do
-    for bps in 4 6 8; do
-      nvcc -O3 -std=c++17 -arch=sm_90 -Ikernels -DMDR_ZERO_CHUNK=$chunk -DZF_BLOCKS_PER_SM=$bps \
-        bench/zero_fused_variants.cu -o "/tmp/zfv_${chunk}_${bps}" &
-    done
+  # The promoted kernel's launch shape: chunk bytes x 16-byte stores in
+  # flight per thread, each build validated and timed by the variants
+  # program (rows "lib").
+  shapes="4096:1 8192:2 16384:4 16384:2 32768:8 65536:8"
+  for sh in $shapes; do
+    chunk=${sh%%:*} unroll=${sh##*:}
+    nvcc -O3 -std=c++17 -arch=sm_90 -Ikernels -DMDR_ZERO_CHUNK=$chunk -DZF_UNROLL=$unroll \
+      bench/zero_fused_variants.cu -o "/tmp/zfv_${chunk}_${unroll}" &
   done
   wait
-  for chunk in 4096 16384 65536; do
-    for bps in 4 6 8; do
-      run "sweep-c${chunk}-b${bps}" "/tmp/zfv_${chunk}_${bps}"
-      grep -E '^(lib|memset) ' "$out/sweep-c${chunk}-b${bps}.log" | sed "s/^/chunk $chunk bps $bps: /" >>"$out/sweep.txt"
-    done
+  for sh in $shapes; do
+    chunk=${sh%%:*} unroll=${sh##*:}
+    run "sweep-c${chunk}-u${unroll}" "/tmp/zfv_${chunk}_${unroll}"
+    grep -E '^(lib|memset) ' "$out/sweep-c${chunk}-u${unroll}.log" | sed "s/^/chunk $chunk unroll $unroll: /" >>"$out/sweep.txt"
   done
   cat "$out/sweep.txt"
+fi
+if has probe; then
+  # DYNAMIC's three implementations side by side (bench/dynamic_switch_probe.cu)
+  run probe $build/bench/dynamic_switch_probe --reps "${PROBE_REPS:-200}" --csv "$out/dynamic_probe.csv"
+fi
+if has ncu; then
+  # Launch shape and throughput of the driver's memset kernel beside the
+  # fused kernel's variants (first launches of the variants program).
+  run ncu ncu --section LaunchStats --section SpeedOfLight --section Occupancy \
+    -k 'regex:emset|zero_static|zero_v2|zero_v9|zero_v10' -c 24 $build/bench/zero_fused_variants
 fi
 if has decode; then
   run decode-loop $build/examples/mdr_decode_loop --steps 200 --json "$out/decode_loop.json"

@@ -5,9 +5,12 @@
  * MDR_ZERO_MAX_SEGS segments (FETCH on the first, ADVANCE on the last,
  * DYNAMIC on all), the same chunk prefix sums, mdr_zero_locate and
  * mdr_zero_chunk_span from zero_map.h, so a byte is cleared here if and only
- * if the kernel clears it. One "launch" behaves as a grid of one block: the
- * stage's done counter goes 0 -> 1 -> reset. Every address (segments, ring,
- * counter, done, ack, token_ids, count_out) is a host address. */
+ * if the kernel clears it. A DYNAMIC launch clears in the kernel's two
+ * phases (the floor, then the rest at the slot's t: mdr_zero_seg_floor). One
+ * "launch" behaves as a grid of one block: it takes ticket 0, publishes t,
+ * and the stage's done counter goes 0 -> 1 -> reset with the ticket. Every
+ * address (segments, ring, counter, done, ack, token_ids, count_out) is a
+ * host address. */
 #include <stdint.h>
 #include <string.h>
 
@@ -15,22 +18,36 @@
 
 #define HOST_PTR(addr) ((void *)(uintptr_t)(addr))
 
-/* Clear up to MDR_ZERO_MAX_SEGS segments at token count t, chunk by chunk. */
-static void zero_launch_host(const mdr_zero_seg *segs, uint32_t n, uint64_t t) {
-  uint64_t bytes[MDR_ZERO_MAX_SEGS];
+/* Clear, chunk by chunk, [ptr + off[i], ptr + off[i] + len[i]) of up to
+ * MDR_ZERO_MAX_SEGS segments. */
+static void zero_ranges_host(const mdr_zero_seg *segs, uint32_t n, const uint64_t *off, const uint64_t *len) {
   uint64_t prefix[MDR_ZERO_MAX_SEGS + 1];
   prefix[0] = 0;
-  for (uint32_t i = 0; i < n; i++) {
-    bytes[i] = mdr_zero_seg_bytes(&segs[i], t);
-    prefix[i + 1] = prefix[i] + mdr_zero_chunks(bytes[i]);
-  }
+  for (uint32_t i = 0; i < n; i++) prefix[i + 1] = prefix[i] + mdr_zero_chunks(len[i]);
   for (uint64_t k = 0; k < prefix[n]; k++) {
     uint32_t s = mdr_zero_locate(prefix, n, k);
-    mdr_zero_span sp = mdr_zero_chunk_span(segs[s].ptr, bytes[s], k - prefix[s]);
+    mdr_zero_span sp = mdr_zero_chunk_span(segs[s].ptr + off[s], len[s], k - prefix[s]);
     if (sp.body > sp.begin) memset(HOST_PTR(sp.begin), 0, (size_t)(sp.body - sp.begin));
     if (sp.tail > sp.body) memset(HOST_PTR(sp.body), 0, (size_t)(sp.tail - sp.body));
     if (sp.end > sp.tail) memset(HOST_PTR(sp.tail), 0, (size_t)(sp.end - sp.tail));
   }
+}
+
+/* Static: every segment's bytes at t. DYNAMIC: the floor, then the rest. */
+static void zero_launch_host(const mdr_zero_seg *segs, uint32_t n, uint64_t t, int dynamic) {
+  uint64_t off[MDR_ZERO_MAX_SEGS] = {0}, len[MDR_ZERO_MAX_SEGS] = {0};
+  for (uint32_t i = 0; i < n; i++) {
+    off[i] = 0;
+    len[i] = dynamic ? mdr_zero_seg_floor(&segs[i]) : mdr_zero_seg_bytes(&segs[i], t);
+  }
+  zero_ranges_host(segs, n, off, len);
+  if (!dynamic) return;
+  for (uint32_t i = 0; i < n; i++) {
+    uint64_t b = mdr_zero_seg_bytes(&segs[i], t);
+    off[i] = len[i];
+    len[i] = b > off[i] ? b - off[i] : 0;
+  }
+  zero_ranges_host(segs, n, off, len);
 }
 
 void mdr_zero_fused_host(const mdr_zero_seg *segs, size_t n, uint64_t tokens,
@@ -50,14 +67,20 @@ void mdr_zero_fused_host(const mdr_zero_seg *segs, size_t n, uint64_t tokens,
     uint64_t t = tokens, step = 0;
     const unsigned char *slot = NULL;
     const mdr_stage_header *header = NULL;
+    const int dynamic = (flags & MDR_STAGE_DYNAMIC) != 0;
+    volatile mdr_stage_sync *sync = flags ? (volatile mdr_stage_sync *)HOST_PTR(stage->done) : NULL;
     if (flags) step = *(const volatile uint64_t *)HOST_PTR(stage->counter);
+    if (dynamic) sync->ticket++; /* ticket 0: this block is the stager */
     if (flags & (MDR_STAGE_FETCH | MDR_STAGE_DYNAMIC)) {
       slot = (const unsigned char *)HOST_PTR(stage->ring + (step % stage->slots) * stage->slot_bytes);
       header = (const mdr_stage_header *)slot;
-      if (flags & MDR_STAGE_DYNAMIC) t = header->tokens;
+      if (dynamic) {
+        t = header->tokens;
+        sync->published = (uint64_t)(uint32_t)(step + 1) << 32 | (uint32_t)t;
+      }
     }
 
-    if (count) zero_launch_host(segs + first, (uint32_t)count, t);
+    if (count) zero_launch_host(segs + first, (uint32_t)count, t, dynamic);
 
     if (flags & MDR_STAGE_FETCH) {
       /* static plans copy the launch's own token count; DYNAMIC the slot's */
@@ -67,13 +90,15 @@ void mdr_zero_fused_host(const mdr_zero_seg *segs, size_t n, uint64_t tokens,
                (size_t)copy * sizeof(uint32_t));
       *(uint32_t *)HOST_PTR(stage->count_out) = header->tokens;
     }
-    if (flags & MDR_STAGE_ADVANCE) {
-      volatile uint32_t *done = (volatile uint32_t *)HOST_PTR(stage->done);
-      uint32_t prev = (*done)++;
+    if (dynamic || (flags & MDR_STAGE_ADVANCE)) {
+      uint32_t prev = sync->done++;
       if (prev == 0) { /* the last (only) block of a one-block grid */
-        *done = 0;
-        *(volatile uint64_t *)HOST_PTR(stage->counter) = step + 1;
-        *(volatile uint64_t *)HOST_PTR(stage->ack) = step + 1;
+        sync->done = 0;
+        sync->ticket = 0;
+        if (flags & MDR_STAGE_ADVANCE) {
+          *(volatile uint64_t *)HOST_PTR(stage->counter) = step + 1;
+          *(volatile uint64_t *)HOST_PTR(stage->ack) = step + 1;
+        }
       }
     }
   }

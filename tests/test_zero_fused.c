@@ -222,7 +222,7 @@ static void run_plain(images *im, const plan *p, uint64_t t, int sms, cudaStream
 typedef struct dev_stage {
   unsigned char *ring_h; uint64_t ring_d; /* mapped */
   uint64_t *ack_h; uint64_t ack_d;         /* mapped */
-  uint64_t *counter; uint32_t *done;       /* device */
+  uint64_t *counter; mdr_stage_sync *sync; /* device */
   uint32_t *ids; uint32_t *count;          /* device */
   uint64_t slot_bytes;
   mdr_stage_desc desc;
@@ -241,15 +241,15 @@ static void dev_stage_init(dev_stage *st, uint64_t counter, uint32_t flags) {
   memset(st->ring_h, POISON, (size_t)(st->slot_bytes * RING_SLOTS));
   *st->ack_h = 0xA5A5A5A5A5A5A5A5ull;
   CU(cudaMalloc((void **)&st->counter, sizeof(uint64_t)));
-  CU(cudaMalloc((void **)&st->done, sizeof(uint32_t)));
+  CU(cudaMalloc((void **)&st->sync, sizeof(mdr_stage_sync)));
   CU(cudaMalloc((void **)&st->ids, IDS_CAP * sizeof(uint32_t)));
   CU(cudaMalloc((void **)&st->count, sizeof(uint32_t)));
   CU(cudaMemcpy(st->counter, &counter, sizeof counter, cudaMemcpyHostToDevice));
-  CU(cudaMemset(st->done, 0, sizeof(uint32_t)));
+  CU(cudaMemset(st->sync, 0, sizeof(mdr_stage_sync)));
   CU(cudaMemset(st->ids, POISON, IDS_CAP * sizeof(uint32_t)));
   CU(cudaMemset(st->count, POISON, sizeof(uint32_t)));
   st->desc = (mdr_stage_desc){.ring = st->ring_d, .slot_bytes = st->slot_bytes,
-                              .counter = ADDR(st->counter), .done = ADDR(st->done),
+                              .counter = ADDR(st->counter), .done = ADDR(st->sync),
                               .ack = st->ack_d, .token_ids = ADDR(st->ids),
                               .count_out = ADDR(st->count), .slots = RING_SLOTS, .flags = flags};
 }
@@ -258,7 +258,7 @@ static void dev_stage_free(dev_stage *st) {
   CU(cudaFreeHost(st->ring_h));
   CU(cudaFreeHost(st->ack_h));
   CU(cudaFree(st->counter));
-  CU(cudaFree(st->done));
+  CU(cudaFree(st->sync));
   CU(cudaFree(st->ids));
   CU(cudaFree(st->count));
 }
@@ -275,14 +275,19 @@ static void fill_slot(dev_stage *st, uint32_t slot, uint32_t tokens, uint32_t co
 
 typedef struct stage_state {
   uint64_t counter, ack;
-  uint32_t done, count;
+  uint32_t done, ticket, count; /* done and ticket: the launch's mdr_stage_sync */
+  uint64_t published;
   uint32_t ids[IDS_CAP];
 } stage_state;
 
 static void read_stage(const dev_stage *st, stage_state *out) {
   CU(cudaDeviceSynchronize());
   CU(cudaMemcpy(&out->counter, st->counter, sizeof out->counter, cudaMemcpyDeviceToHost));
-  CU(cudaMemcpy(&out->done, st->done, sizeof out->done, cudaMemcpyDeviceToHost));
+  mdr_stage_sync sync;
+  CU(cudaMemcpy(&sync, st->sync, sizeof sync, cudaMemcpyDeviceToHost));
+  out->done = sync.done;
+  out->ticket = sync.ticket;
+  out->published = sync.published;
   CU(cudaMemcpy(&out->count, st->count, sizeof out->count, cudaMemcpyDeviceToHost));
   CU(cudaMemcpy(out->ids, st->ids, sizeof out->ids, cudaMemcpyDeviceToHost));
   out->ack = *(volatile uint64_t *)st->ack_h;
@@ -405,6 +410,7 @@ Test(zero_fused, staged_launch_fetches_the_counter_slot_and_advances_with_many_b
   cr_assert_eq(ss.counter, 8);
   cr_assert_eq(ss.ack, 8);
   cr_assert_eq(ss.done, 0);
+  cr_assert_eq(ss.ticket, 0, "tickets reset by the last block");
   run_staged(&im, &p, RING_MAX_TOKENS, RING_MAX_TOKENS, &st, sms); /* counter 8 -> slot 2 */
   read_stage(&st, &ss);
   check_ids(&ss, RING_MAX_TOKENS, 7000);
@@ -412,6 +418,7 @@ Test(zero_fused, staged_launch_fetches_the_counter_slot_and_advances_with_many_b
   cr_assert_eq(ss.counter, 9);
   cr_assert_eq(ss.ack, 9);
   cr_assert_eq(ss.done, 0);
+  cr_assert_eq(ss.ticket, 0, "tickets reset by the last block");
   /* a ring at an odd offset: ids copied without 16-byte accesses */
   st.desc.ring = st.ring_d + 4;
   {
@@ -453,6 +460,9 @@ Test(zero_fused, dynamic_stage_evaluates_the_rules_at_the_slot_token_count) {
   read_stage(&st, &ss);
   cr_assert_eq(ss.counter, 4, "no ADVANCE: counter untouched");
   cr_assert_eq(ss.count, 0xA5A5A5A5u, "no FETCH: count untouched");
+  cr_assert_eq(ss.published, (uint64_t)5 << 32 | 57, "ticket 0 publishes (step + 1) << 32 | t");
+  cr_assert_eq(ss.done, 0, "every DYNAMIC launch resets its arrivals");
+  cr_assert_eq(ss.ticket, 0, "every DYNAMIC launch resets its tickets");
   check_ids(&ss, 0, 0);
   dev_stage_free(&st);
   images_free(&im);
@@ -491,6 +501,7 @@ Test(zero_fused, split_staged_plan_fetches_once_and_advances_once) {
   cr_assert_eq(ss.counter, 3, "advanced exactly once");
   cr_assert_eq(ss.ack, 3);
   cr_assert_eq(ss.done, 0);
+  cr_assert_eq(ss.ticket, 0, "tickets reset by the last block");
   dev_stage_free(&st);
   images_free(&im);
 #endif
@@ -510,6 +521,7 @@ Test(zero_fused, stage_without_segments_does_only_the_stage_work) {
   cr_assert_eq(ss.counter, 6);
   cr_assert_eq(ss.ack, 6);
   cr_assert_eq(ss.done, 0);
+  cr_assert_eq(ss.ticket, 0, "tickets reset by the last block");
   dev_stage_free(&st);
 #endif
 }
@@ -595,6 +607,7 @@ Test(zero_fused, captured_staged_launch_reads_the_next_slot_on_each_replay) {
     cr_assert_eq(ss.counter, 11 + replay);
     cr_assert_eq(ss.ack, 11 + replay);
     cr_assert_eq(ss.done, 0);
+  cr_assert_eq(ss.ticket, 0, "tickets reset by the last block");
     plan_segs(&p, ADDR(im.dev), segs);
   }
   CU(cudaGraphExecDestroy(exec));

@@ -221,6 +221,32 @@ Test(zero_map, fixed_rule_ignores_tokens) {
 /* ------------------------------------------------------------------------- */
 /* chunk mapping */
 
+/* DYNAMIC launches clear the floor (bytes at t = 1) before they know t: safe
+ * only if every rule is non-decreasing in t from 1 on. */
+Test(zero_map, rules_never_shrink_as_tokens_grow_so_the_floor_is_safe) {
+  uint64_t rng = 0x5eed0011;
+  for (int k = 0; k < 20000; k++) {
+    const uint64_t m = rng_range(&rng, 1, 5000);
+    uint64_t size = rng_range(&rng, 0, 1u << 22);
+    if (k % 4 == 1) size = m * rng_range(&rng, 0, 800);               /* HEAD: n % m == 0 */
+    if (k % 4 == 2) size = mdr_ceil16(m) * rng_range(&rng, 0, 800);   /* HEAD: n % ceil16(m) == 0 */
+    mdr_zero_seg s = random_rule(&rng, 4096, size, 0);
+    if (k % 4 != 3) s = (mdr_zero_seg){.ptr = 4096, .bytes = size, .a = m, .rule = MDR_RULE_HEAD};
+    const uint64_t floor = mdr_zero_seg_floor(&s);
+    cr_assert_eq(floor, mdr_zero_seg_bytes(&s, 1));
+    for (int j = 0; j < 8; j++) {
+      const uint64_t t = j < 4 ? rng_range(&rng, 1, 40) : rng_range(&rng, 1, 2 * m + 40);
+      const uint64_t t2 = t + rng_range(&rng, 0, 64);
+      const uint64_t b = mdr_zero_seg_bytes(&s, t), b2 = mdr_zero_seg_bytes(&s, t2);
+      cr_assert_geq(b, floor, "rule %u size %llu m %llu: bytes(%llu) %llu < floor %llu", s.rule,
+                    (unsigned long long)size, (unsigned long long)m, (unsigned long long)t,
+                    (unsigned long long)b, (unsigned long long)floor);
+      cr_assert_geq(b2, b, "rule %u: bytes(%llu) %llu < bytes(%llu) %llu", s.rule, (unsigned long long)t2,
+                    (unsigned long long)b2, (unsigned long long)t, (unsigned long long)b);
+    }
+  }
+}
+
 Test(zero_map, chunks_round_up_to_whole_chunks) {
   cr_assert_eq(mdr_zero_chunks(0), 0);
   cr_assert_eq(mdr_zero_chunks(1), 1);
@@ -361,7 +387,7 @@ typedef struct host_stage {
   unsigned char *ring;
   uint64_t slot_bytes;
   uint64_t counter;
-  uint32_t done;
+  mdr_stage_sync sync;
   uint64_t ack;
   uint32_t token_ids[RING_MAX_TOKENS + 8];
   uint32_t count_out;
@@ -381,7 +407,7 @@ static void stage_init(host_stage *hs, uint64_t counter, uint32_t flags) {
   hs->desc = (mdr_stage_desc){.ring = ADDR(hs->ring),
                               .slot_bytes = hs->slot_bytes,
                               .counter = ADDR(&hs->counter),
-                              .done = ADDR(&hs->done),
+                              .done = ADDR(&hs->sync),
                               .ack = ADDR(&hs->ack),
                               .token_ids = ADDR(hs->token_ids),
                               .count_out = ADDR(&hs->count_out),
@@ -419,7 +445,8 @@ Test(zero_map, host_stage_fetches_the_slot_named_by_the_counter_and_advances) {
   cr_assert_eq(hs.count_out, 11);
   cr_assert_eq(hs.counter, 8);
   cr_assert_eq(hs.ack, 8);
-  cr_assert_eq(hs.done, 0);
+  cr_assert_eq(hs.sync.done, 0);
+  cr_assert_eq(hs.sync.ticket, 0);
   /* the next launch reads the next slot */
   memset(hs.token_ids, POISON, sizeof hs.token_ids);
   mdr_zero_fused_host(hp.segs, hp.n, 33, &hs.desc); /* counter 8 -> slot 2 */
@@ -441,6 +468,9 @@ Test(zero_map, host_stage_dynamic_evaluates_rules_at_the_slot_tokens) {
   check_host_image(&hp, 57);
   cr_assert_eq(hs.counter, 4, "no ADVANCE: counter untouched");
   cr_assert_eq(hs.count_out, 0xA5A5A5A5u, "no FETCH: count untouched");
+  cr_assert_eq(hs.sync.published, (uint64_t)5 << 32 | 57, "the stager publishes (step + 1) << 32 | t");
+  cr_assert_eq(hs.sync.done, 0);
+  cr_assert_eq(hs.sync.ticket, 0);
   check_ids(&hs, 0, 0);
   free_host_plan(&hp);
   free(hs.ring);
@@ -466,7 +496,8 @@ Test(zero_map, host_split_stage_fetches_once_and_advances_once) {
   cr_assert_eq(hs.count_out, 61);
   cr_assert_eq(hs.counter, 3, "advanced exactly once");
   cr_assert_eq(hs.ack, 3);
-  cr_assert_eq(hs.done, 0);
+  cr_assert_eq(hs.sync.done, 0);
+  cr_assert_eq(hs.sync.ticket, 0);
   free_host_plan(&hp);
   free(hs.ring);
 }
