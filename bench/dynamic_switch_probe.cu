@@ -134,6 +134,11 @@ __global__ void __launch_bounds__(PB_BLOCK) pb_select_kernel(const __grid_consta
   }
 }
 
+/* The update cost's dependence on parameter size: a 16-byte block. */
+__global__ void pb_tiny_kernel(uint64_t *out, uint64_t t) {
+  if (threadIdx.x == 0 && blockIdx.x == 0) *out = t;
+}
+
 __global__ void pb_blocker_kernel(const volatile uint32_t *release, uint32_t gen) {
   const long long t0 = clock64();
   while (*release < gen && clock64() - t0 < 4000000000ll) {
@@ -447,6 +452,38 @@ static void update_costs(mdr_backend *b, mdr_arena *a, unsigned sms, cudaStream_
   }
   CUDA_CHECK(cudaGraphExecDestroy(x));
   CUDA_CHECK(cudaGraphDestroy(g));
+
+  /* the same with a 16-byte parameter block */
+  uint64_t *out = NULL, tv = 1;
+  CUDA_CHECK(cudaMalloc((void **)&out, sizeof *out));
+  void *targs[2] = {&out, &tv};
+  cudaKernelNodeParams tp = {};
+  tp.func = (void *)pb_tiny_kernel;
+  tp.gridDim = dim3(1);
+  tp.blockDim = dim3(32);
+  tp.kernelParams = targs;
+  CUDA_CHECK(cudaGraphCreate(&g, 0));
+  CUDA_CHECK(cudaGraphAddKernelNode(&node, g, NULL, 0, &tp));
+  CUDA_CHECK(cudaGraphInstantiate(&x, g, 0));
+  for (int way = 0; way < 2; way++) {
+    std::vector<double> us(reps);
+    for (int i = -20; i < reps; i++) {
+      if (i % 4 == 0) CUDA_CHECK(cudaStreamSynchronize(s));
+      tv = 7 + (i & 1);
+      const double t0 = now_us();
+      if (way == 1) CUDA_CHECK(cudaGraphExecKernelNodeSetParams(x, node, &tp));
+      CUDA_CHECK(cudaGraphLaunch(x, s));
+      if (i >= 0) us[i] = now_us() - t0;
+    }
+    CUDA_CHECK(cudaStreamSynchronize(s));
+    stats st = summarize(us);
+    const char *name = way ? "16-byte params: runtime SetParams + launch" : "16-byte params: launch only";
+    printf("  %-28s %6.2f / %6.2f\n", name, st.med, st.p90);
+    if (f) fprintf(f, "%s,%s,,,,,%.3f,%.3f\n", preset, name, st.med, st.p90);
+  }
+  CUDA_CHECK(cudaGraphExecDestroy(x));
+  CUDA_CHECK(cudaGraphDestroy(g));
+  CUDA_CHECK(cudaFree(out));
 }
 
 int main(int argc, char **argv) {

@@ -23,6 +23,11 @@
  *       for the aligned body; head and tail bytes by plain stores
  *   v10 one chunk per block, no grid stride: grid = chunks (like a memset
  *       kernel sized to the buffer)
+ *   v11 v10 with a select locate: every thread loads prefix[i], ptr and
+ *       bytes of all (up to 20) segments with uniform, independent loads
+ *       and keeps the last segment starting at or before its chunk: one
+ *       round of parameter loads, no dependent binary search
+ *   v12 v11 on quarter chunks (4 KiB pieces, one 16-byte store per thread)
  *   lib the promoted kernel through mdr_cuda_zero_fused (kernels/zero_fused.cu)
  *
  * Cases:
@@ -270,6 +275,44 @@ __global__ void __launch_bounds__(BV_BLOCK) zero_v10(const __grid_constant__ ben
   bv_clear<4, false>(b, e);
 }
 
+/* v11/v12: the chunk's segment by selection over at most V11_SEGS segments
+ * (uniform loads the compiler issues back to back); plans of more segments
+ * use the binary search. */
+#define V11_SEGS 20
+__device__ __forceinline__ void v11_chunk(const bench_params &p, uint64_t k, uint64_t *begin, uint64_t *end) {
+  if (p.n > V11_SEGS) {
+    bv_chunk(p, k, begin, end);
+    return;
+  }
+  uint64_t ptr = 0, bytes = 0, first = 0;
+#pragma unroll
+  for (int i = 0; i < V11_SEGS; i++) {
+    const uint64_t pre = p.prefix[i], sp = p.segs[i].ptr, sb = p.segs[i].bytes;
+    if ((uint32_t)i < p.n && pre <= k) {
+      ptr = sp;
+      bytes = sb;
+      first = pre;
+    }
+  }
+  mdr_zero_span span = mdr_zero_chunk_span(ptr, bytes, k - first);
+  *begin = span.begin;
+  *end = span.end;
+}
+
+__global__ void __launch_bounds__(BV_BLOCK) zero_v11(const __grid_constant__ bench_params p) {
+  uint64_t b, e;
+  v11_chunk(p, blockIdx.x, &b, &e);
+  bv_clear<4, false>(b, e);
+}
+
+__global__ void __launch_bounds__(BV_BLOCK) zero_v12(const __grid_constant__ bench_params p) {
+  const uint64_t piece = MDR_ZERO_CHUNK / BV_PIECES_PER_CHUNK;
+  uint64_t b, e;
+  v11_chunk(p, blockIdx.x / BV_PIECES_PER_CHUNK, &b, &e);
+  const uint64_t pb = b + (blockIdx.x % BV_PIECES_PER_CHUNK) * piece, pe = pb + piece;
+  if (pb < e) bv_clear<1, false>(pb, pe < e ? pe : e);
+}
+
 /* The baseline of the small case: same parameters, no work. */
 __global__ void __launch_bounds__(BV_BLOCK) zero_empty(const __grid_constant__ bench_params p) {
   if (p.n == 0xFFFFFFFFu) asm volatile("trap;");
@@ -297,15 +340,16 @@ static bench_params resolve(const host_plan &hp, uint64_t base) {
   return p;
 }
 
-enum version { V1, V2, V3, V4, V5, V6, V7, V8, V9, V10, LIB, MEMSET, NVERSIONS };
-static const char *k_names[NVERSIONS] = {"v1", "v2", "v3", "v4", "v5", "v6", "v7", "v8", "v9", "v10", "lib", "memset"};
+enum version { V1, V2, V3, V4, V5, V6, V7, V8, V9, V10, V11, V12, LIB, MEMSET, NVERSIONS };
+static const char *k_names[NVERSIONS] = {"v1", "v2",  "v3",  "v4",  "v5",  "v6",  "v7",
+                                         "v8", "v9", "v10", "v11", "v12", "lib", "memset"};
 
 static int g_sms;
 
 static unsigned grid_for(version v, const bench_params &p) {
-  uint64_t work = p.prefix[p.n] * (v == V5 ? BV_PIECES_PER_CHUNK : 1);
+  uint64_t work = p.prefix[p.n] * (v == V5 || v == V12 ? BV_PIECES_PER_CHUNK : 1);
   uint64_t cap = (uint64_t)g_sms * BV_BLOCKS_PER_SM * (v == V7 ? 2 : 1);
-  if (v == V10) cap = 0x7fffffffu;
+  if (v == V10 || v == V11 || v == V12) cap = 0x7fffffffu;
   if (v == V6 || v == V7) {
     work = 0;
     for (uint32_t i = 0; i < p.n; i++) work += (p.segs[i].bytes / 16 + BV_BLOCK - 1) / BV_BLOCK;
@@ -326,6 +370,8 @@ static void launch(version v, const host_plan &hp, const bench_params &p, cudaSt
     case V8: zero_v8<<<g, BV_BLOCK, 0, s>>>(p); break;
     case V9: zero_v9<<<g, BV_BLOCK, 0, s>>>(p); break;
     case V10: zero_v10<<<g, BV_BLOCK, 0, s>>>(p); break;
+    case V11: zero_v11<<<g, BV_BLOCK, 0, s>>>(p); break;
+    case V12: zero_v12<<<g, BV_BLOCK, 0, s>>>(p); break;
     case LIB: {
       /* the launcher resolves the rules itself: hand it the raw plan */
       std::vector<mdr_zero_seg> segs(hp.segs);
@@ -422,7 +468,7 @@ static void report(const char *ver, const char *kase, double us, double bytes, c
   row r = {ver, kase, us, bytes / (us * 1e3), base_us, 0, us - base_us, base};
   r.ratio = ratio_is_base_over_us ? base_us / us : us / base_us;
   g_rows.push_back(r);
-  printf("%-7s %-8s %10.2f us %9.1f GB/s   %-12s %10.2f us   ratio %6.3f   delta %+8.2f us\n", ver,
+  printf("%-7s %-14s %10.2f us %9.1f GB/s   %-12s %10.2f us   ratio %6.3f   delta %+8.2f us\n", ver,
          kase, us, r.gbps, base, base_us, r.ratio, r.delta_us);
   fflush(stdout);
 }
@@ -595,7 +641,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "validation failed: no timing\n");
     return 1;
   }
-  printf("validation passed: v1..v10, lib, memset on random40, plan18, big; lib on staged\n\n");
+  printf("validation passed: v1..v12, lib, memset on random40, plan18, big; lib on staged\n\n");
 
   // (a) 1 GiB: bandwidth against one cudaMemsetAsync.
   const float memset_us = time_us(s, 1, [&] {
@@ -639,6 +685,21 @@ int main(int argc, char **argv) {
         };
         us = graph ? time_graph_us(s, staged_launch) : time_us(s, BATCH, staged_launch);
         report("lib", graph ? "staged" : "stageds", us, small_bytes, "empty", empty_us, false);
+        if (graph) {
+          /* where DYNAMIC's time goes: without the id copy; on a grid of 12 */
+          mdr_stage_desc nofetch = st.desc;
+          nofetch.flags &= ~(uint32_t)MDR_STAGE_FETCH;
+          us = time_graph_us(s, [&] {
+            int e = mdr_cuda_zero_fused(staged_segs.data(), staged_segs.size(), 1, &nofetch, s, g_sms);
+            if (e) CUDA_CHECK((cudaError_t)e);
+          });
+          report("lib", "staged-nofetch", us, small_bytes, "empty", empty_us, false);
+          us = time_graph_us(s, [&] {
+            int e = mdr_cuda_zero_fused(staged_segs.data(), staged_segs.size(), 1, &st.desc, s, 2);
+            if (e) CUDA_CHECK((cudaError_t)e);
+          });
+          report("lib", "staged-g12", us, small_bytes, "empty", empty_us, false);
+        }
       }
     }
   }
