@@ -217,30 +217,6 @@ __device__ __forceinline__ void zf_stage_block(const mdr_stage_desc &st, uint32_
   }
 }
 
-/* The span of plan chunk k: its segment is the last one starting at or
- * before k (mdr_zero_locate's answer). Small plans select it with uniform,
- * independent parameter loads (one round of loads; a binary search is a
- * chain of dependent ones, which a 1 MB plan's single pass per block waits
- * on); larger ones use the binary search. */
-template <int CAP>
-__device__ __forceinline__ mdr_zero_span zf_static_span(const zf_params_t<CAP> &p, uint64_t k) {
-  if (CAP <= ZF_SMALL_SEGS) {
-    uint64_t ptr = 0, bytes = 0, first = 0;
-#pragma unroll
-    for (int i = 0; i < CAP; i++) {
-      const uint64_t pre = p.prefix[i], sp = p.segs[i].ptr, sb = p.segs[i].bytes;
-      if ((uint32_t)i < p.n && pre <= k) {
-        ptr = sp;
-        bytes = sb;
-        first = pre;
-      }
-    }
-    return mdr_zero_chunk_span(ptr, bytes, k - first);
-  }
-  const uint32_t s = mdr_zero_locate(p.prefix, p.n, k);
-  return mdr_zero_chunk_span(p.segs[s].ptr, p.segs[s].bytes, k - p.prefix[s]);
-}
-
 /* Static plan: segments resolved to FIXED byte counts and chunk prefix sums
  * on the host (p.segs, p.prefix). The grid has a block per chunk (up to
  * ZF_STATIC_BLOCKS_PER_SM per SM, then grid-stride). With stage work, block
@@ -255,7 +231,10 @@ __global__ void __launch_bounds__(ZF_BLOCK)
     return;
   }
   const uint64_t total = p.prefix[p.n];
-  for (uint64_t k = blockIdx.x - first; k < total; k += gridDim.x - first) zf_clear_span(zf_static_span(p, k));
+  for (uint64_t k = blockIdx.x - first; k < total; k += gridDim.x - first) {
+    const uint32_t s = mdr_zero_locate(p.prefix, p.n, k);
+    zf_clear_span(mdr_zero_chunk_span(p.segs[s].ptr, p.segs[s].bytes, k - p.prefix[s]));
+  }
 }
 
 /* STAGE_DYNAMIC (the device-count implementation of MDR_GRAPH_DYNAMIC): the
