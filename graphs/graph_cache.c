@@ -23,9 +23,12 @@
  *
  * DYNAMIC. One graph serves every count. By default (NODE_UPDATE) the fused
  * node is re-targeted to the step's count when it changes, so the kernel
- * gets the count as a parameter; DEVICE_COUNT leaves the graph untouched and
- * lets every block read the count from the slot (slower on the GPU, see
- * include/mdr/graph.h and bench/results/). */
+ * gets the count as a parameter. Its plan for every count 1..M is resolved
+ * once, at create, into a plan table in device memory (kernels/zero_map.h
+ * section 4), so the node's parameters are only t and the stage (a small
+ * block: the update costs about a quarter of a whole plan's). DEVICE_COUNT
+ * leaves the graph untouched and has the kernel read the count from the
+ * slot (slower on the GPU, see include/mdr/graph.h and bench/results/). */
 #define _POSIX_C_SOURCE 200809L
 #include <sched.h>
 #include <stdlib.h>
@@ -70,6 +73,7 @@ struct mdr_graph_cache {
   size_t dyn_tokens; /* the count the exec's fused node holds now (0: as captured) */
   mdr_zero_seg rules[MDR_ZERO_PLAN_MAX];
   size_t n_rules;
+  mdr_dptr table; /* NODE_UPDATE: the plan table of rules at counts 1..max_tokens (0: none) */
   uint64_t tick;
   mdr_graph_stats stats;
 };
@@ -125,6 +129,23 @@ static mdr_status check_options(const mdr_graph_cache_options *o) {
   return MDR_OK;
 }
 
+/* NODE_UPDATE: resolve the rules (the row policy of create) at every count
+ * 1..max_tokens into the plan table, uploaded once. Plans of more rules
+ * than one launch carries keep the parameter-borne plan (no table). */
+static mdr_status build_table(mdr_graph_cache *c) {
+  mdr_zero_seg rules[MDR_ZERO_PLAN_MAX];
+  size_t n = mdr_arena_rules(c->arena, MDR_COVER_ROWS, c->rows, rules);
+  if (n > MDR_ZERO_MAX_SEGS) return MDR_OK;
+  size_t words = (size_t)mdr_plan_table_words(n, c->max_tokens);
+  uint64_t *w = malloc(words * sizeof *w);
+  if (!w) return mdr_backend_fail(c->b, MDR_ERR_OUT_OF_MEMORY, "graph cache: plan table (%zu bytes)", words * 8);
+  mdr_plan_table_fill(rules, n, c->max_tokens, w);
+  mdr_status st = mdr_be_alloc_device(c->b, words * sizeof *w, &c->table);
+  if (st == MDR_OK) st = mdr_backend_copy_h2d(c->b, c->table, w, words * sizeof *w);
+  free(w);
+  return st;
+}
+
 mdr_status mdr_graph_cache_create(mdr_arena *a, mdr_stream stream, const mdr_graph_cache_options *o,
                                   mdr_graph_cache **out) {
   if (!a || !stream || !o || !out) return MDR_ERR_INVALID_ARGUMENT;
@@ -170,9 +191,14 @@ mdr_status mdr_graph_cache_create(mdr_arena *a, mdr_stream stream, const mdr_gra
   if (st != MDR_OK) goto fail;
   st = mdr_backend_fill(b, c->dev_block, 0, DEV_BLOCK_BYTES);
   if (st != MDR_OK) goto fail;
+  if (node_update_of(o)) {
+    st = build_table(c);
+    if (st != MDR_OK) goto fail;
+  }
   *out = c;
   return MDR_OK;
 fail:
+  mdr_be_free_device(b, c->table);
   mdr_be_free_device(b, c->dev_block);
   mdr_be_free_pinned(b, c->ring_host);
   free(c->entries);
@@ -186,6 +212,7 @@ void mdr_graph_cache_destroy(mdr_graph_cache *c) {
   (void)c->b->ops->synchronize(c->b, c->stream);
   for (size_t t = 0; t <= c->max_tokens; t++) mdr_be_exec_destroy(c->b, c->entries[t].exec);
   mdr_be_graph_destroy(c->b, c->dyn_graph);
+  mdr_be_free_device(c->b, c->table);
   mdr_be_free_device(c->b, c->dev_block);
   mdr_be_free_pinned(c->b, c->ring_host);
   free(c->entries);
@@ -235,6 +262,11 @@ static mdr_stage_desc stage_desc(const mdr_graph_cache *c) {
       .flags = MDR_STAGE_FETCH | MDR_STAGE_ADVANCE,
   };
   if (c->o.mode == MDR_GRAPH_DYNAMIC && !node_update_of(&c->o)) d.flags |= MDR_STAGE_DYNAMIC;
+  if (c->table) {
+    d.flags |= MDR_STAGE_TABLE;
+    d.table = c->table;
+    d.table_max = c->max_tokens;
+  }
   return d;
 }
 

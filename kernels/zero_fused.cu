@@ -8,7 +8,7 @@
  * advances the ring counter (graphs/graph_cache.c explains the ring).
  *
  * Memory layout. Nothing is allocated. The plan travels by value in the
- * kernel parameters (zf_params_t: up to 20 segments in under 1 KiB, up to 64
+ * kernel parameters (zf_params_t: up to 20 segments in about 1 KiB, up to 64
  * in under 4 KiB, with chunk prefix sums and the stage descriptor). Each
  * segment is a byte range [ptr, ptr + bytes) of any size and alignment. The
  * plan is cut into MDR_ZERO_CHUNK (16 KiB) chunks (zero_map.h); blocks take
@@ -68,7 +68,7 @@
 #define ZF_IDS_PER_VEC 4u
 
 /* Kernel parameters for up to CAP segments. Two sizes are instantiated: the
- * arena's plans (at most ZF_SMALL_SEGS) travel in under 1 KiB, which keeps
+ * arena's plans (at most ZF_SMALL_SEGS) travel in about 1 KiB, which keeps
  * graph-node parameter updates and uploads small; anything else in 4 KiB. */
 template <int CAP>
 struct zf_params_t {
@@ -230,10 +230,53 @@ __global__ void __launch_bounds__(ZF_BLOCK)
     zf_stage_block(p.stage, p.flags, (uint32_t)p.tokens);
     return;
   }
+  /* The first chunk's search starts before the bound is known (the common
+   * case is one chunk per block: no dependent load ahead of the search). */
+  uint64_t k = blockIdx.x - first;
+  const uint64_t stride = gridDim.x - first;
+  uint32_t s = mdr_zero_locate(p.prefix, p.n, k);
   const uint64_t total = p.prefix[p.n];
-  for (uint64_t k = blockIdx.x - first; k < total; k += gridDim.x - first) {
-    const uint32_t s = mdr_zero_locate(p.prefix, p.n, k);
+  while (k < total) {
     zf_clear_span(mdr_zero_chunk_span(p.segs[s].ptr, p.segs[s].bytes, k - p.prefix[s]));
+    k += stride;
+    s = mdr_zero_locate(p.prefix, p.n, k);
+  }
+}
+
+/* STAGE_TABLE (the node-update implementation of MDR_GRAPH_DYNAMIC): the
+ * parameters carry t and the stage only (zf_table_params, under 128 bytes,
+ * which the host re-targets cheaply); every zeroing block reads count t's
+ * entry of the plan table (zero_map.h section 4) into shared memory with one
+ * round of coalesced loads, then clears its chunks as a static plan does.
+ * Block 0 serves the stage, as in zero_static_kernel. */
+struct zf_table_params {
+  mdr_stage_desc stage; /* flags include TABLE; table and table_max set */
+  uint64_t tokens;      /* t, 1 <= t <= stage.table_max */
+  uint32_t n;           /* rules in the table */
+  uint32_t flags;       /* FETCH / ADVANCE of this launch */
+};
+
+__global__ void __launch_bounds__(ZF_BLOCK) zero_table_kernel(const __grid_constant__ zf_table_params p) {
+  const unsigned first = (p.flags & (MDR_STAGE_FETCH | MDR_STAGE_ADVANCE)) ? 1u : 0u;
+  if (first && blockIdx.x == 0) {
+    zf_stage_block(p.stage, p.flags, (uint32_t)p.tokens);
+    return;
+  }
+  __shared__ uint64_t s_ptr[MDR_ZERO_MAX_SEGS], s_bytes[MDR_ZERO_MAX_SEGS];
+  __shared__ uint64_t s_prefix[MDR_ZERO_MAX_SEGS + 1];
+  const uint64_t *w = (const uint64_t *)p.stage.table;
+  const uint64_t *e = w + mdr_plan_table_entry(p.n, p.tokens);
+  const unsigned tid = threadIdx.x, n = p.n;
+  if (tid < n) {
+    s_ptr[tid] = w[tid];
+    s_bytes[tid] = e[tid];
+  }
+  if (tid <= n) s_prefix[tid] = e[n + tid];
+  __syncthreads();
+  const uint64_t total = s_prefix[n];
+  for (uint64_t k = blockIdx.x - first; k < total; k += gridDim.x - first) {
+    const uint32_t s = mdr_zero_locate(s_prefix, n, k);
+    zf_clear_span(mdr_zero_chunk_span(s_ptr[s], s_bytes[s], k - s_prefix[s]));
   }
 }
 
@@ -350,7 +393,7 @@ static int zf_build(const mdr_zero_seg *segs, size_t n, uint64_t tokens, const m
                                                       ? ZF_BLOCKS_PER_SM
                                                       : ZF_STATIC_BLOCKS_PER_SM);
   const uint32_t stage_flags =
-      stage ? stage->flags & (MDR_STAGE_FETCH | MDR_STAGE_ADVANCE | MDR_STAGE_DYNAMIC) : 0u;
+      stage ? stage->flags & (MDR_STAGE_FETCH | MDR_STAGE_ADVANCE | MDR_STAGE_DYNAMIC) : 0u; /* not TABLE */
   memset(p, 0, sizeof *p);
   const size_t first = j * MDR_ZERO_MAX_SEGS;
   const size_t count = n - first < (size_t)CAP ? n - first : (size_t)CAP;
@@ -398,11 +441,37 @@ static int zf_sm_count(int sm_count) {
 
 static size_t zf_launches(size_t n) { return n == 0 ? 1 : (n + MDR_ZERO_MAX_SEGS - 1) / MDR_ZERO_MAX_SEGS; }
 
+/* Parameters and grid of a TABLE launch of n rules at `tokens`; 0 when the
+ * table cannot serve it (t outside 1..table_max, more than 64 rules). */
+static int zf_build_table(const mdr_zero_seg *segs, size_t n, uint64_t tokens, const mdr_stage_desc *stage,
+                          int sm_count, zf_table_params *p, unsigned *grid) {
+  if (!mdr_stage_table_ok(stage, n, tokens)) return 0;
+  memset(p, 0, sizeof *p);
+  p->stage = *stage;
+  p->tokens = tokens;
+  p->n = (uint32_t)n;
+  p->flags = stage->flags & (MDR_STAGE_FETCH | MDR_STAGE_ADVANCE);
+  uint64_t chunks = 0;
+  for (size_t i = 0; i < n; i++) chunks += mdr_zero_chunks(mdr_zero_seg_bytes(&segs[i], tokens));
+  const uint64_t max_grid = (uint64_t)sm_count * ZF_STATIC_BLOCKS_PER_SM;
+  uint64_t g = chunks < max_grid ? chunks : max_grid;
+  if (p->flags) g += 1;
+  *grid = (unsigned)(g ? g : 1); /* a launch with nothing to do still keeps the node's shape */
+  return 1;
+}
+
 extern "C" int mdr_cuda_zero_fused(const mdr_zero_seg *segs, size_t n, uint64_t tokens,
                                    const mdr_stage_desc *stage, void *stream, int sm_count) {
   if (n == 0 && !stage) return 0;
   sm_count = zf_sm_count(sm_count);
   const size_t launches = zf_launches(n);
+  if (stage && (stage->flags & MDR_STAGE_TABLE)) {
+    zf_table_params p;
+    unsigned grid = 0;
+    if (!zf_build_table(segs, n, tokens, stage, sm_count, &p, &grid)) return (int)cudaErrorInvalidValue;
+    zero_table_kernel<<<grid, ZF_BLOCK, 0, (cudaStream_t)stream>>>(p);
+    return (int)cudaGetLastError();
+  }
   if (n <= ZF_SMALL_SEGS && !(stage && (stage->flags & MDR_STAGE_DYNAMIC))) {
     zf_params_small p;
     unsigned grid = 0;
@@ -438,7 +507,7 @@ extern "C" int mdr_cuda_zero_fused_find(void *graph, void **node) {
     cudaKernelNodeParams kp;
     if (cudaGraphKernelNodeGetParams(nodes[i], &kp) != cudaSuccess) continue;
     if (kp.func == (void *)zero_static_kernel<ZF_SMALL_SEGS> ||
-        kp.func == (void *)zero_static_kernel<MDR_ZERO_MAX_SEGS>) {
+        kp.func == (void *)zero_static_kernel<MDR_ZERO_MAX_SEGS> || kp.func == (void *)zero_table_kernel) {
       *node = nodes[i];
       found = 1;
     }
@@ -475,6 +544,18 @@ extern "C" int mdr_cuda_zero_fused_update(void *exec, void *node, const mdr_zero
   mdr_stage_desc st = *stage;
   st.flags &= ~(uint32_t)MDR_STAGE_DYNAMIC;
   sm_count = zf_sm_count(sm_count);
+  if (st.flags & MDR_STAGE_TABLE) { /* the node runs zero_table_kernel: t and the grid change */
+    zf_table_params p;
+    unsigned grid = 0;
+    if (!zf_build_table(segs, n, tokens, &st, sm_count, &p, &grid)) return (int)cudaErrorInvalidValue;
+    void *args[1] = {&p};
+    cudaKernelNodeParams kp = {};
+    kp.func = (void *)zero_table_kernel;
+    kp.gridDim = dim3(grid);
+    kp.blockDim = dim3(ZF_BLOCK);
+    kp.kernelParams = args;
+    return (int)cudaGraphExecKernelNodeSetParams((cudaGraphExec_t)exec, (cudaGraphNode_t)node, &kp);
+  }
   if (n <= ZF_SMALL_SEGS)
     return zf_update_node<ZF_SMALL_SEGS>((cudaGraphExec_t)exec, (cudaGraphNode_t)node, segs, n, tokens, &st,
                                          sm_count);

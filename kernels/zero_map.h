@@ -19,7 +19,12 @@
  *
  * 3. Staging slots (graphs). The ids of a step are written by the host into
  *    one slot of a ring in mapped pinned memory; a device counter says which
- *    slot the next launch reads (see graphs/graph_cache.c). */
+ *    slot the next launch reads (see graphs/graph_cache.c).
+ *
+ * 4. Plan tables (DYNAMIC by node update). The plan of every count 1..m,
+ *    resolved once on the host and kept in device memory, so that a launch
+ *    carries only t in its parameters: a small block the host re-targets
+ *    for about a quarter of the cost of a whole plan's. */
 #ifndef MDR_ZERO_MAP_H
 #define MDR_ZERO_MAP_H
 
@@ -123,6 +128,28 @@ MDR_HD mdr_zero_span mdr_zero_chunk_span(uint64_t ptr, uint64_t seg_bytes, uint6
   return sp;
 }
 
+/* Plan table layout, in 64-bit words, for n rules and counts 1..m:
+ *   ptr[n]; then for t = 1..m: bytes[n] (each rule at t), prefix[n + 1]
+ *   (exclusive chunk prefix sums of bytes; prefix[n] is the total). */
+MDR_HD uint64_t mdr_plan_table_words(uint64_t n, uint64_t m) { return n + m * (2 * n + 1); }
+/* Word index of count t's entry (1 <= t <= m). */
+MDR_HD uint64_t mdr_plan_table_entry(uint64_t n, uint64_t t) { return n + (t - 1) * (2 * n + 1); }
+
+/* Fill a table of mdr_plan_table_words(n, m) words from n rules. */
+MDR_HD void mdr_plan_table_fill(const mdr_zero_seg *rules, uint64_t n, uint64_t m, uint64_t *w) {
+  for (uint64_t i = 0; i < n; i++) w[i] = rules[i].ptr;
+  for (uint64_t t = 1; t <= m; t++) {
+    uint64_t *e = w + mdr_plan_table_entry(n, t), acc = 0;
+    for (uint64_t i = 0; i < n; i++) {
+      const uint64_t b = mdr_zero_seg_bytes(&rules[i], t);
+      e[i] = b;
+      e[n + i] = acc;
+      acc += mdr_zero_chunks(b);
+    }
+    e[2 * n] = acc;
+  }
+}
+
 /* Staging slot layout: a 16-byte header then the ids. */
 typedef struct mdr_stage_header {
   uint32_t tokens;      /* real token count of the step */
@@ -139,7 +166,8 @@ MDR_HD uint64_t mdr_stage_slot_bytes(uint64_t max_tokens) {
 enum {
   MDR_STAGE_FETCH = 1u,   /* copy the slot's ids into token_ids, the count into count_out */
   MDR_STAGE_ADVANCE = 2u, /* the last block to finish advances the counter and writes ack */
-  MDR_STAGE_DYNAMIC = 4u  /* rules are evaluated at the slot's token count */
+  MDR_STAGE_DYNAMIC = 4u, /* rules are evaluated at the slot's token count */
+  MDR_STAGE_TABLE = 8u    /* the plan at `tokens` is read from the plan table (not with DYNAMIC) */
 };
 
 /* The device words a staged launch coordinates its blocks with (at
@@ -167,7 +195,16 @@ typedef struct mdr_stage_desc {
   uint64_t count_out;  /* device uint32: the step's real token count, for the caller's body */
   uint32_t slots;      /* ring length */
   uint32_t flags;      /* MDR_STAGE_* */
+  uint64_t table;      /* TABLE: device plan table of the launch's rules (section 4) */
+  uint64_t table_max;  /* TABLE: its largest count m */
 } mdr_stage_desc;
+
+/* Whether a TABLE launch of n rules at t can be served: a table, t in
+ * 1..table_max, at most MDR_ZERO_MAX_SEGS rules (one launch), not DYNAMIC. */
+MDR_HD int mdr_stage_table_ok(const mdr_stage_desc *st, uint64_t n, uint64_t t) {
+  return st->table != 0 && t >= 1 && t <= st->table_max && n <= MDR_ZERO_MAX_SEGS &&
+         !(st->flags & MDR_STAGE_DYNAMIC);
+}
 
 #ifdef __cplusplus
 }

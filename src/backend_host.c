@@ -278,6 +278,9 @@ static void host_list_destroy(mdr_backend *b, void *list) {
 static mdr_status host_zero_fused(mdr_backend *b, const mdr_zero_seg *segs, size_t n,
                                   uint64_t tokens, const mdr_stage_desc *stage, mdr_stream s) {
   if (n == 0 && !stage) return MDR_OK;
+  if (stage && (stage->flags & MDR_STAGE_TABLE) && !mdr_stage_table_ok(stage, n, tokens))
+    return mdr_backend_fail(b, MDR_ERR_INVALID_ARGUMENT, "host: plan table launch of %zu rules at %llu tokens",
+                            n, (unsigned long long)tokens);
   host_op op = {.kind = HOST_OP_ZERO_FUSED,
                 .segs = (mdr_zero_seg *)segs,
                 .n = n,
@@ -306,6 +309,9 @@ static mdr_status host_fused_node_update(mdr_backend *b, void *exec, void *node,
   size_t i = (size_t)(uintptr_t)node;
   if (i == 0 || i > e->len || e->ops[i - 1].kind != HOST_OP_ZERO_FUSED || n > MDR_ZERO_MAX_SEGS)
     return mdr_backend_fail(b, MDR_ERR_INVALID_ARGUMENT, "host: not a fused node");
+  if (stage && (stage->flags & MDR_STAGE_TABLE) && !mdr_stage_table_ok(stage, n, tokens))
+    return mdr_backend_fail(b, MDR_ERR_INVALID_ARGUMENT, "host: plan table update of %zu rules to %llu tokens",
+                            n, (unsigned long long)tokens);
   host_op *op = &e->ops[i - 1];
   if (n > op->n) {
     mdr_zero_seg *more = realloc(op->segs, n * sizeof *more);

@@ -50,9 +50,29 @@ static void zero_launch_host(const mdr_zero_seg *segs, uint32_t n, uint64_t t, i
   zero_ranges_host(segs, n, off, len);
 }
 
+/* A TABLE launch: count t's entry of the plan table (host addresses here),
+ * read as zero_table_kernel reads it. */
+static void zero_table_host(size_t n, uint64_t t, const mdr_stage_desc *stage) {
+  const uint64_t *w = (const uint64_t *)HOST_PTR(stage->table);
+  const uint64_t *e = w + mdr_plan_table_entry(n, t);
+  mdr_zero_seg segs[MDR_ZERO_MAX_SEGS];
+  uint64_t off[MDR_ZERO_MAX_SEGS] = {0};
+  for (size_t i = 0; i < n; i++) segs[i] = (mdr_zero_seg){.ptr = w[i], .bytes = e[i], .rule = MDR_RULE_FIXED};
+  zero_ranges_host(segs, (uint32_t)n, off, e);
+}
+
 void mdr_zero_fused_host(const mdr_zero_seg *segs, size_t n, uint64_t tokens,
                          const mdr_stage_desc *stage) {
   if (n == 0 && !stage) return;
+  if (stage && (stage->flags & MDR_STAGE_TABLE)) {
+    /* one launch: the plan from the table, then the static stage work */
+    if (!mdr_stage_table_ok(stage, n, tokens)) return; /* the backends refuse these at enqueue */
+    zero_table_host(n, tokens, stage);
+    mdr_stage_desc st = *stage;
+    st.flags &= MDR_STAGE_FETCH | MDR_STAGE_ADVANCE;
+    if (st.flags) mdr_zero_fused_host(NULL, 0, tokens, &st);
+    return;
+  }
   const uint32_t stage_flags =
       stage ? stage->flags & (MDR_STAGE_FETCH | MDR_STAGE_ADVANCE | MDR_STAGE_DYNAMIC) : 0u;
   const size_t launches = n == 0 ? 1 : (n + MDR_ZERO_MAX_SEGS - 1) / MDR_ZERO_MAX_SEGS;

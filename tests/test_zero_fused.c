@@ -526,6 +526,61 @@ Test(zero_fused, stage_without_segments_does_only_the_stage_work) {
 #endif
 }
 
+/* DYNAMIC by node update: the plan at t comes from the plan table in device
+ * memory; device image == host image == expected, ids and counter served. */
+Test(zero_fused, table_launch_clears_count_t_s_plan_from_the_table) {
+  REQUIRE_DEVICE();
+#ifdef MDR_HAVE_CUDA
+  uint64_t rng = 0xF00D0010;
+  const int sms = sm_count();
+  static plan p;
+  images im;
+  images_init(&im, IMAGE_CAP);
+  const uint64_t m = 300; /* make_plan's HEAD m is at most 300 */
+  for (int k = 0; k < 6; k++) {
+    make_plan(&p, &rng, (size_t)rng_range(&rng, 1, MDR_ZERO_MAX_SEGS));
+    const uint64_t t = k == 0 ? 1 : k == 1 ? m : rng_range(&rng, 1, m);
+    mdr_zero_seg segs[PLAN_MAX_SEGS];
+    const uint64_t words = mdr_plan_table_words(p.n, m);
+    uint64_t *w = malloc((size_t)words * sizeof *w), *wd = NULL;
+    cr_assert(w);
+    dev_stage st;
+    dev_stage_init(&st, 3 + (uint64_t)k, MDR_STAGE_FETCH | MDR_STAGE_ADVANCE | MDR_STAGE_TABLE);
+    fill_slot(&st, (uint32_t)((3 + k) % RING_SLOTS), (uint32_t)t, (uint32_t)t, 900);
+    /* device table over the device image */
+    plan_segs(&p, ADDR(im.dev), segs);
+    mdr_plan_table_fill(segs, p.n, m, w);
+    CU(cudaMalloc((void **)&wd, (size_t)words * sizeof *w));
+    CU(cudaMemcpy(wd, w, (size_t)words * sizeof *w, cudaMemcpyHostToDevice));
+    st.desc.table = ADDR(wd);
+    st.desc.table_max = m;
+    poison(&im, &p, 0);
+    int e = mdr_cuda_zero_fused(segs, p.n, t, &st.desc, 0, k % 2 ? 1 : sms); /* 1 SM: blocks stride */
+    cr_assert_eq(e, 0, "launch: %s", cudaGetErrorString((cudaError_t)e));
+    /* host table over the host image */
+    plan_segs(&p, ADDR(im.host), segs);
+    mdr_plan_table_fill(segs, p.n, m, w);
+    mdr_stage_desc hd = {.table = ADDR(w), .table_max = m, .flags = MDR_STAGE_TABLE};
+    mdr_zero_fused_host(segs, p.n, t, &hd);
+    copy_back(&im, &p, 0);
+    check_both(&im, &p, t);
+    stage_state ss;
+    read_stage(&st, &ss);
+    check_ids(&ss, (uint32_t)t, 900);
+    cr_assert_eq(ss.count, t);
+    cr_assert_eq(ss.counter, 4 + (uint64_t)k);
+    cr_assert_eq(ss.ack, 4 + (uint64_t)k);
+    /* outside the table: refused, nothing enqueued */
+    cr_assert_neq(mdr_cuda_zero_fused(segs, p.n, m + 1, &st.desc, 0, sms), 0);
+    cr_assert_neq(mdr_cuda_zero_fused(segs, p.n, 0, &st.desc, 0, sms), 0);
+    CU(cudaFree(wd));
+    free(w);
+    dev_stage_free(&st);
+  }
+  images_free(&im);
+#endif
+}
+
 Test(zero_fused, captured_launch_replays_the_same_image_twice) {
   REQUIRE_DEVICE();
 #ifdef MDR_HAVE_CUDA

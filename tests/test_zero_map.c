@@ -513,3 +513,91 @@ Test(zero_map, host_stage_without_segments_does_only_the_stage_work) {
   cr_assert_eq(hs.ack, 6);
   free(hs.ring);
 }
+
+/* ------------------------------------------------------------------------- */
+/* plan tables (DYNAMIC by node update) */
+
+#define TABLE_M 300u /* random_rule's HEAD m is at most 300 */
+
+Test(zero_map, plan_table_holds_every_count_s_plan) {
+  uint64_t rng = 0x5eed0012;
+  for (int k = 0; k < 20; k++) {
+    const size_t n = (size_t)rng_range(&rng, 0, MDR_ZERO_MAX_SEGS);
+    host_plan hp = make_host_plan(&rng, n, 0);
+    const uint64_t words = mdr_plan_table_words(n, TABLE_M);
+    uint64_t *w = malloc((size_t)words * sizeof *w + 8);
+    cr_assert(w);
+    w[words] = 0xA5A5A5A5A5A5A5A5ull; /* one word past the table */
+    mdr_plan_table_fill(hp.segs, n, TABLE_M, w);
+    cr_assert_eq(w[words], 0xA5A5A5A5A5A5A5A5ull, "fill wrote past the table");
+    cr_assert_eq(mdr_plan_table_entry(n, TABLE_M) + 2 * n + 1, words, "the last entry ends the table");
+    for (size_t i = 0; i < n; i++) cr_assert_eq(w[i], hp.segs[i].ptr);
+    for (uint64_t t = 1; t <= TABLE_M; t++) {
+      const uint64_t *e = w + mdr_plan_table_entry(n, t);
+      uint64_t acc = 0;
+      for (size_t i = 0; i < n; i++) {
+        cr_assert_eq(e[i], mdr_zero_seg_bytes(&hp.segs[i], t), "t %llu rule %zu", (unsigned long long)t, i);
+        cr_assert_eq(e[n + i], acc, "t %llu prefix %zu", (unsigned long long)t, i);
+        acc += mdr_zero_chunks(e[i]);
+      }
+      cr_assert_eq(e[2 * n], acc);
+    }
+    free(w);
+    free_host_plan(&hp);
+  }
+}
+
+Test(zero_map, host_table_launch_clears_count_t_s_plan_and_serves_the_stage) {
+  uint64_t rng = 0x5eed0013;
+  for (uint32_t t = 1; t <= RING_MAX_TOKENS; t += 33) { /* ids fit the twin's token_ids */
+    host_stage hs;
+    stage_init(&hs, 6, MDR_STAGE_FETCH | MDR_STAGE_ADVANCE | MDR_STAGE_TABLE);
+    stage_fill(&hs, 0, t, t, 100 + t); /* counter 6 -> slot 0 */
+    host_plan hp = make_host_plan(&rng, 30, t);
+    uint64_t *w = malloc((size_t)mdr_plan_table_words(hp.n, TABLE_M) * sizeof *w);
+    cr_assert(w);
+    mdr_plan_table_fill(hp.segs, hp.n, TABLE_M, w);
+    hs.desc.table = ADDR(w);
+    hs.desc.table_max = TABLE_M;
+    /* the rules passed alongside are ignored: clear them to prove it */
+    mdr_zero_seg junk[30];
+    memset(junk, 0, sizeof junk);
+    mdr_zero_fused_host(junk, hp.n, t, &hs.desc);
+    check_host_image(&hp, t);
+    check_ids(&hs, t, 100 + t);
+    cr_assert_eq(hs.count_out, t);
+    cr_assert_eq(hs.counter, 7);
+    cr_assert_eq(hs.ack, 7);
+    free(w);
+    free_host_plan(&hp);
+    free(hs.ring);
+  }
+}
+
+Test(zero_map, table_launches_outside_the_table_are_refused) {
+  uint64_t w[4] = {0};
+  mdr_stage_desc d = {.table = ADDR(w), .table_max = TABLE_M, .flags = MDR_STAGE_TABLE};
+  cr_assert(mdr_stage_table_ok(&d, 18, 1));
+  cr_assert(mdr_stage_table_ok(&d, 18, TABLE_M));
+  cr_assert(mdr_stage_table_ok(&d, MDR_ZERO_MAX_SEGS, 5));
+  cr_assert_not(mdr_stage_table_ok(&d, 18, 0), "t = 0 has no entry");
+  cr_assert_not(mdr_stage_table_ok(&d, 18, TABLE_M + 1), "t past the table");
+  cr_assert_not(mdr_stage_table_ok(&d, MDR_ZERO_MAX_SEGS + 1, 5), "more rules than one launch");
+  mdr_stage_desc dyn = d;
+  dyn.flags |= MDR_STAGE_DYNAMIC;
+  cr_assert_not(mdr_stage_table_ok(&dyn, 18, 5), "TABLE and DYNAMIC exclude each other");
+  mdr_stage_desc none = d;
+  none.table = 0;
+  cr_assert_not(mdr_stage_table_ok(&none, 18, 5), "no table");
+  /* the host execution of a refused launch writes nothing */
+  uint64_t rng = 0x5eed0014;
+  host_plan hp = make_host_plan(&rng, 10, 0);
+  uint64_t *tw = malloc((size_t)mdr_plan_table_words(hp.n, TABLE_M) * sizeof *tw);
+  cr_assert(tw);
+  mdr_plan_table_fill(hp.segs, hp.n, TABLE_M, tw);
+  d.table = ADDR(tw);
+  mdr_zero_fused_host(hp.segs, hp.n, TABLE_M + 1, &d);
+  cr_assert_eq(first_not(hp.mem, hp.mem_bytes, POISON), hp.mem_bytes, "a refused launch wrote");
+  free(tw);
+  free_host_plan(&hp);
+}
