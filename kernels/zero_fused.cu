@@ -451,12 +451,14 @@ static int zf_build_table(const mdr_zero_seg *segs, size_t n, uint64_t tokens, c
   p->tokens = tokens;
   p->n = (uint32_t)n;
   p->flags = stage->flags & (MDR_STAGE_FETCH | MDR_STAGE_ADVANCE);
+  /* The grid depends on the table only (its largest plan, resident blocks),
+   * not on t: re-targeting the node then changes parameters only. */
   uint64_t chunks = 0;
-  for (size_t i = 0; i < n; i++) chunks += mdr_zero_chunks(mdr_zero_seg_bytes(&segs[i], tokens));
-  const uint64_t max_grid = (uint64_t)sm_count * ZF_STATIC_BLOCKS_PER_SM;
+  for (size_t i = 0; i < n; i++) chunks += mdr_zero_chunks(mdr_zero_seg_bytes(&segs[i], stage->table_max));
+  const uint64_t max_grid = (uint64_t)sm_count * ZF_BLOCKS_PER_SM;
   uint64_t g = chunks < max_grid ? chunks : max_grid;
   if (p->flags) g += 1;
-  *grid = (unsigned)(g ? g : 1); /* a launch with nothing to do still keeps the node's shape */
+  *grid = (unsigned)(g ? g : 1);
   return 1;
 }
 
