@@ -219,28 +219,30 @@ __device__ __forceinline__ void zf_stage_block(const mdr_stage_desc &st, uint32_
 
 /* Static plan: segments resolved to FIXED byte counts and chunk prefix sums
  * on the host (p.segs, p.prefix). The grid has a block per chunk (up to
- * ZF_STATIC_BLOCKS_PER_SM per SM, then grid-stride). With stage work, block
- * 0 only serves the stage: it is dispatched first, so its round trip to host
- * memory overlaps the zeroing instead of trailing it. */
-template <int CAP>
+ * ZF_STATIC_BLOCKS_PER_SM per SM, then grid-stride). STAGED launches have
+ * one more block, block 0, that only serves the stage: it is dispatched
+ * first, so its round trip to host memory overlaps the zeroing instead of
+ * trailing it. STAGED is a template argument so that a block finds its
+ * chunk from blockIdx alone, without waiting for a parameter load. */
+template <int CAP, bool STAGED>
 __global__ void __launch_bounds__(ZF_BLOCK)
     zero_static_kernel(const __grid_constant__ zf_params_t<CAP> p) {
-  const unsigned first = p.flags ? 1u : 0u;
-  if (first && blockIdx.x == 0) {
+  if (STAGED && blockIdx.x == 0) {
     zf_stage_block(p.stage, p.flags, (uint32_t)p.tokens);
     return;
   }
-  /* The first chunk's search starts before the bound is known (the common
-   * case is one chunk per block: no dependent load ahead of the search). */
-  uint64_t k = blockIdx.x - first;
-  const uint64_t stride = gridDim.x - first;
-  uint32_t s = mdr_zero_locate(p.prefix, p.n, k);
+  const unsigned first = STAGED ? 1u : 0u;
   const uint64_t total = p.prefix[p.n];
-  while (k < total) {
+  for (uint64_t k = blockIdx.x - first; k < total; k += gridDim.x - first) {
+    const uint32_t s = mdr_zero_locate(p.prefix, p.n, k);
     zf_clear_span(mdr_zero_chunk_span(p.segs[s].ptr, p.segs[s].bytes, k - p.prefix[s]));
-    k += stride;
-    s = mdr_zero_locate(p.prefix, p.n, k);
   }
+}
+
+/* The kernel of a static launch of CAP segments, staged or not. */
+template <int CAP>
+static const void *zf_static_func(bool staged) {
+  return staged ? (const void *)zero_static_kernel<CAP, true> : (const void *)zero_static_kernel<CAP, false>;
 }
 
 /* STAGE_TABLE (the node-update implementation of MDR_GRAPH_DYNAMIC): the
@@ -478,7 +480,8 @@ extern "C" int mdr_cuda_zero_fused(const mdr_zero_seg *segs, size_t n, uint64_t 
     zf_params_small p;
     unsigned grid = 0;
     if (zf_build(segs, n, tokens, stage, sm_count, 0, 1, &p, &grid))
-      zero_static_kernel<ZF_SMALL_SEGS><<<grid, ZF_BLOCK, 0, (cudaStream_t)stream>>>(p);
+      if (p.flags) zero_static_kernel<ZF_SMALL_SEGS, true><<<grid, ZF_BLOCK, 0, (cudaStream_t)stream>>>(p);
+      else zero_static_kernel<ZF_SMALL_SEGS, false><<<grid, ZF_BLOCK, 0, (cudaStream_t)stream>>>(p);
     return (int)cudaGetLastError();
   }
   for (size_t j = 0; j < launches; j++) {
@@ -487,8 +490,10 @@ extern "C" int mdr_cuda_zero_fused(const mdr_zero_seg *segs, size_t n, uint64_t 
     if (!zf_build(segs, n, tokens, stage, sm_count, j, launches, &p, &grid)) continue;
     if (p.flags & MDR_STAGE_DYNAMIC)
       zero_dynamic_kernel<<<grid, ZF_BLOCK, 0, (cudaStream_t)stream>>>(p);
+    else if (p.flags)
+      zero_static_kernel<MDR_ZERO_MAX_SEGS, true><<<grid, ZF_BLOCK, 0, (cudaStream_t)stream>>>(p);
     else
-      zero_static_kernel<MDR_ZERO_MAX_SEGS><<<grid, ZF_BLOCK, 0, (cudaStream_t)stream>>>(p);
+      zero_static_kernel<MDR_ZERO_MAX_SEGS, false><<<grid, ZF_BLOCK, 0, (cudaStream_t)stream>>>(p);
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess) return (int)e;
   }
@@ -508,8 +513,9 @@ extern "C" int mdr_cuda_zero_fused_find(void *graph, void **node) {
     if (cudaGraphNodeGetType(nodes[i], &type) != cudaSuccess || type != cudaGraphNodeTypeKernel) continue;
     cudaKernelNodeParams kp;
     if (cudaGraphKernelNodeGetParams(nodes[i], &kp) != cudaSuccess) continue;
-    if (kp.func == (void *)zero_static_kernel<ZF_SMALL_SEGS> ||
-        kp.func == (void *)zero_static_kernel<MDR_ZERO_MAX_SEGS> || kp.func == (void *)zero_table_kernel) {
+    if (kp.func == zf_static_func<ZF_SMALL_SEGS>(true) || kp.func == zf_static_func<ZF_SMALL_SEGS>(false) ||
+        kp.func == zf_static_func<MDR_ZERO_MAX_SEGS>(true) || kp.func == zf_static_func<MDR_ZERO_MAX_SEGS>(false) ||
+        kp.func == (void *)zero_table_kernel) {
       *node = nodes[i];
       found = 1;
     }
@@ -532,7 +538,7 @@ static int zf_update_node(cudaGraphExec_t exec, cudaGraphNode_t node, const mdr_
   if (!zf_build(segs, n, tokens, st, sm_count, 0, 1, &p, &grid)) return (int)cudaErrorInvalidValue;
   void *args[1] = {&p};
   cudaKernelNodeParams kp = {};
-  kp.func = (void *)zero_static_kernel<CAP>;
+  kp.func = (void *)zf_static_func<CAP>(p.flags != 0);
   kp.gridDim = dim3(grid);
   kp.blockDim = dim3(ZF_BLOCK);
   kp.kernelParams = args;
