@@ -29,6 +29,12 @@
  *       and keeps the last segment starting at or before its chunk: one
  *       round of parameter loads, no dependent binary search
  *   v12 v11 on quarter chunks (4 KiB pieces, one 16-byte store per thread)
+ *   v13 a 2-D grid: blockIdx.y is the segment, blockIdx.x the chunk in it
+ *       (gridDim.x = the largest segment's chunks): a block's segment
+ *       needs no search, one parameter load; blocks past their segment's
+ *       end exit
+ *   v14 the host lists every chunk's [begin, end) in the parameters (plans
+ *       of at most V14_CHUNKS chunks; v10 otherwise): block k loads entry k
  *   lib the promoted kernel through mdr_cuda_zero_fused (kernels/zero_fused.cu)
  *
  * Cases:
@@ -314,6 +320,22 @@ __global__ void __launch_bounds__(BV_BLOCK) zero_v12(const __grid_constant__ ben
   if (pb < e) bv_clear<1, false>(pb, pe < e ? pe : e);
 }
 
+__global__ void __launch_bounds__(BV_BLOCK) zero_v13(const __grid_constant__ bench_params p) {
+  const uint64_t ptr = p.segs[blockIdx.y].ptr, bytes = p.segs[blockIdx.y].bytes;
+  if ((uint64_t)blockIdx.x * MDR_ZERO_CHUNK >= bytes) return;
+  mdr_zero_span sp = mdr_zero_chunk_span(ptr, bytes, blockIdx.x);
+  bv_clear<4, false>(sp.begin, sp.end);
+}
+
+#define V14_CHUNKS 200
+struct v14_params {
+  ulonglong2 chunk[V14_CHUNKS]; /* begin, end */
+};
+__global__ void __launch_bounds__(BV_BLOCK) zero_v14(const __grid_constant__ v14_params p) {
+  const ulonglong2 c = p.chunk[blockIdx.x];
+  bv_clear<4, false>(c.x, c.y);
+}
+
 /* The baseline of the small case: same parameters, no work. */
 __global__ void __launch_bounds__(BV_BLOCK) zero_empty(const __grid_constant__ bench_params p) {
   if (p.n == 0xFFFFFFFFu) asm volatile("trap;");
@@ -341,16 +363,21 @@ static bench_params resolve(const host_plan &hp, uint64_t base) {
   return p;
 }
 
-enum version { V1, V2, V3, V4, V5, V6, V7, V8, V9, V10, V11, V12, LIB, MEMSET, NVERSIONS };
-static const char *k_names[NVERSIONS] = {"v1", "v2",  "v3",  "v4",  "v5",  "v6",  "v7",
-                                         "v8", "v9", "v10", "v11", "v12", "lib", "memset"};
+enum version { V1, V2, V3, V4, V5, V6, V7, V8, V9, V10, V11, V12, V13, V14, LIB, MEMSET, NVERSIONS };
+static const char *k_names[NVERSIONS] = {"v1",  "v2",  "v3",  "v4",  "v5",  "v6",  "v7",  "v8",
+                                         "v9",  "v10", "v11", "v12", "v13", "v14", "lib", "memset"};
 
 static int g_sms;
 
 static unsigned grid_for(version v, const bench_params &p) {
   uint64_t work = p.prefix[p.n] * (v == V5 || v == V12 ? BV_PIECES_PER_CHUNK : 1);
   uint64_t cap = (uint64_t)g_sms * BV_BLOCKS_PER_SM * (v == V7 ? 2 : 1);
-  if (v == V10 || v == V11 || v == V12) cap = 0x7fffffffu;
+  if (v == V10 || v == V11 || v == V12 || v == V14) cap = 0x7fffffffu;
+  if (v == V13) { /* blocks of the 2-D grid: largest segment's chunks x segments */
+    uint64_t most = 1;
+    for (uint32_t i = 0; i < p.n; i++) most = std::max<uint64_t>(most, mdr_zero_chunks(p.segs[i].bytes));
+    return (unsigned)(most * std::max<uint32_t>(p.n, 1));
+  }
   if (v == V6 || v == V7) {
     work = 0;
     for (uint32_t i = 0; i < p.n; i++) work += (p.segs[i].bytes / 16 + BV_BLOCK - 1) / BV_BLOCK;
@@ -373,6 +400,26 @@ static void launch(version v, const host_plan &hp, const bench_params &p, cudaSt
     case V10: zero_v10<<<g, BV_BLOCK, 0, s>>>(p); break;
     case V11: zero_v11<<<g, BV_BLOCK, 0, s>>>(p); break;
     case V12: zero_v12<<<g, BV_BLOCK, 0, s>>>(p); break;
+    case V13: {
+      const unsigned n = std::max<uint32_t>(p.n, 1);
+      zero_v13<<<dim3(g / n, n), BV_BLOCK, 0, s>>>(p);
+      break;
+    }
+    case V14: {
+      if (p.prefix[p.n] > V14_CHUNKS) {
+        zero_v10<<<g, BV_BLOCK, 0, s>>>(p);
+        break;
+      }
+      v14_params q;
+      memset(&q, 0, sizeof q);
+      for (uint64_t k = 0; k < p.prefix[p.n]; k++) {
+        const uint32_t sg = mdr_zero_locate(p.prefix, p.n, k);
+        const mdr_zero_span sp = mdr_zero_chunk_span(p.segs[sg].ptr, p.segs[sg].bytes, k - p.prefix[sg]);
+        q.chunk[k] = make_ulonglong2(sp.begin, sp.end);
+      }
+      zero_v14<<<g, BV_BLOCK, 0, s>>>(q);
+      break;
+    }
     case LIB: {
       /* the launcher resolves the rules itself: hand it the raw plan */
       std::vector<mdr_zero_seg> segs(hp.segs);
@@ -642,7 +689,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "validation failed: no timing\n");
     return 1;
   }
-  printf("validation passed: v1..v12, lib, memset on random40, plan18, big; lib on staged\n\n");
+  printf("validation passed: v1..v14, lib, memset on random40, plan18, big; lib on staged\n\n");
 
   // (a) 1 GiB: bandwidth against one cudaMemsetAsync.
   const float memset_us = time_us(s, 1, [&] {
