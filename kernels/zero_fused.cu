@@ -11,31 +11,38 @@
  * kernel parameters (zf_params_t: up to 20 segments in about 1 KiB, up to 64
  * in under 4 KiB, with chunk prefix sums and the stage descriptor). Each
  * segment is a byte range [ptr, ptr + bytes) of any size and alignment. The
- * plan is cut into MDR_ZERO_CHUNK (16 KiB) chunks (zero_map.h); blocks take
- * chunks grid-stride; inside a chunk the unaligned head and tail bytes are
+ * plan is cut into MDR_ZERO_CHUNK (16 KiB) chunks (zero_map.h); a block
+ * takes one chunk, or strides past the grid's cap; inside a chunk the
+ * unaligned head and tail bytes are
  * written one by one and the aligned body with 16-byte stores, ZF_UNROLL of
  * them in flight per thread.
- *   - Static plan (eager, EXACT/LADDER graphs, DYNAMIC by node update): the
- *     launcher evaluates the rules at `tokens` and passes FIXED segments and
- *     the prefix sums; the grid has one block per chunk; stage work, if any,
- *     runs in one extra first block that does no zeroing, so its round trip
- *     to host memory overlaps the stores.
+ *   - Static plan (eager, EXACT/LADDER graphs): the launcher evaluates the
+ *     rules at `tokens` and passes FIXED segments and the prefix sums; one
+ *     block per chunk, laid out in rows (one row per segment, no search)
+ *     when the segments are of similar size; stage work, if any, runs in
+ *     one extra block dispatched first that does no zeroing, so its round
+ *     trip to host memory overlaps the stores.
+ *   - STAGE_TABLE (DYNAMIC by node update): the plan at t comes from a
+ *     table of every count's plan in device memory; the parameters hold
+ *     only t and the stage and the grid is fixed, so the host re-targets
+ *     the node with a parameter write.
  *   - STAGE_DYNAMIC (DYNAMIC by device count): t is the slot header's count,
  *     known only on the device. One block (ticket 0) reads it and publishes
  *     it in device memory; all blocks first clear the floor every t >= 1
  *     clears, then wait for t and clear the rest (see the kernel).
  *
- * Launch limits. ZF_BLOCK threads per block. Static: grid = min(chunks,
- * sm_count * ZF_STATIC_BLOCKS_PER_SM) (+1 stage block); DYNAMIC: grid =
- * min(chunks at the largest t, sm_count * ZF_BLOCKS_PER_SM), at least 1. At
- * most MDR_ZERO_MAX_SEGS segments per launch: the launcher splits longer
- * plans (FETCH on the first launch, ADVANCE on the last, DYNAMIC on all). No
+ * Launch limits. ZF_BLOCK threads per block. Static: min(chunks, sm_count *
+ * ZF_STATIC_BLOCKS_PER_SM) blocks, flat or in rows (+1 stage block or row);
+ * TABLE and DYNAMIC: min(chunks at the largest t, sm_count *
+ * ZF_BLOCKS_PER_SM) (+1 stage block for TABLE), at least 1. At most
+ * MDR_ZERO_MAX_SEGS segments per launch: the launcher splits longer plans
+ * (FETCH on the first launch, ADVANCE on the last, DYNAMIC on all). No
  * allocation, no synchronisation, no host-side wait: legal under stream
  * capture. A chunk is at most 16 KiB, so in-chunk indices are 32-bit.
  *
- * Measured (bench/results/h200-2026-11-30-v10/): 1.0x the bandwidth of one
- * cudaMemsetAsync over 1 GiB; an 18-segment 1 MB plan under 1 us over an
- * empty kernel. */
+ * Measured (bench/results/h200-2026-11-30-session2/): 1.004x the bandwidth
+ * of one cudaMemsetAsync over 1 GiB; an 18-segment 1 MB plan 0.88 us over an
+ * empty kernel launched the same way. */
 #include <cuda_runtime.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -227,8 +234,8 @@ __device__ __forceinline__ void zf_stage_block(const mdr_stage_desc &st, uint32_
  * on the host (p.segs, p.prefix). Two grid shapes (zf_build picks):
  *   - rows (gridDim.y > 1): row y is segment y and block x of the row its
  *     chunk x, so a block needs one parameter load to know its work, no
- *     search (an 18-segment 1 MB plan: 0.8 us over an empty kernel, where
- *     the search took 1.1); used when the rows waste few blocks (segments
+ *     search (an 18-segment 1 MB plan: 0.88 us over an empty kernel, 1.04
+ *     with the search); used when the rows waste few blocks (segments
  *     of similar size, or a small plan). STAGED launches add row 0, whose
  *     block 0 serves the stage.
  *   - flat (gridDim.y == 1): a block per chunk of the whole plan, its

@@ -13,7 +13,8 @@
  *
  * 2. Chunks. Each segment is cut into MDR_ZERO_CHUNK-byte chunks (the last
  *    one shorter); chunk k of the plan is found from the prefix sums of the
- *    chunk counts. Blocks take chunks grid-stride. Within a chunk the bytes
+ *    chunk counts (or, in a grid laid out in rows, from the segment's row).
+ *    Within a chunk the bytes
  *    before the first 16-byte boundary (head) and after the last (tail) are
  *    written one by one, the rest with 16-byte stores.
  *

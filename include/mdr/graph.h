@@ -58,18 +58,26 @@ typedef mdr_status (*mdr_capture_fn)(void *user, mdr_stream stream, size_t token
 typedef mdr_status (*mdr_capture_dynamic_fn)(void *user, mdr_stream stream, mdr_dptr count_ptr,
                                              size_t max_tokens);
 
-/* How a DYNAMIC graph learns each step's token count (both measured side by
- * side in bench/; see bench/results/ for the figures that chose the default):
- *   MDR_DYNAMIC_NODE_UPDATE   step() rewrites the fused node's parameters in
- *                             the one instantiated graph when the count
- *                             differs from the previous step's
- *                             (cudaGraphExecKernelNodeSetParams); the kernel
- *                             sees the count as a launch parameter, so no
- *                             block waits on host memory. Default.
- *   MDR_DYNAMIC_DEVICE_COUNT  the graph never changes: every block of the
- *                             fused kernel reads the count from the staging
- *                             slot in mapped host memory and evaluates the
- *                             zero rules on the device. */
+/* How a DYNAMIC graph learns each step's token count (measured side by side
+ * with a conditional-SWITCH graph by bench/dynamic_switch_probe.cu; figures
+ * in bench/results/h200-2026-11-30-session2/RESULTS.md):
+ *   MDR_DYNAMIC_NODE_UPDATE   step() re-targets the fused node of the one
+ *                             instantiated graph when the count differs from
+ *                             the previous step's: the node's parameters are
+ *                             only t and the stage, its grid is fixed, and
+ *                             the plan at t comes from a table of every
+ *                             count's plan, built at create in device memory
+ *                             (8 * (n + M * (2n + 1)) bytes for n rules: 1.2 MB
+ *                             for 18 rules at M = 4096). The update is one
+ *                             parameter write (~0.4-0.6 us of CPU); on the
+ *                             GPU, 0.96-1.09x an EXACT graph. Default.
+ *   MDR_DYNAMIC_DEVICE_COUNT  the graph never changes: one block reads the
+ *                             count from the staging slot in mapped host
+ *                             memory and publishes it in device memory; all
+ *                             blocks clear what any count clears, then wait
+ *                             for it and clear the rest. No CPU cost beyond
+ *                             the launch, but the PCIe round trip is on the
+ *                             critical path: 2.3-2.6x EXACT at 1-2 tokens. */
 typedef enum mdr_graph_dynamic_impl {
   MDR_DYNAMIC_NODE_UPDATE,
   MDR_DYNAMIC_DEVICE_COUNT,
