@@ -101,10 +101,10 @@ __device__ __forceinline__ void bv_store16_zero(uint64_t addr) {
     asm volatile("st.global.v4.u32 [%0], {%1, %1, %1, %1};" ::"l"(addr), "r"(0u) : "memory");
 }
 
-/* Clear [begin, end) (at most one chunk): bytes singly up to the first and
- * after the last 16-byte boundary, kUnroll 16-byte stores in flight between. */
-template <int kUnroll, bool kStream>
-__device__ __forceinline__ void bv_clear(uint64_t begin, uint64_t end) {
+/* Split [begin, end) at the first and last 16-byte boundaries into *body
+ * and *tail, and clear the bytes before the first and after the last one by
+ * one (each fewer than 16). */
+__device__ __forceinline__ void bv_edges(uint64_t begin, uint64_t end, uint64_t *body_out, uint64_t *tail_out) {
   uint64_t body = (begin + 15u) & ~(uint64_t)15u;
   if (body > end) body = end;
   uint64_t tail = end & ~(uint64_t)15u;
@@ -112,6 +112,17 @@ __device__ __forceinline__ void bv_clear(uint64_t begin, uint64_t end) {
   const unsigned tid = threadIdx.x;
   if (tid < body - begin) *(unsigned char *)(begin + tid) = 0;
   if (tid < end - tail) *(unsigned char *)(tail + tid) = 0;
+  *body_out = body;
+  *tail_out = tail;
+}
+
+/* Clear [begin, end) (at most one chunk): the edges byte by byte, kUnroll
+ * 16-byte stores in flight between. */
+template <int kUnroll, bool kStream>
+__device__ __forceinline__ void bv_clear(uint64_t begin, uint64_t end) {
+  uint64_t body, tail;
+  bv_edges(begin, end, &body, &tail);
+  const unsigned tid = threadIdx.x;
   const unsigned n16 = (unsigned)((tail - body) >> 4);
   unsigned i = tid;
   for (; i + (kUnroll - 1) * BV_BLOCK < n16; i += kUnroll * BV_BLOCK) {
@@ -192,7 +203,7 @@ __global__ void __launch_bounds__(BV_BLOCK) zero_v6(const __grid_constant__ benc
   const uint64_t g = (uint64_t)blockIdx.x * BV_BLOCK + threadIdx.x;
   for (uint32_t s = 0; s < p.n; s++) {
     const uint64_t begin = p.segs[s].ptr, end = begin + p.segs[s].bytes;
-    uint64_t body = (begin + 15u) & ~(uint64_t)15u;
+    uint64_t body = (begin + 15u) & ~(uint64_t)15u; /* edges by grid thread g, not block thread */
     if (body > end) body = end;
     uint64_t tail = end & ~(uint64_t)15u;
     if (tail < body) tail = body;
@@ -254,14 +265,9 @@ __global__ void __launch_bounds__(BV_BLOCK) zero_v9(const __grid_constant__ benc
   for (uint64_t k = blockIdx.x; k < p.prefix[p.n]; k += gridDim.x) {
     uint64_t begin, end;
     bv_chunk(p, k, &begin, &end);
-    uint64_t body = (begin + 15u) & ~(uint64_t)15u;
-    if (body > end) body = end;
-    uint64_t tail = end & ~(uint64_t)15u;
-    if (tail < body) tail = body;
-    const unsigned tid = threadIdx.x;
-    if (tid < body - begin) *(unsigned char *)(begin + tid) = 0;
-    if (tid < end - tail) *(unsigned char *)(tail + tid) = 0;
-    if (tid == 0 && tail > body)
+    uint64_t body, tail;
+    bv_edges(begin, end, &body, &tail);
+    if (threadIdx.x == 0 && tail > body)
       asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" ::"l"(body), "r"(src),
                    "r"((uint32_t)(tail - body))
                    : "memory");
