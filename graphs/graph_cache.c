@@ -67,7 +67,8 @@ struct mdr_graph_cache {
 
   graph_entry *entries; /* indexed by graph token count, 0 .. max_tokens */
   /* DYNAMIC with NODE_UPDATE: the captured graph (its node handles name the
-   * fused node in the exec) and that node; the plan as rules. */
+   * fused node in the exec) and that node; the plan as rules (resolved at
+   * create, with the row policy of create). */
   void *dyn_graph;
   void *dyn_node;
   size_t dyn_tokens; /* the count the exec's fused node holds now (0: as captured) */
@@ -129,17 +130,16 @@ static mdr_status check_options(const mdr_graph_cache_options *o) {
   return MDR_OK;
 }
 
-/* NODE_UPDATE: resolve the rules (the row policy of create) at every count
- * 1..max_tokens into the plan table, uploaded once. Plans of more rules
+/* NODE_UPDATE: resolve c->rules at every count 1..max_tokens into the plan
+ * table, uploaded once. Plans of more rules
  * than one launch carries keep the parameter-borne plan (no table). */
 static mdr_status build_table(mdr_graph_cache *c) {
-  mdr_zero_seg rules[MDR_ZERO_PLAN_MAX];
-  size_t n = mdr_arena_rules(c->arena, MDR_COVER_ROWS, c->rows, rules);
+  const size_t n = c->n_rules;
   if (n > MDR_ZERO_MAX_SEGS) return MDR_OK;
   size_t words = (size_t)mdr_plan_table_words(n, c->max_tokens);
   uint64_t *w = malloc(words * sizeof *w);
   if (!w) return mdr_backend_fail(c->b, MDR_ERR_OUT_OF_MEMORY, "graph cache: plan table (%zu bytes)", words * 8);
-  mdr_plan_table_fill(rules, n, c->max_tokens, w);
+  mdr_plan_table_fill(c->rules, n, c->max_tokens, w);
   mdr_status st = mdr_be_alloc_device(c->b, words * sizeof *w, &c->table);
   if (st == MDR_OK) st = mdr_backend_copy_h2d(c->b, c->table, w, words * sizeof *w);
   free(w);
@@ -192,6 +192,7 @@ mdr_status mdr_graph_cache_create(mdr_arena *a, mdr_stream stream, const mdr_gra
   st = mdr_backend_fill(b, c->dev_block, 0, DEV_BLOCK_BYTES);
   if (st != MDR_OK) goto fail;
   if (node_update_of(o)) {
+    c->n_rules = mdr_arena_rules(a, MDR_COVER_ROWS, c->rows, c->rules);
     st = build_table(c);
     if (st != MDR_OK) goto fail;
   }
@@ -337,7 +338,6 @@ static mdr_status capture(mdr_graph_cache *c, size_t g) {
     /* keep the graph: its node handle names the fused node in the exec */
     st = mdr_be_fused_node_find(c->b, graph, &c->dyn_node);
     if (st == MDR_OK) {
-      c->n_rules = mdr_arena_rules(c->arena, MDR_COVER_ROWS, c->rows, c->rules);
       mdr_be_graph_destroy(c->b, c->dyn_graph); /* a graph evicted and captured again */
       c->dyn_graph = graph;
       c->dyn_tokens = g; /* captured at max_batch_tokens */

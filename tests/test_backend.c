@@ -169,6 +169,57 @@ Test(backend, bad_input_gets_a_clear_status) {
   mdr_backend_destroy(b);
 }
 
+/* A plan-table launch (DYNAMIC by node update) outside its table is refused
+ * at enqueue, eagerly and as a node update, with nothing written; inside it,
+ * it clears what the table says. (The CUDA launcher's refusal is checked in
+ * test_zero_fused.c.) */
+Test(backend, host_table_launch_outside_the_table_is_refused_and_writes_nothing) {
+  mdr_backend *b = tb_backend(TB_HOST);
+  mdr_stream s = tb_stream(b);
+  enum { M = 8, BYTES = 256 };
+  mdr_dptr buf = 0, table = 0;
+  cr_assert_eq(mdr_backend_alloc(b, BYTES, &buf), MDR_OK);
+  const mdr_zero_seg rule = {.ptr = buf, .bytes = BYTES, .a = BYTES / M, .b = M, .rule = MDR_RULE_ROWS};
+  uint64_t w[1 + M * 3];
+  cr_assert_eq(mdr_plan_table_words(1, M), sizeof w / sizeof w[0]);
+  mdr_plan_table_fill(&rule, 1, M, w);
+  cr_assert_eq(mdr_backend_alloc(b, sizeof w, &table), MDR_OK);
+  cr_assert_eq(mdr_backend_copy_h2d(b, table, w, sizeof w), MDR_OK);
+  const mdr_stage_desc st = {.flags = MDR_STAGE_TABLE, .table = table, .table_max = M};
+  unsigned char got[BYTES];
+
+  cr_assert_eq(mdr_backend_fill(b, buf, 0xA5, BYTES), MDR_OK);
+  cr_assert_eq(mdr_be_zero_fused(b, &rule, 1, M + 1, &st, s), MDR_ERR_INVALID_ARGUMENT);
+  cr_assert_neq(strlen(mdr_backend_last_error(b)), 0);
+  cr_assert_eq(mdr_be_zero_fused(b, &rule, 1, 0, &st, s), MDR_ERR_INVALID_ARGUMENT);
+  mdr_stage_desc dyn = st;
+  dyn.flags |= MDR_STAGE_DYNAMIC;
+  cr_assert_eq(mdr_be_zero_fused(b, &rule, 1, 3, &dyn, s), MDR_ERR_INVALID_ARGUMENT);
+  cr_assert_eq(mdr_backend_synchronize(b, s), MDR_OK);
+  cr_assert_eq(mdr_backend_copy_d2h(b, got, buf, BYTES), MDR_OK);
+  for (int i = 0; i < BYTES; i++) cr_assert_eq(got[i], 0xA5, "refused launch wrote byte %d", i);
+
+  /* captured at t = 3, then re-targeted: a bad update keeps the node at 3 */
+  void *g = NULL, *x = NULL, *node = NULL;
+  cr_assert_eq(mdr_be_capture_begin(b, s), MDR_OK);
+  cr_assert_eq(mdr_be_zero_fused(b, &rule, 1, 3, &st, s), MDR_OK);
+  cr_assert_eq(mdr_be_capture_end(b, s, &g), MDR_OK);
+  cr_assert_eq(mdr_be_graph_instantiate(b, g, &x), MDR_OK);
+  cr_assert_eq(mdr_be_fused_node_find(b, g, &node), MDR_OK);
+  cr_assert_eq(mdr_be_fused_node_update(b, x, node, &rule, 1, M + 1, &st), MDR_ERR_INVALID_ARGUMENT);
+  cr_assert_eq(mdr_be_graph_launch(b, x, s), MDR_OK);
+  cr_assert_eq(mdr_backend_synchronize(b, s), MDR_OK);
+  cr_assert_eq(mdr_backend_copy_d2h(b, got, buf, BYTES), MDR_OK);
+  for (int i = 0; i < BYTES; i++)
+    cr_assert_eq(got[i], i < 3 * BYTES / M ? 0 : 0xA5, "byte %d after the replay at t = 3", i);
+  mdr_be_exec_destroy(b, x);
+  mdr_be_graph_destroy(b, g);
+  mdr_backend_free(b, table);
+  mdr_backend_free(b, buf);
+  mdr_backend_stream_destroy(b, s);
+  mdr_backend_destroy(b);
+}
+
 Test(backend, fault_backend_fails_the_kth_call_and_counts_live_resources) {
   mdr_backend *host = tb_backend(TB_HOST), *f = NULL;
   cr_assert_eq(fault_backend_create(host, &f), MDR_OK);
