@@ -18,6 +18,14 @@ const char *tb_kind_name(tb_kind k);
 /* A stream on b (asserts success). */
 mdr_stream tb_stream(mdr_backend *b);
 
+/* splitmix64 step; a value in [lo, hi] (test-local randomness, seeded by
+ * the caller so every failure replays). */
+uint64_t tb_rng_next(uint64_t *state);
+uint64_t tb_rng_range(uint64_t *state, uint64_t lo, uint64_t hi);
+/* Index of the first byte of [p, p + n) that differs from v, or n (4 KiB
+ * memcmp strides: images run to hundreds of MiB). */
+size_t tb_first_not(const unsigned char *p, size_t n, unsigned char v);
+
 /* Poison byte of a buffer: differs per buffer so a stray copy is caught. */
 unsigned char tb_poison_of(mdr_buffer buf);
 /* Fill every non-NULL buffer of the arena with its poison byte (blocking). */

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "backend_impl.h"
+#include "support.h"
 #include "zero_fused.h"
 
 #ifdef MDR_HAVE_CUDA
@@ -43,37 +44,6 @@ static int sm_count(void) {
   return sms;
 }
 
-static uint64_t rng_next(uint64_t *state) { /* splitmix64 */
-  uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-
-static uint64_t rng_range(uint64_t *state, uint64_t lo, uint64_t hi) { /* [lo, hi] */
-  return lo + rng_next(state) % (hi - lo + 1);
-}
-
-/* Index of the first byte of [p, p + n) that differs from v, or n. Compares
- * 4 KiB blocks with memcmp: the images are up to ~230 MiB. */
-static size_t first_not(const unsigned char *p, size_t n, unsigned char v) {
-  static unsigned char pattern[2][4096];
-  static int ready;
-  if (!ready) {
-    memset(pattern[0], 0, sizeof pattern[0]);
-    memset(pattern[1], POISON, sizeof pattern[1]);
-    ready = 1;
-  }
-  const unsigned char *ref = v == 0 ? pattern[0] : v == POISON ? pattern[1] : NULL;
-  size_t i = 0;
-  if (ref)
-    for (; i + sizeof pattern[0] <= n; i += sizeof pattern[0])
-      if (memcmp(p + i, ref, sizeof pattern[0]) != 0) break;
-  for (; i < n; i++)
-    if (p[i] != v) return i;
-  return n;
-}
-
 /* ------------------------------------------------------------------------- */
 /* plans as offsets, instantiated over a device or a host base address */
 
@@ -92,14 +62,14 @@ typedef struct plan {
 
 static uint64_t random_size(uint64_t *rng, uint64_t budget_left) {
   uint64_t size;
-  switch (rng_next(rng) % 10) {
+  switch (tb_rng_next(rng) % 10) {
     case 0: case 1: size = 0; break;
-    case 2: case 3: size = rng_range(rng, 1, 64); break;
-    case 4: case 5: case 6: size = rng_range(rng, 65, 2 * MDR_ZERO_CHUNK + 100); break;
-    case 7: case 8: size = rng_range(rng, 1, (uint64_t)4 << 20); break;
-    default: size = rng_range(rng, 1, (uint64_t)64 << 20); break;
+    case 2: case 3: size = tb_rng_range(rng, 1, 64); break;
+    case 4: case 5: case 6: size = tb_rng_range(rng, 65, 2 * MDR_ZERO_CHUNK + 100); break;
+    case 7: case 8: size = tb_rng_range(rng, 1, (uint64_t)4 << 20); break;
+    default: size = tb_rng_range(rng, 1, (uint64_t)64 << 20); break;
   }
-  if (size > budget_left) size = rng_range(rng, 0, budget_left < 300 ? budget_left : 300);
+  if (size > budget_left) size = tb_rng_range(rng, 0, budget_left < 300 ? budget_left : 300);
   return size;
 }
 
@@ -111,19 +81,19 @@ static void make_plan(plan *p, uint64_t *rng, size_t n) {
   p->n = n;
   uint64_t cursor = 0, budget = PLAN_BUDGET;
   for (size_t i = 0; i < n; i++) {
-    cursor += rng_range(rng, 1, 4096) + rng_range(rng, 0, 255);
+    cursor += tb_rng_range(rng, 1, 4096) + tb_rng_range(rng, 0, 255);
     uint64_t size = random_size(rng, budget);
     budget -= size;
     p->off[i] = cursor;
     p->size[i] = size;
     mdr_zero_seg s = {.ptr = cursor, .bytes = size, .rule = MDR_RULE_FIXED};
-    uint64_t r = rng_next(rng) % 4;
+    uint64_t r = tb_rng_next(rng) % 4;
     if (r == 1) {
       s.rule = MDR_RULE_HEAD;
-      s.a = rng_range(rng, 1, 300);
+      s.a = tb_rng_range(rng, 1, 300);
     } else if (r == 2 && size > 0) {
       s.rule = MDR_RULE_ROWS;
-      s.a = rng_range(rng, 1, size < 5000 ? size : 5000);
+      s.a = tb_rng_range(rng, 1, size < 5000 ? size : 5000);
       s.b = size / s.a;
     }
     p->rule[i] = s;
@@ -145,17 +115,17 @@ static void check_image(const plan *p, const unsigned char *img, uint64_t t, con
   for (size_t i = 0; i < p->n; i++) {
     uint64_t cleared = mdr_zero_seg_bytes(&p->rule[i], t);
     cr_assert(cleared <= p->size[i]);
-    size_t bad = first_not(img + at, (size_t)(p->off[i] - at), POISON);
+    size_t bad = tb_first_not(img + at, (size_t)(p->off[i] - at), POISON);
     cr_assert_eq(bad, p->off[i] - at, "%s: guard before segment %zu written", what, i);
-    bad = first_not(img + p->off[i], (size_t)cleared, 0);
+    bad = tb_first_not(img + p->off[i], (size_t)cleared, 0);
     cr_assert_eq(bad, cleared, "%s: segment %zu (size %llu, rule %u) byte %zu of %llu not cleared",
                  what, i, (unsigned long long)p->size[i], p->rule[i].rule, bad,
                  (unsigned long long)cleared);
-    bad = first_not(img + p->off[i] + cleared, (size_t)(p->size[i] - cleared), POISON);
+    bad = tb_first_not(img + p->off[i] + cleared, (size_t)(p->size[i] - cleared), POISON);
     cr_assert_eq(bad, p->size[i] - cleared, "%s: segment %zu written past its cleared head", what, i);
     at = p->off[i] + p->size[i];
   }
-  size_t bad = first_not(img + at, (size_t)(p->mem_bytes - at), POISON);
+  size_t bad = tb_first_not(img + at, (size_t)(p->mem_bytes - at), POISON);
   cr_assert_eq(bad, p->mem_bytes - at, "%s: trailing guard written", what);
 }
 
@@ -335,8 +305,8 @@ Test(zero_fused, random_plans_clear_exactly_what_the_host_execution_clears) {
   cudaStream_t s;
   CU(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   for (int k = 0; k < 14; k++) {
-    make_plan(&p, &rng, (size_t)rng_range(&rng, 1, MDR_ZERO_MAX_SEGS));
-    uint64_t t = rng_range(&rng, 0, 400);
+    make_plan(&p, &rng, (size_t)tb_rng_range(&rng, 1, MDR_ZERO_MAX_SEGS));
+    uint64_t t = tb_rng_range(&rng, 0, 400);
     /* small grids too, so blocks walk many chunks grid-stride */
     int grid_sms = k % 3 == 0 ? 1 : k % 3 == 1 ? 3 : sms;
     run_plain(&im, &p, t, grid_sms, s);
@@ -357,7 +327,7 @@ Test(zero_fused, plans_longer_than_64_segments_are_split_and_complete) {
   const size_t counts[] = {65, 128, 129, PLAN_MAX_SEGS};
   for (size_t c = 0; c < sizeof counts / sizeof counts[0]; c++) {
     make_plan(&p, &rng, counts[c]);
-    run_plain(&im, &p, rng_range(&rng, 1, 400), sms, 0);
+    run_plain(&im, &p, tb_rng_range(&rng, 1, 400), sms, 0);
   }
   images_free(&im);
 #endif
@@ -453,7 +423,7 @@ Test(zero_fused, dynamic_stage_evaluates_the_rules_at_the_slot_token_count) {
   dev_stage_init(&st, 4, MDR_STAGE_DYNAMIC);
   fill_slot(&st, 1, 57, 57, 1); /* counter 4 -> slot 1 */
   for (int k = 0; k < 4; k++) {
-    make_plan(&p, &rng, (size_t)rng_range(&rng, 1, MDR_ZERO_MAX_SEGS));
+    make_plan(&p, &rng, (size_t)tb_rng_range(&rng, 1, MDR_ZERO_MAX_SEGS));
     run_staged(&im, &p, 999 /* ignored */, 57, &st, k == 0 ? 1 : sms);
   }
   stage_state ss;
@@ -538,8 +508,8 @@ Test(zero_fused, table_launch_clears_count_t_s_plan_from_the_table) {
   images_init(&im, IMAGE_CAP);
   const uint64_t m = 300; /* make_plan's HEAD m is at most 300 */
   for (int k = 0; k < 6; k++) {
-    make_plan(&p, &rng, (size_t)rng_range(&rng, 1, MDR_ZERO_MAX_SEGS));
-    const uint64_t t = k == 0 ? 1 : k == 1 ? m : rng_range(&rng, 1, m);
+    make_plan(&p, &rng, (size_t)tb_rng_range(&rng, 1, MDR_ZERO_MAX_SEGS));
+    const uint64_t t = k == 0 ? 1 : k == 1 ? m : tb_rng_range(&rng, 1, m);
     mdr_zero_seg segs[PLAN_MAX_SEGS];
     const uint64_t words = mdr_plan_table_words(p.n, m);
     uint64_t *w = malloc((size_t)words * sizeof *w), *wd = NULL;

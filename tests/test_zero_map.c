@@ -11,31 +11,14 @@
 #include <string.h>
 
 #include "backend_impl.h"
+#include "support.h"
 
 #define POISON 0xA5u
 
 /* ------------------------------------------------------------------------- */
 /* helpers */
 
-static uint64_t rng_next(uint64_t *state) { /* splitmix64 */
-  uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-
-static uint64_t rng_range(uint64_t *state, uint64_t lo, uint64_t hi) { /* [lo, hi] */
-  return lo + rng_next(state) % (hi - lo + 1);
-}
-
 #define ADDR(p) ((uint64_t)(uintptr_t)(p))
-
-/* Index of the first byte of [p, p + n) that differs from v, or n. */
-static size_t first_not(const unsigned char *p, size_t n, unsigned char v) {
-  for (size_t i = 0; i < n; i++)
-    if (p[i] != v) return i;
-  return n;
-}
 
 /* Walk one launch's chunk mapping (at most MDR_ZERO_MAX_SEGS segments) and
  * check, as intervals, that the chunks of every segment tile
@@ -77,13 +60,13 @@ static void check_launch_mapping(const mdr_zero_seg *segs, uint32_t n, uint64_t 
  * bytes it clears at t. */
 static mdr_zero_seg random_rule(uint64_t *rng, uint64_t ptr, uint64_t size, uint64_t t) {
   mdr_zero_seg s = {.ptr = ptr, .bytes = size, .rule = MDR_RULE_FIXED};
-  uint64_t r = rng_next(rng) % 4;
+  uint64_t r = tb_rng_next(rng) % 4;
   if (r == 1) {
     s.rule = MDR_RULE_HEAD;
-    s.a = rng_range(rng, 1, 300);
+    s.a = tb_rng_range(rng, 1, 300);
   } else if (r == 2 && size > 0) {
     s.rule = MDR_RULE_ROWS;
-    s.a = rng_range(rng, 1, size < 600 ? size : 600); /* row bytes */
+    s.a = tb_rng_range(rng, 1, size < 600 ? size : 600); /* row bytes */
     s.b = size / s.a;                                  /* row cap */
   }
   (void)t;
@@ -93,12 +76,12 @@ static mdr_zero_seg random_rule(uint64_t *rng, uint64_t ptr, uint64_t size, uint
 /* Sizes for real-memory plans: empties, a few bytes, a few KiB, and a few
  * that cross chunk boundaries. */
 static uint64_t random_small_size(uint64_t *rng) {
-  switch (rng_next(rng) % 6) {
+  switch (tb_rng_next(rng) % 6) {
     case 0: return 0;
-    case 1: return rng_range(rng, 1, 40);
-    case 2: case 3: return rng_range(rng, 41, 6000);
-    case 4: return rng_range(rng, 6001, 40000);
-    default: return rng_range(rng, MDR_ZERO_CHUNK - 20, 2 * MDR_ZERO_CHUNK + 300);
+    case 1: return tb_rng_range(rng, 1, 40);
+    case 2: case 3: return tb_rng_range(rng, 41, 6000);
+    case 4: return tb_rng_range(rng, 6001, 40000);
+    default: return tb_rng_range(rng, MDR_ZERO_CHUNK - 20, 2 * MDR_ZERO_CHUNK + 300);
   }
 }
 
@@ -122,7 +105,7 @@ static host_plan make_host_plan(uint64_t *rng, size_t n, uint64_t t) {
   cr_assert(hp.segs && hp.size && off);
   size_t cursor = 0;
   for (size_t i = 0; i < n; i++) {
-    cursor += rng_range(rng, 1, 64) + rng_range(rng, 0, 15);
+    cursor += tb_rng_range(rng, 1, 64) + tb_rng_range(rng, 0, 15);
     off[i] = cursor;
     hp.size[i] = random_small_size(rng);
     cursor += hp.size[i];
@@ -152,18 +135,18 @@ static void check_host_image(const host_plan *hp, uint64_t t) {
     cr_assert(cleared <= hp->size[i], "segment %zu clears %llu of %llu bytes", i,
               (unsigned long long)cleared, (unsigned long long)hp->size[i]);
     size_t guard = (size_t)(hp->segs[i].ptr - cursor);
-    size_t bad = first_not(p + (cursor - ADDR(hp->mem)), guard, POISON);
+    size_t bad = tb_first_not(p + (cursor - ADDR(hp->mem)), guard, POISON);
     cr_assert_eq(bad, guard, "guard before segment %zu written at byte %zu", i, bad);
     const unsigned char *seg = (const unsigned char *)(uintptr_t)hp->segs[i].ptr;
-    bad = first_not(seg, (size_t)cleared, 0);
+    bad = tb_first_not(seg, (size_t)cleared, 0);
     cr_assert_eq(bad, cleared, "segment %zu byte %zu of %llu not cleared", i, bad,
                  (unsigned long long)cleared);
-    bad = first_not(seg + cleared, (size_t)(hp->size[i] - cleared), POISON);
+    bad = tb_first_not(seg + cleared, (size_t)(hp->size[i] - cleared), POISON);
     cr_assert_eq(bad, hp->size[i] - cleared, "segment %zu written past its cleared head", i);
     cursor = hp->segs[i].ptr + hp->size[i];
   }
   size_t rest = hp->mem_bytes - (size_t)(cursor - ADDR(hp->mem));
-  size_t bad = first_not(p + (cursor - ADDR(hp->mem)), rest, POISON);
+  size_t bad = tb_first_not(p + (cursor - ADDR(hp->mem)), rest, POISON);
   cr_assert_eq(bad, rest, "trailing guard written");
 }
 
@@ -226,17 +209,17 @@ Test(zero_map, fixed_rule_ignores_tokens) {
 Test(zero_map, rules_never_shrink_as_tokens_grow_so_the_floor_is_safe) {
   uint64_t rng = 0x5eed0011;
   for (int k = 0; k < 20000; k++) {
-    const uint64_t m = rng_range(&rng, 1, 5000);
-    uint64_t size = rng_range(&rng, 0, 1u << 22);
-    if (k % 4 == 1) size = m * rng_range(&rng, 0, 800);               /* HEAD: n % m == 0 */
-    if (k % 4 == 2) size = mdr_ceil16(m) * rng_range(&rng, 0, 800);   /* HEAD: n % ceil16(m) == 0 */
+    const uint64_t m = tb_rng_range(&rng, 1, 5000);
+    uint64_t size = tb_rng_range(&rng, 0, 1u << 22);
+    if (k % 4 == 1) size = m * tb_rng_range(&rng, 0, 800);               /* HEAD: n % m == 0 */
+    if (k % 4 == 2) size = mdr_ceil16(m) * tb_rng_range(&rng, 0, 800);   /* HEAD: n % ceil16(m) == 0 */
     mdr_zero_seg s = random_rule(&rng, 4096, size, 0);
     if (k % 4 != 3) s = (mdr_zero_seg){.ptr = 4096, .bytes = size, .a = m, .rule = MDR_RULE_HEAD};
     const uint64_t floor = mdr_zero_seg_floor(&s);
     cr_assert_eq(floor, mdr_zero_seg_bytes(&s, 1));
     for (int j = 0; j < 8; j++) {
-      const uint64_t t = j < 4 ? rng_range(&rng, 1, 40) : rng_range(&rng, 1, 2 * m + 40);
-      const uint64_t t2 = t + rng_range(&rng, 0, 64);
+      const uint64_t t = j < 4 ? tb_rng_range(&rng, 1, 40) : tb_rng_range(&rng, 1, 2 * m + 40);
+      const uint64_t t2 = t + tb_rng_range(&rng, 0, 64);
       const uint64_t b = mdr_zero_seg_bytes(&s, t), b2 = mdr_zero_seg_bytes(&s, t2);
       cr_assert_geq(b, floor, "rule %u size %llu m %llu: bytes(%llu) %llu < floor %llu", s.rule,
                     (unsigned long long)size, (unsigned long long)m, (unsigned long long)t,
@@ -280,18 +263,18 @@ Test(zero_map, random_large_plans_tile_every_segment_exactly_once) {
   uint64_t rng = 0x5eed0001;
   mdr_zero_seg segs[MDR_ZERO_MAX_SEGS];
   for (int plan = 0; plan < 200; plan++) {
-    uint32_t n = (uint32_t)rng_range(&rng, 1, MDR_ZERO_MAX_SEGS);
-    uint64_t t = rng_range(&rng, 0, 5000);
-    uint64_t addr = rng_range(&rng, 1, (uint64_t)1 << 40);
+    uint32_t n = (uint32_t)tb_rng_range(&rng, 1, MDR_ZERO_MAX_SEGS);
+    uint64_t t = tb_rng_range(&rng, 0, 5000);
+    uint64_t addr = tb_rng_range(&rng, 1, (uint64_t)1 << 40);
     for (uint32_t i = 0; i < n; i++) {
       uint64_t size;
-      switch (rng_next(&rng) % 5) {
+      switch (tb_rng_next(&rng) % 5) {
         case 0: size = 0; break;
-        case 1: size = rng_range(&rng, 1, 100); break;
-        case 2: size = rng_range(&rng, 101, 3 * MDR_ZERO_CHUNK); break;
-        default: size = rng_range(&rng, 1, (uint64_t)64 << 20); break;
+        case 1: size = tb_rng_range(&rng, 1, 100); break;
+        case 2: size = tb_rng_range(&rng, 101, 3 * MDR_ZERO_CHUNK); break;
+        default: size = tb_rng_range(&rng, 1, (uint64_t)64 << 20); break;
       }
-      addr += rng_range(&rng, 0, 4096);
+      addr += tb_rng_range(&rng, 0, 4096);
       segs[i] = random_rule(&rng, addr, size, t);
       addr += size;
     }
@@ -309,14 +292,14 @@ Test(zero_map, random_small_plans_visit_each_byte_once) {
   cr_assert(visits);
   for (int plan = 0; plan < 40; plan++) {
     memset(visits, 0, model);
-    uint32_t n = (uint32_t)rng_range(&rng, 1, MDR_ZERO_MAX_SEGS);
-    uint64_t t = rng_range(&rng, 0, 400);
-    uint64_t base = 0x100000000ull + rng_range(&rng, 0, 255), cursor = 16;
+    uint32_t n = (uint32_t)tb_rng_range(&rng, 1, MDR_ZERO_MAX_SEGS);
+    uint64_t t = tb_rng_range(&rng, 0, 400);
+    uint64_t base = 0x100000000ull + tb_rng_range(&rng, 0, 255), cursor = 16;
     uint64_t bytes[MDR_ZERO_MAX_SEGS], prefix[MDR_ZERO_MAX_SEGS + 1] = {0};
     for (uint32_t i = 0; i < n; i++) {
       uint64_t size = random_small_size(&rng);
       if (cursor + size + 100 > model) size = 0;
-      cursor += rng_range(&rng, 0, 40);
+      cursor += tb_rng_range(&rng, 0, 40);
       segs[i] = random_rule(&rng, base + cursor, size, t);
       cursor += size;
       bytes[i] = mdr_zero_seg_bytes(&segs[i], t);
@@ -329,13 +312,13 @@ Test(zero_map, random_small_plans_visit_each_byte_once) {
     }
     for (uint32_t i = 0, at = 0; i < n; i++) {
       uint64_t off = segs[i].ptr - base;
-      cr_assert_eq(first_not(visits + at, (size_t)(off - at), 0), off - at,
+      cr_assert_eq(tb_first_not(visits + at, (size_t)(off - at), 0), off - at,
                    "plan %d: byte before segment %u visited", plan, i);
-      cr_assert_eq(first_not(visits + off, (size_t)bytes[i], 1), bytes[i],
+      cr_assert_eq(tb_first_not(visits + off, (size_t)bytes[i], 1), bytes[i],
                    "plan %d: segment %u not visited exactly once", plan, i);
       at = (uint32_t)(off + bytes[i]);
       if (i == n - 1)
-        cr_assert_eq(first_not(visits + at, model - at, 0), model - at, "byte after the plan visited");
+        cr_assert_eq(tb_first_not(visits + at, model - at, 0), model - at, "byte after the plan visited");
     }
   }
   free(visits);
@@ -347,8 +330,8 @@ Test(zero_map, random_small_plans_visit_each_byte_once) {
 Test(zero_map, host_plan_clears_exactly_the_cleared_heads) {
   uint64_t rng = 0x5eed0003;
   for (int plan = 0; plan < 60; plan++) {
-    size_t n = (size_t)rng_range(&rng, 1, MDR_ZERO_MAX_SEGS);
-    uint64_t t = rng_range(&rng, 0, 400);
+    size_t n = (size_t)tb_rng_range(&rng, 1, MDR_ZERO_MAX_SEGS);
+    uint64_t t = tb_rng_range(&rng, 0, 400);
     host_plan hp = make_host_plan(&rng, n, t);
     mdr_zero_fused_host(hp.segs, hp.n, t, NULL);
     check_host_image(&hp, t);
@@ -360,7 +343,7 @@ Test(zero_map, host_plan_longer_than_64_segments_is_split_and_complete) {
   uint64_t rng = 0x5eed0004;
   const size_t counts[] = {65, 128, 129, 200};
   for (size_t c = 0; c < sizeof counts / sizeof counts[0]; c++) {
-    uint64_t t = rng_range(&rng, 1, 400);
+    uint64_t t = tb_rng_range(&rng, 1, 400);
     host_plan hp = make_host_plan(&rng, counts[c], t);
     mdr_zero_fused_host(hp.segs, hp.n, t, NULL);
     check_host_image(&hp, t);
@@ -374,7 +357,7 @@ Test(zero_map, host_empty_plan_without_stage_writes_nothing) {
   mdr_zero_seg seg = {.ptr = ADDR(guard), .bytes = 0, .rule = MDR_RULE_FIXED};
   mdr_zero_fused_host(NULL, 0, 5, NULL);
   mdr_zero_fused_host(&seg, 1, 5, NULL);
-  cr_assert_eq(first_not(guard, sizeof guard, POISON), sizeof guard);
+  cr_assert_eq(tb_first_not(guard, sizeof guard, POISON), sizeof guard);
 }
 
 /* ------------------------------------------------------------------------- */
@@ -522,7 +505,7 @@ Test(zero_map, host_stage_without_segments_does_only_the_stage_work) {
 Test(zero_map, plan_table_holds_every_count_s_plan) {
   uint64_t rng = 0x5eed0012;
   for (int k = 0; k < 20; k++) {
-    const size_t n = (size_t)rng_range(&rng, 0, MDR_ZERO_MAX_SEGS);
+    const size_t n = (size_t)tb_rng_range(&rng, 0, MDR_ZERO_MAX_SEGS);
     host_plan hp = make_host_plan(&rng, n, 0);
     const uint64_t words = mdr_plan_table_words(n, TABLE_M);
     uint64_t *w = malloc((size_t)words * sizeof *w + 8);
@@ -597,7 +580,7 @@ Test(zero_map, table_launches_outside_the_table_are_refused) {
   mdr_plan_table_fill(hp.segs, hp.n, TABLE_M, tw);
   d.table = ADDR(tw);
   mdr_zero_fused_host(hp.segs, hp.n, TABLE_M + 1, &d);
-  cr_assert_eq(first_not(hp.mem, hp.mem_bytes, POISON), hp.mem_bytes, "a refused launch wrote");
+  cr_assert_eq(tb_first_not(hp.mem, hp.mem_bytes, POISON), hp.mem_bytes, "a refused launch wrote");
   free(tw);
   free_host_plan(&hp);
 }
