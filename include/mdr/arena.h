@@ -15,6 +15,7 @@
 #include <stddef.h>
 
 #include "mdr/backend.h"
+#include "mdr/export.h"
 #include "mdr/sizes.h"
 #include "mdr/status.h"
 
@@ -35,25 +36,25 @@ typedef struct mdr_arena mdr_arena;
  * overflows, MDR_ERR_OUT_OF_MEMORY / MDR_ERR_BACKEND from the backend. On
  * failure *out is untouched and nothing is left allocated. Caller owns *out;
  * release with mdr_arena_destroy. Not capture-safe. */
-mdr_status mdr_arena_create(mdr_backend *b, const mdr_sizes *s, mdr_arena **out);
+MDR_API mdr_status mdr_arena_create(mdr_backend *b, const mdr_sizes *s, mdr_arena **out);
 
 /* Free the slab. Accepts NULL. Work still enqueued on the arena's buffers
  * must have finished (synchronize first). */
-void mdr_arena_destroy(mdr_arena *a);
+MDR_API void mdr_arena_destroy(mdr_arena *a);
 
 /* Device address of a buffer; 0 for NULL entries, a NULL arena or an
  * out-of-range buffer. */
-mdr_dptr mdr_arena_ptr(const mdr_arena *a, mdr_buffer buf);
+MDR_API mdr_dptr mdr_arena_ptr(const mdr_arena *a, mdr_buffer buf);
 /* Allocated size of a buffer in bytes; 0 for NULL entries / bad arguments. */
-size_t mdr_arena_bytes(const mdr_arena *a, mdr_buffer buf);
+MDR_API size_t mdr_arena_bytes(const mdr_arena *a, mdr_buffer buf);
 /* M, the rows of the token-major buffers; 0 for a NULL arena. */
-size_t mdr_arena_max_batch_tokens(const mdr_arena *a);
+MDR_API size_t mdr_arena_max_batch_tokens(const mdr_arena *a);
 /* The backend the arena was made on (borrowed); NULL for a NULL arena. */
-mdr_backend *mdr_arena_backend(const mdr_arena *a);
+MDR_API mdr_backend *mdr_arena_backend(const mdr_arena *a);
 /* The sizes the arena was made from (borrowed); NULL for a NULL arena. */
-const mdr_sizes *mdr_arena_sizes(const mdr_arena *a);
+MDR_API const mdr_sizes *mdr_arena_sizes(const mdr_arena *a);
 /* Bytes of the single slab allocation (sum of the aligned buffers). */
-size_t mdr_arena_slab_bytes(const mdr_arena *a);
+MDR_API size_t mdr_arena_slab_bytes(const mdr_arena *a);
 
 /* Named accessors for every buffer: mdr_arena_<name>(a) and
  * mdr_arena_<name>_bytes(a), e.g. mdr_arena_hidden_states(a). */
@@ -79,12 +80,12 @@ typedef enum mdr_rows_policy {
  * MDR_ZERO_FUSED on a backend without the fused kernel: MDR_ERR_UNSUPPORTED
  * and the strategy is unchanged. Unknown value / NULL arena:
  * MDR_ERR_INVALID_ARGUMENT. */
-mdr_status mdr_arena_set_zero_strategy(mdr_arena *a, mdr_zero_strategy z);
+MDR_API mdr_status mdr_arena_set_zero_strategy(mdr_arena *a, mdr_zero_strategy z);
 /* Choose the row policy of zero_all_rows (default MDR_ROWS_SEED). Unknown
  * value / NULL arena: MDR_ERR_INVALID_ARGUMENT. */
-mdr_status mdr_arena_set_rows_policy(mdr_arena *a, mdr_rows_policy p);
-mdr_zero_strategy mdr_arena_zero_strategy(const mdr_arena *a);
-mdr_rows_policy mdr_arena_rows_policy(const mdr_arena *a);
+MDR_API mdr_status mdr_arena_set_rows_policy(mdr_arena *a, mdr_rows_policy p);
+MDR_API mdr_zero_strategy mdr_arena_zero_strategy(const mdr_arena *a);
+MDR_API mdr_rows_policy mdr_arena_rows_policy(const mdr_arena *a);
 
 /* The zeroing helpers. Enqueue only, on `stream`; asynchronous and
  * capture-safe (no allocation, no synchronisation). With MDR_ZERO_MEMSET the
@@ -100,9 +101,9 @@ mdr_rows_policy mdr_arena_rows_policy(const mdr_arena *a);
  *                            min(tokens, logits_rows) rows;
  *   zero_prefill_essentials  7 buffers, whole.
  * NULL arena: MDR_ERR_INVALID_ARGUMENT. */
-mdr_status mdr_arena_zero_all(mdr_arena *a, mdr_stream stream);
-mdr_status mdr_arena_zero_all_rows(mdr_arena *a, mdr_stream stream, size_t tokens);
-mdr_status mdr_arena_zero_prefill_essentials(mdr_arena *a, mdr_stream stream);
+MDR_API mdr_status mdr_arena_zero_all(mdr_arena *a, mdr_stream stream);
+MDR_API mdr_status mdr_arena_zero_all_rows(mdr_arena *a, mdr_stream stream, size_t tokens);
+MDR_API mdr_status mdr_arena_zero_prefill_essentials(mdr_arena *a, mdr_stream stream);
 
 typedef struct mdr_segment {
   mdr_dptr ptr;
@@ -113,8 +114,8 @@ typedef struct mdr_segment {
  * order, without empty segments: writes at most `cap` segments to out (out
  * may be NULL when cap is 0) and sets *n to the full count. NULL arena or n:
  * MDR_ERR_INVALID_ARGUMENT. Reads the arena only; thread-safe. */
-mdr_status mdr_arena_zero_plan(const mdr_arena *a, size_t tokens, mdr_segment *out, size_t cap,
-                               size_t *n);
+MDR_API mdr_status mdr_arena_zero_plan(const mdr_arena *a, size_t tokens, mdr_segment *out, size_t cap,
+                                       size_t *n);
 
 /* The largest number of segments any zero plan of an arena can have. */
 #define MDR_ZERO_PLAN_MAX 18

@@ -18,6 +18,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "mdr/export.h"
 #include "mdr/status.h"
 
 #ifdef __cplusplus
@@ -34,53 +35,53 @@ typedef void *mdr_stream;
  * no driver or no such device (out untouched as NULL), MDR_ERR_UNSUPPORTED in
  * a build without CUDA, MDR_ERR_INVALID_ARGUMENT for a NULL out or a negative
  * device. Caller owns *out; release with mdr_backend_destroy. */
-mdr_status mdr_backend_cuda_create(int device, mdr_backend **out);
+MDR_API mdr_status mdr_backend_cuda_create(int device, mdr_backend **out);
 
 /* Create a host backend. Caller owns *out; release with mdr_backend_destroy. */
-mdr_status mdr_backend_host_create(mdr_backend **out);
+MDR_API mdr_status mdr_backend_host_create(mdr_backend **out);
 
 /* The CUDA backend on device 0 when one is present, else the host backend.
  * Never fails for lack of a GPU. Caller owns *out. */
-mdr_status mdr_backend_create_default(mdr_backend **out);
+MDR_API mdr_status mdr_backend_create_default(mdr_backend **out);
 
 /* Release a backend. Accepts NULL. Every arena, cache and stream made from it
  * must be destroyed first. */
-void mdr_backend_destroy(mdr_backend *b);
+MDR_API void mdr_backend_destroy(mdr_backend *b);
 
 /* "cuda" or "host" (NULL backend: "none"). Static string. */
-const char *mdr_backend_name(const mdr_backend *b);
+MDR_API const char *mdr_backend_name(const mdr_backend *b);
 
 /* Text of the latest failure this backend recorded in the calling thread,
  * "" when none (and for a NULL backend). Borrowed; valid until the calling
  * thread's next failure. */
-const char *mdr_backend_last_error(const mdr_backend *b);
+MDR_API const char *mdr_backend_last_error(const mdr_backend *b);
 
 /* Create a stream (CUDA: cudaStreamNonBlocking; never the legacy stream).
  * Caller owns *out; release with mdr_backend_stream_destroy. */
-mdr_status mdr_backend_stream_create(mdr_backend *b, mdr_stream *out);
+MDR_API mdr_status mdr_backend_stream_create(mdr_backend *b, mdr_stream *out);
 
 /* Destroy a stream made by mdr_backend_stream_create. Accepts NULL. */
-void mdr_backend_stream_destroy(mdr_backend *b, mdr_stream s);
+MDR_API void mdr_backend_stream_destroy(mdr_backend *b, mdr_stream s);
 
 /* Block until everything enqueued on `s` has run. Not capture-safe. */
-mdr_status mdr_backend_synchronize(mdr_backend *b, mdr_stream s);
+MDR_API mdr_status mdr_backend_synchronize(mdr_backend *b, mdr_stream s);
 
 /* Blocking copies and fill, for tests, tools and setup (not capture-safe).
  * n == 0 is a no-op returning MDR_OK; a 0 address with n > 0 is
  * MDR_ERR_INVALID_ARGUMENT. */
-mdr_status mdr_backend_copy_h2d(mdr_backend *b, mdr_dptr dst, const void *src, size_t n);
-mdr_status mdr_backend_copy_d2h(mdr_backend *b, void *dst, mdr_dptr src, size_t n);
-mdr_status mdr_backend_fill(mdr_backend *b, mdr_dptr dst, unsigned char value, size_t n);
+MDR_API mdr_status mdr_backend_copy_h2d(mdr_backend *b, mdr_dptr dst, const void *src, size_t n);
+MDR_API mdr_status mdr_backend_copy_d2h(mdr_backend *b, void *dst, mdr_dptr src, size_t n);
+MDR_API mdr_status mdr_backend_fill(mdr_backend *b, mdr_dptr dst, unsigned char value, size_t n);
 
 /* Enqueue a memset of n bytes on `s`. Asynchronous and capture-safe: what a
  * capture body may use on any backend. */
-mdr_status mdr_backend_memset_async(mdr_backend *b, mdr_dptr dst, unsigned char value,
-                                    size_t n, mdr_stream s);
+MDR_API mdr_status mdr_backend_memset_async(mdr_backend *b, mdr_dptr dst, unsigned char value,
+                                            size_t n, mdr_stream s);
 
 /* Allocate / free n bytes of device memory outside any arena (for callers'
  * own buffers and tests). Not capture-safe. Caller owns *out. */
-mdr_status mdr_backend_alloc(mdr_backend *b, size_t n, mdr_dptr *out);
-void mdr_backend_free(mdr_backend *b, mdr_dptr p);
+MDR_API mdr_status mdr_backend_alloc(mdr_backend *b, size_t n, mdr_dptr *out);
+MDR_API void mdr_backend_free(mdr_backend *b, mdr_dptr p);
 
 #ifdef __cplusplus
 }

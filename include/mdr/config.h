@@ -5,6 +5,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "mdr/export.h"
 #include "mdr/status.h"
 
 #ifdef __cplusplus
@@ -73,12 +74,12 @@ typedef struct mdr_limits {
 /* Fill *out with a named preset (§10): "qwen3-next-80b", "glm-5.3-flash-tp2",
  * "nemotron-h", "deepseek-v4-flash". Unknown or NULL name / NULL out:
  * MDR_ERR_INVALID_ARGUMENT, *out untouched. Thread-safe. */
-mdr_status mdr_model_preset(const char *name, mdr_model_config *out);
+MDR_API mdr_status mdr_model_preset(const char *name, mdr_model_config *out);
 
 /* The preset names, in the order above; i >= mdr_model_preset_count() gives
  * NULL. Static strings. */
-size_t mdr_model_preset_count(void);
-const char *mdr_model_preset_name(size_t i);
+MDR_API size_t mdr_model_preset_count(void);
+MDR_API const char *mdr_model_preset_name(size_t i);
 
 #ifdef __cplusplus
 }

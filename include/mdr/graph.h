@@ -29,6 +29,7 @@
 
 #include "mdr/arena.h"
 #include "mdr/backend.h"
+#include "mdr/export.h"
 #include "mdr/status.h"
 
 #ifdef __cplusplus
@@ -110,7 +111,7 @@ typedef struct mdr_graph_cache_options {
 
 /* EXACT, MDR_ZERO_MEMSET, default ladder, unlimited graphs, pad id 0, no
  * body. NULL o: nothing. */
-void mdr_graph_cache_options_default(mdr_graph_cache_options *o);
+MDR_API void mdr_graph_cache_options_default(mdr_graph_cache_options *o);
 
 /* Create a cache over arena `a` capturing and replaying on `stream` (not the
  * legacy stream: NULL is MDR_ERR_INVALID_ARGUMENT). The arena, its backend
@@ -125,12 +126,12 @@ void mdr_graph_cache_options_default(mdr_graph_cache_options *o);
  * read here, once: later changes to it do not reach this cache. On failure *out is untouched
  * and nothing leaks. Caller owns *out; release with mdr_graph_cache_destroy.
  * Environment: MDR_DISABLE_GRAPHS=1 at create makes every step eager. */
-mdr_status mdr_graph_cache_create(mdr_arena *a, mdr_stream stream,
-                                  const mdr_graph_cache_options *o, mdr_graph_cache **out);
+MDR_API mdr_status mdr_graph_cache_create(mdr_arena *a, mdr_stream stream,
+                                          const mdr_graph_cache_options *o, mdr_graph_cache **out);
 
 /* Wait for the cache's stream, then free every graph, the staging ring and
  * the device block. Accepts NULL. */
-void mdr_graph_cache_destroy(mdr_graph_cache *c);
+MDR_API void mdr_graph_cache_destroy(mdr_graph_cache *c);
 
 /* Capture ahead of time (e.g. at start-up) the graphs serving these token
  * counts (each 1 .. max_batch_tokens; in LADDER mode the rung serving it, in
@@ -139,7 +140,7 @@ void mdr_graph_cache_destroy(mdr_graph_cache *c);
  * anything is captured; MDR_ERR_CAPTURE or the body's status otherwise);
  * graphs captured before it stay. Not capture-safe; enqueues on the stream
  * (graph uploads). With graphs disabled it does nothing and returns MDR_OK. */
-mdr_status mdr_graph_cache_prepare(mdr_graph_cache *c, const size_t *tokens, size_t n);
+MDR_API mdr_status mdr_graph_cache_prepare(mdr_graph_cache *c, const size_t *tokens, size_t n);
 
 /* One decode step: stage `tokens` ids, then replay the graph for that count
  * (capturing it on a miss). Asynchronous on the cache's stream: it returns
@@ -157,16 +158,16 @@ mdr_status mdr_graph_cache_prepare(mdr_graph_cache *c, const size_t *tokens, siz
  *                             failed when run eagerly); see
  *                             mdr_backend_last_error.
  * Not capture-safe itself (it launches graphs). */
-mdr_status mdr_graph_cache_step(mdr_graph_cache *c, const uint32_t *token_ids, size_t tokens);
+MDR_API mdr_status mdr_graph_cache_step(mdr_graph_cache *c, const uint32_t *token_ids, size_t tokens);
 
 /* Device address of the uint32 holding the current step's real token count
  * (written by every step before the body runs). 0 for a NULL cache. */
-mdr_dptr mdr_graph_cache_count_ptr(const mdr_graph_cache *c);
+MDR_API mdr_dptr mdr_graph_cache_count_ptr(const mdr_graph_cache *c);
 
 /* The graph token count serving `tokens` (EXACT: tokens; LADDER: its rung;
  * DYNAMIC: max_batch_tokens). MDR_ERR_OUT_OF_RANGE / _INVALID_ARGUMENT as
  * for step. */
-mdr_status mdr_graph_cache_graph_tokens(const mdr_graph_cache *c, size_t tokens, size_t *out);
+MDR_API mdr_status mdr_graph_cache_graph_tokens(const mdr_graph_cache *c, size_t tokens, size_t *out);
 
 typedef struct mdr_graph_stats {
   uint64_t steps;           /* steps enqueued (returned MDR_OK or MDR_ERR_CAPTURE) */
@@ -182,7 +183,7 @@ typedef struct mdr_graph_stats {
 } mdr_graph_stats;
 
 /* Copy the counters. NULL arguments: MDR_ERR_INVALID_ARGUMENT. */
-mdr_status mdr_graph_cache_stats(const mdr_graph_cache *c, mdr_graph_stats *out);
+MDR_API mdr_status mdr_graph_cache_stats(const mdr_graph_cache *c, mdr_graph_stats *out);
 
 #ifdef __cplusplus
 }

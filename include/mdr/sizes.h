@@ -6,6 +6,7 @@
 #include <stddef.h>
 
 #include "mdr/config.h"
+#include "mdr/export.h"
 #include "mdr/status.h"
 
 #ifdef __cplusplus
@@ -70,11 +71,11 @@ typedef enum mdr_buffer {
 
 /* The seed's name of a buffer, e.g. "hidden_states"; NULL if out of range.
  * Static string. */
-const char *mdr_buffer_name(mdr_buffer b);
+MDR_API const char *mdr_buffer_name(mdr_buffer b);
 
 /* The buffer whose seed name is `name`: MDR_OK and *out set, or
  * MDR_ERR_INVALID_ARGUMENT (NULL arguments or unknown name). */
-mdr_status mdr_buffer_from_name(const char *name, mdr_buffer *out);
+MDR_API mdr_status mdr_buffer_from_name(const char *name, mdr_buffer *out);
 
 typedef struct mdr_sizes {
   size_t bytes[MDR_BUF_COUNT]; /* allocated byte size; 0 means the buffer is NULL */
@@ -88,23 +89,23 @@ typedef struct mdr_sizes_options {
   bool glm_trim;           /* apply §7 when the family is MDR_FAMILY_GLM5_NEXT */
   size_t splitk_sm_count;  /* §5.6 Legacy slots; 0 is rejected */
 } mdr_sizes_options;
-void mdr_sizes_options_default(mdr_sizes_options *o);
+MDR_API void mdr_sizes_options_default(mdr_sizes_options *o);
 
 /* Every formula of the spec with default options (untrimmed). Returns:
  *   NULL c, l or out          -> MDR_ERR_INVALID_ARGUMENT
  *   l->max_batch_tokens == 0  -> MDR_ERR_OUT_OF_RANGE
  *   a product or sum that overflows size_t -> MDR_ERR_OVERFLOW
  * On failure *out is untouched. Pure function; thread-safe. */
-mdr_status mdr_sizes_from_config(const mdr_model_config *c, const mdr_limits *l, mdr_sizes *out);
+MDR_API mdr_status mdr_sizes_from_config(const mdr_model_config *c, const mdr_limits *l, mdr_sizes *out);
 
 /* The same with options (NULL o: defaults). o->splitk_sm_count == 0 gives
  * MDR_ERR_INVALID_ARGUMENT. */
-mdr_status mdr_sizes_from_config_ex(const mdr_model_config *c, const mdr_limits *l,
-                                    const mdr_sizes_options *o, mdr_sizes *out);
+MDR_API mdr_status mdr_sizes_from_config_ex(const mdr_model_config *c, const mdr_limits *l,
+                                            const mdr_sizes_options *o, mdr_sizes *out);
 
 /* The seed's total_bytes: every entry except o_latent and norm_unit_w.
  * MDR_ERR_OVERFLOW if the sum overflows. */
-mdr_status mdr_sizes_total_bytes(const mdr_sizes *s, size_t *out);
+MDR_API mdr_status mdr_sizes_total_bytes(const mdr_sizes *s, size_t *out);
 
 #ifdef __cplusplus
 }

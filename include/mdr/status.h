@@ -5,6 +5,8 @@
 #ifndef MDR_STATUS_H
 #define MDR_STATUS_H
 
+#include "mdr/export.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -31,7 +33,7 @@ typedef enum mdr_status {
 
 /* Human-readable text for a status. Never NULL: an out-of-range value gives
  * "unknown status". Returns a static string; thread-safe. */
-const char *mdr_status_string(mdr_status s);
+MDR_API const char *mdr_status_string(mdr_status s);
 
 #ifdef __cplusplus
 }

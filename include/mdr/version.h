@@ -2,6 +2,8 @@
 #ifndef MDR_VERSION_H
 #define MDR_VERSION_H
 
+#include "mdr/export.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -13,7 +15,7 @@ extern "C" {
 
 /* The version of the library linked at run time, as MDR_VERSION_NUMBER
  * (major*10000 + minor*100 + patch). Thread-safe. */
-unsigned mdr_version_number(void);
+MDR_API unsigned mdr_version_number(void);
 
 #ifdef __cplusplus
 }
