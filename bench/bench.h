@@ -1,0 +1,271 @@
+/* bench.h — private header of mdr-bench: the types and helpers its files
+ * share. Not installed, not part of the mdr API.
+ *
+ *   mdr_bench.c       the driver: arenas, the sweep, measuring one case, main
+ *   bench_options.c   command line: parsing, usage, defaults
+ *   bench_runner.c    one strategy's step, its setup, CPU timing
+ *   bench_gpu.c       GPU timing: events, the blocker, L2 flush, floors
+ *   bench_validate.c  plan helpers and the poison / step / read-back check
+ *   bench_report.c    stdout tables, results.json, results.csv, plans.json
+ *   bench_util.c      failure handling, statistics, files, JSON/CSV numbers
+ *   bench_cuda.cu/.h  the raw kernels (empty, blocker) the library lacks
+ *
+ * Every mdr call is checked: a failure prints mdr_status_string +
+ * mdr_backend_last_error and exits 1 (die). */
+#ifndef MDR_BENCH_H
+#define MDR_BENCH_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include <mdr/mdr.h>
+
+#ifdef MDR_HAVE_CUDA
+#include <cuda_runtime.h>
+#endif
+
+/* ---- constants ---- */
+
+#define KIB ((size_t)1024)
+#define MIB (KIB * KIB)
+#define GIB (MIB * KIB)
+
+enum {
+  DEFAULT_M_GPU = 4096,     /* max_batch_tokens on the GPU */
+  DEFAULT_M_HOST = 256,     /* ... on the host backend: keeps RAM and time low */
+  DEFAULT_SEQ = 65536,      /* max_seq_len */
+  DEFAULT_BLOCK = 16,       /* kv_block_size */
+  DEFAULT_BATCH = 4,        /* max_batch_size */
+  DEFAULT_REPS = 200,       /* timed steps per figure */
+  QUICK_REPS = 30,
+  WARMUP_STEPS = 10,        /* untimed steps before each case */
+  CPU_BATCH = 4,            /* steps between drains when timing CPU (< staging slots) */
+  CEILING_REPS = 20,        /* memsets timed for the write ceiling */
+  MAX_TOKEN_COUNTS = 64,
+  MAX_PRESETS = 16,         /* room in options.preset_on */
+  GUARD_BYTES = 4096,       /* bytes past a segment checked to be untouched */
+  UNTOUCHED_PROBE = 256,    /* head bytes of a buffer outside the plan checked */
+  POISON = 0xA5,
+  FIRST_TOKEN_ID = 1000,    /* ids of step: FIRST_TOKEN_ID + i */
+};
+
+#define FLUSH_BYTES (256 * MIB)        /* > L2 of any current GPU (H200: 50 MB) */
+#define VERIFY_CHUNK (16 * MIB)        /* read-back granularity of the validation */
+#define BLOCKER_TIMEOUT_NS 2000000000u /* a blocker never holds a stream longer (2 s) */
+#define PREPARE_ALL_GOAL_S 0.5         /* goal for prepare of every count 1..M, seconds */
+
+typedef enum strategy {
+  STRAT_EAGER_MEMSET, /* the baseline: the seed's memsets + cudaMemcpyAsync */
+  STRAT_EAGER_FUSED,  /* one fused kernel + cudaMemcpyAsync */
+  STRAT_GRAPH_MEMSET, /* graph cache EXACT: memset nodes + staged upload */
+  STRAT_GRAPH_FUSED,  /* graph cache EXACT: one fused node (zero + upload) */
+  STRAT_GRAPH_DYNAMIC,/* graph cache DYNAMIC (node update): one graph for every count */
+  STRAT_GRAPH_DYNAMIC_COUNT, /* DYNAMIC, count read on the device from the slot */
+  STRAT_COUNT
+} strategy;
+extern const char *const k_strategy_names[STRAT_COUNT];
+extern const char *const k_policy_names[MDR_ROWS_POLICY_COUNT];
+
+/* ---- failure handling, memory (bench_util.c) ---- */
+
+#if defined(__GNUC__)
+#define BENCH_NORETURN __attribute__((noreturn))
+#define BENCH_PRINTF(f, a) __attribute__((format(printf, f, a)))
+#else
+#define BENCH_NORETURN
+#define BENCH_PRINTF(f, a)
+#endif
+
+/* Print "mdr-bench: <message>" on stderr and exit 1. */
+BENCH_NORETURN void die(const char *fmt, ...) BENCH_PRINTF(1, 2);
+void check_mdr(mdr_backend *b, mdr_status st, const char *call, const char *file, int line);
+#define CHECK(b, call) check_mdr((b), (call), #call, __FILE__, __LINE__)
+#ifdef MDR_HAVE_CUDA
+void check_cuda(cudaError_t e, const char *call, const char *file, int line);
+#define CUDA_CHECK(call) check_cuda((call), #call, __FILE__, __LINE__)
+#endif
+void *xmalloc(size_t n);
+
+/* ---- statistics ---- */
+
+typedef struct summary {
+  double med, p10, p90; /* µs */
+} summary;
+extern const summary k_no_summary; /* every figure NAN */
+
+double now_us(void); /* CLOCK_MONOTONIC, µs */
+/* Percentile q in [0, 1] of n samples, linear between ranks; sorts in place. */
+double percentile(double *v, size_t n, double q);
+summary summarize(double *v, size_t n); /* sorts v */
+double nan_if_zero(double x);
+
+/* ---- flags ---- */
+
+void set_all(bool *flags, size_t n);
+bool any(const bool *flags, size_t n);
+size_t count_on(const bool *flags, size_t n);
+
+/* ---- files, JSON and CSV numbers ---- */
+
+void mkdir_p(const char *dir);
+FILE *open_out(const char *dir, const char *name);
+void json_str(FILE *f, const char *s);  /* escaped */
+void json_num(FILE *f, double x);       /* non-finite: null */
+void csv_num(FILE *f, double x);        /* non-finite: empty field */
+void fmt_num(char *out, size_t n, const char *f, double x); /* non-finite: "-" */
+
+/* ---- options (bench_options.c) ---- */
+
+typedef struct options {
+  size_t m;     /* max_batch_tokens; 0: the backend's default */
+  size_t seq, block, batch;
+  size_t tokens[MAX_TOKEN_COUNTS];
+  size_t n_tokens;
+  bool preset_on[MAX_PRESETS];
+  bool strategy_on[STRAT_COUNT];
+  bool policy_on[MDR_ROWS_POLICY_COUNT];
+  size_t reps;
+  const char *out_dir;
+  bool quick;
+  int graph_costs; /* -1: default (on with a GPU) */
+  bool set_tokens, set_presets, set_reps;
+  int argc;
+  char **argv;
+} options;
+
+void parse_options(int argc, char **argv, options *o);
+/* Keep the counts 1..m, in the given order; say what was dropped. */
+void clip_token_counts(options *o);
+
+/* ---- GPU timing (bench_gpu.c) ---- */
+
+typedef void (*step_fn)(void *arg, size_t tokens);
+
+typedef struct gpu_ctx {
+  bool on; /* false on the host backend: no CUDA call is made */
+#ifdef MDR_HAVE_CUDA
+  cudaStream_t stream;
+  cudaEvent_t *start, *stop; /* one pair per timed rep */
+  size_t n_events;
+  volatile uint32_t *release_host; /* blocker release word (mapped pinned) */
+  uint32_t *release_dev;
+  volatile uint32_t *timed_out_host;
+  uint32_t *timed_out_dev;
+  uint32_t generation;
+  void *flush_buf; /* FLUSH_BYTES, memset between cold steps */
+#endif
+} gpu_ctx;
+
+typedef struct floors {
+  double ceiling_1g_gbps, ceiling_4g_gbps, ceiling_gbps; /* GB/s (1e9 bytes/s) */
+  summary graph_replay, eager_launch;                    /* µs */
+  double graph_replay_loop, eager_launch_loop;           /* µs per launch, back to back */
+} floors;
+
+/* floor(case) in µs: writing `bytes` at the ceiling plus one graph launch. */
+double floor_us(const floors *f, size_t bytes);
+
+#ifdef MDR_HAVE_CUDA
+void gpu_init(gpu_ctx *g, mdr_stream stream, size_t reps);
+void gpu_fini(gpu_ctx *g);
+/* GPU µs of one step at a time, the step fully queued before the GPU starts
+ * it; cold: L2 flushed before each step (outside the events). */
+summary gpu_time_steps(gpu_ctx *g, step_fn fn, void *arg, size_t tokens, size_t reps, bool cold);
+/* µs per step of `reps` steps submitted back to back (no blocker). */
+double gpu_time_loop(gpu_ctx *g, step_fn fn, void *arg, size_t tokens, size_t reps);
+void measure_floors(gpu_ctx *g, size_t reps, floors *f);
+#endif
+
+/* ---- one strategy's step (bench_runner.c) ---- */
+
+typedef struct runner {
+  strategy strat;
+  mdr_backend *b;
+  mdr_arena *arena;
+  mdr_stream stream;
+  mdr_graph_cache *cache; /* graph strategies */
+  const uint32_t *ids;    /* the step's ids (host memory, M of them) */
+  const uint32_t *ids_upload; /* eager upload source: pinned on the GPU */
+  bool gpu;
+} runner;
+
+bool is_graph(strategy s);
+void runner_step(void *arg, size_t tokens); /* a step_fn; arg is a runner */
+/* Set the runner up for strategy s; false (and *why) when s is unsupported. */
+bool runner_begin(runner *r, strategy s, const size_t *prepare, size_t n_prepare, const char **why);
+void runner_end(runner *r);
+void runner_sync(runner *r);
+/* Host µs to submit one step; the stream is drained every CPU_BATCH steps. */
+summary cpu_time_steps(runner *r, size_t tokens, size_t reps);
+/* The count a "changing" CPU run alternates with: a neighbour of tokens. */
+size_t partner_tokens(size_t tokens);
+/* The same with the count alternating between tokens and partner_tokens. */
+summary cpu_time_steps_vary(runner *r, size_t tokens, size_t reps);
+
+/* ---- plans and validation (bench_validate.c) ---- */
+
+/* The buffer starting at ptr, or MDR_BUF_COUNT. */
+mdr_buffer buffer_at(const mdr_arena *a, mdr_dptr ptr);
+/* The plan at `tokens` under the arena's current policy: bytes, segments. */
+size_t plan_bytes(mdr_backend *b, const mdr_arena *a, size_t tokens, size_t *segments);
+/* Poison, one step at `tokens`, then check every byte the step owns; die
+ * on the first wrong one, naming `label`. */
+void validate(runner *r, size_t tokens, const char *label);
+
+/* ---- cases and the run ---- */
+
+typedef struct bench_case {
+  const char *preset;
+  mdr_rows_policy policy;
+  size_t tokens;
+  strategy strat;
+  bool measured;
+  const char *note; /* why it was skipped; NULL */
+  size_t bytes, segments;
+  summary gpu, cold, cpu; /* µs */
+  summary cpu_vary;       /* graph strategies: CPU µs when the count changes every step */
+  double loop_us;         /* µs per step back to back */
+  double gbps, floor_us, x_floor, speedup, cpu_speedup;
+  uint64_t eager_steps;   /* graph strategies: steps that ran eagerly */
+} bench_case;
+
+typedef struct sweep {
+  bench_case *cases;
+  size_t n, total;
+} sweep;
+
+typedef struct bench_env {
+  options *o;
+  mdr_backend *b;
+  mdr_stream stream;
+  gpu_ctx gpu;
+  floors fl;
+  uint32_t *ids;        /* M ids in host memory */
+  uint32_t *ids_upload; /* the eager upload's source: pinned on the GPU */
+  FILE *plans;
+  bool first_plan_preset;
+} bench_env;
+
+typedef struct graph_costs {
+  const char *preset;
+  mdr_rows_policy policy; /* the first policy of the sweep */
+  double *capture_us; /* per token count of the sweep */
+  double prepare_all_s;
+  size_t graphs_after;
+  double capture_all_us; /* capture_us total of that prepare */
+} graph_costs;
+
+/* ---- reports (bench_report.c) ---- */
+
+void print_floors(const floors *f);
+void print_table_header(void);
+void print_case(const bench_case *c);
+void print_graph_costs(const bench_env *e, const graph_costs *g, const sweep *sw);
+/* Append one preset's buffers and plans to plans.json (e->plans). */
+void write_plans(bench_env *e, const char *preset, mdr_arena *a);
+void write_results_json(const bench_env *e, const sweep *sw, const graph_costs *gc, size_t n_gc);
+void write_results_csv(const bench_env *e, const sweep *sw);
+
+#endif
