@@ -1,6 +1,6 @@
-/* mdr — named model presets (shared/spec/arena-sizes.md section 10).
+/* mdr — named model presets (docs/SIZES.md §10).
  *
- * Every field is the spec table's value; fields the table does not list are
+ * Every field is the value in that section's table; fields it does not list are
  * 0 / false (designated initializers leave them zero). */
 #include "mdr/config.h"
 

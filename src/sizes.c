@@ -1,11 +1,12 @@
 /* mdr — arena buffer sizes from a model config.
  *
- * Implements shared/spec/arena-sizes.md sections 2-8 with the default
- * environment (every lever of section 8 off). Symbols in comments are the
- * spec's (M, Mp, H, Hq, ...). All arithmetic is size_t; every product and sum
- * goes through the checked helpers below, which set a sticky overflow flag
- * instead of wrapping, so the formulas read like the spec and the caller
- * checks the flag once at the end. */
+ * Implements docs/SIZES.md §2-§8 with the default environment (every lever
+ * of §8 off). "section N" and "#N" below are that document's section and
+ * buffer numbers; symbols in comments are its symbols (M, Mp, H, Hq, ...).
+ * All arithmetic is size_t; every product and sum goes through the checked
+ * helpers below, which set a sticky overflow flag instead of wrapping, so
+ * the formulas read like the document and the caller checks the flag once
+ * at the end. */
 #include "mdr/sizes.h"
 
 #include <string.h>

@@ -1,4 +1,4 @@
-/* mdr — model configuration and serve limits (shared/spec/arena-sizes.md §2). */
+/* mdr — model configuration and serve limits (docs/SIZES.md §2). */
 #ifndef MDR_CONFIG_H
 #define MDR_CONFIG_H
 
@@ -23,7 +23,8 @@ typedef enum mdr_model_family {
 } mdr_model_family;
 
 /* The config fields the sizing reads; every count is a non-negative integer,
- * an absent field is 0 / false. Symbols in comments are the spec's. */
+ * an absent field is 0 / false. Symbols in comments are those of
+ * docs/SIZES.md §2.2. */
 typedef struct mdr_model_config {
   mdr_model_family family;
   size_t hidden_size;                     /* H   */

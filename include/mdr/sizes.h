@@ -1,4 +1,4 @@
-/* mdr — arena buffer sizes from a model config (shared/spec/arena-sizes.md). */
+/* mdr — arena buffer sizes from a model config (docs/SIZES.md). */
 #ifndef MDR_SIZES_H
 #define MDR_SIZES_H
 
@@ -83,15 +83,15 @@ typedef struct mdr_sizes {
   size_t logits_rows;          /* rows of the row-major logits buffer */
 } mdr_sizes;
 
-/* Options of the sizing; mdr_sizes_options_default gives the spec's
- * defaults (untrimmed, split-K Legacy with 48 SMs). */
+/* Options of the sizing; mdr_sizes_options_default gives the defaults of
+ * docs/SIZES.md (untrimmed, split-K Legacy with 48 SMs). */
 typedef struct mdr_sizes_options {
   bool glm_trim;           /* apply §7 when the family is MDR_FAMILY_GLM5_NEXT */
   size_t splitk_sm_count;  /* §5.6 Legacy slots; 0 is rejected */
 } mdr_sizes_options;
 MDR_API void mdr_sizes_options_default(mdr_sizes_options *o);
 
-/* Every formula of the spec with default options (untrimmed). Returns:
+/* Every formula of docs/SIZES.md with default options (untrimmed). Returns:
  *   NULL c, l or out          -> MDR_ERR_INVALID_ARGUMENT
  *   l->max_batch_tokens == 0  -> MDR_ERR_OUT_OF_RANGE
  *   a product or sum that overflows size_t -> MDR_ERR_OVERFLOW
