@@ -1,91 +1,87 @@
 /* graph_cache.c — capture one decode step (zeroing + token-id upload + the
  * caller's body) into a graph per token count, cache it, replay it per step.
  *
- * Staging. The ids of step N go to slot N % SLOTS of a ring in mapped pinned
- * memory. A graph cannot name "the slot of this step" (its addresses are
- * fixed at capture), so the step's launch finds its slot on the device: a
- * device counter holds the number of staged launches served so far; the
- * first kernel of the step (the fused zero kernel, or a stage-only launch of
- * it under MDR_ZERO_MEMSET) reads the slot counter % SLOTS, copies its ids
- * into token_ids and its count to the count cell (one dedicated block does
- * this while the others zero), then advances the counter and writes it to an
- * ack word in pinned memory. The
- * host keeps its own count of staged launches (host_step) in lockstep and
- * writes slot host_step % SLOTS only once ack shows that the launch that
- * read it last, host_step - SLOTS, has finished. Every step, eager or
- * replayed, goes through the same staged launch, so the two counts never
- * diverge: host_step advances exactly when that launch was enqueued.
- *
- * Why not a captured copy node: its source address is fixed, so a second
- * step submitted before the first ran would overwrite ids not yet read (or
- * the host would have to wait for every step); one kernel node also costs
- * less per replay than a copy node plus a kernel (issue #7's probe).
+ * The cache keeps the caching: options, the ladder, one entry per graph
+ * token count, LRU eviction, and DYNAMIC's one re-targeted graph. The step
+ * prologue (the staging ring that carries each step's ids and count to the
+ * device) lives in staging.h; the zero plans come from the arena
+ * (arena_impl.h) and their arithmetic from kernels/zero_map.h.
  *
  * DYNAMIC. One graph serves every count. By default (NODE_UPDATE) the fused
  * node is re-targeted to the step's count when it changes, so the kernel
  * gets the count as a parameter. Its plan for every count 1..M is resolved
- * once, at create, into a plan table in device memory (kernels/zero_map.h
- * section 4), so the node's parameters are only t and the stage (a small
- * block: the update costs about a quarter of a whole plan's). DEVICE_COUNT
+ * once, at create, into a plan table in device memory (zero_map.h section
+ * 4), so the node's parameters are only t and the stage. The node is the
+ * one the capture itself reports for the fused launch (the backend asks the
+ * capture right after the launch), never a search of the graph, so a body
+ * with fused launches of its own cannot be mistaken for it. DEVICE_COUNT
  * leaves the graph untouched and has the kernel read the count from the
- * slot (slower on the GPU, see include/mdr/graph.h and bench/results/). */
+ * slot. */
 #define _POSIX_C_SOURCE 200809L
-#include <sched.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 
 #include "arena_impl.h"
 #include "mdr/graph.h"
+#include "staging.h"
 
 typedef struct graph_entry {
   void *exec;         /* NULL: not cached */
   uint64_t last_used; /* LRU tick */
+  int eager_only;     /* its capture failed in a step: run eagerly until a prepare retries it */
 } graph_entry;
-
-/* Layout of the cache's small device block. */
-enum { DEV_COUNTER = 0, DEV_SYNC = 8 /* mdr_stage_sync, 16 bytes */, DEV_COUNT = 32, DEV_BLOCK_BYTES = 256 };
 
 struct mdr_graph_cache {
   mdr_arena *arena;
   mdr_backend *b;
   mdr_stream stream;
-  mdr_graph_cache_options o;
+  mdr_graph_cache_options o; /* zero and rows resolved (never *_FROM_ARENA) */
   size_t max_tokens;
-  mdr_rows_policy rows; /* the arena's row policy when the cache was made */
   size_t *ladder;
   size_t ladder_len;
   int graphs_disabled;
+  int busy; /* inside step or prepare: a re-entrant call is refused */
 
-  /* staging ring (pinned, mapped): SLOTS slots then the ack word */
-  unsigned char *ring_host;
-  mdr_dptr ring_dev;
-  size_t slot_bytes;
-  volatile uint64_t *ack_host;
-  mdr_dptr dev_block;
-  uint64_t host_step; /* staged launches enqueued */
+  mdr_staging staging;
 
   graph_entry *entries; /* indexed by graph token count, 0 .. max_tokens */
-  /* DYNAMIC with NODE_UPDATE: the captured graph (its node handles name the
-   * fused node in the exec) and that node; the plan as rules (resolved at
-   * create, with the row policy of create). */
+  /* DYNAMIC with NODE_UPDATE: the captured graph (kept: the node handle
+   * names a node of it) and the fused node the capture reported. */
   void *dyn_graph;
   void *dyn_node;
-  size_t dyn_tokens; /* the count the exec's fused node holds now (0: as captured) */
+  size_t dyn_tokens; /* the count the exec's fused node holds now */
   mdr_zero_seg rules[MDR_ZERO_PLAN_MAX];
   size_t n_rules;
-  mdr_dptr table; /* NODE_UPDATE: the plan table of rules at counts 1..max_tokens (0: none) */
+  mdr_dptr table; /* NODE_UPDATE: the plan table of rules at counts 1..max_tokens */
   uint64_t tick;
   mdr_graph_stats stats;
 };
 
 static const size_t k_default_ladder[] = {1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256};
+/* The default ladder continues with powers of two from here. */
+#define LADDER_POW2_FIRST 512
+/* Powers of two LADDER_POW2_FIRST .. 2^63 that can follow the given rungs. */
+#define LADDER_POW2_RUNGS 55
 
 void mdr_graph_cache_options_default(mdr_graph_cache_options *o) {
   if (!o) return;
   memset(o, 0, sizeof *o);
   o->mode = MDR_GRAPH_EXACT;
-  o->zero = MDR_ZERO_MEMSET;
+  o->zero = MDR_ZERO_FROM_ARENA;
+  o->rows = MDR_ROWS_FROM_ARENA;
+}
+
+/* MDR_DISABLE_GRAPHS set to 1, true, yes or on (any case). */
+static int graphs_disabled_by_env(void) {
+  const char *v = getenv("MDR_DISABLE_GRAPHS");
+  if (!v) return 0;
+  static const char *const k_true[] = {"1", "true", "yes", "on"};
+  for (size_t i = 0; i < sizeof k_true / sizeof k_true[0]; i++)
+    if (strcasecmp(v, k_true[i]) == 0) return 1;
+  return 0;
 }
 
 static double now_us(void) {
@@ -99,14 +95,13 @@ static double now_us(void) {
 static mdr_status build_ladder(mdr_graph_cache *c, const mdr_graph_cache_options *o) {
   const size_t *src = o->ladder ? o->ladder : k_default_ladder;
   size_t n = o->ladder ? o->ladder_len : sizeof k_default_ladder / sizeof k_default_ladder[0];
-  /* room for: the given rungs, powers of two 512 .. 2^63 (55), and M */
-  size_t cap = n + 56;
+  size_t cap = n + LADDER_POW2_RUNGS + 1; /* + M */
   c->ladder = malloc(cap * sizeof *c->ladder);
-  if (!c->ladder) return MDR_ERR_OUT_OF_MEMORY;
+  if (!c->ladder) return mdr_backend_fail(c->b, MDR_ERR_OUT_OF_MEMORY, "graph cache: ladder");
   size_t len = 0;
   for (size_t i = 0; i < n && src[i] < c->max_tokens; i++) c->ladder[len++] = src[i];
   if (!o->ladder)
-    for (size_t p = 512; p < c->max_tokens && p != 0; p *= 2) c->ladder[len++] = p;
+    for (size_t p = LADDER_POW2_FIRST; p < c->max_tokens && p != 0; p *= 2) c->ladder[len++] = p;
   c->ladder[len++] = c->max_tokens;
   c->ladder_len = len;
   return MDR_OK;
@@ -116,46 +111,60 @@ static int node_update_of(const mdr_graph_cache_options *o) {
   return o->mode == MDR_GRAPH_DYNAMIC && o->dynamic_impl == MDR_DYNAMIC_NODE_UPDATE;
 }
 
-static mdr_status check_options(const mdr_graph_cache_options *o) {
-  if ((int)o->mode < 0 || o->mode >= MDR_GRAPH_MODE_COUNT) return MDR_ERR_INVALID_ARGUMENT;
-  if ((int)o->zero < 0 || o->zero >= MDR_ZERO_STRATEGY_COUNT) return MDR_ERR_INVALID_ARGUMENT;
-  if (o->mode == MDR_GRAPH_DYNAMIC && (o->zero != MDR_ZERO_FUSED || o->body)) return MDR_ERR_INVALID_ARGUMENT;
-  if (o->mode != MDR_GRAPH_DYNAMIC && o->body_dynamic) return MDR_ERR_INVALID_ARGUMENT;
-  if ((int)o->dynamic_impl < 0 || o->dynamic_impl >= MDR_DYNAMIC_IMPL_COUNT) return MDR_ERR_INVALID_ARGUMENT;
-  if (o->mode == MDR_GRAPH_LADDER && o->ladder) {
-    if (o->ladder_len == 0 || o->ladder[0] == 0) return MDR_ERR_INVALID_ARGUMENT;
-    for (size_t i = 1; i < o->ladder_len; i++)
-      if (o->ladder[i] <= o->ladder[i - 1]) return MDR_ERR_INVALID_ARGUMENT;
-  }
+/* The options with the policies resolved against the arena, checked field
+ * by field: the refusal names the field. */
+static mdr_status resolve_options(mdr_backend *b, const mdr_arena *a, const mdr_graph_cache_options *in,
+                                  mdr_graph_cache_options *o) {
+  *o = *in;
+  if (o->zero == MDR_ZERO_FROM_ARENA) o->zero = mdr_arena_zero_strategy(a);
+  if (o->rows == MDR_ROWS_FROM_ARENA) o->rows = mdr_arena_rows_policy(a);
+  const char *bad = NULL;
+  if ((int)o->mode < 0 || o->mode >= MDR_GRAPH_MODE_COUNT) bad = "mode: unknown value";
+  else if ((int)o->zero < 0 || o->zero >= MDR_ZERO_STRATEGY_COUNT) bad = "zero: unknown strategy";
+  else if ((int)o->rows < 0 || o->rows >= MDR_ROWS_POLICY_COUNT) bad = "rows: unknown policy";
+  else if ((int)o->dynamic_impl < 0 || o->dynamic_impl >= MDR_DYNAMIC_IMPL_COUNT)
+    bad = "dynamic_impl: unknown value";
+  else if (o->body && o->body_dynamic) bad = "body and body_dynamic: give one body, not both";
+  else if (o->mode == MDR_GRAPH_DYNAMIC && o->zero != MDR_ZERO_FUSED) bad = "zero: DYNAMIC needs MDR_ZERO_FUSED";
+  else if (o->mode == MDR_GRAPH_DYNAMIC && o->body)
+    bad = "body: a DYNAMIC graph serves every count; give body_dynamic (it reads the count on the device)";
+  else if (o->mode == MDR_GRAPH_LADDER && o->ladder && (o->ladder_len == 0 || o->ladder[0] == 0))
+    bad = "ladder: empty, or a rung of 0";
+  if (!bad && o->mode == MDR_GRAPH_LADDER && o->ladder)
+    for (size_t i = 1; i < o->ladder_len && !bad; i++)
+      if (o->ladder[i] <= o->ladder[i - 1]) bad = "ladder: not strictly increasing";
+  if (bad) return mdr_backend_fail(b, MDR_ERR_INVALID_ARGUMENT, "graph cache options: %s", bad);
   return MDR_OK;
 }
 
 /* NODE_UPDATE: resolve c->rules at every count 1..max_tokens into the plan
- * table, uploaded once. Plans of more rules
- * than one launch carries keep the parameter-borne plan (no table). */
+ * table, uploaded once. */
 static mdr_status build_table(mdr_graph_cache *c) {
   const size_t n = c->n_rules;
-  if (n > MDR_ZERO_MAX_SEGS) return MDR_OK;
   size_t words = (size_t)mdr_plan_table_words(n, c->max_tokens);
   uint64_t *w = malloc(words * sizeof *w);
   if (!w) return mdr_backend_fail(c->b, MDR_ERR_OUT_OF_MEMORY, "graph cache: plan table (%zu bytes)", words * 8);
   mdr_plan_table_fill(c->rules, n, c->max_tokens, w);
   mdr_status st = mdr_be_alloc_device(c->b, words * sizeof *w, &c->table);
-  if (st == MDR_OK) st = mdr_backend_copy_h2d(c->b, c->table, w, words * sizeof *w);
+  if (st == MDR_OK) st = mdr_be_copy_h2d(c->b, c->table, w, words * sizeof *w);
   free(w);
   return st;
 }
 
 mdr_status mdr_graph_cache_create(mdr_arena *a, mdr_stream stream, const mdr_graph_cache_options *o,
                                   mdr_graph_cache **out) {
-  if (!a || !stream || !o || !out) return MDR_ERR_INVALID_ARGUMENT;
+  if (!out) return MDR_ERR_INVALID_ARGUMENT;
+  *out = NULL;
   mdr_backend *b = mdr_arena_backend(a);
-  mdr_status st = check_options(o);
-  if (st != MDR_OK) return mdr_backend_fail(b, st, "graph cache: invalid options");
-  if (!b->ops->zero_fused ||
-      (node_update_of(o) && (!b->ops->fused_node_find || !b->ops->fused_node_update)))
+  if (!a || !stream || !o)
+    return mdr_backend_fail(b, MDR_ERR_INVALID_ARGUMENT, "graph cache: NULL %s",
+                            !a ? "arena" : !stream ? "stream (the legacy stream is refused)" : "options");
+  mdr_graph_cache_options opt;
+  mdr_status st = resolve_options(b, a, o, &opt);
+  if (st != MDR_OK) return st;
+  if (!mdr_be_has_zero_fused(b) || (node_update_of(&opt) && !mdr_be_has_node_update(b)))
     return mdr_backend_fail(b, MDR_ERR_UNSUPPORTED, "graph cache: backend %s lacks the fused launch",
-                            b->ops->name);
+                            mdr_be_name(b));
   size_t m = mdr_arena_max_batch_tokens(a);
   if (!mdr_arena_token_ids(a) || mdr_arena_token_ids_bytes(a) / sizeof(uint32_t) < m)
     return mdr_backend_fail(b, MDR_ERR_INVALID_ARGUMENT,
@@ -166,33 +175,21 @@ mdr_status mdr_graph_cache_create(mdr_arena *a, mdr_stream stream, const mdr_gra
   c->arena = a;
   c->b = b;
   c->stream = stream;
-  c->o = *o;
+  c->o = opt;
   c->o.ladder = NULL;
-  c->max_tokens = mdr_arena_max_batch_tokens(a);
-  c->rows = mdr_arena_rows_policy(a);
-  const char *env = getenv("MDR_DISABLE_GRAPHS");
-  c->graphs_disabled = env && strcmp(env, "1") == 0;
+  c->max_tokens = m;
+  c->graphs_disabled = graphs_disabled_by_env();
   st = build_ladder(c, o);
   if (st != MDR_OK) goto fail;
   c->entries = calloc(c->max_tokens + 1, sizeof *c->entries);
   if (!c->entries) {
-    st = MDR_ERR_OUT_OF_MEMORY;
+    st = mdr_backend_fail(b, MDR_ERR_OUT_OF_MEMORY, "graph cache: %zu entries", c->max_tokens + 1);
     goto fail;
   }
-  c->slot_bytes = (size_t)mdr_stage_slot_bytes(c->max_tokens);
-  size_t ring_bytes = c->slot_bytes * MDR_GRAPH_STAGING_SLOTS;
-  void *ring_host = NULL;
-  st = mdr_be_alloc_pinned(b, ring_bytes + 256, &ring_host, &c->ring_dev);
+  st = mdr_staging_init(&c->staging, b, c->max_tokens);
   if (st != MDR_OK) goto fail;
-  c->ring_host = ring_host;
-  memset(c->ring_host, 0, ring_bytes + 256);
-  c->ack_host = (volatile uint64_t *)(c->ring_host + ring_bytes);
-  st = mdr_be_alloc_device(b, DEV_BLOCK_BYTES, &c->dev_block);
-  if (st != MDR_OK) goto fail;
-  st = mdr_backend_fill(b, c->dev_block, 0, DEV_BLOCK_BYTES);
-  if (st != MDR_OK) goto fail;
-  if (node_update_of(o)) {
-    c->n_rules = mdr_arena_rules(a, MDR_COVER_ROWS, c->rows, c->rules);
+  if (node_update_of(&c->o)) {
+    c->n_rules = mdr_arena_rules(a, MDR_COVER_ROWS, c->o.rows, c->rules);
     st = build_table(c);
     if (st != MDR_OK) goto fail;
   }
@@ -200,8 +197,7 @@ mdr_status mdr_graph_cache_create(mdr_arena *a, mdr_stream stream, const mdr_gra
   return MDR_OK;
 fail:
   mdr_be_free_device(b, c->table);
-  mdr_be_free_device(b, c->dev_block);
-  mdr_be_free_pinned(b, c->ring_host);
+  mdr_staging_fini(&c->staging);
   free(c->entries);
   free(c->ladder);
   free(c);
@@ -210,19 +206,26 @@ fail:
 
 void mdr_graph_cache_destroy(mdr_graph_cache *c) {
   if (!c) return;
-  (void)c->b->ops->synchronize(c->b, c->stream);
+  (void)mdr_be_synchronize(c->b, c->stream);
   for (size_t t = 0; t <= c->max_tokens; t++) mdr_be_exec_destroy(c->b, c->entries[t].exec);
   mdr_be_graph_destroy(c->b, c->dyn_graph);
   mdr_be_free_device(c->b, c->table);
-  mdr_be_free_device(c->b, c->dev_block);
-  mdr_be_free_pinned(c->b, c->ring_host);
+  mdr_staging_fini(&c->staging);
   free(c->entries);
   free(c->ladder);
   free(c);
 }
 
 mdr_dptr mdr_graph_cache_count_ptr(const mdr_graph_cache *c) {
-  return c ? c->dev_block + DEV_COUNT : 0;
+  return c ? mdr_staging_count_ptr(&c->staging) : 0;
+}
+
+mdr_zero_strategy mdr_graph_cache_zero_strategy(const mdr_graph_cache *c) {
+  return c ? c->o.zero : MDR_ZERO_FROM_ARENA;
+}
+
+mdr_rows_policy mdr_graph_cache_rows_policy(const mdr_graph_cache *c) {
+  return c ? c->o.rows : MDR_ROWS_FROM_ARENA;
 }
 
 static size_t graph_tokens_of(const mdr_graph_cache *c, size_t t) {
@@ -231,7 +234,11 @@ static size_t graph_tokens_of(const mdr_graph_cache *c, size_t t) {
   size_t lo = 0, hi = c->ladder_len - 1; /* first rung >= t; the last rung is M >= t */
   while (lo < hi) {
     size_t mid = (lo + hi) / 2;
-    if (c->ladder[mid] >= t) hi = mid; else lo = mid + 1;
+    if (c->ladder[mid] >= t) {
+      hi = mid;
+    } else {
+      lo = mid + 1;
+    }
   }
   return c->ladder[lo];
 }
@@ -244,61 +251,78 @@ static mdr_status check_tokens(const mdr_graph_cache *c, size_t t) {
 }
 
 mdr_status mdr_graph_cache_graph_tokens(const mdr_graph_cache *c, size_t tokens, size_t *out) {
-  if (!c || !out) return MDR_ERR_INVALID_ARGUMENT;
+  if (!c) return MDR_ERR_INVALID_ARGUMENT;
+  if (!out) return mdr_backend_fail(c->b, MDR_ERR_INVALID_ARGUMENT, "graph cache: NULL out");
   mdr_status st = check_tokens(c, tokens);
   if (st == MDR_OK) *out = graph_tokens_of(c, tokens);
   return st;
 }
 
-static mdr_stage_desc stage_desc(const mdr_graph_cache *c) {
-  mdr_stage_desc d = {
-      .ring = c->ring_dev,
-      .slot_bytes = c->slot_bytes,
-      .counter = c->dev_block + DEV_COUNTER,
-      .done = c->dev_block + DEV_SYNC,
-      .ack = c->ring_dev + c->slot_bytes * MDR_GRAPH_STAGING_SLOTS,
-      .token_ids = mdr_arena_token_ids(c->arena),
-      .count_out = c->dev_block + DEV_COUNT,
-      .slots = MDR_GRAPH_STAGING_SLOTS,
-      .flags = MDR_STAGE_FETCH | MDR_STAGE_ADVANCE,
-  };
-  if (c->o.mode == MDR_GRAPH_DYNAMIC && !node_update_of(&c->o)) d.flags |= MDR_STAGE_DYNAMIC;
-  if (c->table) {
-    d.flags |= MDR_STAGE_TABLE;
-    d.table = c->table;
-    d.table_max = c->max_tokens;
-  }
-  return d;
+/* step and prepare change nothing when called from inside the cache's own
+ * step or prepare (a body re-entering) or while the cache's stream is being
+ * captured (an engine's capture around them): a staged launch recorded into
+ * a graph the cache does not own would leave the ring and the device out of
+ * step for good. */
+static mdr_status check_callable(mdr_graph_cache *c, const char *what) {
+  if (c->busy)
+    return mdr_backend_fail(c->b, MDR_ERR_STATE,
+                            "graph cache: %s called from inside this cache's step or prepare (a body "
+                            "must only enqueue work)", what);
+  int capturing = 0;
+  mdr_status st = mdr_be_is_capturing(c->b, c->stream, &capturing);
+  if (st != MDR_OK) return st;
+  if (capturing)
+    return mdr_backend_fail(c->b, MDR_ERR_STATE,
+                            "graph cache: %s while the cache's stream is being captured (not "
+                            "capture-safe: replay the cache's graphs instead of capturing them)", what);
+  return MDR_OK;
 }
 
 /* Enqueue one step's work on the stream for graph token count g: the zero
- * plan, the staged launch, the body. Used both eagerly and under capture.
- * *staged is set once the staged launch is enqueued. In DYNAMIC mode g is
- * the step's real count (NODE_UPDATE: the launch as the update would make
- * it; captured once at max_batch_tokens) or ignored (DEVICE_COUNT). */
-static mdr_status enqueue_step(mdr_graph_cache *c, size_t g, int *staged) {
-  mdr_zero_seg plan[MDR_ZERO_PLAN_MAX];
-  size_t n;
-  mdr_stage_desc stage = stage_desc(c);
+ * plan, the staged launch, the body. Used both eagerly and under capture
+ * (`capturing`). *staged is set once the staged launch is enqueued. In
+ * DYNAMIC mode g is the step's real count (NODE_UPDATE: the launch as the
+ * update would make it; captured once at max_batch_tokens, and the capture
+ * reports its node) or ignored (DEVICE_COUNT). */
+static mdr_status enqueue_step(mdr_graph_cache *c, size_t g, int capturing, int *staged) {
+  const mdr_dptr token_ids = mdr_arena_token_ids(c->arena);
   mdr_status st;
-  if (c->o.mode == MDR_GRAPH_DYNAMIC) {
-    n = mdr_arena_rules(c->arena, MDR_COVER_ROWS, c->rows, plan);
-    st = mdr_be_zero_fused(c->b, plan, n, g, &stage, c->stream);
+  if (node_update_of(&c->o)) {
+    mdr_stage_desc stage = mdr_staging_desc(&c->staging, token_ids, MDR_STAGE_TABLE);
+    stage.table = c->table;
+    stage.table_max = c->max_tokens;
+    st = mdr_be_zero_fused(c->b, c->rules, c->n_rules, g, &stage, c->stream, capturing ? &c->dyn_node : NULL);
+  } else if (c->o.mode == MDR_GRAPH_DYNAMIC) {
+    mdr_zero_seg rules[MDR_ZERO_PLAN_MAX];
+    size_t n = mdr_arena_rules(c->arena, MDR_COVER_ROWS, c->o.rows, rules);
+    mdr_stage_desc stage = mdr_staging_desc(&c->staging, token_ids, MDR_STAGE_DYNAMIC);
+    st = mdr_be_zero_fused(c->b, rules, n, g, &stage, c->stream, NULL);
   } else {
-    n = mdr_arena_static_plan(c->arena, MDR_COVER_ROWS, c->rows, g, plan);
+    mdr_zero_seg plan[MDR_ZERO_PLAN_MAX];
+    size_t n = mdr_arena_static_plan(c->arena, MDR_COVER_ROWS, c->o.rows, g, plan);
+    mdr_stage_desc stage = mdr_staging_desc(&c->staging, token_ids, 0);
     if (c->o.zero == MDR_ZERO_FUSED) {
-      st = mdr_be_zero_fused(c->b, plan, n, g, &stage, c->stream);
+      st = mdr_be_zero_fused(c->b, plan, n, g, &stage, c->stream, NULL);
     } else {
       st = mdr_arena_run_plan(c->arena, c->stream, plan, n, MDR_ZERO_MEMSET);
-      if (st == MDR_OK) st = mdr_be_zero_fused(c->b, NULL, 0, g, &stage, c->stream);
+      if (st == MDR_OK) st = mdr_be_zero_fused(c->b, NULL, 0, g, &stage, c->stream, NULL);
     }
   }
   if (st != MDR_OK) return st;
   *staged = 1;
-  if (c->o.body) return c->o.body(c->o.user, c->stream, g);
-  if (c->o.body_dynamic)
-    return c->o.body_dynamic(c->o.user, c->stream, mdr_graph_cache_count_ptr(c), c->max_tokens);
-  return MDR_OK;
+  const unsigned long long failures = mdr_backend_failures();
+  if (c->o.body) {
+    st = c->o.body(c->o.user, c->stream, g);
+  } else if (c->o.body_dynamic) {
+    const size_t bound = c->o.mode == MDR_GRAPH_DYNAMIC ? c->max_tokens : g;
+    st = c->o.body_dynamic(c->o.user, c->stream, mdr_graph_cache_count_ptr(c), bound);
+  }
+  if (st == MDR_OK) return MDR_OK;
+  /* keep what the body's own failed call said, if it recorded anything */
+  char inner[MDR_BACKEND_ERROR_MAX] = "";
+  if (mdr_backend_failures() != failures) snprintf(inner, sizeof inner, ": %s", mdr_backend_last_error(c->b));
+  return mdr_backend_fail(c->b, st, "graph cache: the body returned %s at %zu graph tokens%s%s",
+                          mdr_status_string(st), g, capturing ? " (under capture)" : "", inner);
 }
 
 static void evict_lru(mdr_graph_cache *c) {
@@ -317,15 +341,15 @@ static void evict_lru(mdr_graph_cache *c) {
 }
 
 /* Capture and instantiate the graph for g. On failure the capture is ended,
- * nothing is cached, and the status says why (the body's own, or
- * MDR_ERR_CAPTURE). */
+ * nothing is cached, the backend's last error says why, and the status is
+ * the body's own or MDR_ERR_CAPTURE. */
 static mdr_status capture(mdr_graph_cache *c, size_t g) {
   double t0 = now_us();
   void *graph = NULL, *exec = NULL;
   int staged = 0;
   mdr_status st = mdr_be_capture_begin(c->b, c->stream);
   if (st != MDR_OK) return MDR_ERR_CAPTURE;
-  mdr_status body = enqueue_step(c, g, &staged);
+  mdr_status body = enqueue_step(c, g, 1, &staged);
   st = mdr_be_capture_end(c->b, c->stream, &graph);
   if (body != MDR_OK) {
     mdr_be_graph_destroy(c->b, st == MDR_OK ? graph : NULL);
@@ -335,16 +359,11 @@ static mdr_status capture(mdr_graph_cache *c, size_t g) {
   }
   if (st == MDR_OK) st = mdr_be_graph_instantiate(c->b, graph, &exec);
   if (st == MDR_OK && node_update_of(&c->o)) {
-    /* keep the graph: its node handle names the fused node in the exec */
-    st = mdr_be_fused_node_find(c->b, graph, &c->dyn_node);
-    if (st == MDR_OK) {
-      mdr_be_graph_destroy(c->b, c->dyn_graph); /* a graph evicted and captured again */
-      c->dyn_graph = graph;
-      c->dyn_tokens = g; /* captured at max_batch_tokens */
-      graph = NULL;
-    } else {
-      mdr_be_exec_destroy(c->b, exec);
-    }
+    /* keep the graph: the node handle the capture reported names a node of it */
+    mdr_be_graph_destroy(c->b, c->dyn_graph); /* a graph evicted and captured again */
+    c->dyn_graph = graph;
+    c->dyn_tokens = g; /* captured at max_batch_tokens */
+    graph = NULL;
   }
   mdr_be_graph_destroy(c->b, graph);
   if (st == MDR_OK) {
@@ -356,92 +375,86 @@ static mdr_status capture(mdr_graph_cache *c, size_t g) {
   if (c->o.max_graphs && c->stats.graphs >= c->o.max_graphs) evict_lru(c);
   c->entries[g].exec = exec;
   c->entries[g].last_used = ++c->tick;
+  c->entries[g].eager_only = 0;
   c->stats.graphs++;
   c->stats.captures++;
   return MDR_OK;
 }
 
 mdr_status mdr_graph_cache_prepare(mdr_graph_cache *c, const size_t *tokens, size_t n) {
-  if (!c || (n && !tokens)) return MDR_ERR_INVALID_ARGUMENT;
+  if (!c) return MDR_ERR_INVALID_ARGUMENT;
+  if (n && !tokens) return mdr_backend_fail(c->b, MDR_ERR_INVALID_ARGUMENT, "graph cache: prepare of NULL counts");
   for (size_t i = 0; i < n; i++) {
     mdr_status st = check_tokens(c, tokens[i]);
     if (st != MDR_OK) return st;
   }
-  if (c->graphs_disabled) return MDR_OK;
-  for (size_t i = 0; i < n; i++) {
+  mdr_status st = check_callable(c, "prepare");
+  if (st != MDR_OK || c->graphs_disabled) return st;
+  c->busy = 1;
+  for (size_t i = 0; i < n && st == MDR_OK; i++) {
     size_t g = graph_tokens_of(c, tokens[i]);
     if (c->entries[g].exec) continue;
-    mdr_status st = capture(c, g);
-    if (st != MDR_OK) return st;
+    st = capture(c, g);
   }
-  return MDR_OK;
+  c->busy = 0;
+  return st;
 }
 
-/* Wait until slot host_step % SLOTS is free: the launch that read it last
- * (host_step - SLOTS) has finished. */
-static mdr_status wait_for_slot(mdr_graph_cache *c) {
-  for (unsigned spins = 0; c->host_step - *c->ack_host >= MDR_GRAPH_STAGING_SLOTS; spins++) {
-    if (spins % 64 == 63) {
-      int idle = 0;
-      mdr_status st = mdr_be_stream_query(c->b, c->stream, &idle);
-      if (st != MDR_OK) return st;
-      if (idle && c->host_step - *c->ack_host >= MDR_GRAPH_STAGING_SLOTS)
-        return mdr_backend_fail(c->b, MDR_ERR_STATE,
-                                "graph cache: stream idle but staged launch %llu never finished",
-                                (unsigned long long)(c->host_step - MDR_GRAPH_STAGING_SLOTS));
-    }
-    sched_yield();
-  }
-  return MDR_OK;
+/* Re-target the DYNAMIC exec's fused node to t when it holds another count
+ * (decode batches keep their size for many steps: no update then). */
+static mdr_status retarget(mdr_graph_cache *c, void *exec, size_t t) {
+  if (c->dyn_tokens == t) return MDR_OK;
+  mdr_stage_desc stage = mdr_staging_desc(&c->staging, mdr_arena_token_ids(c->arena), MDR_STAGE_TABLE);
+  stage.table = c->table;
+  stage.table_max = c->max_tokens;
+  mdr_status st = mdr_be_fused_node_update(c->b, exec, c->dyn_node, c->rules, c->n_rules, t, &stage);
+  if (st == MDR_OK) c->dyn_tokens = t;
+  return st;
 }
 
-static void write_slot(mdr_graph_cache *c, const uint32_t *ids, size_t t, size_t g) {
-  unsigned char *slot = c->ring_host + (c->host_step % MDR_GRAPH_STAGING_SLOTS) * c->slot_bytes;
-  size_t copy = c->o.mode == MDR_GRAPH_DYNAMIC ? t : g; /* NODE_UPDATE copies t too */
-  mdr_stage_header h = {.tokens = (uint32_t)t, .copy_tokens = (uint32_t)copy};
-  uint32_t *dst = (uint32_t *)(slot + MDR_STAGE_HEADER_BYTES);
-  memcpy(dst, ids, t * sizeof *ids);
-  for (size_t i = t; i < copy; i++) dst[i] = c->o.pad_token_id;
-  memcpy(slot, &h, sizeof h);
-}
-
-mdr_status mdr_graph_cache_step(mdr_graph_cache *c, const uint32_t *token_ids, size_t tokens) {
-  if (!c || !token_ids) return MDR_ERR_INVALID_ARGUMENT;
-  mdr_status st = check_tokens(c, tokens);
-  if (st != MDR_OK) return st;
+static mdr_status step_locked(mdr_graph_cache *c, const uint32_t *token_ids, size_t tokens) {
   size_t g = graph_tokens_of(c, tokens);
-  st = wait_for_slot(c);
+  mdr_status st = mdr_staging_wait(&c->staging, c->stream);
   if (st != MDR_OK) return st;
-  write_slot(c, token_ids, tokens, g);
+  /* DYNAMIC copies the real count's ids (NODE_UPDATE's launch is at t too) */
+  mdr_staging_write(&c->staging, token_ids, tokens, c->o.mode == MDR_GRAPH_DYNAMIC ? tokens : g,
+                    c->o.pad_token_id);
 
   mdr_status outcome = MDR_OK;
   graph_entry *e = &c->entries[g];
   const int hit = e->exec != NULL;
-  if (!c->graphs_disabled && !hit) {
+  if (!c->graphs_disabled && !hit && !e->eager_only) {
     c->stats.misses++;
     st = capture(c, g);
     if (st != MDR_OK) {
+      /* a count whose capture failed runs eagerly from now on (a body that
+       * always breaks capture is not re-captured on every step) */
+      char why[MDR_BACKEND_ERROR_MAX];
+      snprintf(why, sizeof why, "%s", mdr_backend_last_error(c->b));
+      mdr_backend_fail(c->b, MDR_ERR_CAPTURE,
+                       "graph cache: capture of %zu graph tokens failed (%s; %s); this count runs eagerly "
+                       "until a prepare of it succeeds",
+                       g, mdr_status_string(st), why[0] ? why : "no detail");
+      e->eager_only = 1;
       c->stats.eager_fallbacks++;
+      c->stats.uncapturable++;
       outcome = MDR_ERR_CAPTURE;
     }
   }
   if (!c->graphs_disabled && e->exec) {
-    if (node_update_of(&c->o) && c->dyn_tokens != tokens) {
-      /* decode batches keep their size for many steps: update only on change */
-      mdr_stage_desc stage = stage_desc(c);
-      st = mdr_be_fused_node_update(c->b, e->exec, c->dyn_node, c->rules, c->n_rules, tokens, &stage);
+    if (node_update_of(&c->o)) {
+      st = retarget(c, e->exec, tokens);
       if (st != MDR_OK) return st;
-      c->dyn_tokens = tokens;
     }
     st = mdr_be_graph_launch(c->b, e->exec, c->stream);
     if (st != MDR_OK) return st;
     e->last_used = ++c->tick;
-    c->host_step++;
+    mdr_staging_enqueued(&c->staging);
     c->stats.hits += hit;
   } else {
     int staged = 0;
-    st = enqueue_step(c, c->o.mode == MDR_GRAPH_DYNAMIC ? tokens : g, &staged);
-    if (staged) c->host_step++;
+    st = enqueue_step(c, c->o.mode == MDR_GRAPH_DYNAMIC ? tokens : g, 0, &staged);
+    if (staged) mdr_staging_enqueued(&c->staging);
     if (st != MDR_OK) return st;
     c->stats.eager_steps++;
   }
@@ -450,8 +463,22 @@ mdr_status mdr_graph_cache_step(mdr_graph_cache *c, const uint32_t *token_ids, s
   return outcome;
 }
 
+mdr_status mdr_graph_cache_step(mdr_graph_cache *c, const uint32_t *token_ids, size_t tokens) {
+  if (!c) return MDR_ERR_INVALID_ARGUMENT;
+  if (!token_ids) return mdr_backend_fail(c->b, MDR_ERR_INVALID_ARGUMENT, "graph cache: step with NULL token ids");
+  mdr_status st = check_tokens(c, tokens);
+  if (st == MDR_OK) st = check_callable(c, "step");
+  if (st != MDR_OK) return st;
+  c->busy = 1;
+  st = step_locked(c, token_ids, tokens);
+  c->busy = 0;
+  return st;
+}
+
 mdr_status mdr_graph_cache_stats(const mdr_graph_cache *c, mdr_graph_stats *out) {
-  if (!c || !out) return MDR_ERR_INVALID_ARGUMENT;
+  if (!c) return MDR_ERR_INVALID_ARGUMENT;
+  if (!out) return mdr_backend_fail(c->b, MDR_ERR_INVALID_ARGUMENT, "graph cache: stats into NULL");
   *out = c->stats;
+  out->graphs_disabled = c->graphs_disabled;
   return MDR_OK;
 }

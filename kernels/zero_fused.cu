@@ -1,65 +1,65 @@
-/* zero_fused.cu — one launch clears every buffer of a zero plan.
+/* zero_fused.cu — one launch clears every buffer of a zero plan and serves
+ * the step's staged token ids.
  *
- * Purpose. Before a decode step, up to 18 arena buffers (spec §9) must be
- * zero, wholly or in their leading rows. One cudaMemsetAsync per buffer costs
- * one launch (one graph node) each; this kernel clears the whole plan in one
- * launch, and in graphs it also serves the staged step: it copies the step's
- * ids from a ring of slots in mapped pinned memory into token_ids and
- * advances the ring counter (graphs/graph_cache.c explains the ring).
+ * Purpose. Before a decode step, up to MDR_ZERO_PLAN_MAX arena buffers
+ * (docs/SIZES.md §9) must be zero, wholly or in their leading rows. One
+ * cudaMemsetAsync per buffer costs one launch (one graph node) each; these
+ * kernels clear the whole plan in one launch, and in graphs the same launch
+ * serves the staged step: it copies the step's ids from a ring of slots in
+ * mapped pinned memory into token_ids and advances the ring counter
+ * (graphs/staging.h owns the ring).
  *
- * Memory layout. Nothing is allocated. The plan travels by value in the
- * kernel parameters (zf_params_t: up to 20 segments in about 1 KiB, up to 64
- * in under 4 KiB, with chunk prefix sums and the stage descriptor). Each
- * segment is a byte range [ptr, ptr + bytes) of any size and alignment. The
- * plan is cut into MDR_ZERO_CHUNK (16 KiB) chunks (zero_map.h); a block
- * takes one chunk, or strides past the grid's cap; inside a chunk the
- * unaligned head and tail bytes are
- * written one by one and the aligned body with 16-byte stores, ZF_UNROLL of
- * them in flight per thread.
- *   - Static plan (eager, EXACT/LADDER graphs): the launcher evaluates the
- *     rules at `tokens` and passes FIXED segments and the prefix sums; one
- *     block per chunk, laid out in rows (one row per segment, no search)
- *     when the segments are of similar size; stage work, if any, runs in
- *     one extra block dispatched first that does no zeroing, so its round
- *     trip to host memory overlaps the stores.
- *   - STAGE_TABLE (DYNAMIC by node update): the plan at t comes from a
- *     table of every count's plan in device memory; the parameters hold
- *     only t and the stage and the grid is fixed, so the host re-targets
- *     the node with a parameter write.
- *   - STAGE_DYNAMIC (DYNAMIC by device count): t is the slot header's count,
- *     known only on the device. One block (ticket 0) reads it and publishes
- *     it in device memory; all blocks first clear the floor every t >= 1
- *     clears, then wait for t and clear the rest (see the kernel).
+ * Memory layout. Nothing is allocated. A static plan travels by value in
+ * the kernel parameters (zf_params_t: up to ZF_SMALL_SEGS segments in about
+ * 1 KiB, up to MDR_ZERO_MAX_SEGS in under 4 KiB, with chunk prefix sums and
+ * the stage descriptor). Each segment is a byte range [ptr, ptr + bytes) of
+ * any size and alignment. The plan is cut into MDR_ZERO_CHUNK chunks
+ * (zero_map.h); a block takes one chunk, or strides past the grid's cap;
+ * inside a chunk the unaligned head and tail bytes are written one by one
+ * and the aligned body with 16-byte stores, ZF_UNROLL of them in flight per
+ * thread.
+ *
+ * The kernels, each with one launcher below:
+ *   - zero_static_kernel (eager, EXACT/LADDER graphs): the launcher
+ *     evaluates the rules at `tokens` and passes FIXED segments and the
+ *     prefix sums; one block per chunk, laid out in rows (one row per
+ *     segment, no search) when the segments are of similar size; stage
+ *     work, if any, runs in one extra block dispatched first that does no
+ *     zeroing, so its round trip to host memory overlaps the stores.
+ *   - zero_table_kernel (DYNAMIC by node update): the plan at t comes from
+ *     a table of every count's plan in device memory; the parameters hold
+ *     only t and the stage and the grid is fixed, so the host re-targets a
+ *     graph node of it with a parameter write.
+ *   - zero_dynamic_kernel (DYNAMIC by device count): t is the slot header's
+ *     count, known only on the device. One block (ticket 0) reads it and
+ *     publishes it in device memory; all blocks first clear the floor every
+ *     t >= 1 clears, then wait for t and clear the rest.
  *
  * Launch limits. ZF_BLOCK threads per block. Static: min(chunks, sm_count *
  * ZF_STATIC_BLOCKS_PER_SM) blocks, flat or in rows (+1 stage block or row);
- * TABLE and DYNAMIC: min(chunks at the largest t, sm_count *
- * ZF_BLOCKS_PER_SM) (+1 stage block for TABLE), at least 1. At most
- * MDR_ZERO_MAX_SEGS segments per launch: the launcher splits longer plans
- * (FETCH on the first launch, ADVANCE on the last, DYNAMIC on all). No
- * allocation, no synchronisation, no host-side wait: legal under stream
- * capture. A chunk is at most 16 KiB, so in-chunk indices are 32-bit.
- *
- * Measured (bench/results/h200-2026-11-30-session2/): 1.004x the bandwidth
- * of one cudaMemsetAsync over 1 GiB; an 18-segment 1 MB plan 0.88 us over an
- * empty kernel launched the same way. */
+ * table and dynamic: min(chunks at the largest t, sm_count *
+ * ZF_BLOCKS_PER_SM) (+1 stage block for the table kernel), at least 1. At
+ * most MDR_ZERO_MAX_SEGS segments per launch: the static and dynamic
+ * launchers split longer plans (FETCH on the first launch, ADVANCE on the
+ * last, DYNAMIC on all). No allocation, no synchronisation, no host-side
+ * wait: legal under stream capture. A chunk is at most 16 KiB, so in-chunk
+ * indices are 32-bit. Why each shape was chosen, with the measurements:
+ * docs/KERNELS.md. */
 #include <cuda_runtime.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "mdr/arena.h"
 #include "zero_fused.h"
 #include "zero_map.h"
 
 /* Threads per block. */
 #define ZF_BLOCK 256
 /* Static plans: at most this many blocks per SM in the grid, one chunk
- * each (a grid sized to the plan, like a memset kernel: 1.0x the bandwidth
- * of cudaMemsetAsync over 1 GiB, where a resident grid striding over the
- * chunks reached 0.94x; bench/results/). Past it, blocks stride. */
-#ifndef ZF_STATIC_BLOCKS_PER_SM
+ * each (a grid sized to the plan, like a memset kernel, rather than a
+ * resident grid striding over the chunks). Past it, blocks stride. */
 #define ZF_STATIC_BLOCKS_PER_SM 1024
-#endif
 /* Static plans in rows (zero_static_kernel): at most this many blocks in
  * all, and no more than twice the plan's chunks plus ZF_ROWS_SLACK (blocks
  * of a row past its segment's end exit at once; a few hundred cost less
@@ -68,13 +68,9 @@
 #define ZF_ROWS_SLACK 1024
 /* DYNAMIC plans: the grid is fixed at capture for the largest count, so it
  * is sized to stay resident (this many blocks per SM) and strides. */
-#ifndef ZF_BLOCKS_PER_SM
 #define ZF_BLOCKS_PER_SM 6
-#endif
 /* 16-byte stores each thread issues back to back. */
-#ifndef ZF_UNROLL
 #define ZF_UNROLL 4
-#endif
 /* 16-byte id loads in flight per thread while fetching from host memory. */
 #define ZF_FETCH_VECS 4
 /* Largest number of ids one thread copies with a single 16-byte load. */
@@ -97,6 +93,8 @@ typedef zf_params_t<MDR_ZERO_MAX_SEGS> zf_params;
 typedef zf_params_t<ZF_SMALL_SEGS> zf_params_small;
 
 static_assert(sizeof(zf_params) <= 4096, "kernel parameters must stay under 4 KiB");
+static_assert(ZF_SMALL_SEGS >= MDR_ZERO_PLAN_MAX, "the arena's plans must fit the small parameter block");
+static_assert(ZF_SMALL_SEGS <= MDR_ZERO_MAX_SEGS, "the small parameter block is the smaller one");
 
 // ----------------------------------------------------------------------------
 // device helpers
@@ -234,10 +232,9 @@ __device__ __forceinline__ void zf_stage_block(const mdr_stage_desc &st, uint32_
  * on the host (p.segs, p.prefix). Two grid shapes (zf_build picks):
  *   - rows (gridDim.y > 1): row y is segment y and block x of the row its
  *     chunk x, so a block needs one parameter load to know its work, no
- *     search (an 18-segment 1 MB plan: 0.88 us over an empty kernel, 1.04
- *     with the search); used when the rows waste few blocks (segments
- *     of similar size, or a small plan). STAGED launches add row 0, whose
- *     block 0 serves the stage.
+ *     search; used when the rows waste few blocks (segments of similar
+ *     size, or a small plan). STAGED launches add row 0, whose block 0
+ *     serves the stage.
  *   - flat (gridDim.y == 1): a block per chunk of the whole plan, its
  *     segment found by binary search over the prefix sums; STAGED launches
  *     add block 0 for the stage.
@@ -268,12 +265,6 @@ __global__ void __launch_bounds__(ZF_BLOCK)
     const uint32_t s = mdr_zero_locate(p.prefix, p.n, k);
     zf_clear_span(mdr_zero_chunk_span(p.segs[s].ptr, p.segs[s].bytes, k - p.prefix[s]));
   }
-}
-
-/* The kernel of a static launch of CAP segments, staged or not. */
-template <int CAP>
-static const void *zf_static_func(bool staged) {
-  return staged ? (const void *)zero_static_kernel<CAP, true> : (const void *)zero_static_kernel<CAP, false>;
 }
 
 /* STAGE_TABLE (the node-update implementation of MDR_GRAPH_DYNAMIC): the
@@ -403,28 +394,15 @@ __global__ void __launch_bounds__(ZF_BLOCK, ZF_BLOCKS_PER_SM)
 }
 
 // ----------------------------------------------------------------------------
-// launcher
+// launchers
 
-/* Chunks of a segment at the largest extent its rule can reach (t only grows
- * the cleared prefix; the header's t is a uint32). Saturates. */
-static uint64_t zf_max_chunks(const mdr_zero_seg *s) {
-  uint64_t bytes = s->bytes;
-  if (s->rule == MDR_RULE_ROWS) {
-    uint64_t rows = s->b < UINT32_MAX ? s->b : UINT32_MAX;
-    if (s->a != 0 && rows > UINT64_MAX / s->a) return UINT64_MAX;
-    bytes = rows * s->a;
-  }
-  return mdr_zero_chunks(bytes);
-}
-
-/* Build the parameters and grid of launch j of a plan (see the header).
- * Returns 0 when the launch has nothing to do. */
+/* Build the parameters and grid of launch j (of `launches`) of a static or
+ * dynamic plan. Returns 0 when the launch has nothing to do. */
 template <int CAP>
 static int zf_build(const mdr_zero_seg *segs, size_t n, uint64_t tokens, const mdr_stage_desc *stage,
                     int sm_count, size_t j, size_t launches, zf_params_t<CAP> *p, dim3 *grid) {
-  const uint64_t max_grid = (uint64_t)sm_count * ((stage && (stage->flags & MDR_STAGE_DYNAMIC))
-                                                      ? ZF_BLOCKS_PER_SM
-                                                      : ZF_STATIC_BLOCKS_PER_SM);
+  const bool dynamic = stage && (stage->flags & MDR_STAGE_DYNAMIC);
+  const uint64_t max_grid = (uint64_t)sm_count * (dynamic ? ZF_BLOCKS_PER_SM : ZF_STATIC_BLOCKS_PER_SM);
   const uint32_t stage_flags =
       stage ? stage->flags & (MDR_STAGE_FETCH | MDR_STAGE_ADVANCE | MDR_STAGE_DYNAMIC) : 0u; /* not TABLE */
   memset(p, 0, sizeof *p);
@@ -435,35 +413,33 @@ static int zf_build(const mdr_zero_seg *segs, size_t n, uint64_t tokens, const m
   if (j == launches - 1) flags |= stage_flags & MDR_STAGE_ADVANCE;
   if (flags) p->stage = *stage;
   p->flags = flags;
-  p->n = (uint32_t)count;
   p->tokens = tokens;
 
   uint64_t chunks = 0, most = 0;
-  for (size_t i = 0; i < count; i++) {
-    p->segs[i] = segs[first + i];
-    if (flags & MDR_STAGE_DYNAMIC) {
-      uint64_t c = zf_max_chunks(&p->segs[i]);
+  if (dynamic) {
+    for (size_t i = 0; i < count; i++) {
+      p->segs[i] = segs[first + i];
+      const uint64_t c = mdr_zero_chunks(mdr_zero_seg_max_bytes(&p->segs[i]));
       chunks = c > UINT64_MAX - chunks ? UINT64_MAX : chunks + c;
-    } else {
-      p->segs[i].bytes = mdr_zero_seg_bytes(&segs[first + i], tokens);
-      p->segs[i].rule = MDR_RULE_FIXED;
-      p->prefix[i] = chunks;
-      const uint64_t c = mdr_zero_chunks(p->segs[i].bytes);
-      chunks += c;
-      most = c > most ? c : most;
     }
-  }
-  if (!(flags & MDR_STAGE_DYNAMIC)) p->prefix[count] = chunks;
-  if (chunks == 0 && flags == 0) return 0; /* nothing to clear, no stage work */
-  if (flags & MDR_STAGE_DYNAMIC) {
+    p->n = (uint32_t)count;
     const uint64_t g = chunks < max_grid ? chunks : max_grid;
     *grid = dim3((unsigned)(g ? g : 1));
     return 1;
   }
+  p->n = (uint32_t)mdr_zero_plan_at(segs + first, count, tokens, p->segs);
+  for (uint32_t i = 0; i < p->n; i++) {
+    p->prefix[i] = chunks;
+    const uint64_t c = mdr_zero_chunks(p->segs[i].bytes);
+    chunks += c;
+    most = c > most ? c : most;
+  }
+  p->prefix[p->n] = chunks;
+  if (chunks == 0 && flags == 0) return 0; /* nothing to clear, no stage work */
   const unsigned staged = flags ? 1u : 0u;
   const uint64_t row = most < max_grid ? most : max_grid;
-  if (count > 0 && row * count <= ZF_ROWS_MAX_BLOCKS && row * count <= 2 * chunks + ZF_ROWS_SLACK) {
-    *grid = dim3((unsigned)row, (unsigned)count + staged); /* rows */
+  if (p->n > 0 && row * p->n <= ZF_ROWS_MAX_BLOCKS && row * p->n <= 2 * chunks + ZF_ROWS_SLACK) {
+    *grid = dim3((unsigned)row, p->n + staged); /* rows */
     return 1;
   }
   const uint64_t g = chunks < max_grid ? chunks : max_grid;
@@ -471,144 +447,103 @@ static int zf_build(const mdr_zero_seg *segs, size_t n, uint64_t tokens, const m
   return 1;
 }
 
-static int zf_sm_count(int sm_count) {
-  if (sm_count > 0) return sm_count;
-  int dev = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess ||
-      cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
-      sm_count <= 0) {
-    (void)cudaGetLastError();
-    sm_count = 1;
-  }
-  return sm_count;
-}
-
 static size_t zf_launches(size_t n) { return n == 0 ? 1 : (n + MDR_ZERO_MAX_SEGS - 1) / MDR_ZERO_MAX_SEGS; }
 
-/* Parameters and grid of a TABLE launch of n rules at `tokens`; 0 when the
- * table cannot serve it (t outside 1..table_max, more than 64 rules). */
-static int zf_build_table(const mdr_zero_seg *segs, size_t n, uint64_t tokens, const mdr_stage_desc *stage,
-                          int sm_count, zf_table_params *p, unsigned *grid) {
-  if (!mdr_stage_table_ok(stage, n, tokens)) return 0;
-  memset(p, 0, sizeof *p);
-  p->stage = *stage;
-  p->tokens = tokens;
-  p->n = (uint32_t)n;
-  p->flags = stage->flags & (MDR_STAGE_FETCH | MDR_STAGE_ADVANCE);
-  /* The grid depends on the table only (its largest plan, resident blocks),
-   * not on t: re-targeting the node then changes parameters only. */
-  uint64_t chunks = 0;
-  for (size_t i = 0; i < n; i++) chunks += mdr_zero_chunks(mdr_zero_seg_bytes(&segs[i], stage->table_max));
-  const uint64_t max_grid = (uint64_t)sm_count * ZF_BLOCKS_PER_SM;
-  uint64_t g = chunks < max_grid ? chunks : max_grid;
-  if (p->flags) g += 1;
-  *grid = (unsigned)(g ? g : 1);
-  return 1;
-}
-
-extern "C" int mdr_cuda_zero_fused(const mdr_zero_seg *segs, size_t n, uint64_t tokens,
-                                   const mdr_stage_desc *stage, void *stream, int sm_count) {
-  if (n == 0 && !stage) return 0;
-  sm_count = zf_sm_count(sm_count);
-  const size_t launches = zf_launches(n);
-  if (stage && (stage->flags & MDR_STAGE_TABLE)) {
-    zf_table_params p;
-    unsigned grid = 0;
-    if (!zf_build_table(segs, n, tokens, stage, sm_count, &p, &grid)) return (int)cudaErrorInvalidValue;
-    zero_table_kernel<<<grid, ZF_BLOCK, 0, (cudaStream_t)stream>>>(p);
-    return (int)cudaGetLastError();
-  }
-  if (n <= ZF_SMALL_SEGS && !(stage && (stage->flags & MDR_STAGE_DYNAMIC))) {
+/* zero_static_kernel: plans of at most ZF_SMALL_SEGS segments travel in the
+ * small parameter block (one launch); longer ones in launches of
+ * MDR_ZERO_MAX_SEGS. */
+static cudaError_t zf_launch_static(const mdr_zero_seg *segs, size_t n, uint64_t tokens,
+                                    const mdr_stage_desc *stage, cudaStream_t stream, int sm_count) {
+  if (n <= ZF_SMALL_SEGS) {
     zf_params_small p;
     dim3 grid;
-    if (zf_build(segs, n, tokens, stage, sm_count, 0, 1, &p, &grid))
-      if (p.flags) zero_static_kernel<ZF_SMALL_SEGS, true><<<grid, ZF_BLOCK, 0, (cudaStream_t)stream>>>(p);
-      else zero_static_kernel<ZF_SMALL_SEGS, false><<<grid, ZF_BLOCK, 0, (cudaStream_t)stream>>>(p);
-    return (int)cudaGetLastError();
+    if (!zf_build(segs, n, tokens, stage, sm_count, 0, 1, &p, &grid)) return cudaSuccess;
+    if (p.flags) {
+      zero_static_kernel<ZF_SMALL_SEGS, true><<<grid, ZF_BLOCK, 0, stream>>>(p);
+    } else {
+      zero_static_kernel<ZF_SMALL_SEGS, false><<<grid, ZF_BLOCK, 0, stream>>>(p);
+    }
+    return cudaGetLastError();
   }
+  const size_t launches = zf_launches(n);
   for (size_t j = 0; j < launches; j++) {
     zf_params p;
     dim3 grid;
     if (!zf_build(segs, n, tokens, stage, sm_count, j, launches, &p, &grid)) continue;
-    if (p.flags & MDR_STAGE_DYNAMIC)
-      zero_dynamic_kernel<<<grid, ZF_BLOCK, 0, (cudaStream_t)stream>>>(p);
-    else if (p.flags)
-      zero_static_kernel<MDR_ZERO_MAX_SEGS, true><<<grid, ZF_BLOCK, 0, (cudaStream_t)stream>>>(p);
-    else
-      zero_static_kernel<MDR_ZERO_MAX_SEGS, false><<<grid, ZF_BLOCK, 0, (cudaStream_t)stream>>>(p);
-    cudaError_t e = cudaGetLastError();
-    if (e != cudaSuccess) return (int)e;
+    if (p.flags) {
+      zero_static_kernel<MDR_ZERO_MAX_SEGS, true><<<grid, ZF_BLOCK, 0, stream>>>(p);
+    } else {
+      zero_static_kernel<MDR_ZERO_MAX_SEGS, false><<<grid, ZF_BLOCK, 0, stream>>>(p);
+    }
+    const cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess) return e;
   }
+  return cudaSuccess;
+}
+
+/* zero_dynamic_kernel: one launch per MDR_ZERO_MAX_SEGS rules, each
+ * evaluating its rules at the slot's count. */
+static cudaError_t zf_launch_dynamic(const mdr_zero_seg *segs, size_t n, const mdr_stage_desc *stage,
+                                     cudaStream_t stream, int sm_count) {
+  const size_t launches = zf_launches(n);
+  for (size_t j = 0; j < launches; j++) {
+    zf_params p;
+    dim3 grid;
+    if (!zf_build(segs, n, 0, stage, sm_count, j, launches, &p, &grid)) continue;
+    zero_dynamic_kernel<<<grid, ZF_BLOCK, 0, stream>>>(p);
+    const cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess) return e;
+  }
+  return cudaSuccess;
+}
+
+static_assert(sizeof(zf_table_params) <= MDR_CUDA_LAUNCH_PARAM_BYTES, "table parameters fit mdr_cuda_launch");
+
+extern "C" int mdr_cuda_zero_table_launch(const mdr_zero_seg *rules, size_t n, uint64_t tokens,
+                                          const mdr_stage_desc *stage, int sm_count, mdr_cuda_launch *out) {
+  if (!stage || !mdr_stage_table_ok(stage, n, tokens) || sm_count <= 0) return (int)cudaErrorInvalidValue;
+  zf_table_params p;
+  memset(&p, 0, sizeof p);
+  p.stage = *stage;
+  p.tokens = tokens;
+  p.n = (uint32_t)n;
+  p.flags = stage->flags & (MDR_STAGE_FETCH | MDR_STAGE_ADVANCE);
+  /* The grid depends on the table only (its largest plan, resident blocks),
+   * not on t: re-targeting the node then changes parameters only. */
+  uint64_t chunks = 0;
+  for (size_t i = 0; i < n; i++) chunks += mdr_zero_chunks(mdr_zero_seg_bytes(&rules[i], stage->table_max));
+  const uint64_t max_grid = (uint64_t)sm_count * ZF_BLOCKS_PER_SM;
+  uint64_t g = chunks < max_grid ? chunks : max_grid;
+  if (p.flags) g += 1;
+  memset(out, 0, sizeof *out);
+  out->func = (const void *)zero_table_kernel;
+  out->grid[0] = (unsigned)(g ? g : 1);
+  out->grid[1] = out->grid[2] = 1;
+  out->block[0] = ZF_BLOCK;
+  out->block[1] = out->block[2] = 1;
+  out->param_bytes = sizeof p;
+  memcpy(out->param, &p, sizeof p);
   return 0;
 }
 
-extern "C" int mdr_cuda_zero_fused_find(void *graph, void **node) {
-  size_t count = 0;
-  cudaError_t e = cudaGraphGetNodes((cudaGraph_t)graph, NULL, &count);
-  if (e != cudaSuccess) return (int)e;
-  cudaGraphNode_t *nodes = (cudaGraphNode_t *)malloc(count * sizeof *nodes);
-  if (!nodes && count) return (int)cudaErrorMemoryAllocation;
-  e = cudaGraphGetNodes((cudaGraph_t)graph, nodes, &count);
-  int found = 0;
-  for (size_t i = 0; e == cudaSuccess && i < count && !found; i++) {
-    cudaGraphNodeType type;
-    if (cudaGraphNodeGetType(nodes[i], &type) != cudaSuccess || type != cudaGraphNodeTypeKernel) continue;
-    cudaKernelNodeParams kp;
-    if (cudaGraphKernelNodeGetParams(nodes[i], &kp) != cudaSuccess) continue;
-    if (kp.func == zf_static_func<ZF_SMALL_SEGS>(true) || kp.func == zf_static_func<ZF_SMALL_SEGS>(false) ||
-        kp.func == zf_static_func<MDR_ZERO_MAX_SEGS>(true) || kp.func == zf_static_func<MDR_ZERO_MAX_SEGS>(false) ||
-        kp.func == (void *)zero_table_kernel) {
-      *node = nodes[i];
-      found = 1;
-    }
-  }
-  free(nodes);
-  (void)cudaGetLastError();
-  if (e != cudaSuccess) return (int)e;
-  return found ? 0 : (int)cudaErrorInvalidValue;
+/* zero_table_kernel: the launch mdr_cuda_zero_table_launch describes. */
+static cudaError_t zf_launch_table(const mdr_zero_seg *rules, size_t n, uint64_t tokens,
+                                   const mdr_stage_desc *stage, cudaStream_t stream, int sm_count) {
+  mdr_cuda_launch l;
+  if (mdr_cuda_zero_table_launch(rules, n, tokens, stage, sm_count, &l) != 0) return cudaErrorInvalidValue;
+  void *args[1] = {l.param};
+  const cudaError_t e = cudaLaunchKernel(l.func, dim3(l.grid[0], l.grid[1], l.grid[2]),
+                                         dim3(l.block[0], l.block[1], l.block[2]), args, 0, stream);
+  const cudaError_t last = cudaGetLastError();
+  return e != cudaSuccess ? e : last;
 }
 
-/* Set a captured static-kernel node (found by mdr_cuda_zero_fused_find) to
- * the plan at `tokens`: grid and parameters. (The driver's
- * cuGraphExecKernelNodeSetParams with a CUkernel handle was measured at the
- * same cost as this runtime call: bench/dynamic_switch_probe.cu.) */
-template <int CAP>
-static int zf_update_node(cudaGraphExec_t exec, cudaGraphNode_t node, const mdr_zero_seg *segs, size_t n,
-                          uint64_t tokens, const mdr_stage_desc *st, int sm_count) {
-  zf_params_t<CAP> p;
-  dim3 grid;
-  if (!zf_build(segs, n, tokens, st, sm_count, 0, 1, &p, &grid)) return (int)cudaErrorInvalidValue;
-  void *args[1] = {&p};
-  cudaKernelNodeParams kp = {};
-  kp.func = (void *)zf_static_func<CAP>(p.flags != 0);
-  kp.gridDim = grid;
-  kp.blockDim = dim3(ZF_BLOCK);
-  kp.kernelParams = args;
-  return (int)cudaGraphExecKernelNodeSetParams(exec, node, &kp);
-}
-
-extern "C" int mdr_cuda_zero_fused_update(void *exec, void *node, const mdr_zero_seg *segs,
-                                          size_t n, uint64_t tokens, const mdr_stage_desc *stage,
-                                          int sm_count) {
-  if (n > MDR_ZERO_MAX_SEGS || !stage) return (int)cudaErrorInvalidValue;
-  mdr_stage_desc st = *stage;
-  st.flags &= ~(uint32_t)MDR_STAGE_DYNAMIC;
-  sm_count = zf_sm_count(sm_count);
-  if (st.flags & MDR_STAGE_TABLE) { /* the node runs zero_table_kernel: t and the grid change */
-    zf_table_params p;
-    unsigned grid = 0;
-    if (!zf_build_table(segs, n, tokens, &st, sm_count, &p, &grid)) return (int)cudaErrorInvalidValue;
-    void *args[1] = {&p};
-    cudaKernelNodeParams kp = {};
-    kp.func = (void *)zero_table_kernel;
-    kp.gridDim = dim3(grid);
-    kp.blockDim = dim3(ZF_BLOCK);
-    kp.kernelParams = args;
-    return (int)cudaGraphExecKernelNodeSetParams((cudaGraphExec_t)exec, (cudaGraphNode_t)node, &kp);
-  }
-  if (n <= ZF_SMALL_SEGS)
-    return zf_update_node<ZF_SMALL_SEGS>((cudaGraphExec_t)exec, (cudaGraphNode_t)node, segs, n, tokens, &st,
-                                         sm_count);
-  return zf_update_node<MDR_ZERO_MAX_SEGS>((cudaGraphExec_t)exec, (cudaGraphNode_t)node, segs, n, tokens,
-                                           &st, sm_count);
+extern "C" int mdr_cuda_zero_and_stage(const mdr_zero_seg *segs, size_t n, uint64_t tokens,
+                                       const mdr_stage_desc *stage, void *stream, int sm_count) {
+  if (n == 0 && !stage) return 0;
+  if (sm_count <= 0) return (int)cudaErrorInvalidValue;
+  const cudaStream_t s = (cudaStream_t)stream;
+  if (stage && (stage->flags & MDR_STAGE_TABLE)) return (int)zf_launch_table(segs, n, tokens, stage, s, sm_count);
+  if (stage && (stage->flags & MDR_STAGE_DYNAMIC)) return (int)zf_launch_dynamic(segs, n, stage, s, sm_count);
+  return (int)zf_launch_static(segs, n, tokens, stage, s, sm_count);
 }

@@ -1,5 +1,6 @@
-/* zero_fused.h — the fused zeroing kernel's C launcher (private; only the
- * CUDA backend calls it). No CUDA header is needed to include this. */
+/* zero_fused.h — the fused zero-and-stage kernels' C entry points (private;
+ * the CUDA backend and the lab in dev/ call them). No CUDA header is needed
+ * to include this; streams are passed as void * (a cudaStream_t). */
 #ifndef MDR_ZERO_FUSED_H
 #define MDR_ZERO_FUSED_H
 
@@ -12,33 +13,44 @@
 extern "C" {
 #endif
 
-/* Enqueue on `stream` (a cudaStream_t) the launch(es) clearing every entry of
- * segs at token count `tokens` (rules of zero_map.h). Plans longer than
- * MDR_ZERO_MAX_SEGS are split into several launches. With a stage (may be
- * NULL) the launch also serves a staged step: STAGE_DYNAMIC evaluates the
- * rules at the slot's token count instead of `tokens` (every launch),
- * STAGE_FETCH copies the slot's ids (`tokens` of them for a static plan,
- * the header's copy_tokens under DYNAMIC) and its real count into count_out
- * (first launch), STAGE_ADVANCE
- * advances the counter and writes the ack once every block is done (last
- * launch). n == 0 without a stage launches nothing. No allocation, no
- * synchronisation: legal under stream capture. `sm_count` sizes the grid.
- * Returns 0 or the cudaError_t of the launch (checked with
- * cudaGetLastError, which also clears it). */
-int mdr_cuda_zero_fused(const mdr_zero_seg *segs, size_t n, uint64_t tokens,
-                        const mdr_stage_desc *stage, void *stream, int sm_count);
+/* Enqueue on `stream` the launch(es) that clear every entry of segs at
+ * token count `tokens` (rules of zero_map.h) and, with a stage (may be
+ * NULL), serve a staged step: copy the slot's ids into token_ids and its
+ * count into count_out (FETCH, first launch), and advance the ring counter
+ * and the ack once every block is done (ADVANCE, last launch). The stage's
+ * flags pick the kernel:
+ *   TABLE    the plan at `tokens` is read from the plan table (one launch,
+ *            at most MDR_ZERO_MAX_SEGS rules, 1 <= tokens <= table_max);
+ *   DYNAMIC  the rules are evaluated at the slot's token count, read on the
+ *            device (every launch);
+ *   neither  a static plan: the rules evaluated at `tokens` on the host.
+ * Plans longer than MDR_ZERO_MAX_SEGS are split into several launches.
+ * n == 0 without a stage launches nothing. No allocation, no
+ * synchronisation: legal under stream capture. `sm_count` (> 0) sizes the
+ * grid. Returns 0 or the cudaError_t of the launch (checked with
+ * cudaGetLastError, which also clears it); cudaErrorInvalidValue for a
+ * TABLE launch the table cannot serve. */
+int mdr_cuda_zero_and_stage(const mdr_zero_seg *segs, size_t n, uint64_t tokens,
+                            const mdr_stage_desc *stage, void *stream, int sm_count);
 
-/* Find, in a captured graph, the kernel node of a static fused launch (the
- * first one). 0 and *node set, or a cudaError_t. */
-int mdr_cuda_zero_fused_find(void *graph, void **node);
+/* A kernel launch as a graph kernel node takes it: the function, the grid
+ * and block, and the kernel's one by-value argument. */
+#define MDR_CUDA_LAUNCH_PARAM_BYTES 128
+typedef struct mdr_cuda_launch {
+  const void *func;
+  unsigned grid[3];
+  unsigned block[3];
+  size_t param_bytes;
+  uint64_t param[MDR_CUDA_LAUNCH_PARAM_BYTES / 8];
+} mdr_cuda_launch;
 
-/* Re-target that node of an instantiated graph (a cudaGraphExec_t) to the
- * plan `segs` (at most MDR_ZERO_MAX_SEGS rules) evaluated at `tokens`, with
- * `stage` served as a static plan (its DYNAMIC flag ignored): exactly the
- * launch mdr_cuda_zero_fused would have made. Affects later launches of the
- * exec only. 0 or a cudaError_t. */
-int mdr_cuda_zero_fused_update(void *exec, void *node, const mdr_zero_seg *segs, size_t n,
-                               uint64_t tokens, const mdr_stage_desc *stage, int sm_count);
+/* Describe (not enqueue) the TABLE launch that mdr_cuda_zero_and_stage
+ * makes for `rules` (n of them) at `tokens` with `stage` (TABLE set): what
+ * a kernel node of that launch is re-targeted to. Its grid depends on the
+ * table only, not on t, so re-targeting changes the parameters alone.
+ * 0, or cudaErrorInvalidValue when the table cannot serve it. */
+int mdr_cuda_zero_table_launch(const mdr_zero_seg *rules, size_t n, uint64_t tokens,
+                               const mdr_stage_desc *stage, int sm_count, mdr_cuda_launch *out);
 
 #ifdef __cplusplus
 }

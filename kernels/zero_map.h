@@ -6,10 +6,15 @@
  * 1. Rules. A plan entry (mdr_zero_seg) names a buffer and how many of its
  *    leading bytes to clear for a token count t:
  *      FIXED  clear `bytes` whatever t is;
- *      HEAD   clear zero_head_bytes(bytes, m, t) (spec §9), none at t == 0;
+ *      HEAD   clear zero_head_bytes(bytes, m, t) (docs/SIZES.md §9), at
+ *             every t, 0 included;
  *      ROWS   clear min(t, rows) * row_bytes      (MDR_ROWS_ALL logits).
- *    With a static plan (eager, EXACT/LADDER graphs) every entry is FIXED,
- *    evaluated on the host. In DYNAMIC graphs t is read on the device.
+ *    Count-to-bytes has one home: mdr_zero_seg_bytes (one entry at t),
+ *    mdr_zero_plan_at (a plan at t, as FIXED entries), and
+ *    mdr_zero_seg_max_bytes (the most any t clears). The arena's eager
+ *    helpers, the graph cache's plan table and the kernels all call them.
+ *    A static plan (eager, EXACT/LADDER graphs) is evaluated on the host;
+ *    in DYNAMIC graphs t is read on the device.
  *
  * 2. Chunks. Each segment is cut into MDR_ZERO_CHUNK-byte chunks (the last
  *    one shorter); chunk k of the plan is found from the prefix sums of the
@@ -20,12 +25,12 @@
  *
  * 3. Staging slots (graphs). The ids of a step are written by the host into
  *    one slot of a ring in mapped pinned memory; a device counter says which
- *    slot the next launch reads (see graphs/graph_cache.c).
+ *    slot the next launch reads (graphs/staging.h owns the ring).
  *
  * 4. Plan tables (DYNAMIC by node update). The plan of every count 1..m,
  *    resolved once on the host and kept in device memory, so that a launch
  *    carries only t in its parameters: a small block the host re-targets
- *    for about a quarter of the cost of a whole plan's. */
+ *    with a parameter write instead of a whole plan. */
 #ifndef MDR_ZERO_MAP_H
 #define MDR_ZERO_MAP_H
 
@@ -46,8 +51,9 @@ enum { MDR_RULE_FIXED = 0, MDR_RULE_HEAD = 1, MDR_RULE_ROWS = 2 };
 
 /* Bytes per chunk: a few passes of a 256-thread block storing 16 B per
  * thread (4 KB per pass), small enough that a 1 MB plan spreads over many
- * blocks. Overridable only for the kernel variant sweep in bench/; the host
- * and the device must agree on it. */
+ * blocks. The library is built with this value (the host mirror and the
+ * kernel must agree on it); the lab in dev/ may build its own variants with
+ * another. */
 #ifndef MDR_ZERO_CHUNK
 #define MDR_ZERO_CHUNK ((uint64_t)16 * 1024)
 #endif
@@ -66,7 +72,7 @@ typedef struct mdr_zero_seg {
 
 MDR_HD uint64_t mdr_ceil16(uint64_t x) { return (x + 15u) / 16u * 16u; }
 
-/* Spec §9, verbatim. */
+/* docs/SIZES.md §9: the seed's row rule, verbatim. */
 MDR_HD uint64_t mdr_zero_head_bytes(uint64_t n, uint64_t m, uint64_t t) {
   if (m < 1) m = 1;
   if (t >= m) return n;
@@ -82,10 +88,36 @@ MDR_HD uint64_t mdr_zero_head_bytes(uint64_t n, uint64_t m, uint64_t t) {
 /* Bytes a plan entry clears at token count t. */
 MDR_HD uint64_t mdr_zero_seg_bytes(const mdr_zero_seg *s, uint64_t t) {
   switch (s->rule) {
-    case MDR_RULE_HEAD: return t == 0 ? 0 : mdr_zero_head_bytes(s->bytes, s->a, t);
+    case MDR_RULE_HEAD: return mdr_zero_head_bytes(s->bytes, s->a, t);
     case MDR_RULE_ROWS: return (t < s->b ? t : s->b) * s->a;
     default: return s->bytes;
   }
+}
+
+/* The most bytes an entry clears at any count a launch can carry (t is at
+ * most UINT32_MAX: the staging header's width). Saturates. */
+MDR_HD uint64_t mdr_zero_seg_max_bytes(const mdr_zero_seg *s) {
+  if (s->rule != MDR_RULE_ROWS) return s->bytes;
+  const uint64_t rows = s->b < UINT32_MAX ? s->b : UINT32_MAX;
+  if (s->a != 0 && rows > UINT64_MAX / s->a) return UINT64_MAX;
+  return rows * s->a;
+}
+
+/* A plan of n rules evaluated at t: FIXED entries, the empty ones left out,
+ * order kept. Returns the count written to out (at most n). */
+MDR_HD size_t mdr_zero_plan_at(const mdr_zero_seg *rules, size_t n, uint64_t t, mdr_zero_seg *out) {
+  size_t k = 0;
+  for (size_t i = 0; i < n; i++) {
+    const uint64_t bytes = mdr_zero_seg_bytes(&rules[i], t);
+    if (bytes == 0) continue;
+    out[k] = rules[i];
+    out[k].bytes = bytes;
+    out[k].a = 0;
+    out[k].b = 0;
+    out[k].rule = MDR_RULE_FIXED;
+    k++;
+  }
+  return k;
 }
 
 /* Every rule is non-decreasing in t, so any count t >= 1 clears at least

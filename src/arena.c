@@ -1,5 +1,5 @@
 /* arena.c — one slab carved into the decode step's buffers, and the seed's
- * zeroing helpers (shared/spec/arena-sizes.md §9).
+ * zeroing helpers (docs/SIZES.md §9).
  *
  * Layout: buffers in enum order, each at a 256-byte aligned offset of the
  * single slab; size-0 entries get address 0 and no space. The zero plans are
@@ -20,7 +20,7 @@ struct mdr_arena {
   mdr_rows_policy rows;
 };
 
-/* §9: the 18 buffers of zero_all / zero_all_rows, in the seed's order. */
+/* docs/SIZES.md §9: the 18 buffers of zero_all / zero_all_rows, in the seed's order. */
 static const mdr_buffer k_zero_all[] = {
     MDR_BUF_HIDDEN_STATES,  MDR_BUF_RESIDUAL,          MDR_BUF_NORM_OUTPUT,
     MDR_BUF_QKV_OUTPUT,     MDR_BUF_ATTN_OUTPUT,       MDR_BUF_GATE_LOGITS,
@@ -30,7 +30,7 @@ static const mdr_buffer k_zero_all[] = {
     MDR_BUF_EXPERT_DOWN_OUT, MDR_BUF_LOGITS,           MDR_BUF_SCRATCH,
 };
 
-/* §9: zero_prefill_essentials, whole. */
+/* docs/SIZES.md §9: zero_prefill_essentials, whole. */
 static const mdr_buffer k_prefill[] = {
     MDR_BUF_HIDDEN_STATES,   MDR_BUF_RESIDUAL,      MDR_BUF_GATE_LOGITS,
     MDR_BUF_EXPERT_GATE_OUT, MDR_BUF_EXPERT_UP_OUT, MDR_BUF_EXPERT_DOWN_OUT,
@@ -40,7 +40,10 @@ static const mdr_buffer k_prefill[] = {
 #define COUNT_OF(x) (sizeof(x) / sizeof((x)[0]))
 
 mdr_status mdr_arena_create(mdr_backend *b, const mdr_sizes *s, mdr_arena **out) {
-  if (!b || !s || !out) return MDR_ERR_INVALID_ARGUMENT;
+  if (!out) return b ? mdr_backend_fail(b, MDR_ERR_INVALID_ARGUMENT, "arena: NULL out") : MDR_ERR_INVALID_ARGUMENT;
+  *out = NULL;
+  if (!b) return MDR_ERR_INVALID_ARGUMENT;
+  if (!s) return mdr_backend_fail(b, MDR_ERR_INVALID_ARGUMENT, "arena: NULL sizes");
   if (s->max_batch_tokens == 0)
     return mdr_backend_fail(b, MDR_ERR_INVALID_ARGUMENT, "arena: max_batch_tokens is 0");
   size_t logits = s->bytes[MDR_BUF_LOGITS];
@@ -70,8 +73,10 @@ mdr_status mdr_arena_create(mdr_backend *b, const mdr_sizes *s, mdr_arena **out)
   a->slab_bytes = total;
   for (int i = 0; i < MDR_BUF_COUNT; i++) a->ptr[i] = s->bytes[i] ? a->slab + offset[i] : 0;
   /* norm_unit_w is an all-zero weight: cleared once, never again. */
-  st = mdr_backend_fill(b, a->ptr[MDR_BUF_NORM_UNIT_W], 0, s->bytes[MDR_BUF_NORM_UNIT_W]);
-  if (st != MDR_OK) goto fail;
+  if (a->ptr[MDR_BUF_NORM_UNIT_W]) {
+    st = mdr_be_fill(b, a->ptr[MDR_BUF_NORM_UNIT_W], 0, s->bytes[MDR_BUF_NORM_UNIT_W]);
+    if (st != MDR_OK) goto fail;
+  }
   a->zero = MDR_ZERO_MEMSET;
   a->rows = MDR_ROWS_SEED;
   *out = a;
@@ -103,9 +108,9 @@ size_t mdr_arena_slab_bytes(const mdr_arena *a) { return a ? a->slab_bytes : 0; 
 
 mdr_status mdr_arena_set_zero_strategy(mdr_arena *a, mdr_zero_strategy z) {
   if (!a || (int)z < 0 || z >= MDR_ZERO_STRATEGY_COUNT) return MDR_ERR_INVALID_ARGUMENT;
-  if (z == MDR_ZERO_FUSED && !a->backend->ops->zero_fused)
+  if (z == MDR_ZERO_FUSED && !mdr_be_has_zero_fused(a->backend))
     return mdr_backend_fail(a->backend, MDR_ERR_UNSUPPORTED, "arena: backend %s has no fused kernel",
-                            a->backend->ops->name);
+                            mdr_be_name(a->backend));
   a->zero = z;
   return MDR_OK;
 }
@@ -153,20 +158,14 @@ size_t mdr_arena_static_plan(const mdr_arena *a, mdr_coverage which, mdr_rows_po
                              size_t tokens, mdr_zero_seg *out) {
   mdr_zero_seg rules[MDR_ZERO_PLAN_MAX];
   size_t nr = mdr_arena_rules(a, which, policy, rules);
-  size_t n = 0;
-  for (size_t i = 0; i < nr; i++) {
-    uint64_t bytes = mdr_zero_seg_bytes(&rules[i], tokens);
-    if (bytes == 0) continue;
-    out[n++] = (mdr_zero_seg){.ptr = rules[i].ptr, .bytes = bytes, .rule = MDR_RULE_FIXED};
-  }
-  return n;
+  return mdr_zero_plan_at(rules, nr, tokens, out);
 }
 
 mdr_status mdr_arena_run_plan(mdr_arena *a, mdr_stream s, const mdr_zero_seg *plan, size_t n,
                               mdr_zero_strategy z) {
-  if (z == MDR_ZERO_FUSED) return n ? mdr_be_zero_fused(a->backend, plan, n, 0, NULL, s) : MDR_OK;
+  if (z == MDR_ZERO_FUSED) return n ? mdr_be_zero_fused(a->backend, plan, n, 0, NULL, s, NULL) : MDR_OK;
   for (size_t i = 0; i < n; i++) {
-    mdr_status st = a->backend->ops->memset_async(a->backend, plan[i].ptr, 0, plan[i].bytes, s);
+    mdr_status st = mdr_be_memset_async(a->backend, plan[i].ptr, 0, plan[i].bytes, s);
     if (st != MDR_OK) return st;
   }
   return MDR_OK;

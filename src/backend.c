@@ -1,5 +1,7 @@
 /* backend.c — the public backend functions and the checked entry points the
- * rest of the library calls; each forwards to the backend's vtable. */
+ * rest of the library calls (mdr_be_*). This is the only file that reads a
+ * backend's vtable: every public function forwards to an entry point, every
+ * entry point to its slot. */
 #include <stdio.h>
 #include <string.h>
 
@@ -41,6 +43,8 @@ mdr_status mdr_backend_fail(mdr_backend *b, mdr_status st, const char *fmt, ...)
   return st;
 }
 
+unsigned long long mdr_backend_failures(void) { return tls_failures; }
+
 void mdr_backend_destroy(mdr_backend *b) {
   if (!b) return;
   error_slot *e = error_slot_of(b, 0); /* a later backend may get this address */
@@ -66,7 +70,7 @@ void mdr_backend_stream_destroy(mdr_backend *b, mdr_stream s) {
 
 mdr_status mdr_backend_synchronize(mdr_backend *b, mdr_stream s) {
   if (!b) return MDR_ERR_INVALID_ARGUMENT;
-  return b->ops->synchronize(b, s);
+  return mdr_be_synchronize(b, s);
 }
 
 /* Common checks of the blocking and enqueued transfers: n == 0 is a no-op, a
@@ -82,7 +86,7 @@ mdr_status mdr_backend_synchronize(mdr_backend *b, mdr_stream s) {
 
 mdr_status mdr_backend_copy_h2d(mdr_backend *b, mdr_dptr dst, const void *src, size_t n) {
   MDR_CHECK_TRANSFER_(b, dst, src, n);
-  return b->ops->copy_h2d(b, dst, src, n);
+  return mdr_be_copy_h2d(b, dst, src, n);
 }
 
 mdr_status mdr_backend_copy_d2h(mdr_backend *b, void *dst, mdr_dptr src, size_t n) {
@@ -92,22 +96,22 @@ mdr_status mdr_backend_copy_d2h(mdr_backend *b, void *dst, mdr_dptr src, size_t 
 
 mdr_status mdr_backend_fill(mdr_backend *b, mdr_dptr dst, unsigned char value, size_t n) {
   MDR_CHECK_TRANSFER_(b, dst, (void *)1, n);
-  return b->ops->fill(b, dst, value, n);
+  return mdr_be_fill(b, dst, value, n);
 }
 
 mdr_status mdr_backend_memset_async(mdr_backend *b, mdr_dptr dst, unsigned char value, size_t n,
                                     mdr_stream s) {
   MDR_CHECK_TRANSFER_(b, dst, (void *)1, n);
-  return b->ops->memset_async(b, dst, value, n, s);
+  return mdr_be_memset_async(b, dst, value, n, s);
 }
 
 mdr_status mdr_backend_alloc(mdr_backend *b, size_t n, mdr_dptr *out) {
   if (!b || !out || n == 0) return MDR_ERR_INVALID_ARGUMENT;
-  return b->ops->alloc_device(b, n, out);
+  return mdr_be_alloc_device(b, n, out);
 }
 
 void mdr_backend_free(mdr_backend *b, mdr_dptr p) {
-  if (b && p) b->ops->free_device(b, p);
+  if (b) mdr_be_free_device(b, p);
 }
 
 /* ---- entry points for the library ---- */
@@ -118,6 +122,10 @@ void mdr_backend_free(mdr_backend *b, mdr_dptr p) {
       return mdr_backend_fail((b), MDR_ERR_UNSUPPORTED, "backend %s has no " #slot,     \
                               (b)->ops->name);                                           \
   } while (0)
+
+const char *mdr_be_name(const mdr_backend *b) { return b->ops->name; }
+int mdr_be_has_zero_fused(const mdr_backend *b) { return b->ops->zero_fused != NULL; }
+int mdr_be_has_node_update(const mdr_backend *b) { return b->ops->fused_node_update != NULL; }
 
 mdr_status mdr_be_alloc_device(mdr_backend *b, size_t n, mdr_dptr *out) {
   return b->ops->alloc_device(b, n, out);
@@ -131,10 +139,16 @@ mdr_status mdr_be_alloc_pinned(mdr_backend *b, size_t n, void **host, mdr_dptr *
 void mdr_be_free_pinned(mdr_backend *b, void *host) {
   if (host) b->ops->free_pinned(b, host);
 }
-mdr_status mdr_be_copy_h2d_async(mdr_backend *b, mdr_dptr dst, const void *src, size_t n,
-                                 mdr_stream s) {
-  return b->ops->copy_h2d_async(b, dst, src, n, s);
+mdr_status mdr_be_memset_async(mdr_backend *b, mdr_dptr dst, unsigned char v, size_t n, mdr_stream s) {
+  return b->ops->memset_async(b, dst, v, n, s);
 }
+mdr_status mdr_be_copy_h2d(mdr_backend *b, mdr_dptr dst, const void *src, size_t n) {
+  return b->ops->copy_h2d(b, dst, src, n);
+}
+mdr_status mdr_be_fill(mdr_backend *b, mdr_dptr dst, unsigned char v, size_t n) {
+  return b->ops->fill(b, dst, v, n);
+}
+mdr_status mdr_be_synchronize(mdr_backend *b, mdr_stream s) { return b->ops->synchronize(b, s); }
 mdr_status mdr_be_stream_query(mdr_backend *b, mdr_stream s, int *idle) {
   return b->ops->stream_query(b, s, idle);
 }
@@ -161,16 +175,12 @@ void mdr_be_exec_destroy(mdr_backend *b, void *exec) {
   if (exec) b->ops->exec_destroy(b, exec);
 }
 mdr_status mdr_be_zero_fused(mdr_backend *b, const mdr_zero_seg *segs, size_t n, uint64_t tokens,
-                             const mdr_stage_desc *stage, mdr_stream s) {
+                             const mdr_stage_desc *stage, mdr_stream s, void **node) {
   MDR_REQUIRE_SLOT_(b, zero_fused);
-  return b->ops->zero_fused(b, segs, n, tokens, stage, s);
+  return b->ops->zero_fused(b, segs, n, tokens, stage, s, node);
 }
-mdr_status mdr_be_fused_node_find(mdr_backend *b, void *graph, void **node) {
-  MDR_REQUIRE_SLOT_(b, fused_node_find);
-  return b->ops->fused_node_find(b, graph, node);
-}
-mdr_status mdr_be_fused_node_update(mdr_backend *b, void *exec, void *node, const mdr_zero_seg *segs,
+mdr_status mdr_be_fused_node_update(mdr_backend *b, void *exec, void *node, const mdr_zero_seg *rules,
                                     size_t n, uint64_t tokens, const mdr_stage_desc *stage) {
   MDR_REQUIRE_SLOT_(b, fused_node_update);
-  return b->ops->fused_node_update(b, exec, node, segs, n, tokens, stage);
+  return b->ops->fused_node_update(b, exec, node, rules, n, tokens, stage);
 }

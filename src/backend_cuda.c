@@ -5,7 +5,22 @@
  * cudaGetLastError, and a status is returned: allocation failures are
  * MDR_ERR_OUT_OF_MEMORY, capture and instantiation failures MDR_ERR_CAPTURE,
  * anything else MDR_ERR_BACKEND. Streams are non-blocking; capture is in
- * thread-local mode and never on the legacy stream. */
+ * thread-local mode and never on the legacy stream.
+ *
+ * Device. A backend made for device d runs every call on d, whatever the
+ * calling thread's current device is, and leaves the caller's current
+ * device as it found it (DEVICE_SCOPE below).
+ *
+ * Blocking calls (fill, copies) run on a private non-blocking stream of the
+ * backend and wait for that stream only: never the legacy stream, never
+ * the whole device, so they neither wait for an application's busy stream
+ * nor break another thread's global-mode capture. When they return, the
+ * data has landed; later work on any stream sees it.
+ *
+ * Graph nodes. The fused node a DYNAMIC cache re-targets is named by the
+ * capture itself: right after the launch, cudaStreamGetCaptureInfo gives
+ * the stream's capture dependencies, which are exactly the node the launch
+ * became. */
 #include "backend_impl.h"
 
 #if defined(MDR_HAVE_CUDA)
@@ -19,6 +34,7 @@ typedef struct cuda_backend {
   mdr_backend base;
   int device;
   int sm_count;
+  cudaStream_t blocking; /* private stream of the blocking calls */
 } cuda_backend;
 
 static cuda_backend *cuda_of(mdr_backend *b) { return (cuda_backend *)b; }
@@ -49,179 +65,261 @@ static mdr_status cuda_fail(mdr_backend *b, cudaError_t e, const char *what) {
                           cudaGetErrorString(e));
 }
 
-#define CU(call, what)                              \
-  do {                                              \
-    cudaError_t e_ = (call);                        \
-    if (e_ != cudaSuccess) return cuda_fail(b, e_, what); \
+/* Inside DEVICE_SCOPE: record a failure, restore the caller's device and
+ * return. */
+#define CU(call, what)                                       \
+  do {                                                       \
+    cudaError_t e_ = (call);                                 \
+    if (e_ != cudaSuccess) {                                 \
+      mdr_status st_ = cuda_fail(b, e_, what);               \
+      device_leave(&scope_);                                 \
+      return st_;                                            \
+    }                                                        \
   } while (0)
 
-static mdr_status cuda_alloc_device(mdr_backend *b, size_t n, mdr_dptr *out) {
-  void *p = NULL;
-  CU(cudaMalloc(&p, n), "cudaMalloc");
-  *out = (mdr_dptr)(uintptr_t)p;
+/* The caller's current device, switched to the backend's for one call. */
+typedef struct device_scope {
+  int prev;
+  int switched;
+} device_scope;
+
+static mdr_status device_enter(mdr_backend *b, device_scope *g) {
+  g->switched = 0;
+  cudaError_t e = cudaGetDevice(&g->prev);
+  if (e != cudaSuccess) return cuda_fail(b, e, "cudaGetDevice");
+  if (g->prev != cuda_of(b)->device) {
+    e = cudaSetDevice(cuda_of(b)->device);
+    if (e != cudaSuccess) return cuda_fail(b, e, "cudaSetDevice");
+    g->switched = 1;
+  }
   return MDR_OK;
 }
 
+static void device_leave(const device_scope *g) {
+  if (g->switched) (void)cudaSetDevice(g->prev);
+}
+
+/* Open a scope on the backend's device for the rest of the function; leave
+ * it with DEVICE_RETURN (or CU on failure). */
+#define DEVICE_SCOPE(b)                                  \
+  device_scope scope_;                                   \
+  do {                                                   \
+    mdr_status st0_ = device_enter((b), &scope_);        \
+    if (st0_ != MDR_OK) return st0_;                     \
+  } while (0)
+#define DEVICE_RETURN(st)  \
+  do {                     \
+    device_leave(&scope_); \
+    return (st);           \
+  } while (0)
+#define DEVICE_VOID(b, call)                              \
+  do {                                                    \
+    device_scope scope_;                                  \
+    if (device_enter((b), &scope_) != MDR_OK) return;     \
+    (void)(call);                                         \
+    device_leave(&scope_);                                \
+  } while (0)
+
+static mdr_status cuda_alloc_device(mdr_backend *b, size_t n, mdr_dptr *out) {
+  DEVICE_SCOPE(b);
+  void *p = NULL;
+  CU(cudaMalloc(&p, n), "cudaMalloc");
+  *out = (mdr_dptr)(uintptr_t)p;
+  DEVICE_RETURN(MDR_OK);
+}
+
 static void cuda_free_device(mdr_backend *b, mdr_dptr p) {
-  (void)b;
-  (void)cudaFree((void *)(uintptr_t)p);
+  DEVICE_VOID(b, cudaFree((void *)(uintptr_t)p));
 }
 
 static mdr_status cuda_alloc_pinned(mdr_backend *b, size_t n, void **host, mdr_dptr *dev) {
+  DEVICE_SCOPE(b);
   void *h = NULL, *d = NULL;
   CU(cudaHostAlloc(&h, n, cudaHostAllocMapped | cudaHostAllocPortable), "cudaHostAlloc");
   cudaError_t e = cudaHostGetDevicePointer(&d, h, 0);
   if (e != cudaSuccess) {
     (void)cudaFreeHost(h);
-    return cuda_fail(b, e, "cudaHostGetDevicePointer");
+    CU(e, "cudaHostGetDevicePointer");
   }
   *host = h;
   *dev = (mdr_dptr)(uintptr_t)d;
-  return MDR_OK;
+  DEVICE_RETURN(MDR_OK);
 }
 
 static void cuda_free_pinned(mdr_backend *b, void *host) {
-  (void)b;
-  (void)cudaFreeHost(host);
+  DEVICE_VOID(b, cudaFreeHost(host));
 }
 
 static mdr_status cuda_memset_async(mdr_backend *b, mdr_dptr dst, unsigned char v, size_t n,
                                     mdr_stream s) {
+  DEVICE_SCOPE(b);
   CU(cudaMemsetAsync((void *)(uintptr_t)dst, v, n, (cudaStream_t)s), "cudaMemsetAsync");
-  return MDR_OK;
+  DEVICE_RETURN(MDR_OK);
 }
 
-static mdr_status cuda_copy_h2d_async(mdr_backend *b, mdr_dptr dst, const void *src, size_t n,
-                                      mdr_stream s) {
-  CU(cudaMemcpyAsync((void *)(uintptr_t)dst, src, n, cudaMemcpyHostToDevice, (cudaStream_t)s),
-     "cudaMemcpyAsync(H2D)");
-  return MDR_OK;
-}
-
+/* The blocking calls: enqueued on the private stream, then that stream
+ * (only) is waited for. */
 static mdr_status cuda_copy_h2d(mdr_backend *b, mdr_dptr dst, const void *src, size_t n) {
-  CU(cudaMemcpy((void *)(uintptr_t)dst, src, n, cudaMemcpyHostToDevice), "cudaMemcpy(H2D)");
-  return MDR_OK;
+  DEVICE_SCOPE(b);
+  cudaStream_t q = cuda_of(b)->blocking;
+  CU(cudaMemcpyAsync((void *)(uintptr_t)dst, src, n, cudaMemcpyHostToDevice, q), "cudaMemcpyAsync(H2D)");
+  CU(cudaStreamSynchronize(q), "cudaStreamSynchronize after a copy to the device");
+  DEVICE_RETURN(MDR_OK);
 }
 
 static mdr_status cuda_copy_d2h(mdr_backend *b, void *dst, mdr_dptr src, size_t n) {
-  CU(cudaMemcpy(dst, (const void *)(uintptr_t)src, n, cudaMemcpyDeviceToHost), "cudaMemcpy(D2H)");
-  return MDR_OK;
+  DEVICE_SCOPE(b);
+  cudaStream_t q = cuda_of(b)->blocking;
+  CU(cudaMemcpyAsync(dst, (const void *)(uintptr_t)src, n, cudaMemcpyDeviceToHost, q), "cudaMemcpyAsync(D2H)");
+  CU(cudaStreamSynchronize(q), "cudaStreamSynchronize after a copy to the host");
+  DEVICE_RETURN(MDR_OK);
 }
 
 static mdr_status cuda_fill(mdr_backend *b, mdr_dptr dst, unsigned char v, size_t n) {
-  CU(cudaMemset((void *)(uintptr_t)dst, v, n), "cudaMemset");
-  CU(cudaDeviceSynchronize(), "cudaDeviceSynchronize after cudaMemset");
-  return MDR_OK;
+  DEVICE_SCOPE(b);
+  cudaStream_t q = cuda_of(b)->blocking;
+  CU(cudaMemsetAsync((void *)(uintptr_t)dst, v, n, q), "cudaMemsetAsync (fill)");
+  CU(cudaStreamSynchronize(q), "cudaStreamSynchronize after a fill");
+  DEVICE_RETURN(MDR_OK);
 }
 
 static mdr_status cuda_stream_create(mdr_backend *b, mdr_stream *out) {
+  DEVICE_SCOPE(b);
   cudaStream_t s = NULL;
-  CU(cudaSetDevice(cuda_of(b)->device), "cudaSetDevice");
   CU(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
   *out = s;
-  return MDR_OK;
+  DEVICE_RETURN(MDR_OK);
 }
 
 static void cuda_stream_destroy(mdr_backend *b, mdr_stream s) {
-  (void)b;
-  (void)cudaStreamDestroy((cudaStream_t)s);
+  DEVICE_VOID(b, cudaStreamDestroy((cudaStream_t)s));
 }
 
 static mdr_status cuda_synchronize(mdr_backend *b, mdr_stream s) {
+  DEVICE_SCOPE(b);
   CU(cudaStreamSynchronize((cudaStream_t)s), "cudaStreamSynchronize");
-  return MDR_OK;
+  DEVICE_RETURN(MDR_OK);
 }
 
 static mdr_status cuda_stream_query(mdr_backend *b, mdr_stream s, int *idle) {
+  DEVICE_SCOPE(b);
   cudaError_t e = cudaStreamQuery((cudaStream_t)s);
   if (e == cudaErrorNotReady) {
+    (void)cudaGetLastError();
     *idle = 0;
-    return MDR_OK;
+    DEVICE_RETURN(MDR_OK);
   }
   CU(e, "cudaStreamQuery");
   *idle = 1;
-  return MDR_OK;
+  DEVICE_RETURN(MDR_OK);
 }
 
 static mdr_status cuda_capture_begin(mdr_backend *b, mdr_stream s) {
   if (!s) return mdr_backend_fail(b, MDR_ERR_CAPTURE, "cuda: capture on the legacy stream refused");
-  CU(cudaStreamBeginCapture((cudaStream_t)s, cudaStreamCaptureModeThreadLocal),
-     "cudaStreamBeginCapture");
-  return MDR_OK;
+  DEVICE_SCOPE(b);
+  CU(cudaStreamBeginCapture((cudaStream_t)s, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
+  DEVICE_RETURN(MDR_OK);
 }
 
 static mdr_status cuda_capture_end(mdr_backend *b, mdr_stream s, void **graph) {
+  DEVICE_SCOPE(b);
   cudaGraph_t g = NULL;
   cudaError_t e = cudaStreamEndCapture((cudaStream_t)s, &g);
   if (e != cudaSuccess || !g) {
     if (g) (void)cudaGraphDestroy(g);
-    return cuda_fail(b, e != cudaSuccess ? e : cudaErrorStreamCaptureInvalidated,
-                     "cudaStreamEndCapture");
+    CU(e != cudaSuccess ? e : cudaErrorStreamCaptureInvalidated, "cudaStreamEndCapture");
   }
   *graph = g;
-  return MDR_OK;
+  DEVICE_RETURN(MDR_OK);
 }
 
 static mdr_status cuda_is_capturing(mdr_backend *b, mdr_stream s, int *capturing) {
+  DEVICE_SCOPE(b);
   enum cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
   CU(cudaStreamIsCapturing((cudaStream_t)s, &cs), "cudaStreamIsCapturing");
   *capturing = cs != cudaStreamCaptureStatusNone;
-  return MDR_OK;
+  DEVICE_RETURN(MDR_OK);
 }
 
 static mdr_status cuda_graph_instantiate(mdr_backend *b, void *graph, void **exec) {
+  DEVICE_SCOPE(b);
   cudaGraphExec_t x = NULL;
   cudaError_t e = cudaGraphInstantiate(&x, (cudaGraph_t)graph, 0);
   if (e != cudaSuccess) {
     cuda_fail(b, e, "cudaGraphInstantiate");
-    return MDR_ERR_CAPTURE;
+    DEVICE_RETURN(MDR_ERR_CAPTURE);
   }
   *exec = x;
-  return MDR_OK;
+  DEVICE_RETURN(MDR_OK);
 }
 
 static mdr_status cuda_graph_upload(mdr_backend *b, void *exec, mdr_stream s) {
+  DEVICE_SCOPE(b);
   CU(cudaGraphUpload((cudaGraphExec_t)exec, (cudaStream_t)s), "cudaGraphUpload");
-  return MDR_OK;
+  DEVICE_RETURN(MDR_OK);
 }
 
 static mdr_status cuda_graph_launch(mdr_backend *b, void *exec, mdr_stream s) {
+  DEVICE_SCOPE(b);
   CU(cudaGraphLaunch((cudaGraphExec_t)exec, (cudaStream_t)s), "cudaGraphLaunch");
-  return MDR_OK;
+  DEVICE_RETURN(MDR_OK);
 }
 
 static void cuda_graph_destroy(mdr_backend *b, void *graph) {
-  (void)b;
-  (void)cudaGraphDestroy((cudaGraph_t)graph);
+  DEVICE_VOID(b, cudaGraphDestroy((cudaGraph_t)graph));
 }
 
 static void cuda_exec_destroy(mdr_backend *b, void *exec) {
-  (void)b;
-  (void)cudaGraphExecDestroy((cudaGraphExec_t)exec);
+  DEVICE_VOID(b, cudaGraphExecDestroy((cudaGraphExec_t)exec));
 }
 
-static mdr_status cuda_zero_fused(mdr_backend *b, const mdr_zero_seg *segs, size_t n,
-                                  uint64_t tokens, const mdr_stage_desc *stage, mdr_stream s) {
-  int e = mdr_cuda_zero_fused(segs, n, tokens, stage, s, cuda_of(b)->sm_count);
-  if (e != 0) return cuda_fail(b, (cudaError_t)e, "zero_fused launch");
-  return MDR_OK;
+static mdr_status cuda_zero_fused(mdr_backend *b, const mdr_zero_seg *segs, size_t n, uint64_t tokens,
+                                  const mdr_stage_desc *stage, mdr_stream s, void **node) {
+  DEVICE_SCOPE(b);
+  int e = mdr_cuda_zero_and_stage(segs, n, tokens, stage, s, cuda_of(b)->sm_count);
+  if (e != 0) CU((cudaError_t)e, "zero-and-stage launch");
+  if (node) {
+    /* the capture's dependencies right after the launch: its node */
+    enum cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+    const cudaGraphNode_t *deps = NULL;
+    size_t ndeps = 0;
+    CU(cudaStreamGetCaptureInfo((cudaStream_t)s, &cs, NULL, NULL, &deps, NULL, &ndeps),
+       "cudaStreamGetCaptureInfo after the fused launch");
+    if (cs != cudaStreamCaptureStatusActive || ndeps != 1) {
+      mdr_status st = mdr_backend_fail(b, MDR_ERR_CAPTURE,
+                                       "cuda: the fused launch is not one node of an active capture "
+                                       "(capturing %d, %zu dependencies)",
+                                       cs == cudaStreamCaptureStatusActive, ndeps);
+      DEVICE_RETURN(st);
+    }
+    *node = deps[0];
+  }
+  DEVICE_RETURN(MDR_OK);
 }
 
-static mdr_status cuda_fused_node_find(mdr_backend *b, void *graph, void **node) {
-  int e = mdr_cuda_zero_fused_find(graph, node);
-  if (e != 0) return cuda_fail(b, (cudaError_t)e, "finding the fused node");
-  return MDR_OK;
+static mdr_status cuda_fused_node_update(mdr_backend *b, void *exec, void *node, const mdr_zero_seg *rules,
+                                         size_t n, uint64_t tokens, const mdr_stage_desc *stage) {
+  mdr_cuda_launch l;
+  if (mdr_cuda_zero_table_launch(rules, n, tokens, stage, cuda_of(b)->sm_count, &l) != 0)
+    return mdr_backend_fail(b, MDR_ERR_INVALID_ARGUMENT,
+                            "cuda: plan table update of %zu rules to %llu tokens", n,
+                            (unsigned long long)tokens);
+  DEVICE_SCOPE(b);
+  void *args[1] = {l.param};
+  struct cudaKernelNodeParams kp = {0};
+  kp.func = (void *)l.func;
+  kp.gridDim = (dim3){l.grid[0], l.grid[1], l.grid[2]};
+  kp.blockDim = (dim3){l.block[0], l.block[1], l.block[2]};
+  kp.kernelParams = args;
+  CU(cudaGraphExecKernelNodeSetParams((cudaGraphExec_t)exec, (cudaGraphNode_t)node, &kp),
+     "cudaGraphExecKernelNodeSetParams (fused node)");
+  DEVICE_RETURN(MDR_OK);
 }
 
-static mdr_status cuda_fused_node_update(mdr_backend *b, void *exec, void *node,
-                                         const mdr_zero_seg *segs, size_t n, uint64_t tokens,
-                                         const mdr_stage_desc *stage) {
-  int e = mdr_cuda_zero_fused_update(exec, node, segs, n, tokens, stage, cuda_of(b)->sm_count);
-  if (e != 0) return cuda_fail(b, (cudaError_t)e, "cudaGraphExecKernelNodeSetParams (fused node)");
-  return MDR_OK;
+static void cuda_destroy(mdr_backend *b) {
+  if (cuda_of(b)->blocking) DEVICE_VOID(b, cudaStreamDestroy(cuda_of(b)->blocking));
+  free(b);
 }
-
-static void cuda_destroy(mdr_backend *b) { free(b); }
 
 static const struct mdr_backend_ops cuda_ops = {
     .name = "cuda",
@@ -231,7 +329,6 @@ static const struct mdr_backend_ops cuda_ops = {
     .alloc_pinned = cuda_alloc_pinned,
     .free_pinned = cuda_free_pinned,
     .memset_async = cuda_memset_async,
-    .copy_h2d_async = cuda_copy_h2d_async,
     .copy_h2d = cuda_copy_h2d,
     .copy_d2h = cuda_copy_d2h,
     .fill = cuda_fill,
@@ -248,37 +345,49 @@ static const struct mdr_backend_ops cuda_ops = {
     .graph_destroy = cuda_graph_destroy,
     .exec_destroy = cuda_exec_destroy,
     .zero_fused = cuda_zero_fused,
-    .fused_node_find = cuda_fused_node_find,
     .fused_node_update = cuda_fused_node_update,
 };
 
 mdr_status mdr_backend_cuda_create(int device, mdr_backend **out) {
-  if (!out || device < 0) return MDR_ERR_INVALID_ARGUMENT;
+  if (!out) return MDR_ERR_INVALID_ARGUMENT;
+  *out = NULL;
+  if (device < 0) return MDR_ERR_INVALID_ARGUMENT;
   int count = 0;
   cudaError_t e = cudaGetDeviceCount(&count);
-  if (e != cudaSuccess || count == 0 || device >= count) {
+  if (e != cudaSuccess || count == 0) {
     (void)cudaGetLastError();
     return MDR_ERR_NO_DEVICE;
   }
-  int sms = 0;
-  if (cudaSetDevice(device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return MDR_ERR_NO_DEVICE;
-  }
+  if (device >= count) return MDR_ERR_NO_DEVICE;
   cuda_backend *cb = calloc(1, sizeof *cb);
   if (!cb) return MDR_ERR_OUT_OF_MEMORY;
   cb->base.ops = &cuda_ops;
   cb->device = device;
-  cb->sm_count = sms;
-  *out = &cb->base;
+  mdr_backend *b = &cb->base;
+  device_scope scope_;
+  mdr_status st = device_enter(b, &scope_);
+  if (st != MDR_OK) {
+    free(cb);
+    return MDR_ERR_NO_DEVICE;
+  }
+  if (cudaDeviceGetAttribute(&cb->sm_count, cudaDevAttrMultiProcessorCount, device) != cudaSuccess ||
+      cb->sm_count <= 0 || cudaStreamCreateWithFlags(&cb->blocking, cudaStreamNonBlocking) != cudaSuccess) {
+    (void)cudaGetLastError();
+    device_leave(&scope_);
+    free(cb);
+    return MDR_ERR_NO_DEVICE;
+  }
+  device_leave(&scope_);
+  *out = b;
   return MDR_OK;
 }
 
 #else /* no CUDA in this build */
 
 mdr_status mdr_backend_cuda_create(int device, mdr_backend **out) {
-  if (!out || device < 0) return MDR_ERR_INVALID_ARGUMENT;
+  if (!out) return MDR_ERR_INVALID_ARGUMENT;
+  *out = NULL;
+  if (device < 0) return MDR_ERR_INVALID_ARGUMENT;
   return MDR_ERR_UNSUPPORTED;
 }
 

@@ -143,12 +143,6 @@ static mdr_status host_memset_async(mdr_backend *b, mdr_dptr dst, unsigned char 
   return submit(b, s, &op);
 }
 
-static mdr_status host_copy_h2d_async(mdr_backend *b, mdr_dptr dst, const void *src, size_t n,
-                                      mdr_stream s) {
-  host_op op = {.kind = HOST_OP_COPY, .dst = dst, .src = src, .n = n};
-  return submit(b, s, &op);
-}
-
 static mdr_status host_copy_h2d(mdr_backend *b, mdr_dptr dst, const void *src, size_t n) {
   mdr_status st = check_not_capturing(b, "copy_h2d");
   if (st != MDR_OK) return st;
@@ -275,8 +269,15 @@ static void host_list_destroy(mdr_backend *b, void *list) {
   free(list);
 }
 
-static mdr_status host_zero_fused(mdr_backend *b, const mdr_zero_seg *segs, size_t n,
-                                  uint64_t tokens, const mdr_stage_desc *stage, mdr_stream s) {
+/* A node is the 1-based position of the op in the recorded list; an exec
+ * holds the same list, so the position names the same op there. */
+static mdr_status host_zero_fused(mdr_backend *b, const mdr_zero_seg *segs, size_t n, uint64_t tokens,
+                                  const mdr_stage_desc *stage, mdr_stream s, void **node) {
+  host_stream *hs = s;
+  if (node && !(hs && hs->capturing))
+    return mdr_backend_fail(b, MDR_ERR_CAPTURE, "host: the fused launch's node asked outside a capture");
+  if (node && !(stage && (stage->flags & MDR_STAGE_TABLE)))
+    return mdr_backend_fail(b, MDR_ERR_INVALID_ARGUMENT, "host: a node is kept for a plan-table launch only");
   if (n == 0 && !stage) return MDR_OK;
   if (stage && (stage->flags & MDR_STAGE_TABLE) && !mdr_stage_table_ok(stage, n, tokens))
     return mdr_backend_fail(b, MDR_ERR_INVALID_ARGUMENT, "host: plan table launch of %zu rules at %llu tokens",
@@ -287,29 +288,18 @@ static mdr_status host_zero_fused(mdr_backend *b, const mdr_zero_seg *segs, size
                 .tokens = tokens,
                 .has_stage = stage != NULL};
   if (stage) op.stage = *stage;
-  return submit(b, s, &op);
+  mdr_status st = submit(b, s, &op);
+  if (st == MDR_OK && node) *node = (void *)(uintptr_t)hs->rec.len;
+  return st;
 }
 
-/* A node is the 1-based position of the op in the recorded list; an exec
- * holds the same list, so the position names the same op there. */
-static mdr_status host_fused_node_find(mdr_backend *b, void *graph, void **node) {
-  const host_list *g = graph;
-  for (size_t i = 0; i < g->len; i++)
-    if (g->ops[i].kind == HOST_OP_ZERO_FUSED) {
-      *node = (void *)(uintptr_t)(i + 1);
-      return MDR_OK;
-    }
-  return mdr_backend_fail(b, MDR_ERR_STATE, "host: no fused launch in the graph");
-}
-
-static mdr_status host_fused_node_update(mdr_backend *b, void *exec, void *node,
-                                         const mdr_zero_seg *segs, size_t n, uint64_t tokens,
-                                         const mdr_stage_desc *stage) {
+static mdr_status host_fused_node_update(mdr_backend *b, void *exec, void *node, const mdr_zero_seg *rules,
+                                         size_t n, uint64_t tokens, const mdr_stage_desc *stage) {
   host_list *e = exec;
   size_t i = (size_t)(uintptr_t)node;
-  if (i == 0 || i > e->len || e->ops[i - 1].kind != HOST_OP_ZERO_FUSED || n > MDR_ZERO_MAX_SEGS)
+  if (i == 0 || i > e->len || e->ops[i - 1].kind != HOST_OP_ZERO_FUSED)
     return mdr_backend_fail(b, MDR_ERR_INVALID_ARGUMENT, "host: not a fused node");
-  if (stage && (stage->flags & MDR_STAGE_TABLE) && !mdr_stage_table_ok(stage, n, tokens))
+  if (!stage || !(stage->flags & MDR_STAGE_TABLE) || !mdr_stage_table_ok(stage, n, tokens))
     return mdr_backend_fail(b, MDR_ERR_INVALID_ARGUMENT, "host: plan table update of %zu rules to %llu tokens",
                             n, (unsigned long long)tokens);
   host_op *op = &e->ops[i - 1];
@@ -318,14 +308,11 @@ static mdr_status host_fused_node_update(mdr_backend *b, void *exec, void *node,
     if (!more) return mdr_backend_fail(b, MDR_ERR_OUT_OF_MEMORY, "host: updating a plan");
     op->segs = more;
   }
-  if (n) memcpy(op->segs, segs, n * sizeof *segs);
+  if (n) memcpy(op->segs, rules, n * sizeof *rules);
   op->n = n;
   op->tokens = tokens;
-  op->has_stage = stage != NULL;
-  if (stage) {
-    op->stage = *stage;
-    op->stage.flags &= ~(uint32_t)MDR_STAGE_DYNAMIC;
-  }
+  op->has_stage = 1;
+  op->stage = *stage;
   return MDR_OK;
 }
 
@@ -339,7 +326,6 @@ static const struct mdr_backend_ops host_ops = {
     .alloc_pinned = host_alloc_pinned,
     .free_pinned = host_free_pinned,
     .memset_async = host_memset_async,
-    .copy_h2d_async = host_copy_h2d_async,
     .copy_h2d = host_copy_h2d,
     .copy_d2h = host_copy_d2h,
     .fill = host_fill,
@@ -356,12 +342,12 @@ static const struct mdr_backend_ops host_ops = {
     .graph_destroy = host_list_destroy,
     .exec_destroy = host_list_destroy,
     .zero_fused = host_zero_fused,
-    .fused_node_find = host_fused_node_find,
     .fused_node_update = host_fused_node_update,
 };
 
 mdr_status mdr_backend_host_create(mdr_backend **out) {
   if (!out) return MDR_ERR_INVALID_ARGUMENT;
+  *out = NULL;
   host_backend *h = calloc(1, sizeof *h);
   if (!h) return MDR_ERR_OUT_OF_MEMORY;
   h->base.ops = &host_ops;

@@ -1,8 +1,10 @@
 /* backend_impl.h — the backend seam (private).
  *
- * Everything above the backend (arena, zero plans, graph cache) talks to the
- * device only through this table. Two implementations fill it: backend_cuda.c
- * and backend_host.c; tests add a fault-injecting wrapper (tests/fault_backend.c).
+ * Everything above the backend (arena, zero plans, staging, graph cache)
+ * talks to the device only through the mdr_be_* entry points declared at the
+ * end of this header; only backend.c reads the table itself. Two
+ * implementations fill it: backend_cuda.c and backend_host.c; tests add a
+ * fault-injecting wrapper (tests/fault_backend.c).
  *
  * Conventions for every slot: returns MDR_OK or a status, after recording a
  * one-line reason with mdr_backend_set_error(); out-params are set only on
@@ -21,19 +23,6 @@
 extern "C" {
 #endif
 
-/* Kinds of backend calls, used by the fault-injecting backend ("fail every
- * call of kind X") and by stats. */
-typedef enum mdr_op {
-  MDR_OP_ALLOC_DEVICE, MDR_OP_FREE_DEVICE, MDR_OP_ALLOC_PINNED, MDR_OP_FREE_PINNED,
-  MDR_OP_MEMSET_ASYNC, MDR_OP_COPY_H2D_ASYNC, MDR_OP_COPY_H2D, MDR_OP_COPY_D2H, MDR_OP_FILL,
-  MDR_OP_STREAM_CREATE, MDR_OP_STREAM_DESTROY, MDR_OP_SYNCHRONIZE, MDR_OP_STREAM_QUERY,
-  MDR_OP_CAPTURE_BEGIN, MDR_OP_CAPTURE_END, MDR_OP_IS_CAPTURING,
-  MDR_OP_GRAPH_INSTANTIATE, MDR_OP_GRAPH_UPLOAD, MDR_OP_GRAPH_LAUNCH,
-  MDR_OP_GRAPH_DESTROY, MDR_OP_EXEC_DESTROY, MDR_OP_ZERO_FUSED, MDR_OP_FUSED_NODE_FIND,
-  MDR_OP_FUSED_NODE_UPDATE,
-  MDR_OP_COUNT
-} mdr_op;
-
 struct mdr_backend_ops {
   const char *name;
   void (*destroy)(mdr_backend *b);
@@ -45,10 +34,11 @@ struct mdr_backend_ops {
   mdr_status (*alloc_pinned)(mdr_backend *b, size_t n, void **host, mdr_dptr *dev);
   void (*free_pinned)(mdr_backend *b, void *host);
 
-  /* Enqueued, capture-safe. src of copy_h2d_async must be pinned. */
+  /* Enqueued, capture-safe. */
   mdr_status (*memset_async)(mdr_backend *b, mdr_dptr dst, unsigned char v, size_t n, mdr_stream s);
-  mdr_status (*copy_h2d_async)(mdr_backend *b, mdr_dptr dst, const void *src, size_t n, mdr_stream s);
-  /* Blocking, not capture-safe. */
+  /* Blocking, not capture-safe. They wait for their own work only (never
+   * the whole device), and the data has landed when they return, so any
+   * later use on any stream sees it. */
   mdr_status (*copy_h2d)(mdr_backend *b, mdr_dptr dst, const void *src, size_t n);
   mdr_status (*copy_d2h)(mdr_backend *b, void *dst, mdr_dptr src, size_t n);
   mdr_status (*fill)(mdr_backend *b, mdr_dptr dst, unsigned char v, size_t n);
@@ -64,6 +54,8 @@ struct mdr_backend_ops {
    * capture; on failure *graph is untouched and s is usable again. */
   mdr_status (*capture_begin)(mdr_backend *b, mdr_stream s);
   mdr_status (*capture_end)(mdr_backend *b, mdr_stream s, void **graph);
+  /* *capturing = 1 when s is being captured (by anyone: the engine's own
+   * capture included). */
   mdr_status (*is_capturing)(mdr_backend *b, mdr_stream s, int *capturing);
   mdr_status (*graph_instantiate)(mdr_backend *b, void *graph, void **exec);
   mdr_status (*graph_upload)(mdr_backend *b, void *exec, mdr_stream s);
@@ -74,15 +66,16 @@ struct mdr_backend_ops {
   /* optional: one fused launch (or several, for more than MDR_ZERO_MAX_SEGS
    * segments) clearing every entry of segs at token count `tokens`; with a
    * stage, the launch also serves a staged step (zero_map.h). Enqueued,
-   * capture-safe, no allocation. */
+   * capture-safe, no allocation. With `node` non-NULL, s must be capturing
+   * and the launch a single one (a TABLE launch): *node is set to the graph
+   * node it became, for fused_node_update. */
   mdr_status (*zero_fused)(mdr_backend *b, const mdr_zero_seg *segs, size_t n, uint64_t tokens,
-                           const mdr_stage_desc *stage, mdr_stream s);
-  /* optional: the node of the first fused launch in a captured graph, and
-   * its re-targeting in an exec of that graph to `segs` at `tokens` (a
-   * static plan of at most MDR_ZERO_MAX_SEGS rules; the stage's DYNAMIC flag
-   * is ignored). The update affects later launches only. */
-  mdr_status (*fused_node_find)(mdr_backend *b, void *graph, void **node);
-  mdr_status (*fused_node_update)(mdr_backend *b, void *exec, void *node, const mdr_zero_seg *segs,
+                           const mdr_stage_desc *stage, mdr_stream s, void **node);
+  /* optional: re-target that node, in an exec of the graph it was captured
+   * into, to the TABLE launch of `rules` (n of them) at `tokens` with
+   * `stage` (TABLE set): exactly the launch zero_fused would make. Affects
+   * later launches of the exec only. */
+  mdr_status (*fused_node_update)(mdr_backend *b, void *exec, void *node, const mdr_zero_seg *rules,
                                   size_t n, uint64_t tokens, const mdr_stage_desc *stage);
 };
 
@@ -100,11 +93,26 @@ mdr_status mdr_backend_fail(mdr_backend *b, mdr_status st, const char *fmt, ...)
 #endif
     ;
 
-/* Entry points for everything above the backend: check the slot exists,
- * then call it. They never re-check arguments the callers own. */
+/* Failures this thread has recorded so far (any backend): a caller that
+ * notes it before handing control away can tell whether the last error
+ * text is new. */
+unsigned long long mdr_backend_failures(void);
+
+/* Entry points for everything above the backend: they check that an
+ * optional slot exists (MDR_ERR_UNSUPPORTED otherwise), then call it. They
+ * never re-check arguments the callers own. Destroy-like calls accept 0 /
+ * NULL handles. */
+const char *mdr_be_name(const mdr_backend *b);
+int mdr_be_has_zero_fused(const mdr_backend *b);
+int mdr_be_has_node_update(const mdr_backend *b);
+mdr_status mdr_be_alloc_device(mdr_backend *b, size_t n, mdr_dptr *out);
+void mdr_be_free_device(mdr_backend *b, mdr_dptr p);
 mdr_status mdr_be_alloc_pinned(mdr_backend *b, size_t n, void **host, mdr_dptr *dev);
 void mdr_be_free_pinned(mdr_backend *b, void *host);
-mdr_status mdr_be_copy_h2d_async(mdr_backend *b, mdr_dptr dst, const void *src, size_t n, mdr_stream s);
+mdr_status mdr_be_memset_async(mdr_backend *b, mdr_dptr dst, unsigned char v, size_t n, mdr_stream s);
+mdr_status mdr_be_copy_h2d(mdr_backend *b, mdr_dptr dst, const void *src, size_t n);
+mdr_status mdr_be_fill(mdr_backend *b, mdr_dptr dst, unsigned char v, size_t n);
+mdr_status mdr_be_synchronize(mdr_backend *b, mdr_stream s);
 mdr_status mdr_be_stream_query(mdr_backend *b, mdr_stream s, int *idle);
 mdr_status mdr_be_capture_begin(mdr_backend *b, mdr_stream s);
 mdr_status mdr_be_capture_end(mdr_backend *b, mdr_stream s, void **graph);
@@ -115,12 +123,9 @@ mdr_status mdr_be_graph_launch(mdr_backend *b, void *exec, mdr_stream s);
 void mdr_be_graph_destroy(mdr_backend *b, void *graph);
 void mdr_be_exec_destroy(mdr_backend *b, void *exec);
 mdr_status mdr_be_zero_fused(mdr_backend *b, const mdr_zero_seg *segs, size_t n, uint64_t tokens,
-                             const mdr_stage_desc *stage, mdr_stream s);
-mdr_status mdr_be_fused_node_find(mdr_backend *b, void *graph, void **node);
-mdr_status mdr_be_fused_node_update(mdr_backend *b, void *exec, void *node, const mdr_zero_seg *segs,
+                             const mdr_stage_desc *stage, mdr_stream s, void **node);
+mdr_status mdr_be_fused_node_update(mdr_backend *b, void *exec, void *node, const mdr_zero_seg *rules,
                                     size_t n, uint64_t tokens, const mdr_stage_desc *stage);
-mdr_status mdr_be_alloc_device(mdr_backend *b, size_t n, mdr_dptr *out);
-void mdr_be_free_device(mdr_backend *b, mdr_dptr p);
 
 /* Run the fused plan on the CPU through the shared mapping of zero_map.h:
  * what the host backend's zero_fused slot does. The stage's addresses are

@@ -20,10 +20,10 @@ static const fault_backend *CF(const mdr_backend *b) { return (const fault_backe
 
 static const char *k_op_names[MDR_OP_COUNT] = {
     "alloc_device", "free_device", "alloc_pinned", "free_pinned", "memset_async",
-    "copy_h2d_async", "copy_h2d", "copy_d2h", "fill", "stream_create", "stream_destroy",
+    "copy_h2d", "copy_d2h", "fill", "stream_create", "stream_destroy",
     "synchronize", "stream_query", "capture_begin", "capture_end", "is_capturing",
     "graph_instantiate", "graph_upload", "graph_launch", "graph_destroy", "exec_destroy",
-    "zero_fused", "fused_node_find", "fused_node_update"};
+    "zero_fused", "fused_node_update"};
 
 /* Count a fallible call; return a failure status when one is due. */
 static mdr_status due(mdr_backend *b, mdr_op op) {
@@ -80,9 +80,6 @@ static void f_free_pinned(mdr_backend *b, void *h) {
 }
 static mdr_status f_memset_async(mdr_backend *b, mdr_dptr d, unsigned char v, size_t n, mdr_stream s) {
   FORWARD(MDR_OP_MEMSET_ASYNC, memset_async(I, d, v, n, s));
-}
-static mdr_status f_copy_h2d_async(mdr_backend *b, mdr_dptr d, const void *src, size_t n, mdr_stream s) {
-  FORWARD(MDR_OP_COPY_H2D_ASYNC, copy_h2d_async(I, d, src, n, s));
 }
 static mdr_status f_copy_h2d(mdr_backend *b, mdr_dptr d, const void *src, size_t n) {
   FORWARD(MDR_OP_COPY_H2D, copy_h2d(I, d, src, n));
@@ -151,11 +148,8 @@ static void f_exec_destroy(mdr_backend *b, void *x) {
   I->ops->exec_destroy(I, x);
 }
 static mdr_status f_zero_fused(mdr_backend *b, const mdr_zero_seg *segs, size_t n, uint64_t t,
-                               const mdr_stage_desc *st, mdr_stream s) {
-  FORWARD(MDR_OP_ZERO_FUSED, zero_fused(I, segs, n, t, st, s));
-}
-static mdr_status f_fused_node_find(mdr_backend *b, void *g, void **node) {
-  FORWARD(MDR_OP_FUSED_NODE_FIND, fused_node_find(I, g, node));
+                               const mdr_stage_desc *st, mdr_stream s, void **node) {
+  FORWARD(MDR_OP_ZERO_FUSED, zero_fused(I, segs, n, t, st, s, node));
 }
 static mdr_status f_fused_node_update(mdr_backend *b, void *x, void *node, const mdr_zero_seg *segs,
                                       size_t n, uint64_t t, const mdr_stage_desc *st) {
@@ -171,7 +165,6 @@ static const struct mdr_backend_ops fault_ops = {
     .alloc_pinned = f_alloc_pinned,
     .free_pinned = f_free_pinned,
     .memset_async = f_memset_async,
-    .copy_h2d_async = f_copy_h2d_async,
     .copy_h2d = f_copy_h2d,
     .copy_d2h = f_copy_d2h,
     .fill = f_fill,
@@ -188,7 +181,6 @@ static const struct mdr_backend_ops fault_ops = {
     .graph_destroy = f_graph_destroy,
     .exec_destroy = f_exec_destroy,
     .zero_fused = f_zero_fused,
-    .fused_node_find = f_fused_node_find,
     .fused_node_update = f_fused_node_update,
 };
 

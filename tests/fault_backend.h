@@ -6,6 +6,18 @@
 
 #include "backend_impl.h"
 
+/* Kinds of backend calls: "fail every call of kind X", and per-kind call
+ * counts. One per vtable slot. */
+typedef enum mdr_op {
+  MDR_OP_ALLOC_DEVICE, MDR_OP_FREE_DEVICE, MDR_OP_ALLOC_PINNED, MDR_OP_FREE_PINNED,
+  MDR_OP_MEMSET_ASYNC, MDR_OP_COPY_H2D, MDR_OP_COPY_D2H, MDR_OP_FILL,
+  MDR_OP_STREAM_CREATE, MDR_OP_STREAM_DESTROY, MDR_OP_SYNCHRONIZE, MDR_OP_STREAM_QUERY,
+  MDR_OP_CAPTURE_BEGIN, MDR_OP_CAPTURE_END, MDR_OP_IS_CAPTURING,
+  MDR_OP_GRAPH_INSTANTIATE, MDR_OP_GRAPH_UPLOAD, MDR_OP_GRAPH_LAUNCH,
+  MDR_OP_GRAPH_DESTROY, MDR_OP_EXEC_DESTROY, MDR_OP_ZERO_FUSED, MDR_OP_FUSED_NODE_UPDATE,
+  MDR_OP_COUNT
+} mdr_op;
+
 /* Wrap `inner` (borrowed; must outlive the wrapper). */
 mdr_status fault_backend_create(mdr_backend *inner, mdr_backend **out);
 

@@ -145,7 +145,7 @@ void tb_expected(const mdr_arena *a, tb_helper h, size_t t, mdr_rows_policy pol,
       else if (!strcmp(name, "logits") && pol == MDR_ROWS_ALL)
         out[i] = (t < s->logits_rows ? t : s->logits_rows) * (n / s->logits_rows);
       else if (whole) out[i] = n;
-      else out[i] = t == 0 ? 0 : ref_head(n, s->max_batch_tokens, t);
+      else out[i] = ref_head(n, s->max_batch_tokens, t); /* at every t, 0 included */
     }
   }
 }

@@ -307,7 +307,7 @@ Test(graph_cache, ladder_rungs_pad_ids_and_rows) {
   mdr_graph_cache_destroy(c);
   /* not strictly increasing, or holding 0: rejected, out untouched */
   const size_t unsorted[] = {4, 2, 8}, dup[] = {2, 2}, zero[] = {0, 4};
-  mdr_graph_cache *keep = (mdr_graph_cache *)0x1;
+  mdr_graph_cache *keep = (mdr_graph_cache *)0x1; /* a failed create sets it to NULL */
   o.ladder = unsorted; o.ladder_len = 3;
   cr_assert_eq(mdr_graph_cache_create(f.a, f.s, &o, &keep), MDR_ERR_INVALID_ARGUMENT);
   o.ladder = dup; o.ladder_len = 2;
@@ -316,7 +316,7 @@ Test(graph_cache, ladder_rungs_pad_ids_and_rows) {
   cr_assert_eq(mdr_graph_cache_create(f.a, f.s, &o, &keep), MDR_ERR_INVALID_ARGUMENT);
   o.ladder = mine; o.ladder_len = 0;
   cr_assert_eq(mdr_graph_cache_create(f.a, f.s, &o, &keep), MDR_ERR_INVALID_ARGUMENT);
-  cr_assert_eq(keep, (mdr_graph_cache *)0x1);
+  cr_assert_null(keep);
   fixture_fini(&f);
   mdr_backend_destroy(f.b);
 }
@@ -352,8 +352,26 @@ ParameterizedTest(tb_kind *k, graph_cache, a_failed_capture_is_ended_and_the_ste
   cr_assert_eq(st.graphs, 0);
   cr_assert_eq(st.captures, 0);
   cr_assert_eq(st.steps, 1);
-  /* the body behaves again: the next step of that count is captured and replayed */
+  cr_assert_eq(st.uncapturable, 1);
+  /* that count now runs eagerly, without a capture attempt per step: one
+   * body call per step, not two, and MDR_OK (the failure was reported once) */
+  for (int i = 0; i < 3; i++) {
+    int calls = f.body_calls;
+    random_ids(&rng, ids, 5);
+    poison_all(&f);
+    cr_assert_eq(mdr_graph_cache_step(c, ids, 5), MDR_OK);
+    cr_assert_eq(mdr_backend_synchronize(f.b, f.s), MDR_OK);
+    expect_step(&f, c, ids, 5, 5, 5, 5, 0, 5, 5 | 1, "eager-only count");
+    cr_assert_eq(f.body_calls - calls, 1, "step %d re-captured an uncapturable count", i);
+  }
+  cr_assert_eq(mdr_graph_cache_stats(c, &st), MDR_OK);
+  cr_assert_eq(st.misses, 1);
+  cr_assert_eq(st.eager_steps, 4);
+  cr_assert_eq(st.graphs, 0);
+  /* the body behaves again: a prepare captures the count, later steps replay it */
   f.illegal_under_capture = 0;
+  const size_t five = 5;
+  cr_assert_eq(mdr_graph_cache_prepare(c, &five, 1), MDR_OK);
   random_ids(&rng, ids, 5);
   poison_all(&f);
   cr_assert_eq(mdr_graph_cache_step(c, ids, 5), MDR_OK);
@@ -361,6 +379,7 @@ ParameterizedTest(tb_kind *k, graph_cache, a_failed_capture_is_ended_and_the_ste
   expect_step(&f, c, ids, 5, 5, 5, 5, 0, 5, 5 | 1, "after recovery");
   cr_assert_eq(mdr_graph_cache_stats(c, &st), MDR_OK);
   cr_assert_eq(st.graphs, 1);
+  cr_assert_eq(st.hits, 1);
   /* a body that fails outright: the step fails with the body's status */
   f.body_status = MDR_ERR_UNSUPPORTED;
   cr_assert_eq(mdr_graph_cache_step(c, ids, 7), MDR_ERR_UNSUPPORTED);
@@ -437,12 +456,21 @@ Test(graph_cache, bad_input_gets_a_clear_status_and_changes_nothing) {
   o.body = body; /* DYNAMIC takes body_dynamic */
   cr_assert_eq(mdr_graph_cache_create(f.a, f.s, &o, &c), MDR_ERR_INVALID_ARGUMENT);
   mdr_graph_cache_options_default(&o);
-  o.body_dynamic = body_dynamic; /* only for DYNAMIC */
-  cr_assert_eq(mdr_graph_cache_create(f.a, f.s, &o, &c), MDR_ERR_INVALID_ARGUMENT);
-  mdr_graph_cache_options_default(&o);
   o.dynamic_impl = (mdr_graph_dynamic_impl)7;
   cr_assert_eq(mdr_graph_cache_create(f.a, f.s, &o, &c), MDR_ERR_INVALID_ARGUMENT);
-  cr_assert_eq(c, (mdr_graph_cache *)0x1);
+  cr_assert_null(c, "a failed create sets *out to NULL");
+  cr_assert_eq(mdr_graph_cache_create(f.a, f.s, &o, NULL), MDR_ERR_INVALID_ARGUMENT);
+  mdr_graph_cache_options_default(&o);
+  o.rows = (mdr_rows_policy)4;
+  cr_assert_eq(mdr_graph_cache_create(f.a, f.s, &o, &c), MDR_ERR_INVALID_ARGUMENT);
+  cr_assert_not_null(strstr(mdr_backend_last_error(f.b), "rows"), "the refusal names the field: %s",
+                     mdr_backend_last_error(f.b));
+  mdr_graph_cache_options_default(&o);
+  o.body = body;
+  o.body_dynamic = body_dynamic; /* one body, not both */
+  cr_assert_eq(mdr_graph_cache_create(f.a, f.s, &o, &c), MDR_ERR_INVALID_ARGUMENT);
+  cr_assert_not_null(strstr(mdr_backend_last_error(f.b), "body"), "%s", mdr_backend_last_error(f.b));
+  cr_assert_null(c);
 
   mdr_graph_cache_options_default(&o);
   o.body = body;
@@ -624,9 +652,9 @@ Test(graph_cache, an_arena_whose_token_ids_cannot_hold_m_ids_is_refused) {
     sizes.bytes[MDR_BUF_TOKEN_IDS] = variant == 0 ? 0 : (M - 1) * 4; /* none, or one id short */
     mdr_arena *a = NULL;
     cr_assert_eq(mdr_arena_create(b, &sizes, &a), MDR_OK);
-    mdr_graph_cache *c = (mdr_graph_cache *)0x1;
+    mdr_graph_cache *c = (mdr_graph_cache *)0x1; /* set to NULL by the failed create */
     cr_assert_eq(mdr_graph_cache_create(a, s, &o, &c), MDR_ERR_INVALID_ARGUMENT, "variant %d", variant);
-    cr_assert_eq(c, (mdr_graph_cache *)0x1);
+    cr_assert_null(c);
     cr_assert_neq(strstr(mdr_backend_last_error(b), "token_ids"), NULL);
     mdr_arena_destroy(a);
   }

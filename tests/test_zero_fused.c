@@ -1,5 +1,5 @@
 /* test_zero_fused.c — the fused zeroing kernel (kernels/zero_fused.cu) on a
- * CUDA device, through its launcher mdr_cuda_zero_fused.
+ * CUDA device, through its entry point mdr_cuda_zero_and_stage.
  *
  * Every plan is laid out in one poisoned (0xA5) device allocation with
  * guards between the buffers; after the launch the whole allocation is
@@ -173,7 +173,7 @@ static void run_plain(images *im, const plan *p, uint64_t t, int sms, cudaStream
   mdr_zero_seg segs[PLAN_MAX_SEGS];
   poison(im, p, s);
   plan_segs(p, ADDR(im->dev), segs);
-  int e = mdr_cuda_zero_fused(segs, p->n, t, NULL, s, sms);
+  int e = mdr_cuda_zero_and_stage(segs, p->n, t, NULL, s, sms);
   cr_assert_eq(e, 0, "launch: %s", cudaGetErrorString((cudaError_t)e));
   plan_segs(p, ADDR(im->host), segs);
   mdr_zero_fused_host(segs, p->n, t, NULL);
@@ -274,7 +274,7 @@ static void run_staged(images *im, const plan *p, uint64_t t_arg, uint64_t t_exp
   mdr_zero_seg segs[PLAN_MAX_SEGS];
   poison(im, p, 0);
   plan_segs(p, ADDR(im->dev), segs);
-  int e = mdr_cuda_zero_fused(segs, p->n, t_arg, &st->desc, 0, sms);
+  int e = mdr_cuda_zero_and_stage(segs, p->n, t_arg, &st->desc, 0, sms);
   cr_assert_eq(e, 0, "launch: %s", cudaGetErrorString((cudaError_t)e));
   plan_segs(p, ADDR(im->host), segs);
   mdr_zero_fused_host(segs, p->n, t_expect, NULL);
@@ -345,7 +345,7 @@ Test(zero_fused, empty_plans_launch_nothing_and_write_nothing) {
   p.rule[1].rule = MDR_RULE_HEAD; p.rule[1].bytes = 0; p.rule[1].a = 10;
   p.mem_bytes = 8192;
   for (size_t i = 0; i < p.n; i++) p.rule[i].ptr = p.off[i];
-  cr_assert_eq(mdr_cuda_zero_fused(NULL, 0, 5, NULL, 0, sm_count()), 0);
+  cr_assert_eq(mdr_cuda_zero_and_stage(NULL, 0, 5, NULL, 0, sm_count()), 0);
   run_plain(&im, &p, 7, sm_count(), 0);
   /* HEAD rules at t = 0 clear nothing either */
   p.size[1] = 4096; p.rule[1].bytes = 4096; p.mem_bytes = 9000; p.off[2] = 5200; p.rule[2].ptr = 5200;
@@ -458,7 +458,7 @@ Test(zero_fused, split_staged_plan_fetches_once_and_advances_once) {
   /* The last launch clears the fetched ids: they stay zero only if no
    * launch after the first fetches again. */
   segs[150] = (mdr_zero_seg){.ptr = ADDR(st.ids), .bytes = 64 * 4, .rule = MDR_RULE_FIXED};
-  int e = mdr_cuda_zero_fused(segs, 151, 999, &st.desc, 0, sms);
+  int e = mdr_cuda_zero_and_stage(segs, 151, 999, &st.desc, 0, sms);
   cr_assert_eq(e, 0, "launch: %s", cudaGetErrorString((cudaError_t)e));
   plan_segs(&p, ADDR(im.host), segs);
   mdr_zero_fused_host(segs, p.n, 61, NULL);
@@ -483,7 +483,7 @@ Test(zero_fused, stage_without_segments_does_only_the_stage_work) {
   dev_stage st;
   dev_stage_init(&st, 5, MDR_STAGE_FETCH | MDR_STAGE_ADVANCE | MDR_STAGE_DYNAMIC);
   fill_slot(&st, 2, 9, 12, 77);
-  cr_assert_eq(mdr_cuda_zero_fused(NULL, 0, 0, &st.desc, 0, sm_count()), 0);
+  cr_assert_eq(mdr_cuda_zero_and_stage(NULL, 0, 0, &st.desc, 0, sm_count()), 0);
   stage_state ss;
   read_stage(&st, &ss);
   check_ids(&ss, 12, 77);
@@ -525,7 +525,7 @@ Test(zero_fused, table_launch_clears_count_t_s_plan_from_the_table) {
     st.desc.table = ADDR(wd);
     st.desc.table_max = m;
     poison(&im, &p, 0);
-    int e = mdr_cuda_zero_fused(segs, p.n, t, &st.desc, 0, k % 2 ? 1 : sms); /* 1 SM: blocks stride */
+    int e = mdr_cuda_zero_and_stage(segs, p.n, t, &st.desc, 0, k % 2 ? 1 : sms); /* 1 SM: blocks stride */
     cr_assert_eq(e, 0, "launch: %s", cudaGetErrorString((cudaError_t)e));
     /* host table over the host image */
     plan_segs(&p, ADDR(im.host), segs);
@@ -541,8 +541,8 @@ Test(zero_fused, table_launch_clears_count_t_s_plan_from_the_table) {
     cr_assert_eq(ss.counter, 4 + (uint64_t)k);
     cr_assert_eq(ss.ack, 4 + (uint64_t)k);
     /* outside the table: refused, nothing enqueued */
-    cr_assert_neq(mdr_cuda_zero_fused(segs, p.n, m + 1, &st.desc, 0, sms), 0);
-    cr_assert_neq(mdr_cuda_zero_fused(segs, p.n, 0, &st.desc, 0, sms), 0);
+    cr_assert_neq(mdr_cuda_zero_and_stage(segs, p.n, m + 1, &st.desc, 0, sms), 0);
+    cr_assert_neq(mdr_cuda_zero_and_stage(segs, p.n, 0, &st.desc, 0, sms), 0);
     CU(cudaFree(wd));
     free(w);
     dev_stage_free(&st);
@@ -565,7 +565,7 @@ Test(zero_fused, captured_launch_replays_the_same_image_twice) {
   CU(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   plan_segs(&p, ADDR(im.dev), segs);
   CU(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-  int e = mdr_cuda_zero_fused(segs, p.n, t, NULL, s, sm_count());
+  int e = mdr_cuda_zero_and_stage(segs, p.n, t, NULL, s, sm_count());
   cudaGraph_t graph = NULL;
   CU(cudaStreamEndCapture(s, &graph));
   cr_assert_eq(e, 0, "launch under capture: %s", cudaGetErrorString((cudaError_t)e));
@@ -609,7 +609,7 @@ Test(zero_fused, captured_staged_launch_reads_the_next_slot_on_each_replay) {
   CU(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   plan_segs(&p, ADDR(im.dev), segs);
   CU(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-  int e = mdr_cuda_zero_fused(segs, p.n, 0, &st.desc, s, sm_count());
+  int e = mdr_cuda_zero_and_stage(segs, p.n, 0, &st.desc, s, sm_count());
   cudaGraph_t graph = NULL;
   CU(cudaStreamEndCapture(s, &graph));
   cr_assert_eq(e, 0, "launch under capture: %s", cudaGetErrorString((cudaError_t)e));

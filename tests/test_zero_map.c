@@ -177,13 +177,57 @@ Test(zero_map, head_bytes_follow_the_spec_examples) {
   cr_assert_eq(mdr_zero_head_bytes(77, 0, 1), 77);
 }
 
-Test(zero_map, head_rule_clears_nothing_at_zero_tokens) {
+/* The seed's rule at every t, 0 included: a row-shaped buffer clears
+ * nothing at 0 tokens, any other (a multiple of neither M nor ceil16(M))
+ * clears whole, as zero_head_bytes says. */
+Test(zero_map, head_rule_follows_zero_head_bytes_at_zero_tokens) {
   mdr_zero_seg s = {.ptr = 4096, .bytes = 100 * 48, .a = 100, .rule = MDR_RULE_HEAD};
-  cr_assert_eq(mdr_zero_seg_bytes(&s, 0), 0);
+  cr_assert_eq(mdr_zero_seg_bytes(&s, 0), 0, "a multiple of M");
   cr_assert_eq(mdr_zero_seg_bytes(&s, 1), 48);
-  s.bytes = 256; /* even a buffer cleared whole at t >= 1 */
-  cr_assert_eq(mdr_zero_seg_bytes(&s, 0), 0);
+  s.a = 100;
+  s.bytes = 112 * 7; /* a multiple of ceil16(100) = 112, not of 100 */
+  cr_assert_eq(mdr_zero_seg_bytes(&s, 0), 0, "a multiple of ceil16(M)");
+  s.a = 37;
+  s.bytes = 256; /* a 256-byte floor with M = 37: neither */
+  cr_assert_eq(mdr_zero_seg_bytes(&s, 0), 256);
   cr_assert_eq(mdr_zero_seg_bytes(&s, 1), 256);
+  for (uint64_t n = 0; n < 2000; n += 7)
+    for (uint64_t m = 1; m < 70; m += 3) {
+      s.bytes = n;
+      s.a = m;
+      cr_assert_eq(mdr_zero_seg_bytes(&s, 0), mdr_zero_head_bytes(n, m, 0), "n %llu m %llu",
+                   (unsigned long long)n, (unsigned long long)m);
+    }
+}
+
+/* A plan at t: the rules' bytes, FIXED, empties dropped, order kept; the
+ * largest extent of each rule bounds every t. */
+Test(zero_map, plan_at_evaluates_every_rule_and_drops_the_empty_ones) {
+  const mdr_zero_seg rules[4] = {
+      {.ptr = 4096, .bytes = 64 * 10, .a = 64, .rule = MDR_RULE_HEAD},
+      {.ptr = 8192, .bytes = 0, .rule = MDR_RULE_FIXED},
+      {.ptr = 12288, .bytes = 600 * 10, .a = 600, .b = 10, .rule = MDR_RULE_ROWS},
+      {.ptr = 20480, .bytes = 99, .rule = MDR_RULE_FIXED},
+  };
+  mdr_zero_seg out[4];
+  memset(out, 0xCD, sizeof out);
+  cr_assert_eq(mdr_zero_plan_at(rules, 4, 3, out), 3);
+  cr_assert_eq(out[0].ptr, 4096);
+  cr_assert_eq(out[0].bytes, 30);
+  cr_assert_eq(out[1].ptr, 12288);
+  cr_assert_eq(out[1].bytes, 1800);
+  cr_assert_eq(out[2].ptr, 20480);
+  cr_assert_eq(out[2].bytes, 99);
+  for (int i = 0; i < 3; i++) {
+    cr_assert_eq(out[i].rule, MDR_RULE_FIXED);
+    cr_assert_eq(out[i].a, 0);
+    cr_assert_eq(out[i].b, 0);
+  }
+  cr_assert_eq(mdr_zero_plan_at(rules, 4, 0, out), 1, "at 0 only the fixed 99 bytes");
+  cr_assert_eq(mdr_zero_seg_max_bytes(&rules[0]), 640);
+  cr_assert_eq(mdr_zero_seg_max_bytes(&rules[2]), 6000);
+  const mdr_zero_seg huge = {.ptr = 4096, .bytes = 1, .a = UINT64_MAX / 2, .b = UINT64_MAX, .rule = MDR_RULE_ROWS};
+  cr_assert_eq(mdr_zero_seg_max_bytes(&huge), UINT64_MAX, "saturates");
 }
 
 Test(zero_map, rows_rule_clamps_at_the_row_cap) {

@@ -34,7 +34,7 @@ typedef struct mdr_arena mdr_arena;
  * s->max_batch_tokens == 0, MDR_ERR_OUT_OF_RANGE when s->logits_rows is 0 or
  * does not divide the logits size, MDR_ERR_OVERFLOW when the aligned total
  * overflows, MDR_ERR_OUT_OF_MEMORY / MDR_ERR_BACKEND from the backend. On
- * failure *out is untouched and nothing is left allocated. Caller owns *out;
+ * failure *out is NULL and nothing is left allocated. Caller owns *out;
  * release with mdr_arena_destroy. Not capture-safe. */
 MDR_API mdr_status mdr_arena_create(mdr_backend *b, const mdr_sizes *s, mdr_arena **out);
 
@@ -64,25 +64,40 @@ MDR_API size_t mdr_arena_slab_bytes(const mdr_arena *a);
 MDR_BUFFER_LIST(MDR_ARENA_ACCESSOR_)
 #undef MDR_ARENA_ACCESSOR_
 
+/* The two zeroing policies, and who owns them.
+ *
+ *   zero strategy  how the bytes are cleared (memsets or one fused launch);
+ *   row policy     which bytes zero_all_rows(tokens) clears.
+ *
+ * The arena's pair (set with the two setters below) governs the arena's own
+ * eager helpers and takes effect at the next helper call. A graph cache owns
+ * a pair of its own, mdr_graph_cache_options.zero and .rows, fixed at
+ * mdr_graph_cache_create for the cache's life; their default,
+ * MDR_ZERO_FROM_ARENA / MDR_ROWS_FROM_ARENA, copies the arena's pair at that
+ * moment. Later calls to the arena's setters do not reach an existing cache.
+ * The *_FROM_ARENA values are valid in cache options only. */
 typedef enum mdr_zero_strategy {
-  MDR_ZERO_MEMSET, /* one memset per segment */
-  MDR_ZERO_FUSED,  /* every segment in one kernel launch */
+  MDR_ZERO_FROM_ARENA = -1, /* cache options: the arena's strategy at create */
+  MDR_ZERO_MEMSET = 0,      /* one memset per segment */
+  MDR_ZERO_FUSED,           /* every segment in one kernel launch */
   MDR_ZERO_STRATEGY_COUNT
 } mdr_zero_strategy;
 
 typedef enum mdr_rows_policy {
-  MDR_ROWS_SEED, /* the seed's zero_all_rows: splitk_workspace, logits, scratch whole */
-  MDR_ROWS_ALL,  /* also logits limited to its first min(tokens, logits_rows) rows */
+  MDR_ROWS_FROM_ARENA = -1, /* cache options: the arena's policy at create */
+  MDR_ROWS_SEED = 0,        /* the seed's zero_all_rows: splitk_workspace, logits, scratch whole */
+  MDR_ROWS_ALL,             /* also logits limited to its first min(tokens, logits_rows) rows */
   MDR_ROWS_POLICY_COUNT
 } mdr_rows_policy;
 
-/* Choose how the zeroing helpers clear memory (default MDR_ZERO_MEMSET).
- * MDR_ZERO_FUSED on a backend without the fused kernel: MDR_ERR_UNSUPPORTED
- * and the strategy is unchanged. Unknown value / NULL arena:
- * MDR_ERR_INVALID_ARGUMENT. */
+/* Choose how the arena's zeroing helpers clear memory (default
+ * MDR_ZERO_MEMSET). MDR_ZERO_FUSED on a backend without the fused kernel:
+ * MDR_ERR_UNSUPPORTED and the strategy is unchanged. Unknown value,
+ * MDR_ZERO_FROM_ARENA or NULL arena: MDR_ERR_INVALID_ARGUMENT. */
 MDR_API mdr_status mdr_arena_set_zero_strategy(mdr_arena *a, mdr_zero_strategy z);
-/* Choose the row policy of zero_all_rows (default MDR_ROWS_SEED). Unknown
- * value / NULL arena: MDR_ERR_INVALID_ARGUMENT. */
+/* Choose the row policy of the arena's zero_all_rows (default
+ * MDR_ROWS_SEED). Unknown value, MDR_ROWS_FROM_ARENA or NULL arena:
+ * MDR_ERR_INVALID_ARGUMENT. */
 MDR_API mdr_status mdr_arena_set_rows_policy(mdr_arena *a, mdr_rows_policy p);
 MDR_API mdr_zero_strategy mdr_arena_zero_strategy(const mdr_arena *a);
 MDR_API mdr_rows_policy mdr_arena_rows_policy(const mdr_arena *a);
@@ -91,13 +106,16 @@ MDR_API mdr_rows_policy mdr_arena_rows_policy(const mdr_arena *a);
  * capture-safe (no allocation, no synchronisation). With MDR_ZERO_MEMSET the
  * first failed enqueue is returned and later buffers are not zeroed; with
  * MDR_ZERO_FUSED the plan is one launch. NULL entries are skipped. Coverage
- * and the row rule are the seed's (shared/spec/arena-sizes.md §9):
+ * and the row rule are the seed's (docs/SIZES.md §9):
  *   zero_all                 18 buffers, whole;
  *   zero_all_rows(tokens)    splitk_workspace, logits, scratch whole, the
- *                            other 15 for zero_head_bytes(n, M, tokens) bytes;
- *                            tokens >= M zeroes them whole, tokens == 0
- *                            zeroes only the three always-whole ones; under
- *                            MDR_ROWS_ALL, logits only its first
+ *                            other 15 for zero_head_bytes(n, M, tokens) bytes
+ *                            at every count, 0 included: tokens >= M zeroes
+ *                            them whole; at tokens == 0 a row-shaped buffer
+ *                            (a multiple of M or of ceil16(M) bytes) clears
+ *                            nothing and any other (say a 256-byte floor with
+ *                            M odd) clears whole, as the seed's helper does;
+ *                            under MDR_ROWS_ALL, logits only its first
  *                            min(tokens, logits_rows) rows;
  *   zero_prefill_essentials  7 buffers, whole.
  * NULL arena: MDR_ERR_INVALID_ARGUMENT. */

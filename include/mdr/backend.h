@@ -31,13 +31,18 @@ typedef uint64_t mdr_dptr;
 /* A stream; a cudaStream_t on the CUDA backend. */
 typedef void *mdr_stream;
 
-/* Create a CUDA backend on `device`. Returns MDR_ERR_NO_DEVICE when there is
- * no driver or no such device (out untouched as NULL), MDR_ERR_UNSUPPORTED in
- * a build without CUDA, MDR_ERR_INVALID_ARGUMENT for a NULL out or a negative
- * device. Caller owns *out; release with mdr_backend_destroy. */
+/* Create a CUDA backend on `device`. Every call made through it runs on that
+ * device, whatever the calling thread's current device is, and leaves the
+ * caller's current device as it was (create included). Its blocking calls
+ * (fill, copies) use a private stream and wait for it only, never for the
+ * whole device. Returns MDR_ERR_NO_DEVICE when there is no driver or no
+ * such device, MDR_ERR_UNSUPPORTED in a build without CUDA,
+ * MDR_ERR_INVALID_ARGUMENT for a NULL out or a negative device. On failure
+ * *out is NULL. Caller owns *out; release with mdr_backend_destroy. */
 MDR_API mdr_status mdr_backend_cuda_create(int device, mdr_backend **out);
 
-/* Create a host backend. Caller owns *out; release with mdr_backend_destroy. */
+/* Create a host backend. On failure *out is NULL. Caller owns *out; release
+ * with mdr_backend_destroy. */
 MDR_API mdr_status mdr_backend_host_create(mdr_backend **out);
 
 /* The CUDA backend on device 0 when one is present, else the host backend.

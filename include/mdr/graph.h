@@ -3,13 +3,14 @@
  * CUDA graph, cached by token count and replayed once per step.
  *
  * What one graph holds, in order:
- *   1. the zero plan of mdr_arena_zero_all_rows(graph_tokens) under the
- *      arena's row policy as it was when the cache was created (memset
- *      nodes, or one fused-kernel node);
+ *   1. the zero plan of zero_all_rows(graph_tokens) under the cache's row
+ *      policy (memset nodes, or one fused-kernel node);
  *   2. the upload of the step's ids from a pinned staging slot owned by the
- *      cache into the arena's token_ids (a kernel reading mapped pinned
- *      memory; with MDR_ZERO_FUSED it is the same node as the zeroing);
- *   3. the caller's body(user, stream, graph_tokens).
+ *      cache into the arena's token_ids, and of the step's real count into
+ *      the count word (mdr_graph_cache_count_ptr): a kernel reading mapped
+ *      pinned memory; with MDR_ZERO_FUSED it is the same node as the
+ *      zeroing;
+ *   3. the caller's body (one of the two kinds below).
  *
  * Staging safety: the ids of each step go to their own slot of a ring of
  * MDR_GRAPH_STAGING_SLOTS slots; the device counts the launches it has
@@ -17,6 +18,12 @@
  * the launch that read it last has finished, so the host can run ahead of
  * the GPU by up to the ring length without ever overwriting ids not yet read;
  * past that, `step` waits.
+ *
+ * Capture: step and prepare are not capture-safe. They refuse (with
+ * MDR_ERR_STATE, changing nothing) when the cache's stream is being
+ * captured, and when called from inside the cache's own step or prepare
+ * (from a body). Replay the cache's graphs through step instead of
+ * capturing step into graphs of your own.
  *
  * Thread safety: one cache per thread and stream. Several caches may share
  * one arena only if their steps are ordered (the same stream, or the caller
@@ -45,40 +52,60 @@ typedef enum mdr_graph_mode {
   MDR_GRAPH_MODE_COUNT
 } mdr_graph_mode;
 
-/* Caller's decode work, captured inside each graph after the zeroing and the
- * upload. It must only enqueue work on `stream` (no allocation, no
- * synchronisation, nothing on other streams). `tokens` is the graph's token
- * count (the padded one in LADDER mode). Returning anything but MDR_OK
- * aborts the capture. Not used in DYNAMIC mode (see mdr_capture_dynamic_fn). */
+/* The body: the caller's decode work, run inside each step after the
+ * zeroing and the upload, eagerly or under capture. Rules for both kinds:
+ * only enqueue work on `stream` (no allocation, no synchronisation, nothing
+ * on other streams, no call to this cache); returning anything but MDR_OK
+ * aborts the capture (the step then runs eagerly, see step). Give one of
+ * the two in the options, not both.
+ *
+ * Kind 1, mdr_capture_fn (EXACT and LADDER): `tokens` is the graph's token
+ * count (the padded one in LADDER mode), known on the host at capture.
+ *
+ *   static mdr_status my_step(void *user, mdr_stream s, size_t tokens) {
+ *     engine *e = user;
+ *     return engine_enqueue_layers(e, (cudaStream_t)s, tokens);
+ *   }
+ *   o.body = my_step;  o.user = e;
+ *
+ * Kind 2, mdr_capture_dynamic_fn (every mode; the only kind DYNAMIC takes):
+ * the step's real token count is the uint32 at `count_ptr` in device
+ * memory, written by the graph before the body runs, every replay; kernels
+ * read it there and size their grids for `max_tokens` rows (the graph's
+ * token count: max_batch_tokens in DYNAMIC mode, the exact or padded count
+ * in EXACT and LADDER). An engine that writes its body this way writes it
+ * once for every mode.
+ *
+ *   static mdr_status my_step_dyn(void *user, mdr_stream s, mdr_dptr count_ptr,
+ *                                 size_t max_tokens) {
+ *     engine *e = user;
+ *     return engine_enqueue_layers_counted(e, (cudaStream_t)s,
+ *                                          (const uint32_t *)count_ptr, max_tokens);
+ *   }
+ *   o.body_dynamic = my_step_dyn;  o.user = e; */
 typedef mdr_status (*mdr_capture_fn)(void *user, mdr_stream stream, size_t tokens);
-
-/* The body of a DYNAMIC cache, captured once: its kernels must read the
- * step's token count on the device, from the uint32 at `count_ptr` (written
- * by the graph before the body runs, every replay), and treat
- * `max_tokens` as the upper bound for grid sizes. */
 typedef mdr_status (*mdr_capture_dynamic_fn)(void *user, mdr_stream stream, mdr_dptr count_ptr,
                                              size_t max_tokens);
 
-/* How a DYNAMIC graph learns each step's token count (measured side by side
- * with a conditional-SWITCH graph by bench/dynamic_switch_probe.cu; figures
- * in bench/results/h200-2026-11-30-session2/RESULTS.md):
+/* How a DYNAMIC graph learns each step's token count (their costs side by
+ * side: docs/GRAPHS.md):
  *   MDR_DYNAMIC_NODE_UPDATE   step() re-targets the fused node of the one
  *                             instantiated graph when the count differs from
  *                             the previous step's: the node's parameters are
  *                             only t and the stage, its grid is fixed, and
  *                             the plan at t comes from a table of every
  *                             count's plan, built at create in device memory
- *                             (8 * (n + M * (2n + 1)) bytes for n rules: 1.2 MB
- *                             for 18 rules at M = 4096). The update is one
- *                             parameter write (~0.4-0.6 us of CPU); on the
- *                             GPU, 0.96-1.09x an EXACT graph. Default.
+ *                             (8 * (n + M * (2n + 1)) bytes for n rules). The
+ *                             update is one parameter write on the host, and
+ *                             the graph's GPU time stays close to an EXACT
+ *                             graph's. Default.
  *   MDR_DYNAMIC_DEVICE_COUNT  the graph never changes: one block reads the
  *                             count from the staging slot in mapped host
  *                             memory and publishes it in device memory; all
  *                             blocks clear what any count clears, then wait
  *                             for it and clear the rest. No CPU cost beyond
- *                             the launch, but the PCIe round trip is on the
- *                             critical path: 2.3-2.6x EXACT at 1-2 tokens. */
+ *                             the launch, but a PCIe round trip is on the
+ *                             GPU's critical path. */
 typedef enum mdr_graph_dynamic_impl {
   MDR_DYNAMIC_NODE_UPDATE,
   MDR_DYNAMIC_DEVICE_COUNT,
@@ -95,7 +122,9 @@ typedef enum mdr_graph_dynamic_impl {
 
 typedef struct mdr_graph_cache_options {
   mdr_graph_mode mode;
-  mdr_zero_strategy zero;                  /* DYNAMIC needs MDR_ZERO_FUSED */
+  mdr_zero_strategy zero;                  /* MDR_ZERO_FROM_ARENA (default): the
+                                              arena's at create; DYNAMIC needs
+                                              MDR_ZERO_FUSED */
   const size_t *ladder; size_t ladder_len; /* LADDER; NULL: the default ladder.
                                               Copied at create; must be
                                               strictly increasing, >= 1; sizes
@@ -105,27 +134,35 @@ typedef struct mdr_graph_cache_options {
   size_t max_graphs;                       /* LRU cap; 0: unlimited */
   uint32_t pad_token_id;
   mdr_capture_fn body; void *user;         /* optional */
-  mdr_capture_dynamic_fn body_dynamic;     /* optional, DYNAMIC only; gets `user` */
+  mdr_capture_dynamic_fn body_dynamic;     /* optional, any mode; gets `user` */
   mdr_graph_dynamic_impl dynamic_impl;     /* DYNAMIC only */
+  mdr_rows_policy rows;                    /* zero_all_rows coverage of the
+                                              graphs; MDR_ROWS_FROM_ARENA
+                                              (default): the arena's at create */
 } mdr_graph_cache_options;
 
-/* EXACT, MDR_ZERO_MEMSET, default ladder, unlimited graphs, pad id 0, no
- * body. NULL o: nothing. */
+/* EXACT, zero strategy and row policy from the arena (at create), default
+ * ladder, unlimited graphs, pad id 0, no body. NULL o: nothing. */
 MDR_API void mdr_graph_cache_options_default(mdr_graph_cache_options *o);
 
 /* Create a cache over arena `a` capturing and replaying on `stream` (not the
  * legacy stream: NULL is MDR_ERR_INVALID_ARGUMENT). The arena, its backend
  * and the stream are borrowed and must outlive the cache; the options are
- * copied. Allocates the staging ring (pinned) and a small device block;
- * captures nothing yet. Returns MDR_ERR_INVALID_ARGUMENT for NULL arguments,
- * an unknown mode or strategy, a ladder that is not strictly increasing or
- * holds 0, DYNAMIC without MDR_ZERO_FUSED, or a body of the wrong kind for
- * the mode, or an arena whose token_ids cannot hold max_batch_tokens ids;
- * MDR_ERR_UNSUPPORTED on a backend without the fused launch (the staged
- * upload needs it); allocation failures as such. The arena's row policy is
- * read here, once: later changes to it do not reach this cache. On failure *out is untouched
- * and nothing leaks. Caller owns *out; release with mdr_graph_cache_destroy.
- * Environment: MDR_DISABLE_GRAPHS=1 at create makes every step eager. */
+ * copied. Allocates the staging ring (pinned) and a small device block
+ * (and, for DYNAMIC NODE_UPDATE, the plan table); captures nothing yet.
+ * The zero strategy and row policy are fixed here for the cache's life
+ * (mdr/arena.h says who owns which). Returns MDR_ERR_INVALID_ARGUMENT for
+ * NULL arguments, an unknown mode, strategy, policy or DYNAMIC
+ * implementation, a ladder that is not strictly increasing or holds 0,
+ * DYNAMIC without MDR_ZERO_FUSED, both bodies given, `body` in DYNAMIC mode,
+ * or an arena whose token_ids cannot hold max_batch_tokens ids (the last
+ * error names the field); MDR_ERR_UNSUPPORTED on a backend without the
+ * fused launch (the staged upload needs it); allocation failures as such.
+ * On failure *out is NULL and nothing leaks. Caller owns *out; release
+ * with mdr_graph_cache_destroy. Blocking (it clears and uploads on the
+ * backend's private stream, never the whole device). Environment:
+ * MDR_DISABLE_GRAPHS=1 (or true, yes, on) at create makes every step
+ * eager; mdr_graph_stats.graphs_disabled says so. */
 MDR_API mdr_status mdr_graph_cache_create(mdr_arena *a, mdr_stream stream,
                                           const mdr_graph_cache_options *o, mdr_graph_cache **out);
 
@@ -138,8 +175,11 @@ MDR_API void mdr_graph_cache_destroy(mdr_graph_cache *c);
  * DYNAMIC mode the one graph). Counts already cached are skipped. Returns
  * the first failure (MDR_ERR_OUT_OF_RANGE for a bad count, checked before
  * anything is captured; MDR_ERR_CAPTURE or the body's status otherwise);
- * graphs captured before it stay. Not capture-safe; enqueues on the stream
- * (graph uploads). With graphs disabled it does nothing and returns MDR_OK. */
+ * graphs captured before it stay. A count that a step marked eager-only
+ * (its capture failed) is captured again. Not capture-safe: MDR_ERR_STATE,
+ * nothing captured, while the stream is being captured or from inside the
+ * cache's own step or prepare. Enqueues on the stream (graph uploads). With
+ * graphs disabled it does nothing and returns MDR_OK. */
 MDR_API mdr_status mdr_graph_cache_prepare(mdr_graph_cache *c, const size_t *tokens, size_t n);
 
 /* One decode step: stage `tokens` ids, then replay the graph for that count
@@ -150,10 +190,19 @@ MDR_API mdr_status mdr_graph_cache_prepare(mdr_graph_cache *c, const size_t *tok
  *   MDR_OK                    the step is enqueued (graph or eager);
  *   MDR_ERR_INVALID_ARGUMENT  NULL cache or ids; nothing changed;
  *   MDR_ERR_OUT_OF_RANGE      tokens 0 or > max_batch_tokens; nothing changed;
+ *   MDR_ERR_STATE             called while the cache's stream is being
+ *                             captured, or from inside this cache's step or
+ *                             prepare (a body); nothing changed. Also: the
+ *                             staging ring found corrupt (the device served
+ *                             a staged launch the cache never enqueued);
  *   MDR_ERR_CAPTURE           the capture failed (the body's failure
- *                             included); it was ended cleanly, no graph was
- *                             kept, and the step ran eagerly (counted in
- *                             eager_fallbacks): the step's work is enqueued;
+ *                             included, named in the last error); it was
+ *                             ended cleanly, no graph was kept, and the step
+ *                             ran eagerly (counted in eager_fallbacks): the
+ *                             step's work is enqueued. That graph count then
+ *                             runs eagerly without new captures (counted in
+ *                             uncapturable) until a prepare of it succeeds;
+ *                             this status is returned once per such count;
  *   other                     the step failed (backend error, or the body
  *                             failed when run eagerly); see
  *                             mdr_backend_last_error.
@@ -163,6 +212,12 @@ MDR_API mdr_status mdr_graph_cache_step(mdr_graph_cache *c, const uint32_t *toke
 /* Device address of the uint32 holding the current step's real token count
  * (written by every step before the body runs). 0 for a NULL cache. */
 MDR_API mdr_dptr mdr_graph_cache_count_ptr(const mdr_graph_cache *c);
+
+/* The zero strategy and row policy the cache's graphs use (resolved at
+ * create; never *_FROM_ARENA for a cache). A NULL cache gives
+ * MDR_ZERO_FROM_ARENA / MDR_ROWS_FROM_ARENA. */
+MDR_API mdr_zero_strategy mdr_graph_cache_zero_strategy(const mdr_graph_cache *c);
+MDR_API mdr_rows_policy mdr_graph_cache_rows_policy(const mdr_graph_cache *c);
 
 /* The graph token count serving `tokens` (EXACT: tokens; LADDER: its rung;
  * DYNAMIC: max_batch_tokens). MDR_ERR_OUT_OF_RANGE / _INVALID_ARGUMENT as
@@ -180,6 +235,8 @@ typedef struct mdr_graph_stats {
   double capture_us;        /* total time spent capturing, instantiating and uploading graphs */
   size_t graphs;            /* live graphs */
   uint64_t eager_steps;     /* steps enqueued eagerly (graphs disabled, or fallbacks) */
+  uint64_t uncapturable;    /* graph counts marked eager-only after a failed capture */
+  int graphs_disabled;      /* 1: MDR_DISABLE_GRAPHS was set at create; every step is eager */
 } mdr_graph_stats;
 
 /* Copy the counters. NULL arguments: MDR_ERR_INVALID_ARGUMENT. */
