@@ -764,3 +764,310 @@ Test(graph_cache, dynamic_node_update_touches_the_graph_only_when_the_count_chan
   mdr_backend_destroy(fb);
   mdr_backend_destroy(host);
 }
+
+/* ------------------------------------------------------------------------- */
+/* misuse: a step or prepare under a capture, or from inside a body */
+
+ParameterizedTestParameters(graph_cache, step_and_prepare_refuse_under_an_outer_capture_and_change_nothing) {
+  static tb_kind kinds[] = {TB_HOST, TB_CUDA};
+  return cr_make_param_array(tb_kind, kinds, 2);
+}
+
+/* An engine capturing its own graph around step: refused with
+ * MDR_ERR_STATE, nothing staged or counted, and every later step right. */
+ParameterizedTest(tb_kind *k, graph_cache, step_and_prepare_refuse_under_an_outer_capture_and_change_nothing) {
+  fixture f;
+  fixture_init(&f, tb_backend(*k));
+  mdr_graph_cache_options o;
+  mdr_graph_cache_options_default(&o);
+  o.zero = MDR_ZERO_FUSED;
+  o.body = body;
+  o.user = &f;
+  mdr_graph_cache *c = NULL;
+  cr_assert_eq(mdr_graph_cache_create(f.a, f.s, &o, &c), MDR_OK);
+  uint64_t rng = 41;
+  uint32_t ids[M];
+  random_ids(&rng, ids, 5);
+  cr_assert_eq(mdr_graph_cache_step(c, ids, 5), MDR_OK);
+  cr_assert_eq(mdr_backend_synchronize(f.b, f.s), MDR_OK);
+  mdr_graph_stats before, after;
+  cr_assert_eq(mdr_graph_cache_stats(c, &before), MDR_OK);
+  const int calls = f.body_calls;
+
+  cr_assert_eq(mdr_be_capture_begin(f.b, f.s), MDR_OK);
+  cr_assert_eq(mdr_graph_cache_step(c, ids, 5), MDR_ERR_STATE);
+  cr_assert_not_null(strstr(mdr_backend_last_error(f.b), "captured"), "%s", mdr_backend_last_error(f.b));
+  const size_t counts[] = {3};
+  cr_assert_eq(mdr_graph_cache_prepare(c, counts, 1), MDR_ERR_STATE);
+  void *g = NULL;
+  mdr_status ended = mdr_be_capture_end(f.b, f.s, &g);
+  if (ended == MDR_OK) mdr_be_graph_destroy(f.b, g);
+  cr_assert_eq(mdr_graph_cache_stats(c, &after), MDR_OK);
+  cr_assert_eq(memcmp(&before, &after, sizeof before), 0, "a refused call changed the stats");
+  cr_assert_eq(f.body_calls, calls, "a refused call ran the body");
+
+  for (size_t t = 1; t <= 9; t += 4) { /* later steps: right ids, right count */
+    random_ids(&rng, ids, t);
+    poison_all(&f);
+    cr_assert_eq(mdr_graph_cache_step(c, ids, t), MDR_OK, "%s", mdr_backend_last_error(f.b));
+    cr_assert_eq(mdr_backend_synchronize(f.b, f.s), MDR_OK);
+    expect_step(&f, c, ids, t, t, t, t, 0, (int)t, (unsigned char)(t | 1), "after the refused capture");
+  }
+  mdr_graph_cache_destroy(c);
+  fixture_fini(&f);
+  mdr_backend_destroy(f.b);
+}
+
+typedef struct reentry {
+  fixture *f;
+  mdr_graph_cache *c;
+  mdr_status inner_step, inner_prepare;
+} reentry;
+
+static mdr_status reentrant_body(void *user, mdr_stream s, size_t tokens) {
+  reentry *r = user;
+  const uint32_t ids[1] = {7};
+  const size_t count = 1;
+  r->inner_step = mdr_graph_cache_step(r->c, ids, 1);
+  r->inner_prepare = mdr_graph_cache_prepare(r->c, &count, 1);
+  return body(r->f, s, tokens);
+}
+
+ParameterizedTestParameters(graph_cache, a_body_calling_its_own_cache_is_refused) {
+  static tb_kind kinds[] = {TB_HOST, TB_CUDA};
+  return cr_make_param_array(tb_kind, kinds, 2);
+}
+
+/* A body re-entering step or prepare gets MDR_ERR_STATE (no recursion, no
+ * stack overflow), and the outer step is served exactly, eager or graph. */
+ParameterizedTest(tb_kind *k, graph_cache, a_body_calling_its_own_cache_is_refused) {
+  fixture f;
+  fixture_init(&f, tb_backend(*k));
+  reentry r = {.f = &f};
+  mdr_graph_cache_options o;
+  mdr_graph_cache_options_default(&o);
+  o.zero = MDR_ZERO_FUSED;
+  o.body = reentrant_body;
+  o.user = &r;
+  cr_assert_eq(mdr_graph_cache_create(f.a, f.s, &o, &r.c), MDR_OK);
+  uint64_t rng = 42;
+  uint32_t ids[M];
+  for (int i = 0; i < 3; i++) { /* capture, replay, replay */
+    random_ids(&rng, ids, 6);
+    r.inner_step = r.inner_prepare = MDR_OK;
+    poison_all(&f);
+    cr_assert_eq(mdr_graph_cache_step(r.c, ids, 6), MDR_OK, "%s", mdr_backend_last_error(f.b));
+    cr_assert_eq(mdr_backend_synchronize(f.b, f.s), MDR_OK);
+    expect_step(&f, r.c, ids, 6, 6, 6, 6, 0, 6, 6 | 1, "outer step");
+    if (i == 0) {
+      cr_assert_eq(r.inner_step, MDR_ERR_STATE);
+      cr_assert_eq(r.inner_prepare, MDR_ERR_STATE);
+    }
+  }
+  mdr_graph_stats st;
+  cr_assert_eq(mdr_graph_cache_stats(r.c, &st), MDR_OK);
+  cr_assert_eq(st.steps, 3);
+  cr_assert_eq(st.captures, 1);
+  cr_assert_eq(st.hits, 2);
+  mdr_graph_cache_destroy(r.c);
+  fixture_fini(&f);
+  mdr_backend_destroy(f.b);
+}
+
+/* ------------------------------------------------------------------------- */
+/* one body for every mode; the node DYNAMIC re-targets */
+
+/* A DYNAMIC body with a fused launch of its own: the cache re-targets the
+ * node its capture reported, never the body's. */
+static mdr_status body_dynamic_fused(void *user, mdr_stream s, mdr_dptr count_ptr, size_t max_tokens) {
+  fixture *f = user;
+  f->body_calls++;
+  cr_assert_neq(count_ptr, 0);
+  cr_assert_eq(max_tokens, M);
+  const mdr_zero_seg seg = {.ptr = f->mark, .bytes = M, .rule = MDR_RULE_FIXED};
+  return mdr_be_zero_fused(f->b, &seg, 1, 0, NULL, s, NULL);
+}
+
+ParameterizedTestParameters(graph_cache, dynamic_node_update_retargets_its_own_node_beside_a_fused_body) {
+  static tb_kind kinds[] = {TB_HOST, TB_CUDA};
+  return cr_make_param_array(tb_kind, kinds, 2);
+}
+
+ParameterizedTest(tb_kind *k, graph_cache, dynamic_node_update_retargets_its_own_node_beside_a_fused_body) {
+  fixture f;
+  fixture_init(&f, tb_backend(*k));
+  mdr_graph_cache_options o;
+  mdr_graph_cache_options_default(&o);
+  o.mode = MDR_GRAPH_DYNAMIC;
+  o.zero = MDR_ZERO_FUSED;
+  o.dynamic_impl = MDR_DYNAMIC_NODE_UPDATE;
+  o.body_dynamic = body_dynamic_fused;
+  o.user = &f;
+  mdr_graph_cache *c = NULL;
+  cr_assert_eq(mdr_graph_cache_create(f.a, f.s, &o, &c), MDR_OK, "%s", mdr_backend_last_error(f.b));
+  uint64_t rng = 43;
+  uint32_t ids[M];
+  const size_t counts[] = {1, 7, 7, 40, 2, 17, 1, 39};
+  for (size_t i = 0; i < sizeof counts / sizeof counts[0]; i++) {
+    const size_t t = counts[i];
+    random_ids(&rng, ids, t);
+    poison_all(&f);
+    cr_assert_eq(mdr_graph_cache_step(c, ids, t), MDR_OK, "%s", mdr_backend_last_error(f.b));
+    cr_assert_eq(mdr_backend_synchronize(f.b, f.s), MDR_OK);
+    expect_step(&f, c, ids, t, M, t, t, 0, M, 0, "dynamic beside a fused body");
+  }
+  mdr_graph_stats st;
+  cr_assert_eq(mdr_graph_cache_stats(c, &st), MDR_OK);
+  cr_assert_eq(st.captures, 1);
+  cr_assert_eq(f.body_calls, 1);
+  mdr_graph_cache_destroy(c);
+  fixture_fini(&f);
+  mdr_backend_destroy(f.b);
+}
+
+typedef struct body_mode_case {
+  tb_kind kind;
+  mdr_graph_mode mode;
+} body_mode_case;
+
+ParameterizedTestParameters(graph_cache, the_counted_body_serves_exact_and_ladder_caches_too) {
+  static body_mode_case cases[] = {{TB_HOST, MDR_GRAPH_EXACT}, {TB_HOST, MDR_GRAPH_LADDER},
+                                   {TB_CUDA, MDR_GRAPH_EXACT}, {TB_CUDA, MDR_GRAPH_LADDER}};
+  return cr_make_param_array(body_mode_case, cases, sizeof cases / sizeof cases[0]);
+}
+
+/* body_dynamic in EXACT and LADDER: the count word holds the real count and
+ * max_tokens is the graph's count (the rows the body may touch). */
+ParameterizedTest(body_mode_case *bc, graph_cache, the_counted_body_serves_exact_and_ladder_caches_too) {
+  fixture f;
+  fixture_init(&f, tb_backend(bc->kind));
+  mdr_graph_cache_options o;
+  mdr_graph_cache_options_default(&o);
+  o.mode = bc->mode;
+  o.zero = MDR_ZERO_FUSED;
+  o.pad_token_id = 9;
+  o.body_dynamic = body_dynamic;
+  o.user = &f;
+  mdr_graph_cache *c = NULL;
+  cr_assert_eq(mdr_graph_cache_create(f.a, f.s, &o, &c), MDR_OK, "%s", mdr_backend_last_error(f.b));
+  uint64_t rng = 44;
+  uint32_t ids[M];
+  const size_t counts[] = {3, 3, 5, 20, 40};
+  for (size_t i = 0; i < sizeof counts / sizeof counts[0]; i++) {
+    const size_t t = counts[i];
+    size_t g = 0;
+    cr_assert_eq(mdr_graph_cache_graph_tokens(c, t, &g), MDR_OK);
+    random_ids(&rng, ids, t);
+    poison_all(&f);
+    cr_assert_eq(mdr_graph_cache_step(c, ids, t), MDR_OK, "%s", mdr_backend_last_error(f.b));
+    cr_assert_eq(mdr_backend_synchronize(f.b, f.s), MDR_OK);
+    expect_step(&f, c, ids, t, g, g, g, 9, (int)g, 0x77, "counted body");
+  }
+  mdr_graph_cache_destroy(c);
+  fixture_fini(&f);
+  mdr_backend_destroy(f.b);
+}
+
+/* ------------------------------------------------------------------------- */
+/* policies: one owner each, one moment */
+
+Test(graph_cache, policies_default_to_the_arenas_at_create_and_options_override_them) {
+  fixture f;
+  fixture_init(&f, tb_backend(TB_HOST));
+  mdr_graph_cache_options o;
+  mdr_graph_cache_options_default(&o);
+  cr_assert_eq(o.zero, MDR_ZERO_FROM_ARENA);
+  cr_assert_eq(o.rows, MDR_ROWS_FROM_ARENA);
+  o.body = body;
+  o.user = &f;
+  cr_assert_eq(mdr_arena_set_zero_strategy(f.a, MDR_ZERO_FUSED), MDR_OK);
+  cr_assert_eq(mdr_arena_set_rows_policy(f.a, MDR_ROWS_ALL), MDR_OK);
+  mdr_graph_cache *inherit = NULL, *own = NULL;
+  cr_assert_eq(mdr_graph_cache_create(f.a, f.s, &o, &inherit), MDR_OK);
+  o.zero = MDR_ZERO_MEMSET;
+  o.rows = MDR_ROWS_SEED;
+  cr_assert_eq(mdr_graph_cache_create(f.a, f.s, &o, &own), MDR_OK);
+  /* later changes to the arena reach neither cache */
+  cr_assert_eq(mdr_arena_set_zero_strategy(f.a, MDR_ZERO_MEMSET), MDR_OK);
+  cr_assert_eq(mdr_arena_set_rows_policy(f.a, MDR_ROWS_SEED), MDR_OK);
+  cr_assert_eq(mdr_graph_cache_zero_strategy(inherit), MDR_ZERO_FUSED);
+  cr_assert_eq(mdr_graph_cache_rows_policy(inherit), MDR_ROWS_ALL);
+  cr_assert_eq(mdr_graph_cache_zero_strategy(own), MDR_ZERO_MEMSET);
+  cr_assert_eq(mdr_graph_cache_rows_policy(own), MDR_ROWS_SEED);
+  cr_assert_eq(mdr_graph_cache_zero_strategy(NULL), MDR_ZERO_FROM_ARENA);
+  cr_assert_eq(mdr_graph_cache_rows_policy(NULL), MDR_ROWS_FROM_ARENA);
+  /* the FROM_ARENA values are for cache options only */
+  cr_assert_eq(mdr_arena_set_zero_strategy(f.a, MDR_ZERO_FROM_ARENA), MDR_ERR_INVALID_ARGUMENT);
+  cr_assert_eq(mdr_arena_set_rows_policy(f.a, MDR_ROWS_FROM_ARENA), MDR_ERR_INVALID_ARGUMENT);
+  /* what each clears follows its own pair: ALL trims logits, SEED clears it whole */
+  uint64_t rng = 45;
+  uint32_t ids[M];
+  random_ids(&rng, ids, 2);
+  poison_all(&f);
+  cr_assert_eq(mdr_graph_cache_step(inherit, ids, 2), MDR_OK);
+  cr_assert_eq(mdr_arena_set_rows_policy(f.a, MDR_ROWS_ALL), MDR_OK); /* expect_step reads it */
+  expect_step(&f, inherit, ids, 2, 2, 2, 2, 0, 2, 2 | 1, "inherited ALL");
+  cr_assert_eq(mdr_arena_set_rows_policy(f.a, MDR_ROWS_SEED), MDR_OK);
+  poison_all(&f);
+  cr_assert_eq(mdr_graph_cache_step(own, ids, 2), MDR_OK);
+  expect_step(&f, own, ids, 2, 2, 2, 2, 0, 2, 2 | 1, "own SEED");
+  mdr_graph_cache_destroy(inherit);
+  mdr_graph_cache_destroy(own);
+  fixture_fini(&f);
+  mdr_backend_destroy(f.b);
+}
+
+/* MDR_DISABLE_GRAPHS takes the usual truthy spellings, and stats say so. */
+Test(graph_cache, disable_graphs_accepts_truthy_spellings_and_stats_say_so) {
+  fixture f;
+  fixture_init(&f, tb_backend(TB_HOST));
+  mdr_graph_cache_options o;
+  mdr_graph_cache_options_default(&o);
+  static const struct {
+    const char *value;
+    int disabled;
+  } k_values[] = {{"1", 1}, {"true", 1}, {"YES", 1}, {"On", 1}, {"0", 0}, {"no", 0}, {"", 0}, {"2", 0}};
+  for (size_t i = 0; i < sizeof k_values / sizeof k_values[0]; i++) {
+    setenv("MDR_DISABLE_GRAPHS", k_values[i].value, 1);
+    mdr_graph_cache *c = NULL;
+    mdr_status st = mdr_graph_cache_create(f.a, f.s, &o, &c);
+    unsetenv("MDR_DISABLE_GRAPHS");
+    cr_assert_eq(st, MDR_OK);
+    mdr_graph_stats s;
+    cr_assert_eq(mdr_graph_cache_stats(c, &s), MDR_OK);
+    cr_assert_eq(s.graphs_disabled, k_values[i].disabled, "MDR_DISABLE_GRAPHS=\"%s\"", k_values[i].value);
+    const uint32_t ids[2] = {1, 2};
+    cr_assert_eq(mdr_graph_cache_step(c, ids, 2), MDR_OK);
+    cr_assert_eq(mdr_graph_cache_stats(c, &s), MDR_OK);
+    cr_assert_eq(s.eager_steps, (uint64_t)k_values[i].disabled);
+    mdr_graph_cache_destroy(c);
+  }
+  fixture_fini(&f);
+  mdr_backend_destroy(f.b);
+}
+
+/* A body that fails says so in the last error (not an empty or older text),
+ * under capture and eagerly. */
+Test(graph_cache, a_failing_body_is_named_in_the_last_error) {
+  fixture f;
+  fixture_init(&f, tb_backend(TB_HOST));
+  mdr_graph_cache_options o;
+  mdr_graph_cache_options_default(&o);
+  o.body = body;
+  o.user = &f;
+  mdr_graph_cache *c = NULL;
+  cr_assert_eq(mdr_graph_cache_create(f.a, f.s, &o, &c), MDR_OK);
+  f.body_status = MDR_ERR_UNSUPPORTED;
+  const uint32_t ids[4] = {1, 2, 3, 4};
+  const size_t four = 4;
+  cr_assert_eq(mdr_graph_cache_prepare(c, &four, 1), MDR_ERR_UNSUPPORTED);
+  cr_assert_not_null(strstr(mdr_backend_last_error(f.b), "the body returned"), "%s", mdr_backend_last_error(f.b));
+  cr_assert_not_null(strstr(mdr_backend_last_error(f.b), "under capture"), "%s", mdr_backend_last_error(f.b));
+  cr_assert_eq(mdr_graph_cache_step(c, ids, 4), MDR_ERR_UNSUPPORTED);
+  cr_assert_not_null(strstr(mdr_backend_last_error(f.b), "the body returned"), "%s", mdr_backend_last_error(f.b));
+  cr_assert_eq(mdr_graph_cache_step(c, NULL, 4), MDR_ERR_INVALID_ARGUMENT);
+  cr_assert_not_null(strstr(mdr_backend_last_error(f.b), "NULL token ids"), "%s", mdr_backend_last_error(f.b));
+  mdr_graph_cache_destroy(c);
+  fixture_fini(&f);
+  mdr_backend_destroy(f.b);
+}

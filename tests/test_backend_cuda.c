@@ -1,0 +1,164 @@
+/* Suite `backend_cuda`: what the CUDA backend promises about devices and
+ * blocking (src/backend_cuda.c). Every case skips without a GPU; the
+ * several-GPU cases skip with fewer than two.
+ *   - its blocking calls (fill, copies), and so arena and cache creation,
+ *     never wait for an unrelated busy stream of the application;
+ *   - a backend made for device d allocates, launches and synchronises on d
+ *     whatever the calling thread's current device is, and leaves that
+ *     current device as it found it; from one thread and from two. */
+#define _POSIX_C_SOURCE 200809L
+#include <criterion/criterion.h>
+#include <pthread.h>
+#include <string.h>
+
+#include "support.h"
+
+#if defined(MDR_HAVE_CUDA)
+#include <cuda_runtime.h>
+
+#include "gpu_helpers.h"
+
+static int device_count(void) {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return n;
+}
+
+static int current_device(void) {
+  int d = -1;
+  cr_assert_eq(cudaGetDevice(&d), cudaSuccess);
+  return d;
+}
+
+static int device_of(mdr_dptr p) {
+  struct cudaPointerAttributes at;
+  cr_assert_eq(cudaPointerGetAttributes(&at, (const void *)(uintptr_t)p), cudaSuccess);
+  return at.device;
+}
+
+/* Busy time of the unrelated stream: long enough that a device-wide wait
+ * would still be waiting when the calls under test return. */
+#define BUSY_NS 3000000000ull
+
+/* An application stream busy with a long kernel: arena and cache creation
+ * (fills and an upload) and the blocking calls return while it still runs. */
+Test(backend_cuda, creation_and_blocking_calls_do_not_wait_for_a_busy_unrelated_stream) {
+  if (device_count() < 1) cr_skip_test("no CUDA device");
+  cr_assert_eq(cudaSetDevice(0), cudaSuccess);
+  cudaStream_t app = NULL;
+  cr_assert_eq(cudaStreamCreateWithFlags(&app, cudaStreamNonBlocking), cudaSuccess);
+  mdr_backend *b = tb_backend(TB_CUDA);
+  mdr_stream s = tb_stream(b);
+  cr_assert_eq(tb_cuda_sleep(app, BUSY_NS), 0);
+
+  mdr_sizes sizes = tb_small_sizes();
+  mdr_arena *a = NULL;
+  cr_assert_eq(mdr_arena_create(b, &sizes, &a), MDR_OK, "%s", mdr_backend_last_error(b));
+  mdr_graph_cache_options o;
+  mdr_graph_cache_options_default(&o);
+  o.mode = MDR_GRAPH_DYNAMIC; /* uploads its plan table at create */
+  o.zero = MDR_ZERO_FUSED;
+  mdr_graph_cache *c = NULL;
+  cr_assert_eq(mdr_graph_cache_create(a, s, &o, &c), MDR_OK, "%s", mdr_backend_last_error(b));
+  unsigned char buf[64] = {1};
+  cr_assert_eq(mdr_backend_fill(b, mdr_arena_hidden_states(a), 0, 64), MDR_OK);
+  cr_assert_eq(mdr_backend_copy_h2d(b, mdr_arena_hidden_states(a), buf, 64), MDR_OK);
+  cr_assert_eq(mdr_backend_copy_d2h(b, buf, mdr_arena_hidden_states(a), 64), MDR_OK);
+  const uint32_t ids[3] = {5, 6, 7};
+  cr_assert_eq(mdr_graph_cache_step(c, ids, 3), MDR_OK, "%s", mdr_backend_last_error(b));
+  cr_assert_eq(mdr_backend_synchronize(b, s), MDR_OK);
+
+  cr_assert_eq(cudaStreamQuery(app), cudaErrorNotReady,
+               "the application's stream finished first: something waited for the whole device");
+  (void)cudaGetLastError();
+  uint32_t got[3];
+  cr_assert_eq(mdr_backend_copy_d2h(b, got, mdr_arena_token_ids(a), sizeof got), MDR_OK);
+  cr_assert_eq(memcmp(got, ids, sizeof got), 0, "the step ran while the other stream was busy");
+  cr_assert_eq(cudaStreamSynchronize(app), cudaSuccess);
+  mdr_graph_cache_destroy(c);
+  mdr_arena_destroy(a);
+  mdr_backend_stream_destroy(b, s);
+  mdr_backend_destroy(b);
+  cr_assert_eq(cudaStreamDestroy(app), cudaSuccess);
+}
+
+/* Everything a decode step needs, on backend b, checked: the arena's slab
+ * lives on `want_device`, a cache step delivers ids and zeroes, and the
+ * calling thread's current device is `caller_device` throughout. */
+static void drive_on(int backend_device, int caller_device) {
+  cr_assert_eq(cudaSetDevice(caller_device), cudaSuccess);
+  mdr_backend *b = NULL;
+  cr_assert_eq(mdr_backend_cuda_create(backend_device, &b), MDR_OK);
+  cr_assert_eq(current_device(), caller_device, "create changed the caller's device");
+  mdr_stream s = tb_stream(b);
+  cr_assert_eq(current_device(), caller_device, "stream_create changed the caller's device");
+  mdr_sizes sizes = tb_small_sizes();
+  mdr_arena *a = NULL;
+  cr_assert_eq(mdr_arena_create(b, &sizes, &a), MDR_OK, "%s", mdr_backend_last_error(b));
+  cr_assert_eq(device_of(mdr_arena_hidden_states(a)), backend_device, "the slab is on the wrong device");
+  cr_assert_eq(mdr_arena_set_zero_strategy(a, MDR_ZERO_FUSED), MDR_OK);
+  mdr_graph_cache_options o;
+  mdr_graph_cache_options_default(&o);
+  mdr_graph_cache *c = NULL;
+  cr_assert_eq(mdr_graph_cache_create(a, s, &o, &c), MDR_OK, "%s", mdr_backend_last_error(b));
+  uint32_t ids[TB_SMALL_M];
+  for (int step = 0; step < 20; step++) {
+    const size_t t = 1 + (size_t)(step * 7) % TB_SMALL_M;
+    for (size_t i = 0; i < t; i++) ids[i] = (uint32_t)(1000 * backend_device + 10 * step + i);
+    tb_poison_arena(a);
+    cr_assert_eq(mdr_graph_cache_step(c, ids, t), MDR_OK, "%s", mdr_backend_last_error(b));
+    cr_assert_eq(mdr_backend_synchronize(b, s), MDR_OK, "%s", mdr_backend_last_error(b));
+    uint32_t got[TB_SMALL_M];
+    cr_assert_eq(mdr_backend_copy_d2h(b, got, mdr_arena_token_ids(a), t * 4), MDR_OK);
+    cr_assert_eq(memcmp(got, ids, t * 4), 0, "device %d step %d: ids", backend_device, step);
+    size_t want[MDR_BUF_COUNT];
+    tb_expected(a, TB_ZERO_ROWS, t, MDR_ROWS_SEED, want);
+    for (int i = 0; i < MDR_BUF_COUNT; i++) {
+      mdr_dptr p = mdr_arena_ptr(a, (mdr_buffer)i);
+      if (!p || i == MDR_BUF_TOKEN_IDS) continue;
+      cr_assert_eq(tb_check_head(b, p, mdr_arena_bytes(a, (mdr_buffer)i), want[i], tb_poison_of((mdr_buffer)i)),
+                   -1, "device %d step %d: %s", backend_device, step, mdr_buffer_name((mdr_buffer)i));
+    }
+    cr_assert_eq(current_device(), caller_device, "a step changed the caller's device");
+  }
+  mdr_graph_cache_destroy(c);
+  mdr_arena_destroy(a);
+  mdr_backend_stream_destroy(b, s);
+  mdr_backend_destroy(b);
+  cr_assert_eq(current_device(), caller_device, "destroy changed the caller's device");
+}
+
+Test(backend_cuda, a_backend_runs_on_its_device_whatever_the_callers_current_device) {
+  if (device_count() < 2) cr_skip_test("fewer than two CUDA devices");
+  drive_on(1, 0);
+  drive_on(0, 1);
+}
+
+typedef struct worker {
+  int backend_device, caller_device;
+} worker;
+
+static void *worker_main(void *arg) {
+  const worker *w = arg;
+  drive_on(w->backend_device, w->caller_device);
+  return NULL;
+}
+
+/* Two threads, each driving the other GPU's backend from a current device
+ * that is not the backend's. */
+Test(backend_cuda, two_threads_drive_two_backends_on_two_devices) {
+  if (device_count() < 2) cr_skip_test("fewer than two CUDA devices");
+  worker w[2] = {{1, 0}, {0, 1}};
+  pthread_t th[2];
+  for (int i = 0; i < 2; i++) cr_assert_eq(pthread_create(&th[i], NULL, worker_main, &w[i]), 0);
+  for (int i = 0; i < 2; i++) cr_assert_eq(pthread_join(th[i], NULL), 0);
+}
+
+#else
+
+Test(backend_cuda, skipped_in_a_build_without_cuda) { cr_skip_test("built without CUDA"); }
+
+#endif

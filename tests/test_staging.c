@@ -1,0 +1,129 @@
+/* Suite `staging`: the staging ring of a graph cache (graphs/staging.c) on
+ * the host backend, where the device's words are host memory a test can
+ * set: slot layout, the wait for a free slot, and the handshake's two
+ * failure modes (a stream idle with a slot never released, and a device
+ * ahead of the host). */
+#include <criterion/criterion.h>
+#include <string.h>
+
+#include "fault_backend.h"
+#include "staging.h"
+#include "support.h"
+
+enum { MAX_TOKENS = 40 };
+
+static mdr_staging make(mdr_backend *b) {
+  mdr_staging s;
+  cr_assert_eq(mdr_staging_init(&s, b, MAX_TOKENS), MDR_OK, "%s", mdr_backend_last_error(b));
+  return s;
+}
+
+Test(staging, init_zeroes_the_ring_and_the_device_block) {
+  mdr_backend *b = tb_backend(TB_HOST);
+  mdr_staging s = make(b);
+  const size_t ring = s.slot_bytes * MDR_GRAPH_STAGING_SLOTS;
+  cr_assert_eq(s.slot_bytes % 256, 0);
+  cr_assert_geq(s.slot_bytes, MDR_STAGE_HEADER_BYTES + MAX_TOKENS * 4);
+  cr_assert_eq(tb_first_not(s.ring_host, ring + 8, 0), ring + 8, "ring and ack start zeroed");
+  cr_assert_eq(*s.ack_host, 0);
+  cr_assert_eq(s.host_step, 0);
+  const mdr_dptr count = mdr_staging_count_ptr(&s);
+  cr_assert_neq(count, 0);
+  uint32_t c = 7;
+  cr_assert_eq(mdr_backend_copy_d2h(b, &c, count, 4), MDR_OK);
+  cr_assert_eq(c, 0);
+  mdr_staging_fini(&s);
+  cr_assert_null(s.ring_host);
+  mdr_staging_fini(&s); /* twice: a no-op */
+  mdr_backend_destroy(b);
+}
+
+Test(staging, a_slot_holds_the_header_the_ids_and_the_pad) {
+  mdr_backend *b = tb_backend(TB_HOST);
+  mdr_staging s = make(b);
+  const uint32_t ids[3] = {11, 22, 33};
+  for (uint64_t step = 0; step < MDR_GRAPH_STAGING_SLOTS + 2; step++) {
+    s.host_step = step;
+    *s.ack_host = step; /* every earlier launch finished */
+    cr_assert_eq(mdr_staging_wait(&s, NULL), MDR_OK);
+    mdr_staging_write(&s, ids, 3, 5, 0xFFFF);
+    const unsigned char *slot = s.ring_host + (step % MDR_GRAPH_STAGING_SLOTS) * s.slot_bytes;
+    mdr_stage_header h;
+    memcpy(&h, slot, sizeof h);
+    cr_assert_eq(h.tokens, 3);
+    cr_assert_eq(h.copy_tokens, 5);
+    uint32_t got[5];
+    memcpy(got, slot + MDR_STAGE_HEADER_BYTES, sizeof got);
+    const uint32_t want[5] = {11, 22, 33, 0xFFFF, 0xFFFF};
+    cr_assert_eq(memcmp(got, want, sizeof got), 0, "step %llu", (unsigned long long)step);
+  }
+  const mdr_stage_desc d = mdr_staging_desc(&s, 0x1000, MDR_STAGE_TABLE);
+  cr_assert_eq(d.flags, MDR_STAGE_FETCH | MDR_STAGE_ADVANCE | MDR_STAGE_TABLE);
+  cr_assert_eq(d.slots, MDR_GRAPH_STAGING_SLOTS);
+  cr_assert_eq(d.token_ids, 0x1000);
+  cr_assert_eq(d.count_out, mdr_staging_count_ptr(&s));
+  cr_assert_eq(d.ack, s.ring_dev + s.slot_bytes * MDR_GRAPH_STAGING_SLOTS);
+  mdr_staging_fini(&s);
+  mdr_backend_destroy(b);
+}
+
+/* The host backend's streams are always idle: a ring full of slots the
+ * device never released is reported, with the launch's true number. */
+Test(staging, an_idle_stream_with_the_slot_still_held_is_a_clear_error) {
+  mdr_backend *b = tb_backend(TB_HOST);
+  mdr_stream st = tb_stream(b);
+  mdr_staging s = make(b);
+  s.host_step = MDR_GRAPH_STAGING_SLOTS + 3;
+  *s.ack_host = 3; /* launch 3 never finished */
+  cr_assert_eq(mdr_staging_wait(&s, st), MDR_ERR_STATE);
+  cr_assert_not_null(strstr(mdr_backend_last_error(b), "staged launch 3 never finished"), "%s",
+                     mdr_backend_last_error(b));
+  cr_assert_eq(s.host_step, MDR_GRAPH_STAGING_SLOTS + 3, "the wait changed nothing");
+  *s.ack_host = 4; /* one more finished: a slot is free */
+  cr_assert_eq(mdr_staging_wait(&s, st), MDR_OK);
+  mdr_staging_fini(&s);
+  mdr_backend_stream_destroy(b, st);
+  mdr_backend_destroy(b);
+}
+
+/* A device that acknowledged more staged launches than the host enqueued
+ * (a replayed capture of a step) is corruption: said so, never read as a
+ * huge count of launches in flight. */
+Test(staging, a_device_ahead_of_the_host_is_reported_as_corruption) {
+  mdr_backend *b = tb_backend(TB_HOST);
+  mdr_stream st = tb_stream(b);
+  mdr_staging s = make(b);
+  for (uint64_t host = 0; host < 3 * MDR_GRAPH_STAGING_SLOTS; host += 5) {
+    s.host_step = host;
+    *s.ack_host = host + 1;
+    cr_assert_eq(mdr_staging_wait(&s, st), MDR_ERR_STATE, "host %llu", (unsigned long long)host);
+    const char *e = mdr_backend_last_error(b);
+    cr_assert_not_null(strstr(e, "corrupt"), "%s", e);
+    cr_assert_null(strstr(e, "18446744"), "an underflowed count in: %s", e);
+    cr_assert_eq(s.host_step, host, "the wait changed nothing");
+  }
+  mdr_staging_fini(&s);
+  mdr_backend_stream_destroy(b, st);
+  mdr_backend_destroy(b);
+}
+
+/* Every allocation failure of init leaves nothing allocated. */
+Test(staging, a_failed_init_leaks_nothing) {
+  mdr_backend *host = tb_backend(TB_HOST), *fb = NULL;
+  cr_assert_eq(fault_backend_create(host, &fb), MDR_OK);
+  for (long k = 1; k <= 4; k++) {
+    mdr_staging s;
+    fault_backend_fail_at(fb, k);
+    mdr_status st = mdr_staging_init(&s, fb, MAX_TOKENS);
+    fault_backend_fail_at(fb, 0);
+    if (st == MDR_OK) {
+      cr_assert_eq(fault_backend_injected(fb), k - 1, "k=%ld: the injected failure was swallowed", k);
+      mdr_staging_fini(&s);
+      cr_assert_eq(fault_backend_live(fb), 0);
+      break;
+    }
+    cr_assert_eq(fault_backend_live(fb), 0, "k=%ld: init leaked", k);
+  }
+  mdr_backend_destroy(fb);
+  mdr_backend_destroy(host);
+}
