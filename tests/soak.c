@@ -35,6 +35,7 @@
 #include <time.h>
 
 #include "mdr/mdr.h"
+#include "rng.h"
 
 #define CACHES 6
 #define MARK_POISON 0x3C
@@ -85,14 +86,6 @@ static mdr_status body_dynamic(void *user, mdr_stream s, mdr_dptr count_ptr, siz
 
 static unsigned char poison_of(int buf) { return (unsigned char)(0x80 + (unsigned)buf * 3); }
 
-static uint64_t rnd(uint64_t *s) { /* xorshift64* */
-  uint64_t x = *s;
-  x ^= x >> 12;
-  x ^= x << 25;
-  x ^= x >> 27;
-  *s = x;
-  return x * 0x2545F4914F6CDD1DULL;
-}
 
 static double now_s(void) {
   struct timespec ts;
@@ -303,9 +296,9 @@ int main(int argc, char **argv) {
   if (!ids) goto out;
   double t0 = now_s();
   for (k->steps = 0; k->steps < steps; k->steps++) {
-    int ci = (int)(rnd(&rng) % CACHES);
-    size_t t = 1 + rnd(&rng) % m;
-    for (size_t i = 0; i < t; i++) ids[i] = (uint32_t)(rnd(&rng) % 200000);
+    int ci = (int)(tb_rng_next(&rng) % CACHES);
+    size_t t = 1 + tb_rng_next(&rng) % m;
+    for (size_t i = 0; i < t; i++) ids[i] = (uint32_t)(tb_rng_next(&rng) % 200000);
     if ((k->steps + 1) % check_every == 0) {
       if (checked_step(k, ci, ids, t, 0xFFFF0000u + (uint32_t)ci)) goto out_ids;
     } else {

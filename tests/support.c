@@ -91,14 +91,6 @@ mdr_sizes tb_preset_sizes(const char *preset, size_t m) {
   return s;
 }
 
-uint64_t tb_rand(uint64_t *s) {
-  uint64_t x = *s;
-  x ^= x >> 12;
-  x ^= x << 25;
-  x ^= x >> 27;
-  *s = x;
-  return x * 0x2545F4914F6CDD1DULL;
-}
 
 /* §9, by name. */
 const char *const tb_zero_all_names[] = {
@@ -181,15 +173,6 @@ mdr_sizes tb_small_sizes(void) {
   s.bytes[MDR_BUF_FP8_ACT] = MP * 16;
   return s; /* ssm_gates, gate_logits_f32, … stay NULL */
 }
-
-uint64_t tb_rng_next(uint64_t *state) {
-  uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-
-uint64_t tb_rng_range(uint64_t *state, uint64_t lo, uint64_t hi) { return lo + tb_rng_next(state) % (hi - lo + 1); }
 
 size_t tb_first_not(const unsigned char *p, size_t n, unsigned char v) {
   unsigned char ref[4096];

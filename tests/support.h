@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "mdr/mdr.h"
+#include "rng.h"
 
 typedef enum tb_kind { TB_HOST, TB_CUDA, TB_KIND_COUNT } tb_kind;
 
@@ -18,10 +19,7 @@ const char *tb_kind_name(tb_kind k);
 /* A stream on b (asserts success). */
 mdr_stream tb_stream(mdr_backend *b);
 
-/* splitmix64 step; a value in [lo, hi] (test-local randomness, seeded by
- * the caller so every failure replays). */
-uint64_t tb_rng_next(uint64_t *state);
-uint64_t tb_rng_range(uint64_t *state, uint64_t lo, uint64_t hi);
+/* The random generator: tb_rng_next, tb_rng_range (rng.h). */
 /* Index of the first byte of [p, p + n) that differs from v, or n (4 KiB
  * memcmp strides: images run to hundreds of MiB). */
 size_t tb_first_not(const unsigned char *p, size_t n, unsigned char v);
@@ -54,7 +52,5 @@ void tb_expected(const mdr_arena *a, tb_helper h, size_t tokens, mdr_rows_policy
 enum { TB_SMALL_M = 40, TB_SMALL_MP = 48 };
 mdr_sizes tb_small_sizes(void);
 
-/* A small deterministic generator (xorshift64*). */
-uint64_t tb_rand(uint64_t *state);
 
 #endif

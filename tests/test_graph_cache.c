@@ -69,7 +69,7 @@ static void poison_all(fixture *f) {
 }
 
 static void random_ids(uint64_t *rng, uint32_t *ids, size_t n) {
-  for (size_t i = 0; i < n; i++) ids[i] = (uint32_t)(tb_rand(rng) % 150000) + 1;
+  for (size_t i = 0; i < n; i++) ids[i] = (uint32_t)(tb_rng_next(rng) % 150000) + 1;
 }
 
 /* After a step of t real tokens served by a graph of g tokens: the rows of
@@ -159,7 +159,7 @@ ParameterizedTest(replay_case *rc, graph_cache, replays_zero_upload_and_body_exa
   size_t distinct_graphs = 0;
   uint64_t padded = 0;
   for (int step = 0; step < 40; step++) {
-    size_t t = step < 6 ? edges[step] : 1 + tb_rand(&rng) % M;
+    size_t t = step < 6 ? edges[step] : 1 + tb_rng_next(&rng) % M;
     uint32_t ids[M];
     random_ids(&rng, ids, t);
     size_t g = 0;
@@ -414,7 +414,7 @@ Test(graph_cache, disabled_graphs_run_every_step_eagerly_through_the_same_api) {
   cr_assert_eq(mdr_graph_cache_prepare(c, some, 2), MDR_OK);
   uint64_t rng = 5;
   for (int i = 0; i < 10; i++) {
-    size_t t = 1 + tb_rand(&rng) % M, g = 0;
+    size_t t = 1 + tb_rng_next(&rng) % M, g = 0;
     uint32_t ids[M];
     random_ids(&rng, ids, t);
     cr_assert_eq(mdr_graph_cache_graph_tokens(c, t, &g), MDR_OK);
@@ -537,7 +537,7 @@ Test(graph_cache, every_injected_fault_is_reported_and_nothing_leaks) {
       uint64_t rng = (uint64_t)k;
       for (int i = 0; i < 12; i++) {
         uint32_t ids[M];
-        size_t t = 1 + tb_rand(&rng) % M;
+        size_t t = 1 + tb_rng_next(&rng) % M;
         random_ids(&rng, ids, t);
         st = mdr_graph_cache_step(c, ids, t);
         cr_assert(st == MDR_OK || st == MDR_ERR_CAPTURE || st == MDR_ERR_BACKEND ||
@@ -621,7 +621,7 @@ Test(graph_cache, ids_survive_a_host_running_far_ahead_of_the_gpu) {
     cr_assert_eq(tb_cuda_sleep(f.s, 50ull * 1000 * 1000), 0);
     uint64_t rng = 77 + (uint64_t)mode, want_sum = 0, want_n = 0;
     for (int step = 0; step < 300; step++) {
-      size_t t = 1 + tb_rand(&rng) % M;
+      size_t t = 1 + tb_rng_next(&rng) % M;
       uint32_t ids[M];
       random_ids(&rng, ids, t);
       for (size_t i = 0; i < t; i++) want_sum += (uint64_t)(i + 1) * ids[i];

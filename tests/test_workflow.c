@@ -155,7 +155,7 @@ static int check_step(mdr_backend *rb, const mdr_arena *a, const step_expect *e,
 }
 
 static void random_ids(uint64_t *rng, uint32_t *ids, size_t n) {
-  for (size_t i = 0; i < n; i++) ids[i] = (uint32_t)(tb_rand(rng) % 150000) + 1;
+  for (size_t i = 0; i < n; i++) ids[i] = (uint32_t)(tb_rng_next(rng) % 150000) + 1;
 }
 
 /* The expectation of a graph step of t tokens, as graph.h describes it:
@@ -348,7 +348,7 @@ static void run_workflow(wf_run *r, const expect_table *x, mdr_dptr mark) {
     st = API(r, mdr_arena_set_zero_strategy(a, (mdr_zero_strategy)z));
     judge(r, "set_zero_strategy", API_PLAIN, a != NULL, st, 0);
     for (int h = 0; h < 3; h++) {
-      size_t t = 1 + tb_rand(&rng) % (M + 4);
+      size_t t = 1 + tb_rng_next(&rng) % (M + 4);
       if (a) cr_assert_eq(poison(host, a, 0), 0);
       st = API(r, h == 0   ? mdr_arena_zero_all(a, s)
                   : h == 1 ? mdr_arena_zero_all_rows(a, s, t)
@@ -388,7 +388,7 @@ static void run_workflow(wf_run *r, const expect_table *x, mdr_dptr mark) {
   memset(&before, 0, sizeof before);
   memset(&after, 0, sizeof after);
   for (int i = 0; i < STEPS; i++) {
-    size_t t = 1 + tb_rand(&rng) % M, g = t;
+    size_t t = 1 + tb_rng_next(&rng) % M, g = t;
     uint32_t ids[M];
     random_ids(&rng, ids, t);
     if (c) {
@@ -561,7 +561,7 @@ static void *stepping_thread(void *arg) {
   }
   uint64_t rng = j->seed;
   for (long i = 0; i < THREAD_STEPS; i++) {
-    size_t t = 1 + tb_rand(&rng) % M, g = 0;
+    size_t t = 1 + tb_rng_next(&rng) % M, g = 0;
     uint32_t ids[M];
     random_ids(&rng, ids, t);
     int check = i % 3 == 0;
@@ -665,7 +665,7 @@ static void *reading_thread(void *arg) {
   uint64_t rng = j->seed;
   const mdr_sizes *sizes = mdr_arena_sizes(j->a);
   for (long i = 0; i < READS; i++) {
-    size_t t = tb_rand(&rng) % (M + 2), n = 0;
+    size_t t = tb_rng_next(&rng) % (M + 2), n = 0;
     mdr_segment seg[MDR_ZERO_PLAN_MAX];
     size_t cap = i % 7 == 0 ? 3 : MDR_ZERO_PLAN_MAX;
     if (mdr_arena_zero_plan(j->a, t, seg, cap, &n) != MDR_OK || n != j->counts[t] ||
@@ -673,7 +673,7 @@ static void *reading_thread(void *arg) {
       snprintf(j->error, sizeof j->error, "zero plan of %zu tokens differs (n=%zu)", t, n);
       return NULL;
     }
-    mdr_buffer buf = (mdr_buffer)(tb_rand(&rng) % MDR_BUF_COUNT);
+    mdr_buffer buf = (mdr_buffer)(tb_rng_next(&rng) % MDR_BUF_COUNT);
     if (mdr_arena_bytes(j->a, buf) != sizes->bytes[buf] ||
         (mdr_arena_ptr(j->a, buf) == 0) != (sizes->bytes[buf] == 0) ||
         mdr_arena_max_batch_tokens(j->a) != M || mdr_arena_slab_bytes(j->a) == 0 ||
