@@ -107,7 +107,10 @@ const mdr_sizes *mdr_arena_sizes(const mdr_arena *a) { return a ? &a->sizes : NU
 size_t mdr_arena_slab_bytes(const mdr_arena *a) { return a ? a->slab_bytes : 0; }
 
 mdr_status mdr_arena_set_zero_strategy(mdr_arena *a, mdr_zero_strategy z) {
-  if (!a || (int)z < 0 || z >= MDR_ZERO_STRATEGY_COUNT) return MDR_ERR_INVALID_ARGUMENT;
+  if (!a) return MDR_ERR_INVALID_ARGUMENT;
+  if ((int)z < 0 || z >= MDR_ZERO_STRATEGY_COUNT)
+    return mdr_backend_fail(a->backend, MDR_ERR_INVALID_ARGUMENT, "arena: zero strategy %d is not one of "
+                            "MDR_ZERO_MEMSET, MDR_ZERO_FUSED", (int)z);
   if (z == MDR_ZERO_FUSED && !mdr_be_has_zero_fused(a->backend))
     return mdr_backend_fail(a->backend, MDR_ERR_UNSUPPORTED, "arena: backend %s has no fused kernel",
                             mdr_be_name(a->backend));
@@ -116,7 +119,10 @@ mdr_status mdr_arena_set_zero_strategy(mdr_arena *a, mdr_zero_strategy z) {
 }
 
 mdr_status mdr_arena_set_rows_policy(mdr_arena *a, mdr_rows_policy p) {
-  if (!a || (int)p < 0 || p >= MDR_ROWS_POLICY_COUNT) return MDR_ERR_INVALID_ARGUMENT;
+  if (!a) return MDR_ERR_INVALID_ARGUMENT;
+  if ((int)p < 0 || p >= MDR_ROWS_POLICY_COUNT)
+    return mdr_backend_fail(a->backend, MDR_ERR_INVALID_ARGUMENT, "arena: row policy %d is not one of "
+                            "MDR_ROWS_SEED, MDR_ROWS_ALL", (int)p);
   a->rows = p;
   return MDR_OK;
 }

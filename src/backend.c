@@ -12,21 +12,28 @@
  * MDR_ERROR_SLOTS backends it most recently saw fail. */
 enum { MDR_ERROR_SLOTS = 8 };
 typedef struct error_slot {
-  const mdr_backend *b;
+  uint64_t serial; /* the backend's serial; 0: free */
   unsigned long long used; /* this thread's failure count when last written */
   char text[MDR_BACKEND_ERROR_MAX];
 } error_slot;
 static _Thread_local error_slot tls_errors[MDR_ERROR_SLOTS];
 static _Thread_local unsigned long long tls_failures;
 
+static _Atomic uint64_t g_next_serial = 1;
+
+void mdr_backend_init_base(mdr_backend *b, const struct mdr_backend_ops *ops) {
+  b->ops = ops;
+  b->serial = g_next_serial++;
+}
+
 static error_slot *error_slot_of(const mdr_backend *b, int create) {
   error_slot *oldest = &tls_errors[0];
   for (int i = 0; i < MDR_ERROR_SLOTS; i++) {
-    if (tls_errors[i].b == b) return &tls_errors[i];
+    if (tls_errors[i].serial == b->serial) return &tls_errors[i];
     if (tls_errors[i].used < oldest->used) oldest = &tls_errors[i];
   }
   if (!create) return NULL;
-  oldest->b = b;
+  oldest->serial = b->serial;
   oldest->text[0] = '\0';
   return oldest;
 }
@@ -47,8 +54,8 @@ unsigned long long mdr_backend_failures(void) { return tls_failures; }
 
 void mdr_backend_destroy(mdr_backend *b) {
   if (!b) return;
-  error_slot *e = error_slot_of(b, 0); /* a later backend may get this address */
-  if (e) e->b = NULL;
+  error_slot *e = error_slot_of(b, 0);
+  if (e) e->serial = 0;
   b->ops->destroy(b);
 }
 

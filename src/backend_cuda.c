@@ -361,7 +361,7 @@ mdr_status mdr_backend_cuda_create(int device, mdr_backend **out) {
   if (device >= count) return MDR_ERR_NO_DEVICE;
   cuda_backend *cb = calloc(1, sizeof *cb);
   if (!cb) return MDR_ERR_OUT_OF_MEMORY;
-  cb->base.ops = &cuda_ops;
+  mdr_backend_init_base(&cb->base, &cuda_ops);
   cb->device = device;
   mdr_backend *b = &cb->base;
   device_scope scope_;

@@ -350,7 +350,7 @@ mdr_status mdr_backend_host_create(mdr_backend **out) {
   *out = NULL;
   host_backend *h = calloc(1, sizeof *h);
   if (!h) return MDR_ERR_OUT_OF_MEMORY;
-  h->base.ops = &host_ops;
+  mdr_backend_init_base(&h->base, &host_ops);
   *out = &h->base;
   return MDR_OK;
 }

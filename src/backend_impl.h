@@ -83,7 +83,13 @@ struct mdr_backend_ops {
 
 struct mdr_backend {
   const struct mdr_backend_ops *ops;
+  uint64_t serial; /* unique per backend made in this process: keys its error texts */
 };
+
+/* Fill the common part of a backend being made: its table and a fresh
+ * serial (a backend made later at a reused address never shows the
+ * texts of the one before). */
+void mdr_backend_init_base(mdr_backend *b, const struct mdr_backend_ops *ops);
 
 /* Record a failure (printf-style) as this thread's last error of backend b
  * (see mdr_backend_last_error) and return `st`. */

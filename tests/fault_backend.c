@@ -188,7 +188,7 @@ mdr_status fault_backend_create(mdr_backend *inner, mdr_backend **out) {
   if (!inner || !out) return MDR_ERR_INVALID_ARGUMENT;
   fault_backend *f = calloc(1, sizeof *f);
   if (!f) return MDR_ERR_OUT_OF_MEMORY;
-  f->base.ops = &fault_ops;
+  mdr_backend_init_base(&f->base, &fault_ops);
   f->inner = inner;
   f->fail_kind = -1;
   *out = &f->base;

@@ -300,10 +300,16 @@ Test(arena, bad_input_gets_a_clear_status) {
   cr_assert_eq(mdr_arena_create(b, &sizes, &a), MDR_OK);
   cr_assert_eq(mdr_arena_set_zero_strategy(NULL, MDR_ZERO_FUSED), MDR_ERR_INVALID_ARGUMENT);
   cr_assert_eq(mdr_arena_set_zero_strategy(a, (mdr_zero_strategy)7), MDR_ERR_INVALID_ARGUMENT);
+  cr_assert_not_null(strstr(mdr_backend_last_error(b), "zero strategy 7"), "%s", mdr_backend_last_error(b));
   cr_assert_eq(mdr_arena_set_zero_strategy(a, (mdr_zero_strategy)-1), MDR_ERR_INVALID_ARGUMENT);
   cr_assert_eq(mdr_arena_zero_strategy(a), MDR_ZERO_MEMSET);
   cr_assert_eq(mdr_arena_set_rows_policy(NULL, MDR_ROWS_ALL), MDR_ERR_INVALID_ARGUMENT);
   cr_assert_eq(mdr_arena_set_rows_policy(a, (mdr_rows_policy)2), MDR_ERR_INVALID_ARGUMENT);
+  cr_assert_not_null(strstr(mdr_backend_last_error(b), "row policy 2"), "%s", mdr_backend_last_error(b));
+  mdr_arena *none = (mdr_arena *)0x1;
+  cr_assert_eq(mdr_arena_create(b, NULL, &none), MDR_ERR_INVALID_ARGUMENT);
+  cr_assert_null(none);
+  cr_assert_not_null(strstr(mdr_backend_last_error(b), "NULL sizes"), "%s", mdr_backend_last_error(b));
   cr_assert_eq(mdr_arena_rows_policy(a), MDR_ROWS_SEED);
   cr_assert_eq(mdr_arena_zero_all(NULL, NULL), MDR_ERR_INVALID_ARGUMENT);
   cr_assert_eq(mdr_arena_zero_all_rows(NULL, NULL, 1), MDR_ERR_INVALID_ARGUMENT);

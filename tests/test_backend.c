@@ -244,3 +244,17 @@ Test(backend, fault_backend_fails_the_kth_call_and_counts_live_resources) {
   mdr_backend_destroy(f);
   mdr_backend_destroy(host);
 }
+
+/* Error texts belong to one backend: a new backend (even at the address of
+ * a destroyed one) starts with "", in this thread and in others. */
+Test(backend, a_new_backend_never_shows_the_texts_of_an_old_one) {
+  for (int round = 0; round < 64; round++) {
+    mdr_backend *b = tb_backend(TB_HOST);
+    cr_assert_str_eq(mdr_backend_last_error(b), "", "round %d: a fresh backend has a text", round);
+    mdr_dptr d = 0;
+    cr_assert_eq(mdr_backend_alloc(b, 0, &d), MDR_ERR_INVALID_ARGUMENT);
+    cr_assert_eq(mdr_backend_copy_h2d(b, 0, "x", 1), MDR_ERR_INVALID_ARGUMENT);
+    cr_assert_neq(strlen(mdr_backend_last_error(b)), 0);
+    mdr_backend_destroy(b); /* the next round's backend likely reuses the address */
+  }
+}
