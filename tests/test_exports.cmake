@@ -1,0 +1,96 @@
+# The exported ABI of the shared libmdr (CTest `exports`):
+#   - every function declared in include/mdr/*.h is marked MDR_API and is
+#     exported by the library;
+#   - every symbol the library exports is one of those functions: nothing
+#     internal (mdr_be_*, plan helpers, the fault hooks), no C++ or CUDA
+#     runtime inline code (dim3's constructor, say).
+# Declarations are found as the public headers write them: at column 0, a
+# return type then `mdr_name(`; typedefs and static inline wrappers excluded.
+# Usage: cmake -DNM=nm -DLIB=path/libmdr.so -DHEADERS=include/mdr -P test_exports.cmake
+cmake_minimum_required(VERSION 3.24)
+foreach(v NM LIB HEADERS)
+  if(NOT ${v})
+    message(FATAL_ERROR "exports: ${v} not given")
+  endif()
+endforeach()
+
+# Linker- and sanitizer-defined symbols every shared object may carry.
+set(allowed_regex "^(_init|_fini|_edata|_end|__bss_start|__(asan|odr_asan|ubsan|tsan|sanitizer|lsan)[A-Za-z0-9_.]*)$")
+
+file(GLOB headers ${HEADERS}/*.h)
+set(declared)
+set(unmarked)
+foreach(h IN LISTS headers)
+  file(STRINGS ${h} lines)
+  foreach(line IN LISTS lines)
+    if(line MATCHES "^(typedef|static|#)")
+      continue()
+    endif()
+    if(line MATCHES "^(MDR_API )?[A-Za-z_][A-Za-z0-9_ *]*[ *](mdr_[A-Za-z0-9_]+) *\\(")
+      list(APPEND declared ${CMAKE_MATCH_2})
+      if(NOT CMAKE_MATCH_1)
+        get_filename_component(hn ${h} NAME)
+        list(APPEND unmarked "${CMAKE_MATCH_2} (${hn})")
+      endif()
+    endif()
+  endforeach()
+endforeach()
+list(REMOVE_DUPLICATES declared)
+list(LENGTH declared ndeclared)
+if(ndeclared LESS 20)
+  message(FATAL_ERROR "exports: only ${ndeclared} declarations found in ${HEADERS}: the parser no longer matches the headers")
+endif()
+
+execute_process(COMMAND ${NM} -D --defined-only ${LIB}
+  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "exports: ${NM} -D --defined-only ${LIB} failed (${rc}): ${err}")
+endif()
+string(REPLACE "\n" ";" nm_lines "${out}")
+set(exported)
+set(internal)
+foreach(line IN LISTS nm_lines)
+  # "<address> <type> <name>"; versioned names (name@@VER) cut at the @
+  if(NOT line MATCHES "^[0-9a-fA-F]* *([A-Za-z]) ([^@ ]+)")
+    continue()
+  endif()
+  set(type ${CMAKE_MATCH_1})
+  set(name ${CMAKE_MATCH_2})
+  if(name MATCHES "${allowed_regex}")
+    continue()
+  endif()
+  list(APPEND exported ${name})
+  if(NOT type STREQUAL "T" OR NOT name IN_LIST declared)
+    list(APPEND internal "${name} (${type})")
+  endif()
+endforeach()
+
+set(missing)
+foreach(f IN LISTS declared)
+  if(NOT f IN_LIST exported)
+    list(APPEND missing ${f})
+  endif()
+endforeach()
+
+list(LENGTH exported nexported)
+set(failed OFF)
+if(internal)
+  list(JOIN internal "\n  " t)
+  message("exports: ${LIB} exports symbols that are not public API functions:\n  ${t}\n"
+          "(give them hidden visibility, or declare them MDR_API in include/mdr/ if they are public)")
+  set(failed ON)
+endif()
+if(unmarked)
+  list(JOIN unmarked "\n  " t)
+  message("exports: declarations without MDR_API:\n  ${t}")
+  set(failed ON)
+endif()
+if(missing)
+  list(JOIN missing "\n  " t)
+  message("exports: declared in ${HEADERS} but not exported by ${LIB}:\n  ${t}")
+  set(failed ON)
+endif()
+if(failed)
+  message(FATAL_ERROR "exports: FAIL (${ndeclared} declared, ${nexported} exported)")
+endif()
+message("exports: ok, ${ndeclared} public functions declared, the same ${nexported} exported")
