@@ -84,7 +84,7 @@ static int graphs_disabled_by_env(void) {
   return 0;
 }
 
-static double now_us(void) {
+static double monotonic_us(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return ts.tv_sec * 1e6 + ts.tv_nsec / 1e3;
@@ -344,7 +344,7 @@ static void evict_lru(mdr_graph_cache *c) {
  * nothing is cached, the backend's last error says why, and the status is
  * the body's own or MDR_ERR_CAPTURE. */
 static mdr_status capture(mdr_graph_cache *c, size_t g) {
-  double t0 = now_us();
+  double t0 = monotonic_us();
   void *graph = NULL, *exec = NULL;
   int staged = 0;
   mdr_status st = mdr_be_capture_begin(c->b, c->stream);
@@ -353,7 +353,7 @@ static mdr_status capture(mdr_graph_cache *c, size_t g) {
   st = mdr_be_capture_end(c->b, c->stream, &graph);
   if (body != MDR_OK) {
     mdr_be_graph_destroy(c->b, st == MDR_OK ? graph : NULL);
-    c->stats.capture_us += now_us() - t0;
+    c->stats.capture_us += monotonic_us() - t0;
     /* the body's own status; a failure before it (zeroing, staging) is the capture's */
     return staged ? body : MDR_ERR_CAPTURE;
   }
@@ -370,7 +370,7 @@ static mdr_status capture(mdr_graph_cache *c, size_t g) {
     st = mdr_be_graph_upload(c->b, exec, c->stream);
     if (st != MDR_OK) mdr_be_exec_destroy(c->b, exec);
   }
-  c->stats.capture_us += now_us() - t0;
+  c->stats.capture_us += monotonic_us() - t0;
   if (st != MDR_OK) return MDR_ERR_CAPTURE;
   if (c->o.max_graphs && c->stats.graphs >= c->o.max_graphs) evict_lru(c);
   c->entries[g].exec = exec;
