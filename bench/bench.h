@@ -8,6 +8,7 @@
  *   bench_validate.c  plan helpers and the poison / step / read-back check
  *   bench_report.c    stdout tables, results.json, results.csv, plans.json
  *   bench_util.c      failure handling, statistics, files, JSON/CSV numbers
+ *   bench_version.c   what was built: git revision, build type
  *   bench_cuda.cu/.h  the raw kernels (empty, blocker) the library lacks
  *
  * Every mdr call is checked: a failure prints mdr_status_string +
@@ -90,8 +91,10 @@ void *xmalloc(size_t n);
 
 /* ---- statistics ---- */
 
+/* Order statistics of one figure over the timed reps, µs. med is the p50;
+ * p99 of fewer than 100 reps lies between the two largest samples. */
 typedef struct summary {
-  double med, p10, p90; /* µs */
+  double med, p10, p90, p99, max;
 } summary;
 extern const summary k_no_summary; /* every figure NAN */
 
@@ -118,6 +121,15 @@ void fmt_num(char *out, size_t n, const char *f, double x); /* non-finite: "-" *
 
 /* ---- options (bench_options.c) ---- */
 
+typedef enum sweep_kind {
+  SWEEP_FULL,       /* every preset, token counts 1, 2, 4, ..., 4096, DEFAULT_REPS */
+  SWEEP_QUICK,      /* --quick: a smoke run */
+  SWEEP_HOST_SHORT, /* the default on the host backend (--full for the full one) */
+} sweep_kind;
+extern const char *const k_sweep_names[]; /* "full", "quick", "host-short" */
+
+typedef enum backend_choice { BACKEND_AUTO, BACKEND_HOST, BACKEND_CUDA } backend_choice;
+
 typedef struct options {
   size_t m;     /* max_batch_tokens; 0: the backend's default */
   size_t seq, block, batch;
@@ -127,17 +139,31 @@ typedef struct options {
   bool strategy_on[STRAT_COUNT];
   bool policy_on[MDR_ROWS_POLICY_COUNT];
   size_t reps;
-  const char *out_dir;
-  bool quick;
+  const char *out_dir;   /* --out; NULL: a fresh bench-out/<timestamp>/ */
+  bool force;            /* --force: write into an --out that holds results */
+  bool quick, full;
+  sweep_kind sweep;      /* set by resolve_defaults */
+  backend_choice backend;
   int graph_costs; /* -1: default (on with a GPU) */
   bool set_tokens, set_presets, set_reps;
   int argc;
   char **argv;
 } options;
 
+/* Read the command line; exits 0 after --help or --version, 1 (with a
+ * message on stderr) on a bad option. Defaults that depend on the backend
+ * are left to resolve_defaults. */
 void parse_options(int argc, char **argv, options *o);
+/* Fill in what the command line left open, for a GPU run or a host run. */
+void resolve_defaults(options *o, bool gpu);
 /* Keep the counts 1..m, in the given order; say what was dropped. */
 void clip_token_counts(options *o);
+
+/* ---- what was built (bench_version.c) ---- */
+
+#define BENCH_SCHEMA_VERSION 2 /* results.json layout; bench/README.md lists the changes */
+const char *bench_git_revision(void); /* "unknown" when git was not available at build time */
+const char *bench_build_type(void);   /* CMAKE_BUILD_TYPE; "unspecified" when empty */
 
 /* ---- GPU timing (bench_gpu.c) ---- */
 
@@ -236,8 +262,16 @@ typedef struct sweep {
   size_t n, total;
 } sweep;
 
+/* What a run records about itself (results.json, the headline). */
+typedef struct run_info {
+  char timestamp[32];  /* UTC, ISO 8601: 2026-11-30T19:19:00Z */
+  char device[256];    /* the GPU's name, or "host CPU: <model>" */
+  char out_dir[4096];  /* where the files go */
+} run_info;
+
 typedef struct bench_env {
   options *o;
+  const run_info *run;
   mdr_backend *b;
   mdr_stream stream;
   gpu_ctx gpu;
@@ -246,6 +280,7 @@ typedef struct bench_env {
   uint32_t *ids_upload; /* the eager upload's source: pinned on the GPU */
   FILE *plans;
   bool first_plan_preset;
+  bool progress_in_place; /* stderr and stdout on a terminal: progress on one line */
 } bench_env;
 
 typedef struct graph_costs {
@@ -260,12 +295,25 @@ typedef struct graph_costs {
 /* ---- reports (bench_report.c) ---- */
 
 void print_floors(const floors *f);
+/* The meaning of every column, printed once before the first table. */
+void print_legend(bool gpu);
 void print_table_header(void);
 void print_case(const bench_case *c);
+/* p50 / p90 / p99 / max of CPU (and GPU) µs per step of one block. */
+void print_tail_table(const bench_case *c, size_t n, const size_t *tokens, size_t n_tokens, bool gpu);
+/* The last lines of a run: the strategies side by side against eager
+ * memsets at a few token counts, what was measured, and what wins. */
+void print_headline(const bench_env *e, const sweep *sw);
 void print_graph_costs(const bench_env *e, const graph_costs *g, const sweep *sw);
 /* Append one preset's buffers and plans to plans.json (e->plans). */
 void write_plans(bench_env *e, const char *preset, mdr_arena *a);
 void write_results_json(const bench_env *e, const sweep *sw, const graph_costs *gc, size_t n_gc);
 void write_results_csv(const bench_env *e, const sweep *sw);
+/* The output folder: --out (refused when it holds an earlier run's files,
+ * unless --force), else a fresh bench-out/<timestamp>/ with bench-out/latest
+ * pointing to it. Fills run->out_dir and sets o->out_dir to it. */
+void prepare_out_dir(options *o, run_info *run, const char *stamp);
+/* run->device: the GPU's name, or the host CPU's model. */
+void describe_device(const bench_env *e, run_info *run);
 
 #endif

@@ -1,5 +1,7 @@
-/* bench_options.c — mdr-bench's command line: parsing, usage, the defaults
- * that --quick fills in (bench/README.md lists every option). */
+/* bench_options.c — mdr-bench's command line: parsing (--opt value and
+ * --opt=value), usage, --version, and the defaults each kind of sweep fills
+ * in (bench/README.md lists every option). Every bad option ends the run
+ * with exit 1 and a message that says what is valid. */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
 #include <stdlib.h>
@@ -7,42 +9,92 @@
 
 #include "bench.h"
 
-static const size_t k_default_tokens[] = {1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096};
+const char *const k_sweep_names[] = {"full", "quick", "host-short"};
+
+#define COUNT_OF(a) (sizeof(a) / sizeof *(a))
+
+static const size_t k_full_tokens[] = {1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096};
 static const size_t k_quick_tokens[] = {1, 8, 64, 512, 4096};
 static const char *const k_quick_presets[] = {"glm-5.3-flash-tp2", "qwen3-next-80b"};
+/* The host backend's default: a short sweep (the whole `bash scripts/run.sh`
+ * in well under 2 minutes on 2 cores), since host figures rank nothing on a
+ * GPU anyway. 256 = DEFAULT_M_HOST, the whole arena. */
+static const size_t k_host_tokens[] = {1, 8, 64, 256};
+static const char *const *const k_host_presets = k_quick_presets;
+enum { HOST_SHORT_REPS = 100, N_HOST_PRESETS = COUNT_OF(k_quick_presets) };
 
-static void usage(void) {
-  puts("usage: mdr-bench [options]\n"
-       "  --m N             max_batch_tokens (default 4096; 256 on the host backend)\n"
-       "  --seq N           max_seq_len (default 65536)\n"
-       "  --block N         kv_block_size (default 16)\n"
-       "  --batch N         max_batch_size (default 4)\n"
-       "  --tokens a,b,..   token counts (default 1,2,4,...,4096; counts > M are dropped)\n"
-       "  --presets a,b     model presets (default: all four)\n"
-       "  --strategies a,b  eager-memset,eager-fused,graph-memset,graph-fused,graph-dynamic,\n"
-       "                   graph-dynamic-count\n"
-       "  --policies a,b    seed,all (default both)\n"
-       "  --reps N          timed steps per figure (default 200)\n"
-       "  --out DIR         output folder (default bench-out)\n"
-       "  --quick           reps 30, tokens 1,8,64,512,4096, presets glm-5.3-flash-tp2,qwen3-next-80b\n"
-       "  --graph-costs / --no-graph-costs   capture costs section (default on with a GPU)");
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: mdr-bench [options]        (--opt value or --opt=value)\n"
+          "  --m N             max_batch_tokens (default %d; %d on the host backend)\n"
+          "  --seq N           max_seq_len (default %d)\n"
+          "  --block N         kv_block_size (default %d)\n"
+          "  --batch N         max_batch_size (default %d)\n"
+          "  --tokens a,b,..   token counts (default 1,2,4,...,4096; counts > M are dropped)\n"
+          "  --presets a,b     model presets (default: all)\n"
+          "  --strategies a,b  eager-memset,eager-fused,graph-memset,graph-fused,graph-dynamic,\n"
+          "                    graph-dynamic-count (default: all)\n"
+          "  --policies a,b    seed,all (default both)\n"
+          "  --reps N          timed steps per figure (default %d)\n"
+          "  --out DIR         output folder; refused if it holds results, unless --force\n"
+          "                    (default: a fresh bench-out/<UTC timestamp>/, bench-out/latest points to it)\n"
+          "  --force           write into an --out folder that holds an earlier run's files\n"
+          "  --quick           reps %d, tokens 1,8,64,512,4096, presets glm-5.3-flash-tp2,qwen3-next-80b\n"
+          "  --full            the full sweep on the host backend too (default there: a short one,\n"
+          "                    reps %d, tokens 1,8,64,256, presets glm-5.3-flash-tp2,qwen3-next-80b)\n"
+          "  --backend B       auto (default: cuda when a GPU is present, else host), host, cuda\n"
+          "  --graph-costs / --no-graph-costs   capture costs section (default on with a GPU)\n"
+          "  --version         print the version, git revision and build type, and exit\n"
+          "  --help            this text\n"
+          "explicit options win over --quick, --full and the host defaults, whatever the order\n",
+          DEFAULT_M_GPU, DEFAULT_M_HOST, DEFAULT_SEQ, DEFAULT_BLOCK, DEFAULT_BATCH, DEFAULT_REPS, QUICK_REPS,
+          HOST_SHORT_REPS);
+}
+
+static void print_version(void) {
+  unsigned lib = mdr_version_number();
+  printf("mdr-bench %d.%d.%d (built against mdr headers %d.%d.%d, libmdr %u.%u.%u at run time)\n",
+         MDR_VERSION_MAJOR, MDR_VERSION_MINOR, MDR_VERSION_PATCH, MDR_VERSION_MAJOR, MDR_VERSION_MINOR,
+         MDR_VERSION_PATCH, lib / 10000, lib / 100 % 100, lib % 100);
+  printf("git revision %s, build type %s, results.json schema %d\n", bench_git_revision(), bench_build_type(),
+         BENCH_SCHEMA_VERSION);
 }
 
 static size_t parse_size(const char *opt, const char *s) {
   char *end = NULL;
   errno = 0;
   unsigned long long v = strtoull(s, &end, 10);
-  if (errno || !end || *end || v == 0 || s[0] == '-') die("%s: expected a positive integer, got '%s'", opt, s);
+  if (errno || !end || *end || v == 0 || s[0] == '-' || s[0] == '\0')
+    die("%s: expected a positive integer, got '%s'", opt, s);
   return (size_t)v;
 }
 
-/* Split a comma list and hand each item to fn. */
-static void for_each_item(const char *list, void (*fn)(options *, const char *), options *o) {
-  char *copy = xmalloc(strlen(list) + 1);
-  strcpy(copy, list);
-  char *save = NULL;
-  for (char *item = strtok_r(copy, ",", &save); item; item = strtok_r(NULL, ",", &save)) fn(o, item);
+/* Split a comma list and hand each item to fn; an empty item ("1,,8", a
+ * leading or trailing comma, an empty list) is refused. */
+static void for_each_item(const char *opt, const char *list, void (*fn)(options *, const char *), options *o) {
+  size_t len = strlen(list);
+  char *copy = xmalloc(len + 1);
+  memcpy(copy, list, len + 1);
+  size_t index = 1;
+  for (char *item = copy;; index++) {
+    char *comma = strchr(item, ',');
+    if (comma) *comma = '\0';
+    if (*item == '\0') die("%s: item %zu of '%s' is empty (write a,b,c with no empty items)", opt, index, list);
+    fn(o, item);
+    if (!comma) break;
+    item = comma + 1;
+  }
   free(copy);
+}
+
+/* die: "<opt>: unknown <what> '<s>'; valid: a, b, c". */
+BENCH_NORETURN static void die_unknown(const char *opt, const char *what, const char *s, const char *const *names,
+                                       size_t n) {
+  char valid[512] = "";
+  size_t used = 0;
+  for (size_t i = 0; i < n && used < sizeof valid; i++)
+    used += (size_t)snprintf(valid + used, sizeof valid - used, "%s%s", i ? ", " : "", names[i]);
+  die("%s: unknown %s '%s'; valid: %s", opt, what, s, valid);
 }
 
 static void add_token_count(options *o, const char *s) {
@@ -51,12 +103,16 @@ static void add_token_count(options *o, const char *s) {
 }
 
 static void add_preset(options *o, const char *s) {
-  for (size_t i = 0; i < mdr_model_preset_count(); i++)
-    if (strcmp(s, mdr_model_preset_name(i)) == 0) {
+  const char *names[MAX_PRESETS];
+  size_t n = mdr_model_preset_count();
+  for (size_t i = 0; i < n; i++) {
+    names[i] = mdr_model_preset_name(i);
+    if (strcmp(s, names[i]) == 0) {
       o->preset_on[i] = true;
       return;
     }
-  die("--presets: unknown preset '%s'", s);
+  }
+  die_unknown("--presets", "preset", s, names, n);
 }
 
 static void add_strategy(options *o, const char *s) {
@@ -65,7 +121,7 @@ static void add_strategy(options *o, const char *s) {
       o->strategy_on[i] = true;
       return;
     }
-  die("--strategies: unknown strategy '%s'", s);
+  die_unknown("--strategies", "strategy", s, k_strategy_names, STRAT_COUNT);
 }
 
 static void add_policy(options *o, const char *s) {
@@ -74,8 +130,29 @@ static void add_policy(options *o, const char *s) {
       o->policy_on[i] = true;
       return;
     }
-  die("--policies: unknown policy '%s'", s);
+  die_unknown("--policies", "policy", s, k_policy_names, MDR_ROWS_POLICY_COUNT);
 }
+
+static void set_backend(options *o, const char *s) {
+  static const char *const names[] = {"auto", "host", "cuda"};
+  for (size_t i = 0; i < COUNT_OF(names); i++)
+    if (strcmp(s, names[i]) == 0) {
+      o->backend = (backend_choice)i;
+      return;
+    }
+  die_unknown("--backend", "backend", s, names, COUNT_OF(names));
+}
+
+typedef enum opt_id {
+  OPT_M, OPT_SEQ, OPT_BLOCK, OPT_BATCH, OPT_TOKENS, OPT_PRESETS, OPT_STRATEGIES, OPT_POLICIES, OPT_REPS,
+  OPT_OUT, OPT_BACKEND, /* the options above take a value */
+  OPT_FORCE, OPT_QUICK, OPT_FULL, OPT_GRAPH_COSTS, OPT_NO_GRAPH_COSTS, OPT_VERSION, OPT_HELP, OPT_COUNT
+} opt_id;
+static const char *const k_opt_names[OPT_COUNT] = {
+    "--m", "--seq", "--block", "--batch", "--tokens", "--presets", "--strategies", "--policies", "--reps",
+    "--out", "--backend", "--force", "--quick", "--full", "--graph-costs", "--no-graph-costs", "--version",
+    "--help"};
+static bool takes_value(opt_id id) { return id <= OPT_BACKEND; }
 
 void parse_options(int argc, char **argv, options *o) {
   memset(o, 0, sizeof *o);
@@ -83,45 +160,90 @@ void parse_options(int argc, char **argv, options *o) {
   o->block = DEFAULT_BLOCK;
   o->batch = DEFAULT_BATCH;
   o->reps = DEFAULT_REPS;
-  o->out_dir = "bench-out";
   o->graph_costs = -1;
   o->argc = argc;
   o->argv = argv;
   if (mdr_model_preset_count() > MAX_PRESETS) die("too many presets");
   for (int i = 1; i < argc; i++) {
-    const char *a = argv[i];
-    bool has_value = i + 1 < argc;
-#define VALUE() (has_value ? argv[++i] : (die("%s needs a value", a), ""))
-    if (strcmp(a, "--m") == 0) o->m = parse_size(a, VALUE());
-    else if (strcmp(a, "--seq") == 0) o->seq = parse_size(a, VALUE());
-    else if (strcmp(a, "--block") == 0) o->block = parse_size(a, VALUE());
-    else if (strcmp(a, "--batch") == 0) o->batch = parse_size(a, VALUE());
-    else if (strcmp(a, "--reps") == 0) o->reps = parse_size(a, VALUE()), o->set_reps = true;
-    else if (strcmp(a, "--out") == 0) o->out_dir = VALUE();
-    else if (strcmp(a, "--tokens") == 0) for_each_item(VALUE(), add_token_count, o), o->set_tokens = true;
-    else if (strcmp(a, "--presets") == 0) for_each_item(VALUE(), add_preset, o), o->set_presets = true;
-    else if (strcmp(a, "--strategies") == 0) for_each_item(VALUE(), add_strategy, o);
-    else if (strcmp(a, "--policies") == 0) for_each_item(VALUE(), add_policy, o);
-    else if (strcmp(a, "--quick") == 0) o->quick = true;
-    else if (strcmp(a, "--graph-costs") == 0) o->graph_costs = 1;
-    else if (strcmp(a, "--no-graph-costs") == 0) o->graph_costs = 0;
-    else if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) usage(), exit(0);
-    else usage(), die("unknown option '%s'", a);
-#undef VALUE
+    const char *arg = argv[i];
+    /* "--opt=value" or "--opt value" */
+    char name[32];
+    const char *eq = strncmp(arg, "--", 2) == 0 ? strchr(arg, '=') : NULL;
+    size_t name_len = eq ? (size_t)(eq - arg) : strlen(arg);
+    if (name_len >= sizeof name) name_len = sizeof name - 1;
+    memcpy(name, arg, name_len);
+    name[name_len] = '\0';
+    if (strcmp(name, "-h") == 0) strcpy(name, "--help");
+    int id = 0;
+    while (id < OPT_COUNT && strcmp(name, k_opt_names[id]) != 0) id++;
+    if (id == OPT_COUNT) {
+      usage(stderr);
+      die("unknown option '%s' (see the list above)", arg);
+    }
+    const char *value = NULL;
+    if (takes_value((opt_id)id)) {
+      if (eq) value = eq + 1;
+      else if (i + 1 < argc) value = argv[++i];
+      else die("%s needs a value", name);
+    } else if (eq) {
+      die("%s takes no value (got '%s')", name, arg);
+    }
+    switch ((opt_id)id) {
+      case OPT_M: o->m = parse_size(name, value); break;
+      case OPT_SEQ: o->seq = parse_size(name, value); break;
+      case OPT_BLOCK: o->block = parse_size(name, value); break;
+      case OPT_BATCH: o->batch = parse_size(name, value); break;
+      case OPT_REPS: o->reps = parse_size(name, value), o->set_reps = true; break;
+      case OPT_OUT:
+        if (!*value) die("--out: empty folder name");
+        o->out_dir = value;
+        break;
+      case OPT_TOKENS: for_each_item(name, value, add_token_count, o), o->set_tokens = true; break;
+      case OPT_PRESETS: for_each_item(name, value, add_preset, o), o->set_presets = true; break;
+      case OPT_STRATEGIES: for_each_item(name, value, add_strategy, o); break;
+      case OPT_POLICIES: for_each_item(name, value, add_policy, o); break;
+      case OPT_BACKEND: set_backend(o, value); break;
+      case OPT_FORCE: o->force = true; break;
+      case OPT_QUICK: o->quick = true; break;
+      case OPT_FULL: o->full = true; break;
+      case OPT_GRAPH_COSTS: o->graph_costs = 1; break;
+      case OPT_NO_GRAPH_COSTS: o->graph_costs = 0; break;
+      case OPT_VERSION: print_version(), exit(0);
+      case OPT_HELP: usage(stdout), exit(0);
+      case OPT_COUNT: break;
+    }
   }
-  /* --quick fills in what was not given explicitly, whatever the order. */
-  if (o->quick && !o->set_reps) o->reps = QUICK_REPS;
+  if (o->quick && o->full) die("--quick and --full: choose one");
+}
+
+void resolve_defaults(options *o, bool gpu) {
+  o->sweep = o->quick ? SWEEP_QUICK : !gpu && !o->full ? SWEEP_HOST_SHORT : SWEEP_FULL;
+  const size_t *tokens = k_full_tokens;
+  size_t n_tokens = COUNT_OF(k_full_tokens);
+  const char *const *presets = NULL; /* NULL: all */
+  size_t n_presets = 0;
+  size_t reps = DEFAULT_REPS;
+  if (o->sweep == SWEEP_QUICK) {
+    tokens = k_quick_tokens, n_tokens = COUNT_OF(k_quick_tokens);
+    presets = k_quick_presets, n_presets = COUNT_OF(k_quick_presets);
+    reps = QUICK_REPS;
+  } else if (o->sweep == SWEEP_HOST_SHORT) {
+    tokens = k_host_tokens, n_tokens = COUNT_OF(k_host_tokens);
+    presets = k_host_presets, n_presets = N_HOST_PRESETS;
+    reps = HOST_SHORT_REPS;
+  }
+  /* Explicit options win, whatever the order. */
+  if (!o->set_reps) o->reps = reps;
   if (!o->set_tokens) {
-    const size_t *src = o->quick ? k_quick_tokens : k_default_tokens;
-    size_t n = o->quick ? sizeof k_quick_tokens / sizeof *src : sizeof k_default_tokens / sizeof *src;
-    memcpy(o->tokens, src, n * sizeof *src);
-    o->n_tokens = n;
+    memcpy(o->tokens, tokens, n_tokens * sizeof *tokens);
+    o->n_tokens = n_tokens;
   }
-  if (!o->set_presets && o->quick)
-    for (size_t i = 0; i < sizeof k_quick_presets / sizeof *k_quick_presets; i++) add_preset(o, k_quick_presets[i]);
+  if (!o->set_presets)
+    for (size_t i = 0; i < n_presets; i++) add_preset(o, presets[i]);
   if (!any(o->preset_on, mdr_model_preset_count())) set_all(o->preset_on, mdr_model_preset_count());
   if (!any(o->strategy_on, STRAT_COUNT)) set_all(o->strategy_on, STRAT_COUNT);
   if (!any(o->policy_on, MDR_ROWS_POLICY_COUNT)) set_all(o->policy_on, MDR_ROWS_POLICY_COUNT);
+  if (!o->m) o->m = gpu ? DEFAULT_M_GPU : DEFAULT_M_HOST;
 }
 
 void clip_token_counts(options *o) {

@@ -1,13 +1,37 @@
-/* bench_report.c — what mdr-bench prints and writes: the floors, the table
- * of each (preset, policy) block, the graph-cost section, plans.json (what
- * the PyTorch peer zeroes), results.json and results.csv. bench/README.md
- * documents every column and field. */
+/* bench_report.c — what mdr-bench prints and writes: the legend, the floors,
+ * the table and tail table of each (preset, policy) block, the graph-cost
+ * section, the headline, the output folder, plans.json (what the PyTorch
+ * peer zeroes), results.json and results.csv. bench/README.md documents
+ * every column and field. */
 #define _POSIX_C_SOURCE 200809L
+#include <errno.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/utsname.h>
+#include <unistd.h> /* symlink, unlink */
 
 #include "bench.h"
+
+#define DEFAULT_OUT_BASE "bench-out"     /* parent of the fresh per-run folders */
+#define LATEST_LINK "latest"             /* bench-out/latest -> the newest run */
+#define MAX_SAME_SECOND_RUNS 100         /* bench-out/<stamp>-2 ... before giving up */
+#define HOST_FIGURES_NOTE                                                                            \
+  "host figures do not predict the GPU ranking: on the host backend every strategy is CPU work "    \
+  "(a fused \"kernel\" is a CPU loop, a graph replay walks a list of recorded operations), so "      \
+  "their order says nothing about a GPU; GPU figures: bench/results/ (H200)"
+/* A strategy "wins" only when its geometric-mean ratio against eager memsets
+ * is past this margin; within it, the headline calls it a tie (run-to-run
+ * noise of the CPU figures is a few per cent). */
+#define WIN_MARGIN 1.03
+enum {
+  HEADLINE_COUNTS = 4,   /* token counts per headline table */
+  HEADLINE_CELL = 15,    /* "1234.56 (0.42x)" */
+};
+
+/* Files of a run; an --out folder holding any of them is refused without --force. */
+static const char *const k_out_files[] = {"results.json", "results.csv", "plans.json"};
 
 /* ---- stdout ---- */
 
@@ -21,6 +45,24 @@ void print_floors(const floors *f) {
   printf("  empty eager launch:    %.2f us [%.2f-%.2f], back to back %.2f us\n", f->eager_launch.med,
          f->eager_launch.p10, f->eager_launch.p90, f->eager_launch_loop);
   printf("  floor(case) = bytes / ceiling + %.2f us\n\n", f->graph_replay.med);
+}
+
+void print_legend(bool gpu) {
+  printf("\ncolumns (one row per preset, policy, token count and strategy; us = microseconds per decode step):\n"
+         "  MB        bytes the zero plan clears at that token count (10^6 bytes)\n"
+         "  GPU us    GPU time of one step, median [p10-p90]: blocker kernel holds the stream, events around the step\n"
+         "  loop us   per step, steps submitted back to back (the slower of CPU submission and GPU work)\n"
+         "  cold us   GPU us with L2 flushed before each step, median\n"
+         "  CPU us    host time of the submitting call, median%s\n"
+         "  CPU chg   CPU us when the token count changes on every step (graph strategies)\n"
+         "  GB/s      MB / GPU us\n"
+         "  xfloor    GPU us / floor, floor = MB / write ceiling + one 1-kernel graph replay; 1.00 is the floor\n"
+         "  speedup   eager-memset GPU us / this strategy's GPU us, same preset, policy, tokens (> 1: faster\n"
+         "            than plain memsets)\n"
+         "  CPU spd   the same ratio of CPU us\n"
+         "  each block is followed by its tail table: p50, p90, p99 and max of CPU us%s per step over the reps\n",
+         gpu ? "" : " (host backend: the CPU doing the step's work itself)", gpu ? " and GPU us" : "");
+  if (!gpu) printf("  without a GPU the GPU columns (GPU us, loop, cold, GB/s, xfloor, speedup) are \"-\"\n");
 }
 
 void print_table_header(void) {
@@ -49,6 +91,194 @@ void print_case(const bench_case *c) {
   printf("%-18s %-6s %6zu %-19s %9.3f %22s %8s %8s %8s %8s %8s %7s %7s %7s\n", c->preset,
          k_policy_names[c->policy], c->tokens, k_strategy_names[c->strat], (double)c->bytes / 1e6, gpu,
          loop, cold, cpu, chg, gbps, xf, sp, csp);
+}
+
+void print_tail_table(const bench_case *c, size_t n, const size_t *tokens, size_t n_tokens, bool gpu) {
+  printf("tail: us per step over the reps (p50 is the median above)\n");
+  printf("%-18s %-6s %6s %-19s |%8s %8s %8s %8s", "preset", "policy", "tokens", "strategy", "CPU p50", "CPU p90",
+         "CPU p99", "CPU max");
+  if (gpu) printf(" |%8s %8s %8s %8s", "GPU p50", "GPU p90", "GPU p99", "GPU max");
+  printf("\n");
+  for (size_t t = 0; t < n_tokens; t++)
+    for (size_t i = 0; i < n; i++) {
+      if (c[i].tokens != tokens[t]) continue;
+      printf("%-18s %-6s %6zu %-19s |", c[i].preset, k_policy_names[c[i].policy], c[i].tokens,
+             k_strategy_names[c[i].strat]);
+      if (!c[i].measured) {
+        printf(" skipped\n");
+        continue;
+      }
+      const summary *rows[2] = {&c[i].cpu, &c[i].gpu};
+      for (int k = 0; k < (gpu ? 2 : 1); k++) {
+        const double v[4] = {rows[k]->med, rows[k]->p90, rows[k]->p99, rows[k]->max};
+        for (int j = 0; j < 4; j++) {
+          char cell[16];
+          fmt_num(cell, sizeof cell, "%.2f", v[j]);
+          printf("%s%8s", j ? " " : "", cell);
+        }
+        if (k == 0 && gpu) printf(" |");
+      }
+      printf("\n");
+    }
+}
+
+/* ---- the headline ---- */
+
+static double headline_metric(const bench_case *c, bool gpu) {
+  if (!c->measured) return NAN;
+  double v = gpu ? c->gpu.med : c->cpu.med;
+  return v > 0 ? v : NAN;
+}
+
+static bool same_group(const bench_case *a, const bench_case *b) {
+  return a->tokens == b->tokens && a->policy == b->policy && strcmp(a->preset, b->preset) == 0;
+}
+
+/* The eager-memset case of c's (preset, policy, tokens), or NULL. */
+static const bench_case *baseline_of(const sweep *sw, const bench_case *c) {
+  for (size_t i = 0; i < sw->n; i++)
+    if (sw->cases[i].strat == STRAT_EAGER_MEMSET && same_group(&sw->cases[i], c)) return &sw->cases[i];
+  return NULL;
+}
+
+static const bench_case *find_case(const sweep *sw, const char *preset, mdr_rows_policy p, size_t tokens,
+                                   strategy s) {
+  for (size_t i = 0; i < sw->n; i++) {
+    const bench_case *c = &sw->cases[i];
+    if (c->strat == s && c->tokens == tokens && c->policy == p && strcmp(c->preset, preset) == 0) return c;
+  }
+  return NULL;
+}
+
+static int cmp_size(const void *a, const void *b) {
+  size_t x = *(const size_t *)a, y = *(const size_t *)b;
+  return (x > y) - (x < y);
+}
+
+/* Up to HEADLINE_COUNTS token counts of the sweep, ascending: the smallest,
+ * the largest and evenly spaced ones between. Returns how many. */
+static size_t headline_counts(const options *o, size_t *out) {
+  size_t sorted[MAX_TOKEN_COUNTS], n = 0;
+  memcpy(sorted, o->tokens, o->n_tokens * sizeof *sorted);
+  qsort(sorted, o->n_tokens, sizeof *sorted, cmp_size);
+  for (size_t i = 0; i < o->n_tokens; i++)
+    if (n == 0 || sorted[i] != sorted[n - 1]) sorted[n++] = sorted[i];
+  if (n <= HEADLINE_COUNTS) {
+    memcpy(out, sorted, n * sizeof *out);
+    return n;
+  }
+  for (size_t k = 0; k < HEADLINE_COUNTS; k++) out[k] = sorted[k * (n - 1) / (HEADLINE_COUNTS - 1)];
+  return HEADLINE_COUNTS;
+}
+
+/* One strategy against eager-memset over every (preset, policy, tokens). */
+typedef struct versus {
+  size_t cases, fastest;       /* cases with both figures; cases where it was the fastest strategy */
+  double geomean, lo, hi;      /* of eager-memset / strategy */
+} versus;
+
+static versus versus_memset(const sweep *sw, strategy s, bool gpu) {
+  versus v = {0, 0, NAN, INFINITY, -INFINITY};
+  double log_sum = 0;
+  for (size_t i = 0; i < sw->n; i++) {
+    const bench_case *c = &sw->cases[i];
+    if (c->strat != s) continue;
+    double mine = headline_metric(c, gpu);
+    if (!isfinite(mine)) continue;
+    const bench_case *base = baseline_of(sw, c);
+    double ratio = base ? headline_metric(base, gpu) / mine : NAN;
+    bool fastest = true;
+    for (size_t j = 0; j < sw->n; j++)
+      if (j != i && same_group(&sw->cases[j], c) && headline_metric(&sw->cases[j], gpu) < mine) fastest = false;
+    v.fastest += fastest;
+    if (!isfinite(ratio)) continue;
+    v.cases++;
+    log_sum += log(ratio);
+    if (ratio < v.lo) v.lo = ratio;
+    if (ratio > v.hi) v.hi = ratio;
+  }
+  if (v.cases) v.geomean = exp(log_sum / (double)v.cases);
+  return v;
+}
+
+/* "wins (<what>): ..." — the strategy with the best geometric-mean ratio
+ * against eager memsets, or eager-memset itself when none beats it. */
+static void print_wins(const bench_env *e, const sweep *sw, bool gpu, const char *what) {
+  int best = -1;
+  versus vb = {0};
+  for (int s = 0; s < STRAT_COUNT; s++) {
+    if (s == STRAT_EAGER_MEMSET || !e->o->strategy_on[s]) continue;
+    versus v = versus_memset(sw, (strategy)s, gpu);
+    if (v.cases && (best < 0 || v.geomean > vb.geomean)) best = s, vb = v;
+  }
+  if (!e->o->strategy_on[STRAT_EAGER_MEMSET] || best < 0) {
+    printf("wins (%s): no ratio against eager memsets (eager-memset and another strategy must both be measured)\n",
+           what);
+    return;
+  }
+  size_t memset_fastest = versus_memset(sw, STRAT_EAGER_MEMSET, gpu).fastest;
+  if (vb.geomean > WIN_MARGIN)
+    printf("wins (%s): %s, %.2fx eager memsets (geometric mean over %zu cases, %.2fx-%.2fx); fastest strategy "
+           "in %zu of %zu cases\n",
+           what, k_strategy_names[best], vb.geomean, vb.cases, vb.lo, vb.hi, vb.fastest, vb.cases);
+  else if (vb.geomean >= 1.0 / WIN_MARGIN)
+    printf("wins (%s): none clearly: %s ties with eager memsets at %.2fx (geometric mean over %zu cases, "
+           "%.2fx-%.2fx; within %.0f%%); eager-memset fastest in %zu of %zu cases\n",
+           what, k_strategy_names[best], vb.geomean, vb.cases, vb.lo, vb.hi, (WIN_MARGIN - 1.0) * 100.0,
+           memset_fastest, vb.cases);
+  else
+    printf("wins (%s): eager-memset (plain memsets): no strategy beats it (fastest in %zu of %zu cases); "
+           "closest: %s at %.2fx (geometric mean, %.2fx-%.2fx)\n",
+           what, memset_fastest, vb.cases, k_strategy_names[best], vb.geomean, vb.lo, vb.hi);
+}
+
+void print_headline(const bench_env *e, const sweep *sw) {
+  const options *o = e->o;
+  const bool gpu = e->gpu.on;
+  const mdr_rows_policy policy = o->policy_on[MDR_ROWS_SEED] ? MDR_ROWS_SEED : MDR_ROWS_ALL;
+  size_t counts[HEADLINE_COUNTS];
+  size_t n_counts = headline_counts(o, counts);
+  printf("\n== headline: %s per step, median; in brackets eager-memset / strategy (> 1: faster than plain "
+         "memsets); policy %s\n",
+         gpu ? "GPU us" : "CPU us (host backend)", k_policy_names[policy]);
+  for (size_t p = 0; p < mdr_model_preset_count(); p++) {
+    if (!o->preset_on[p]) continue;
+    const char *preset = mdr_model_preset_name(p);
+    printf("%-18s %6s", preset, "tokens");
+    for (int s = 0; s < STRAT_COUNT; s++)
+      if (o->strategy_on[s]) printf("  %*s", HEADLINE_CELL, k_strategy_names[s]);
+    printf("\n");
+    for (size_t t = 0; t < n_counts; t++) {
+      printf("%-18s %6zu", "", counts[t]);
+      const bench_case *base = find_case(sw, preset, policy, counts[t], STRAT_EAGER_MEMSET);
+      double base_v = base ? headline_metric(base, gpu) : NAN;
+      for (int s = 0; s < STRAT_COUNT; s++) {
+        if (!o->strategy_on[s]) continue;
+        const bench_case *c = find_case(sw, preset, policy, counts[t], (strategy)s);
+        double v = c ? headline_metric(c, gpu) : NAN;
+        char cell[48];
+        if (!isfinite(v)) snprintf(cell, sizeof cell, "-");
+        else if (s == STRAT_EAGER_MEMSET || !isfinite(base_v)) snprintf(cell, sizeof cell, "%.2f", v);
+        else snprintf(cell, sizeof cell, "%.2f (%.2fx)", v, base_v / v);
+        printf("  %*s", (int)(strlen(k_strategy_names[s]) > HEADLINE_CELL ? strlen(k_strategy_names[s])
+                                                                             : HEADLINE_CELL), cell);
+      }
+      printf("\n");
+    }
+  }
+  size_t n_presets = count_on(o->preset_on, mdr_model_preset_count());
+  size_t n_policies = count_on(o->policy_on, MDR_ROWS_POLICY_COUNT);
+  if (gpu)
+    printf("measured: GPU time to prepare one decode step (zero plan + token-id upload), blocker kernel + events, "
+           "median of %zu steps per case, on %s; %zu presets x %zu policies x %zu token counts\n",
+           o->reps, e->run->device, n_presets, n_policies, o->n_tokens);
+  else
+    printf("measured: host backend, no GPU: CPU time of one step of the host emulation (memsets and copies in "
+           "host memory), median of %zu steps per case, on %s; %zu presets x %zu policies x %zu token counts\n",
+           o->reps, e->run->device, n_presets, n_policies, o->n_tokens);
+  if (!gpu) printf("%s\n", HOST_FIGURES_NOTE);
+  if (gpu) print_wins(e, sw, true, "GPU us per step");
+  print_wins(e, sw, false, gpu ? "CPU us to submit a step" : "CPU us per step, host backend");
 }
 
 /* CPU µs of a strategy at (preset, policy, tokens) from the sweep; NAN if absent. */
@@ -172,6 +402,8 @@ static void write_case_json(FILE *f, const bench_case *c) {
       {"cpu_us_p90", c->cpu.p90},   {"gbps", c->gbps},            {"floor_us", c->floor_us},
       {"x_floor", c->x_floor},      {"speedup", c->speedup},      {"cpu_speedup", c->cpu_speedup},
       {"cpu_vary_us_med", c->cpu_vary.med}, {"cpu_vary_us_p90", c->cpu_vary.p90},
+      {"gpu_us_p99", c->gpu.p99},   {"gpu_us_max", c->gpu.max},   {"cpu_us_p99", c->cpu.p99},
+      {"cpu_us_max", c->cpu.max},
   };
   for (size_t i = 0; i < sizeof nums / sizeof nums[0]; i++) {
     fprintf(f, ", \"%s\": ", nums[i].key);
@@ -183,7 +415,17 @@ static void write_case_json(FILE *f, const bench_case *c) {
 void write_results_json(const bench_env *e, const sweep *sw, const graph_costs *gc, size_t n_gc) {
   const options *o = e->o;
   FILE *f = open_out(o->out_dir, "results.json");
-  fprintf(f, "{\n  \"command\": [");
+  fprintf(f, "{\n  \"schema_version\": %d,\n  \"timestamp\": ", BENCH_SCHEMA_VERSION);
+  json_str(f, e->run->timestamp);
+  fprintf(f, ",\n  \"git_revision\": ");
+  json_str(f, bench_git_revision());
+  fprintf(f, ",\n  \"build_type\": ");
+  json_str(f, bench_build_type());
+  fprintf(f, ",\n  \"device\": ");
+  json_str(f, e->run->device);
+  fprintf(f, ",\n  \"sweep\": \"%s\",\n  \"mdr_bench_version\": \"%d.%d.%d\",\n", k_sweep_names[o->sweep],
+          MDR_VERSION_MAJOR, MDR_VERSION_MINOR, MDR_VERSION_PATCH);
+  fprintf(f, "  \"command\": [");
   for (int i = 0; i < o->argc; i++) fprintf(f, "%s", i ? ", " : ""), json_str(f, o->argv[i]);
   fprintf(f, "],\n");
   write_machine(f, e);
@@ -227,7 +469,7 @@ void write_results_csv(const bench_env *e, const sweep *sw) {
   FILE *f = open_out(e->o->out_dir, "results.csv");
   fprintf(f, "preset,policy,tokens,strategy,measured,bytes,segments,gpu_us_med,gpu_us_p10,gpu_us_p90,"
              "loop_us_mean,cold_us_med,cpu_us_med,gbps,floor_us,x_floor,speedup,cpu_speedup,cpu_vary_us_med,"
-             "eager_steps\n");
+             "eager_steps,cpu_us_p90,cpu_us_p99,cpu_us_max,gpu_us_p99,gpu_us_max\n");
   for (size_t i = 0; i < sw->n; i++) {
     const bench_case *c = &sw->cases[i];
     fprintf(f, "%s,%s,%zu,%s,%d,%zu,%zu", c->preset, k_policy_names[c->policy], c->tokens,
@@ -235,7 +477,84 @@ void write_results_csv(const bench_env *e, const sweep *sw) {
     const double nums[] = {c->gpu.med, c->gpu.p10, c->gpu.p90, c->loop_us, c->cold.med, c->cpu.med,
                            c->gbps, c->floor_us, c->x_floor, c->speedup, c->cpu_speedup, c->cpu_vary.med};
     for (size_t k = 0; k < sizeof nums / sizeof nums[0]; k++) fputc(',', f), csv_num(f, nums[k]);
-    fprintf(f, ",%llu\n", (unsigned long long)c->eager_steps);
+    fprintf(f, ",%llu", (unsigned long long)c->eager_steps);
+    const double tails[] = {c->cpu.p90, c->cpu.p99, c->cpu.max, c->gpu.p99, c->gpu.max};
+    for (size_t k = 0; k < sizeof tails / sizeof tails[0]; k++) fputc(',', f), csv_num(f, tails[k]);
+    fputc('\n', f);
   }
   fclose(f);
+}
+
+/* ---- the output folder ---- */
+
+void prepare_out_dir(options *o, run_info *run, const char *stamp) {
+  struct stat st;
+  if (o->out_dir) {
+    for (size_t i = 0; i < sizeof k_out_files / sizeof *k_out_files && !o->force; i++) {
+      char path[4096 + 64];
+      snprintf(path, sizeof path, "%s/%s", o->out_dir, k_out_files[i]);
+      if (stat(path, &st) == 0)
+        die("refusing to overwrite %s (an earlier run's): pass --force to overwrite it, or leave --out out "
+            "for a fresh %s/<timestamp>/",
+            path, DEFAULT_OUT_BASE);
+    }
+    if (snprintf(run->out_dir, sizeof run->out_dir, "%s", o->out_dir) >= (int)sizeof run->out_dir)
+      die("--out path too long");
+    mkdir_p(run->out_dir);
+  } else {
+    mkdir_p(DEFAULT_OUT_BASE);
+    int k = 1;
+    for (;; k++) {
+      if (k > MAX_SAME_SECOND_RUNS) die("%s: too many runs named %s*", DEFAULT_OUT_BASE, stamp);
+      if (k == 1) snprintf(run->out_dir, sizeof run->out_dir, "%s/%s", DEFAULT_OUT_BASE, stamp);
+      else snprintf(run->out_dir, sizeof run->out_dir, "%s/%s-%d", DEFAULT_OUT_BASE, stamp, k);
+      if (mkdir(run->out_dir, 0755) == 0) break;
+      if (errno != EEXIST) die("mkdir %s: %s", run->out_dir, strerror(errno));
+    }
+    /* bench-out/latest -> this run (relative, so the folder can move) */
+    const char *leaf = run->out_dir + strlen(DEFAULT_OUT_BASE) + 1;
+    const char *link = DEFAULT_OUT_BASE "/" LATEST_LINK;
+    if (lstat(link, &st) == 0 && !S_ISLNK(st.st_mode))
+      fprintf(stderr, "note: %s exists and is not a link: left as it is\n", link);
+    else if ((unlink(link) != 0 && errno != ENOENT) || symlink(leaf, link) != 0)
+      fprintf(stderr, "note: could not point %s at %s: %s\n", link, leaf, strerror(errno));
+  }
+  o->out_dir = run->out_dir;
+}
+
+/* ---- the device ---- */
+
+void describe_device(const bench_env *e, run_info *run) {
+#ifdef MDR_HAVE_CUDA
+  if (e->gpu.on) {
+    struct cudaDeviceProp prop;
+    int dev = 0;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    CUDA_CHECK(cudaGetDeviceProperties(&prop, dev));
+    snprintf(run->device, sizeof run->device, "%s", prop.name);
+    return;
+  }
+#endif
+  (void)e;
+  /* Linux: the first "model name" of /proc/cpuinfo and its "processor" lines. */
+  char model[200] = "";
+  int cpus = 0;
+  FILE *f = fopen("/proc/cpuinfo", "r");
+  if (f) {
+    char line[512];
+    while (fgets(line, sizeof line, f)) {
+      if (strncmp(line, "processor", 9) == 0) cpus++;
+      const char *colon = strchr(line, ':');
+      if (model[0] || strncmp(line, "model name", 10) != 0 || !colon) continue;
+      colon += 1 + (colon[1] == ' ');
+      snprintf(model, sizeof model, "%s", colon);
+      model[strcspn(model, "\n")] = '\0';
+    }
+    fclose(f);
+  }
+  if (cpus > 0)
+    snprintf(run->device, sizeof run->device, "host CPU (no GPU): %s, %d logical CPUs",
+             model[0] ? model : "unknown model", cpus);
+  else
+    snprintf(run->device, sizeof run->device, "host CPU (no GPU): %s", model[0] ? model : "unknown model");
 }

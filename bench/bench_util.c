@@ -48,7 +48,7 @@ void *xmalloc(size_t n) {
 
 /* ---- statistics ---- */
 
-const summary k_no_summary = {NAN, NAN, NAN};
+const summary k_no_summary = {NAN, NAN, NAN, NAN, NAN};
 
 double now_us(void) {
   struct timespec ts;
@@ -71,7 +71,9 @@ double percentile(double *v, size_t n, double q) {
 }
 
 summary summarize(double *v, size_t n) {
-  return (summary){percentile(v, n, 0.5), percentile(v, n, 0.1), percentile(v, n, 0.9)};
+  summary s = {percentile(v, n, 0.5), percentile(v, n, 0.1), percentile(v, n, 0.9), percentile(v, n, 0.99),
+               percentile(v, n, 1.0)};
+  return s;
 }
 
 double nan_if_zero(double x) { return x > 0 ? x : NAN; }

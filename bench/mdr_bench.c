@@ -12,7 +12,8 @@
  *     bytes just past each segment still poisoned, the token ids arrived;
  *   - GPU time: a blocker kernel holds the stream while the host enqueues
  *     one step between two events, then releases it, so the events see GPU
- *     execution only (not the host's submission); median, p10, p90;
+ *     execution only (not the host's submission); median, p10, p90, and
+ *     the tail: p99 and max;
  *   - loop time: N steps back to back between two events, divided by N:
  *     the steady-state step cost of a loop doing nothing else (bounded by
  *     CPU submission or GPU time, whichever is slower);
@@ -20,16 +21,21 @@
  *     step, outside the events;
  *   - CPU time: clock_gettime around the submitting call, no sync inside;
  *     the stream is drained every CPU_BATCH steps so the staging ring never
- *     makes a step wait;
+ *     makes a step wait; median, p10, p90, p99, max;
  *   - CPU chg (graph strategies): the same with the count alternating
  *     between tokens and tokens - 1 (2 for 1) on every step;
  *   - floor(case) = bytes / write ceiling + one 1-kernel graph replay.
  *
- * On the host backend (no GPU) only the CPU figures exist. */
+ * On the host backend (no GPU) only the CPU figures exist, the default sweep
+ * is short, and the headline says that those figures rank nothing on a GPU.
+ * The last lines of every run are the headline: the strategies against
+ * eager memsets at a few token counts, what was measured, what wins. */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h> /* isatty */
 
 #include "bench.h"
 
@@ -116,8 +122,9 @@ static void run_preset(bench_env *e, const char *preset, sweep *sw) {
         *c = (bench_case){.preset = preset, .policy = (mdr_rows_policy)p, .tokens = o->tokens[t],
                           .strat = (strategy)s, .note = why};
         c->bytes = plan_bytes(e->b, a, c->tokens, &c->segments);
-        fprintf(stderr, "[%zu/%zu] %s %s %zu %s\n", sw->n, sw->total, preset, k_policy_names[p], c->tokens,
-                k_strategy_names[s]);
+        /* progress: one line per case in a log, one line rewritten in place on a terminal */
+        fprintf(stderr, "%s[%zu/%zu] %s %s %zu %s%s", e->progress_in_place ? "\r\033[K" : "", sw->n, sw->total,
+                preset, k_policy_names[p], c->tokens, k_strategy_names[s], e->progress_in_place ? "" : "\n");
         fflush(stderr);
         if (ok) measure_case(e, &r, c);
       }
@@ -125,10 +132,12 @@ static void run_preset(bench_env *e, const char *preset, sweep *sw) {
     }
     size_t n_block = (size_t)(sw->cases + sw->n - block);
     fill_speedups(block, n_block);
+    if (e->progress_in_place) fprintf(stderr, "\r\033[K");
     print_table_header();
     for (size_t t = 0; t < o->n_tokens; t++)
       for (size_t i = 0; i < n_block; i++)
         if (block[i].tokens == o->tokens[t]) print_case(&block[i]);
+    print_tail_table(block, n_block, o->tokens, o->n_tokens, e->gpu.on);
   }
   fflush(stdout);
   runner_sync(&r);
@@ -203,13 +212,41 @@ static void free_ids(bench_env *e) {
   free(e->ids);
 }
 
+static void create_backend(const options *o, mdr_backend **b) {
+  mdr_status st;
+  switch (o->backend) {
+    case BACKEND_HOST: CHECK(NULL, mdr_backend_host_create(b)); break;
+    case BACKEND_CUDA:
+      st = mdr_backend_cuda_create(0, b);
+      if (st == MDR_ERR_NO_DEVICE || st == MDR_ERR_UNSUPPORTED)
+        die("--backend cuda: %s (no usable CUDA device, or built without CUDA)", mdr_status_string(st));
+      CHECK(NULL, st);
+      break;
+    case BACKEND_AUTO: CHECK(NULL, mdr_backend_create_default(b)); break;
+  }
+}
+
+static void print_tokens(const options *o) {
+  for (size_t t = 0; t < o->n_tokens; t++) printf("%s%zu", t ? "," : "", o->tokens[t]);
+}
+
 int main(int argc, char **argv) {
   options o;
-  bench_env e = {.o = &o, .first_plan_preset = true};
+  run_info run;
+  memset(&run, 0, sizeof run);
+  bench_env e = {.o = &o, .run = &run, .first_plan_preset = true};
+  const time_t started = time(NULL);
+  struct tm utc;
+  char stamp[32];
+  gmtime_r(&started, &utc);
+  strftime(run.timestamp, sizeof run.timestamp, "%Y-%m-%dT%H:%M:%SZ", &utc);
+  strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%SZ", &utc); /* the fresh output folder's name */
+
   parse_options(argc, argv, &o);
-  CHECK(NULL, mdr_backend_create_default(&e.b));
+  e.progress_in_place = isatty(STDERR_FILENO) && isatty(STDOUT_FILENO);
+  create_backend(&o, &e.b);
   e.gpu.on = strcmp(mdr_backend_name(e.b), "cuda") == 0;
-  if (!o.m) o.m = e.gpu.on ? DEFAULT_M_GPU : DEFAULT_M_HOST;
+  resolve_defaults(&o, e.gpu.on);
   if (e.gpu.on) {
     printf("backend: cuda (GPU timing with events; CPU figures from clock_gettime)\n");
   } else {
@@ -217,10 +254,22 @@ int main(int argc, char **argv) {
     printf("note: host backend defaults to M = %d (not %d) to keep RAM and time low; M = %zu\n", DEFAULT_M_HOST,
            DEFAULT_M_GPU, o.m);
   }
-  printf("limits: M %zu, seq %zu, block %zu, batch %zu; reps %zu\n", o.m, o.seq, o.block, o.batch, o.reps);
   clip_token_counts(&o);
+  printf("sweep: %s", k_sweep_names[o.sweep]);
+  if (o.sweep == SWEEP_HOST_SHORT)
+    printf(" (the default without a GPU; --full for every preset and token count)");
+  printf("; %zu presets, policies", count_on(o.preset_on, mdr_model_preset_count()));
+  for (int p = 0; p < MDR_ROWS_POLICY_COUNT; p++)
+    if (o.policy_on[p]) printf(" %s", k_policy_names[p]);
+  printf(", tokens ");
+  print_tokens(&o);
+  printf("\n");
+  if (!e.gpu.on)
+    printf("note: host figures are CPU work of the host emulation; they do not predict the GPU ranking\n");
+  printf("limits: M %zu, seq %zu, block %zu, batch %zu; reps %zu\n", o.m, o.seq, o.block, o.batch, o.reps);
+  prepare_out_dir(&o, &run, stamp);
+  printf("output: %s/\n", o.out_dir);
   CHECK(e.b, mdr_backend_stream_create(e.b, &e.stream));
-  mkdir_p(o.out_dir);
 
 #ifdef MDR_HAVE_CUDA
   if (e.gpu.on) {
@@ -229,7 +278,9 @@ int main(int argc, char **argv) {
     print_floors(&e.fl);
   }
 #endif
+  describe_device(&e, &run);
   alloc_ids(&e);
+  print_legend(e.gpu.on);
 
   size_t n_presets = count_on(o.preset_on, mdr_model_preset_count());
   sweep sw = {.total = n_presets * count_on(o.policy_on, MDR_ROWS_POLICY_COUNT) *
@@ -257,6 +308,7 @@ int main(int argc, char **argv) {
   write_results_json(&e, &sw, gc, n_gc);
   write_results_csv(&e, &sw);
   printf("\nwrote %s/results.json, %s/results.csv, %s/plans.json\n", o.out_dir, o.out_dir, o.out_dir);
+  print_headline(&e, &sw); /* the last lines */
 
   for (size_t i = 0; i < n_gc; i++) free(gc[i].capture_us);
   free(gc);

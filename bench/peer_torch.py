@@ -22,7 +22,7 @@ step, plan bytes read back as zero, ids arrived.
 
 Writes DIR/peer_torch.json with the case keys of results.json (preset,
 policy, tokens, strategy). Usage:
-  python3 bench/peer_torch.py [--dir bench-out] [--reps 200] [--quick]
+  python3 bench/peer_torch.py [--dir bench-out/latest] [--reps 200] [--quick]
 """
 import argparse
 import json
@@ -174,7 +174,7 @@ def time_case(step, reps, events, cycles_per_us):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--dir", default="bench-out", help="folder holding plans.json (default bench-out)")
+    ap.add_argument("--dir", default="bench-out/latest", help="folder holding plans.json (default bench-out/latest, the newest mdr-bench run)")
     ap.add_argument("--reps", type=int, default=200, help="timed steps per figure (default 200)")
     ap.add_argument("--quick", action="store_true", help="reps 30, tokens 1,8,64,512,4096 only")
     args = ap.parse_args()

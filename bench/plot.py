@@ -9,7 +9,7 @@ Reads DIR/results.json and, when present, DIR/peer_torch.json; writes
   DIR/cpu-us.png             CPU us per step against tokens, one panel per
                              preset (first policy of the run), one line per
                              strategy
-Usage: python3 bench/plot.py [--dir bench-out]
+Usage: python3 bench/plot.py [--dir bench-out/latest]
 """
 import argparse
 import json
@@ -104,7 +104,7 @@ def plot_cpu(out_dir, mdr_cases, torch_cases):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--dir", default="bench-out", help="folder holding results.json (default bench-out)")
+    ap.add_argument("--dir", default="bench-out/latest", help="folder holding results.json (default bench-out/latest, the newest mdr-bench run)")
     args = ap.parse_args()
     mdr_cases = load(os.path.join(args.dir, "results.json"))
     torch_cases = load(os.path.join(args.dir, "peer_torch.json"))

@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# CTest bench_cli (label host): mdr-bench's command line on the host backend.
+# A small run succeeds and ends with the headline; a second run into the
+# same --out is refused without --force and accepted with it; runs without
+# --out get fresh folders; empty list items, unknown presets and strategies
+# are refused with the valid names; --version works.
+# Usage: bash bench/test_cli.sh PATH/TO/mdr-bench WORK_DIR
+set -u
+bench=${1:?usage: test_cli.sh MDR_BENCH WORK_DIR}
+work=${2:?usage: test_cli.sh MDR_BENCH WORK_DIR}
+rm -rf "$work" && mkdir -p "$work" || exit 1
+failures=0
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+pass() { echo "ok: $*"; }
+
+# A small host run: one preset, two counts, a few reps, M 64 (about a second).
+small=(--backend host --m=64 --presets glm-5.3-flash-tp2 --tokens=1,8 --reps 3 --policies=seed)
+
+# expect_refused NAME PATTERN ARGS...: exit status non-zero, stderr matches PATTERN.
+expect_refused() {
+  local name=$1 pattern=$2; shift 2
+  if "$bench" "$@" >"$work/$name.out" 2>"$work/$name.err"; then fail "$name: accepted: $*"; return; fi
+  if grep -Eq -- "$pattern" "$work/$name.err"; then pass "$name refused: $(tail -1 "$work/$name.err")"
+  else fail "$name: message does not match '$pattern':"; cat "$work/$name.err"; fi
+}
+
+# 1. a small run into an explicit folder
+if "$bench" "${small[@]}" --out "$work/run" >"$work/run.out" 2>"$work/run.err"; then
+  pass "small host run"
+  [ -s "$work/run/results.json" ] && [ -s "$work/run/results.csv" ] && [ -s "$work/run/plans.json" ] \
+    || fail "small run: results.json, results.csv or plans.json missing"
+  grep -q '"schema_version"' "$work/run/results.json" && grep -q '"git_revision"' "$work/run/results.json" \
+    || fail "results.json lacks schema_version or git_revision"
+  grep -q '"cpu_us_p99"' "$work/run/results.json" || fail "results.json lacks cpu_us_p99"
+  tail -1 "$work/run.out" | grep -q '^wins' || { fail "last line is not the headline's 'wins' line:"; tail -3 "$work/run.out"; }
+  grep -q '^== headline' "$work/run.out" || fail "no headline"
+  grep -q '^columns' "$work/run.out" || fail "no column legend"
+  grep -q 'do not predict the GPU ranking' "$work/run.out" || fail "no host-figures note"
+else
+  fail "small host run exited $?"; cat "$work/run.err"
+fi
+
+# 2. the same --out again: refused without --force, accepted with it
+expect_refused again-no-force 'refusing to overwrite .*--force' "${small[@]}" --out "$work/run"
+if "$bench" "${small[@]}" --out "$work/run" --force >/dev/null 2>"$work/force.err"; then pass "--force overwrites"
+else fail "--force run exited non-zero"; cat "$work/force.err"; fi
+
+# 3. without --out: a fresh folder per run, bench-out/latest to the newest
+mkdir -p "$work/cwd"
+( cd "$work/cwd" && "$bench" "${small[@]}" >/dev/null 2>&1 && "$bench" "${small[@]}" >/dev/null 2>&1 ) \
+  || fail "runs without --out exited non-zero"
+runs=$(find "$work/cwd/bench-out" -mindepth 1 -maxdepth 1 -type d 2>/dev/null | wc -l)
+if [ "$runs" -eq 2 ] && [ -L "$work/cwd/bench-out/latest" ] && [ -s "$work/cwd/bench-out/latest/results.json" ]
+then pass "two runs without --out: two folders, latest link"
+else fail "runs without --out: $runs folders (want 2) or no bench-out/latest"; ls -la "$work/cwd/bench-out"; fi
+
+# 4. bad lists and names
+expect_refused empty-item 'item 2 .* is empty' "${small[@]}" --tokens 1,,8 --out "$work/x1"
+expect_refused trailing-comma 'is empty' "${small[@]}" --tokens=1,8, --out "$work/x2"
+expect_refused unknown-preset "unknown preset 'no-such-model'; valid: .*qwen3-next-80b" \
+  "${small[@]}" --presets no-such-model --out "$work/x3"
+expect_refused unknown-strategy "unknown strategy 'fastest'; valid: eager-memset, .*graph-dynamic-count" \
+  "${small[@]}" --strategies=fastest --out "$work/x4"
+expect_refused unknown-option "unknown option '--nope'" --nope
+expect_refused flag-with-value 'takes no value' --quick=yes
+
+# 5. --version
+if "$bench" --version >"$work/version.out" 2>&1 && grep -Eq '^mdr-bench [0-9]+\.[0-9]+\.[0-9]+' "$work/version.out" \
+  && grep -q 'git revision' "$work/version.out"; then pass "--version: $(head -1 "$work/version.out")"
+else fail "--version:"; cat "$work/version.out"; fi
+
+if [ "$failures" -ne 0 ]; then echo "$failures check(s) failed"; exit 1; fi
+echo "all mdr-bench command-line checks passed"
