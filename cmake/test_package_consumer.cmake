@@ -1,6 +1,7 @@
 # Install mdr from its build tree into a scratch prefix, then configure,
 # build and run examples/consumer against it with find_package(mdr CONFIG)
-# and, separately, through pkg-config.
+# (its C and, with a C++ compiler, C++ program) and, separately, the C
+# program through pkg-config.
 set(prefix ${WORK_DIR}/prefix)
 file(REMOVE_RECURSE ${WORK_DIR})
 file(MAKE_DIRECTORY ${WORK_DIR})
@@ -16,6 +17,9 @@ run(${CMAKE_COMMAND} -S ${MDR_SOURCE_DIR}/examples/consumer -B ${WORK_DIR}/build
     -G ${CMAKE_GENERATOR} -DCMAKE_PREFIX_PATH=${prefix})
 run(${CMAKE_COMMAND} --build ${WORK_DIR}/build)
 run(${WORK_DIR}/build/mdr_consumer)
+if(EXISTS ${WORK_DIR}/build/mdr_consumer_cxx)
+  run(${WORK_DIR}/build/mdr_consumer_cxx)
+endif()
 # pkg-config: compile the same source with the flags the .pc file gives.
 find_program(PKG_CONFIG pkg-config)
 if(PKG_CONFIG)
