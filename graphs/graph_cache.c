@@ -48,13 +48,15 @@ struct mdr_graph_cache {
   mdr_staging staging;
 
   graph_entry *entries; /* indexed by graph token count, 0 .. max_tokens */
+  /* zero_all_rows as rules under the cache's row policy, resolved at
+   * create; every launch evaluates them at its own count. */
+  mdr_zero_seg rules[MDR_ZERO_PLAN_MAX];
+  size_t n_rules;
   /* DYNAMIC with NODE_UPDATE: the captured graph (kept: the node handle
    * names a node of it) and the fused node the capture reported. */
   void *dyn_graph;
   void *dyn_node;
   size_t dyn_tokens; /* the count the exec's fused node holds now */
-  mdr_zero_seg rules[MDR_ZERO_PLAN_MAX];
-  size_t n_rules;
   mdr_dptr table; /* NODE_UPDATE: the plan table of rules at counts 1..max_tokens */
   uint64_t tick;
   mdr_graph_stats stats;
@@ -188,8 +190,8 @@ mdr_status mdr_graph_cache_create(mdr_arena *a, mdr_stream stream, const mdr_gra
   }
   st = mdr_staging_init(&c->staging, b, c->max_tokens);
   if (st != MDR_OK) goto fail;
+  c->n_rules = mdr_arena_rules(a, MDR_COVER_ROWS, c->o.rows, c->rules);
   if (node_update_of(&c->o)) {
-    c->n_rules = mdr_arena_rules(a, MDR_COVER_ROWS, c->o.rows, c->rules);
     st = build_table(c);
     if (st != MDR_OK) goto fail;
   }
@@ -293,20 +295,15 @@ static mdr_status enqueue_step(mdr_graph_cache *c, size_t g, int capturing, int 
     stage.table_max = c->max_tokens;
     st = mdr_be_zero_fused(c->b, c->rules, c->n_rules, g, &stage, c->stream, capturing ? &c->dyn_node : NULL);
   } else if (c->o.mode == MDR_GRAPH_DYNAMIC) {
-    mdr_zero_seg rules[MDR_ZERO_PLAN_MAX];
-    size_t n = mdr_arena_rules(c->arena, MDR_COVER_ROWS, c->o.rows, rules);
     mdr_stage_desc stage = mdr_staging_desc(&c->staging, token_ids, MDR_STAGE_DYNAMIC);
-    st = mdr_be_zero_fused(c->b, rules, n, g, &stage, c->stream, NULL);
-  } else {
-    mdr_zero_seg plan[MDR_ZERO_PLAN_MAX];
-    size_t n = mdr_arena_static_plan(c->arena, MDR_COVER_ROWS, c->o.rows, g, plan);
+    st = mdr_be_zero_fused(c->b, c->rules, c->n_rules, g, &stage, c->stream, NULL);
+  } else if (c->o.zero == MDR_ZERO_FUSED) {
     mdr_stage_desc stage = mdr_staging_desc(&c->staging, token_ids, 0);
-    if (c->o.zero == MDR_ZERO_FUSED) {
-      st = mdr_be_zero_fused(c->b, plan, n, g, &stage, c->stream, NULL);
-    } else {
-      st = mdr_arena_run_plan(c->arena, c->stream, plan, n, MDR_ZERO_MEMSET);
-      if (st == MDR_OK) st = mdr_be_zero_fused(c->b, NULL, 0, g, &stage, c->stream, NULL);
-    }
+    st = mdr_be_zero_fused(c->b, c->rules, c->n_rules, g, &stage, c->stream, NULL);
+  } else { /* memsets, then a stage-only launch */
+    mdr_stage_desc stage = mdr_staging_desc(&c->staging, token_ids, 0);
+    st = mdr_arena_run_rules(c->arena, c->stream, c->rules, c->n_rules, g, MDR_ZERO_MEMSET);
+    if (st == MDR_OK) st = mdr_be_zero_fused(c->b, NULL, 0, g, &stage, c->stream, NULL);
   }
   if (st != MDR_OK) return st;
   *staged = 1;

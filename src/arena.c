@@ -167,10 +167,12 @@ size_t mdr_arena_static_plan(const mdr_arena *a, mdr_coverage which, mdr_rows_po
   return mdr_zero_plan_at(rules, nr, tokens, out);
 }
 
-mdr_status mdr_arena_run_plan(mdr_arena *a, mdr_stream s, const mdr_zero_seg *plan, size_t n,
-                              mdr_zero_strategy z) {
-  if (z == MDR_ZERO_FUSED) return n ? mdr_be_zero_fused(a->backend, plan, n, 0, NULL, s, NULL) : MDR_OK;
-  for (size_t i = 0; i < n; i++) {
+mdr_status mdr_arena_run_rules(mdr_arena *a, mdr_stream s, const mdr_zero_seg *rules, size_t n,
+                               size_t tokens, mdr_zero_strategy z) {
+  if (z == MDR_ZERO_FUSED) return n ? mdr_be_zero_fused(a->backend, rules, n, tokens, NULL, s, NULL) : MDR_OK;
+  mdr_zero_seg plan[MDR_ZERO_PLAN_MAX];
+  const size_t count = mdr_zero_plan_at(rules, n, tokens, plan);
+  for (size_t i = 0; i < count; i++) {
     mdr_status st = mdr_be_memset_async(a->backend, plan[i].ptr, 0, plan[i].bytes, s);
     if (st != MDR_OK) return st;
   }
@@ -179,9 +181,9 @@ mdr_status mdr_arena_run_plan(mdr_arena *a, mdr_stream s, const mdr_zero_seg *pl
 
 static mdr_status zero_helper(mdr_arena *a, mdr_stream s, mdr_coverage which, size_t tokens) {
   if (!a) return MDR_ERR_INVALID_ARGUMENT;
-  mdr_zero_seg plan[MDR_ZERO_PLAN_MAX];
-  size_t n = mdr_arena_static_plan(a, which, a->rows, tokens, plan);
-  return mdr_arena_run_plan(a, s, plan, n, a->zero);
+  mdr_zero_seg rules[MDR_ZERO_PLAN_MAX];
+  const size_t n = mdr_arena_rules(a, which, a->rows, rules);
+  return mdr_arena_run_rules(a, s, rules, n, tokens, a->zero);
 }
 
 mdr_status mdr_arena_zero_all(mdr_arena *a, mdr_stream stream) {

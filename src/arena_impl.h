@@ -22,9 +22,12 @@ size_t mdr_arena_rules(const mdr_arena *a, mdr_coverage which, mdr_rows_policy p
 size_t mdr_arena_static_plan(const mdr_arena *a, mdr_coverage which, mdr_rows_policy policy,
                              size_t tokens, mdr_zero_seg *out);
 
-/* Enqueue a static plan on `s` with strategy z: memsets (first failure
- * returned, later segments not enqueued) or one fused launch. */
-mdr_status mdr_arena_run_plan(mdr_arena *a, mdr_stream s, const mdr_zero_seg *plan, size_t n,
-                              mdr_zero_strategy z);
+/* Enqueue, on `s` with strategy z, the n rules evaluated at `tokens`:
+ * memsets of the plan (first failure returned, later segments not
+ * enqueued), or one fused launch that evaluates the rules itself. The one
+ * path from rules and a token count to enqueued zeroing: the helpers and
+ * the graph cache both take it. */
+mdr_status mdr_arena_run_rules(mdr_arena *a, mdr_stream s, const mdr_zero_seg *rules, size_t n,
+                               size_t tokens, mdr_zero_strategy z);
 
 #endif
