@@ -5,11 +5,19 @@
 # benchmark, and print a short table last. Everything is logged under OUT.
 #
 # Usage: bash scripts/device-check.sh OUT [phase...]
-#   phases: build tests sanitize variants sweep probe ncu decode soak bench peer
+#   phases: build tests sanitize variants sweep probe ncu decode soak bench peer compare
 #   (default: build tests sanitize variants decode bench peer)
 #   env BENCH_ARGS: extra arguments for mdr-bench (default --quick)
+#   compare: the previous build side by side with this one. PREV names a
+#     source tree of it (default .device-prev, made here with
+#     `git archive REV | tar -x -C .device-prev` and carried); both
+#     mdr-bench builds run COMPARE_RUNS times each, alternately, with the
+#     same COMPARE_ARGS, and scripts/compare_bench.py prints the ratios.
 # Criterion comes from .device-deps/criterion/*.deb (shared/device/README.md).
 set -uo pipefail
+# NVLink multicast stays off on the shared GPU machines, for this script and
+# every child (shared/device/README.md).
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 out=${1:?usage: device-check.sh OUT [phase...]}
 shift
 phases=${*:-build tests sanitize variants decode bench peer}
@@ -52,7 +60,7 @@ if has sanitize; then
   for suite in zero_fused arena; do
     run "memcheck-$suite" $cs --tool memcheck $build/tests/test_$suite --jobs 1
   done
-  for suite in backend graph_cache; do
+  for suite in backend graph_cache backend_cuda staging; do
     run "memcheck-$suite" $cs --tool memcheck --report-api-errors no $build/tests/test_$suite --jobs 1
   done
   for suite in zero_fused graph_cache; do
@@ -105,6 +113,20 @@ fi
 if has peer; then
   run peer env PYTHONUNBUFFERED=1 python3 bench/peer_torch.py --dir "$out/bench" ${PEER_ARGS:---quick}
   run plot python3 bench/plot.py --dir "$out/bench"
+fi
+if has compare; then
+  prev=${PREV:-.device-prev}
+  cargs=${COMPARE_ARGS:---quick}
+  run prev-configure cmake -S "$prev" -B build-prev -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DCMAKE_CUDA_ARCHITECTURES=90 -DMDR_BUILD_TESTS=OFF -DMDR_BUILD_EXAMPLES=OFF
+  run prev-build cmake --build build-prev -j "$(nproc)" --target mdr-bench
+  olds=() news=()
+  for i in $(seq 1 "${COMPARE_RUNS:-2}"); do
+    run "compare-prev-$i" build-prev/bench/mdr-bench $cargs --out "$out/compare-prev-$i"
+    run "compare-new-$i" $build/bench/mdr-bench $cargs --out "$out/compare-new-$i"
+    olds+=("$out/compare-prev-$i") news+=("$out/compare-new-$i")
+  done
+  python3 scripts/compare_bench.py --old "${olds[@]}" --new "${news[@]}" | tee "$out/compare.txt"
 fi
 echo
 echo "== summary"
