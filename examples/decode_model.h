@@ -1,0 +1,131 @@
+/* mdr example — the decode loop's model: a scaled-down Qwen3-Next-80B whose
+ * activations live in an mdr arena, its weights, its cuBLASLt GEMMs, and
+ * the decode body (the work captured into each graph). decode_loop.c shows
+ * how an engine uses mdr around it; this is the part mdr does not see.
+ *
+ * One step over `t` tokens (rows = ceil16(t), the rows every GEMM runs on):
+ *   token_ids ─gather─► hidden_states ─RMSNorm─► norm_output
+ *   norm_output ─GEMM Wqkv─► qkv_output                       (rows x qkv_dim)
+ *   hidden_states + qkv_output ─GEMM Wo (beta 1)─► residual    (attention is skipped)
+ *   residual ─RMSNorm─► norm_output ─GEMM Wexp─► expert_down_out (rows x K*H: K experts)
+ *   moe_output += w(id, k) * expert k, one launch per expert   (needs the zeroed rows)
+ *   residual + moe_output ─RMSNorm─► norm_output ─GEMM Wlm─► logits (rows x V) */
+#ifndef MDR_EXAMPLE_DECODE_MODEL_H
+#define MDR_EXAMPLE_DECODE_MODEL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+
+#include <mdr/mdr.h>
+
+#define MAX_TOKENS 64                 /* M: token counts run 1 .. M */
+#define ROW_TILE 16                   /* GEMMs run on ceil16(tokens) rows */
+#define MAX_SHAPES (MAX_TOKENS / ROW_TILE + 1)
+#define WORKSPACE_CAP (32u << 20)     /* cuBLASLt workspace cap, bytes */
+#define RMS_EPS 1e-6f
+
+static inline size_t ceil16(size_t x) { return (x + ROW_TILE - 1) / ROW_TILE * ROW_TILE; }
+
+/* ---- checks: print where and why, then `goto fail` ------------------------ */
+
+#define CUDA_OK(call)                                                                  \
+  do {                                                                                 \
+    cudaError_t e_ = (call);                                                           \
+    if (e_ != cudaSuccess) {                                                           \
+      fprintf(stderr, "decode_loop: %s:%d: %s: %s\n", __FILE__, __LINE__, #call,      \
+              cudaGetErrorString(e_));                                                 \
+      goto fail;                                                                       \
+    }                                                                                  \
+  } while (0)
+
+#define LT_OK(call)                                                                    \
+  do {                                                                                 \
+    cublasStatus_t s_ = (call);                                                        \
+    if (s_ != CUBLAS_STATUS_SUCCESS) {                                                 \
+      fprintf(stderr, "decode_loop: %s:%d: %s: %s\n", __FILE__, __LINE__, #call,      \
+              cublasLtGetStatusString(s_));                                            \
+      goto fail;                                                                       \
+    }                                                                                  \
+  } while (0)
+
+#define MDR_OK_(ctx, call)                                                             \
+  do {                                                                                 \
+    mdr_status m_ = (call);                                                            \
+    if (m_ != MDR_OK) {                                                                \
+      fprintf(stderr, "decode_loop: %s:%d: %s: %s (%s)\n", __FILE__, __LINE__, #call, \
+              mdr_status_string(m_), mdr_backend_last_error((ctx)->backend));          \
+      goto fail;                                                                       \
+    }                                                                                  \
+  } while (0)
+
+/* ---- the model ------------------------------------------------------------ */
+
+enum { GEMM_QKV, GEMM_O, GEMM_EXPERTS, GEMM_LM_HEAD, GEMM_COUNT };
+
+/* Y[rows, n] = X[rows, k] · W[n, k]ᵀ (+ C when beta = 1), all row-major BF16. */
+typedef struct gemm_def {
+  const char *name;
+  mdr_buffer x, c, d; /* input, addend (MDR_BUF_COUNT: none), output (arena buffers) */
+  const void *w;      /* weights, row-major [n, k], our own cudaMalloc */
+  size_t n, k;
+  float beta;
+} gemm_def;
+
+typedef struct gemm_plan {
+  cublasLtMatrixLayout_t a, b, c, d;
+  cublasLtMatmulAlgo_t algo;
+  size_t workspace; /* bytes the chosen algorithm needs */
+} gemm_plan;
+
+typedef struct model {
+  mdr_backend *backend; /* borrowed */
+  mdr_arena *arena;     /* borrowed: every activation lives here */
+  cudaStream_t stream;
+  size_t hidden, vocab, qkv_dim, experts; /* H, V, qkv_dim, K (expert slots per token) */
+  size_t max_tokens, max_rows;            /* M, ceil16(M) */
+  void *emb, *w_qkv, *w_o, *w_exp, *w_lm, *gamma_in, *gamma_post, *gamma_final;
+  cublasLtHandle_t lt;
+  cublasLtMatmulDesc_t op;
+  void *workspace;
+  size_t workspace_bytes;
+  gemm_def gemm[GEMM_COUNT];
+  gemm_plan plan[GEMM_COUNT][MAX_SHAPES]; /* [gemm][rows / 16 - 1] */
+  bool plans_ready;
+} model;
+
+/* The scaled-down Qwen3-Next-80B the arena is sized from: H 1024, V 8192, 4
+ * query heads of 256 with a gate + 1 KV head -> qkv_dim 2560, 64 experts
+ * with top-4. 0, or -1 when the preset is missing. */
+int model_config(mdr_model_config *c);
+
+/* The limits of that arena (M = MAX_TOKENS). */
+mdr_limits model_limits(void);
+
+/* Set m up on an arena made from model_config/model_limits: shapes, weights
+ * (from `seed`, made before any capture), the cuBLASLt handle, descriptors,
+ * workspace (the arena's gdn_fla_scratch) and one heuristic per GEMM and row
+ * count; prints what it made and shows the overrun guard refusing a GEMM.
+ * m->backend, m->arena and m->stream must be set. 0 or -1 (message on
+ * stderr); release with model_fini either way. */
+int model_init(model *m, const mdr_model_config *cfg, uint64_t seed);
+
+/* Release what model_init made (not the arena, stream or backend). */
+void model_fini(model *m);
+
+/* The decode work of one step: what the eager path enqueues after zeroing +
+ * id upload, and what each graph captures (an mdr_capture_fn). Only
+ * enqueues on `stream`: capture-safe. */
+mdr_status decode_body(void *user, mdr_stream stream, size_t tokens);
+
+/* The device address of arena buffer b. */
+void *arena_ptr(const model *m, mdr_buffer b);
+
+/* splitmix64: the example's one random generator (weights, counts, ids). */
+uint64_t splitmix64(uint64_t *state);
+
+#endif
