@@ -17,6 +17,10 @@ constexpr int kGatherThreads = 128;
 constexpr int kNormThreads = 128; /* 4 warps; must be a multiple of 32, <= 1024 */
 constexpr int kMoeThreads = 128;
 constexpr int kVec = 8;           /* BF16 per 16-byte access */
+constexpr int kWarpSize = 32;
+constexpr unsigned kFullWarp = 0xffffffffu;  /* shuffle mask: every lane */
+constexpr size_t kMaxGridX = 0x7fffffffu;    /* gridDim.x limit: one block per row */
+constexpr float kInv2Pow24 = 1.0f / 16777216.0f; /* a 24-bit integer to [0, 1) */
 
 union Bf16x8 {
   uint4 raw;
@@ -33,7 +37,7 @@ __device__ __forceinline__ uint32_t mix32(uint32_t h) {
 /* Routing weight of (token id, slot): in [0.5, 1.5) / slots. */
 __device__ __forceinline__ float route_weight(uint32_t id, uint32_t slot, uint32_t slots) {
   uint32_t h = mix32(id * 0x9e3779b9u + slot * 0x85ebca6bu + 1u);
-  float u = (float)(h >> 8) * (1.0f / 16777216.0f);
+  float u = (float)(h >> 8) * kInv2Pow24;
   return (0.5f + u) / (float)slots;
 }
 
@@ -51,12 +55,12 @@ __global__ void gather_kernel(uint4 *hidden, const uint4 *emb, const uint32_t *i
 }
 
 __device__ __forceinline__ float block_sum(float v, float *warp_sums) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, nwarps = blockDim.x / 32;
+  for (int o = kWarpSize / 2; o > 0; o >>= 1) v += __shfl_xor_sync(kFullWarp, v, o);
+  const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize, nwarps = blockDim.x / kWarpSize;
   if (lane == 0) warp_sums[warp] = v;
   __syncthreads();
   float t = lane < nwarps ? warp_sums[lane] : 0.0f;
-  for (int o = 16; o > 0; o >>= 1) t += __shfl_xor_sync(0xffffffffu, t, o);
+  for (int o = kWarpSize / 2; o > 0; o >>= 1) t += __shfl_xor_sync(kFullWarp, t, o);
   return t; /* every thread holds the block's sum */
 }
 
@@ -73,7 +77,7 @@ __device__ __forceinline__ void load_row8(const uint4 *x, const uint4 *add, size
 
 __global__ void rmsnorm_kernel(uint4 *out, const uint4 *x, const uint4 *add, const uint4 *gamma,
                                size_t tokens, size_t vecs_per_row, float inv_width, float eps) {
-  __shared__ float warp_sums[32];
+  __shared__ float warp_sums[kWarpSize]; /* one per warp: at most 1024 / 32 */
   const size_t r = blockIdx.x;
   uint4 *dst = out + r * vecs_per_row;
   if (r >= tokens) {
@@ -123,7 +127,7 @@ bool aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
 extern "C" cudaError_t dk_gather_embeddings(void *hidden, const void *emb, const uint32_t *ids,
                                             size_t tokens, size_t rows, size_t width,
                                             size_t vocab, cudaStream_t stream) {
-  if (!hidden || !emb || (tokens && !ids) || tokens > rows || rows > 0x7fffffffu ||
+  if (!hidden || !emb || (tokens && !ids) || tokens > rows || rows > kMaxGridX ||
       width == 0 || width % kVec || vocab == 0 || !aligned16(hidden) || !aligned16(emb))
     return cudaErrorInvalidValue;
   if (rows == 0) return cudaSuccess;
@@ -135,7 +139,7 @@ extern "C" cudaError_t dk_gather_embeddings(void *hidden, const void *emb, const
 extern "C" cudaError_t dk_rmsnorm(void *out, const void *x, const void *add, const void *gamma,
                                   size_t tokens, size_t rows, size_t width, float eps,
                                   cudaStream_t stream) {
-  if (!out || !x || !gamma || tokens > rows || rows > 0x7fffffffu || width == 0 ||
+  if (!out || !x || !gamma || tokens > rows || rows > kMaxGridX || width == 0 ||
       width % kVec || !aligned16(out) || !aligned16(x) || !aligned16(gamma) ||
       (add && !aligned16(add)))
     return cudaErrorInvalidValue;
@@ -149,8 +153,8 @@ extern "C" cudaError_t dk_rmsnorm(void *out, const void *x, const void *add, con
 extern "C" cudaError_t dk_moe_accumulate(void *moe_out, const void *expert_out, size_t slot,
                                          size_t slots, const uint32_t *ids, size_t tokens,
                                          size_t width, cudaStream_t stream) {
-  if (!moe_out || !expert_out || !ids || slots == 0 || slot >= slots || slots > 0xffffffffu ||
-      tokens > 0x7fffffffu || width == 0 || width % kVec || !aligned16(moe_out) ||
+  if (!moe_out || !expert_out || !ids || slots == 0 || slot >= slots || slots > UINT32_MAX ||
+      tokens > kMaxGridX || width == 0 || width % kVec || !aligned16(moe_out) ||
       !aligned16(expert_out))
     return cudaErrorInvalidValue;
   if (tokens == 0) return cudaSuccess;
