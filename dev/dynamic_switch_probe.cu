@@ -15,7 +15,7 @@
  * (zero_map.h chunks, 16-byte stores, 4 in flight, 256 threads, grid
  * min(chunks, 6 per SM)).
  *
- * Build:  the CMake target `dynamic_switch_probe` (bench/CMakeLists.txt).
+ * Build:  the CMake target `dynamic_switch_probe` (dev/CMakeLists.txt).
  * Run:    ./dynamic_switch_probe [--reps N] [--csv FILE]
  *
  * Method, per preset (GLM-5.3, Qwen3-Next; M = 4096; rows policy ALL):
@@ -72,8 +72,16 @@
 #define PB_MAX_COUNTS 8
 #define POISON 0xA5
 #define GUARD 256
+#define PB_M 4096             /* max_batch_tokens of the arenas (the largest count) */
+#define PB_SEQ 65536          /* the other limits: mdr-bench's defaults */
+#define PB_KV_BLOCK 16
+#define PB_BATCH 4
+#define PB_DEFAULT_REPS 200
+#define PB_MIN_REPS 10
+#define PB_ID_MULT 2654435761u /* Knuth's multiplicative hash: ids spread over the vocabulary */
+#define PB_VOCAB 151936u        /* Qwen3's vocabulary size */
 
-static const size_t k_counts[] = {1, 2, 8, 64, 512, 4096};
+static const size_t k_counts[] = {1, 2, 8, 64, 512, PB_M};
 static const int k_ncounts = sizeof k_counts / sizeof k_counts[0];
 
 // ----------------------------------------------------------------------------
@@ -506,7 +514,7 @@ static void update_costs(mdr_backend *b, mdr_arena *a, unsigned sms, cudaStream_
 }
 
 int main(int argc, char **argv) {
-  int reps = 200;
+  int reps = PB_DEFAULT_REPS;
   const char *csv = NULL;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
@@ -516,7 +524,7 @@ int main(int argc, char **argv) {
       return 2;
     }
   }
-  if (reps < 10) reps = 10;
+  if (reps < PB_MIN_REPS) reps = PB_MIN_REPS;
   mdr_backend *b = NULL;
   if (mdr_backend_cuda_create(0, &b) != MDR_OK) {
     printf("no CUDA device: the probe needs a GPU (skipped)\n");
@@ -530,8 +538,8 @@ int main(int argc, char **argv) {
   CUDA_CHECK(cudaHostAlloc((void **)&release_h, sizeof *release_h, cudaHostAllocMapped));
   *release_h = 0;
   CUDA_CHECK(cudaHostGetDevicePointer((void **)&release_d, release_h, 0));
-  std::vector<uint32_t> ids(4096);
-  for (size_t i = 0; i < ids.size(); i++) ids[i] = (uint32_t)(i * 2654435761u % 151936u);
+  std::vector<uint32_t> ids(PB_M);
+  for (size_t i = 0; i < ids.size(); i++) ids[i] = (uint32_t)(i * PB_ID_MULT % PB_VOCAB);
 
   FILE *f = csv ? fopen(csv, "w") : NULL;
   if (csv && !f) {
@@ -543,10 +551,10 @@ int main(int argc, char **argv) {
   for (const char *preset : presets) {
     mdr_model_config cfg;
     mdr_limits lim = {};
-    lim.max_batch_tokens = 4096;
-    lim.max_seq_len = 65536;
-    lim.kv_block_size = 16;
-    lim.max_batch_size = 4;
+    lim.max_batch_tokens = PB_M;
+    lim.max_seq_len = PB_SEQ;
+    lim.kv_block_size = PB_KV_BLOCK;
+    lim.max_batch_size = PB_BATCH;
     mdr_sizes sizes;
     mdr_arena *a = NULL;
     MDR_CHECK(b, mdr_model_preset(preset, &cfg));
@@ -576,7 +584,7 @@ int main(int argc, char **argv) {
       end(&r);
       fprintf(stderr, "%s %s: done\n", preset, k_approach[ap]);
     }
-    printf("\n%s, rows policy ALL, M = 4096: GPU us per step, median [ratio to exact]\n", preset);
+    printf("\n%s, rows policy ALL, M = %d: GPU us per step, median [ratio to exact]\n", preset, PB_M);
     printf("%6s", "tokens");
     for (int ap = 0; ap < NAPPROACHES; ap++) printf(" %24s", k_approach[ap]);
     printf("\n");

@@ -1,9 +1,11 @@
 /* zero_fused_variants.cu — numbered versions of the fused zeroing kernel,
  * validated against a CPU reference, then timed.
  *
- * Build:  nvcc -O3 -std=c++17 -arch=sm_90 -Ikernels bench/zero_fused_variants.cu \
- *              -o build/zero_fused_variants
- * Run:    ./build/zero_fused_variants [results.csv]
+ * Build:  the CMake target `zero_fused_variants` (dev/CMakeLists.txt), or by hand
+ *         with the product kernel beside it (the same defines reach both):
+ *           nvcc -O3 -std=c++17 -arch=sm_90 -Ikernels -Iinclude -DMDR_STATIC_DEFINE \
+ *                dev/zero_fused_variants.cu kernels/zero_fused.cu -o zero_fused_variants
+ * Run:    ./zero_fused_variants [results.csv]
  *
  * Versions (all take the plan by value, static rules resolved on the host,
  * chunks of MDR_ZERO_CHUNK (16 KiB unless overridden) mapped with zero_map.h):
@@ -35,7 +37,9 @@
  *       end exit
  *   v14 the host lists every chunk's [begin, end) in the parameters (plans
  *       of at most V14_CHUNKS chunks; v10 otherwise): block k loads entry k
- *   lib the promoted kernel through mdr_cuda_zero_fused (kernels/zero_fused.cu)
+ *   lib the promoted kernel through its C launcher mdr_cuda_zero_and_stage
+ *       (kernels/zero_fused.h); the lab never includes the kernel's source, so
+ *       the variants keep their own copies of the device helpers (bv_*)
  *
  * Cases:
  *   big       one 1 GiB segment, 4 KiB aligned; baseline cudaMemsetAsync of
@@ -63,7 +67,10 @@
 #include <cstring>
 #include <vector>
 
-#include "zero_fused.cu" /* the promoted kernel and its launcher */
+#include <cuda_runtime.h>
+
+#include "zero_fused.h" /* the promoted kernel's launcher (kernels/zero_fused.cu, linked) */
+#include "zero_map.h"   /* the plan arithmetic: chunks, spans, rules, stage layout */
 
 #define CUDA_CHECK(call)                                                              \
   do {                                                                                \
@@ -82,6 +89,17 @@
 #define REPS 200
 #define WARMUP 20
 #define BATCH 20
+/* Test plans and buffers. */
+#define RANDOM_SEGS 40            /* segments of the random plan */
+#define RANDOM_SEED 0xBE4C0001ull
+#define RANDOM_MAX_BYTES (3u << 20) /* a random segment's largest size */
+#define GAP_BYTES 4096            /* largest gap before a random segment, and guard after a plan */
+#define PLAN_ALIGN 256            /* plan18's segments start 256-byte aligned, like the arena's */
+#define PLAN18_MAX_BYTES (1u << 20)
+#define BIG_BYTES ((uint64_t)1 << 30) /* the bandwidth case */
+#define STAGED_SLOTS 4            /* ring slots of the staged case */
+#define STAGED_TOKENS 4096u       /* ids per slot = m = t of the staged case */
+#define STAGED_ID(i, slot) (7u * (i) + (slot)) /* id i of a slot: tells slots apart */
 
 /* A static plan: segments resolved to FIXED plus the chunk prefix sums. */
 struct bench_params {
@@ -430,7 +448,7 @@ static void launch(version v, const host_plan &hp, const bench_params &p, cudaSt
       /* the launcher resolves the rules itself: hand it the raw plan */
       std::vector<mdr_zero_seg> segs(hp.segs);
       for (size_t i = 0; i < segs.size(); i++) segs[i].ptr = p.segs[i].ptr;
-      int e = mdr_cuda_zero_fused(segs.data(), segs.size(), 0, NULL, s, g_sms);
+      int e = mdr_cuda_zero_and_stage(segs.data(), segs.size(), 0, NULL, s, g_sms);
       if (e) CUDA_CHECK((cudaError_t)e);
       return;
     }
@@ -539,20 +557,20 @@ static uint64_t rng_next(uint64_t *state) { /* splitmix64 */
 static host_plan random_plan(uint64_t seed) {
   host_plan hp;
   uint64_t rng = seed, cursor = 0;
-  for (int i = 0; i < 40; i++) {
-    cursor += 1 + rng_next(&rng) % 4096 + rng_next(&rng) % 16;
+  for (int i = 0; i < RANDOM_SEGS; i++) {
+    cursor += 1 + rng_next(&rng) % GAP_BYTES + rng_next(&rng) % 16; /* + 0..15 of misalignment */
     uint64_t size;
     switch (rng_next(&rng) % 5) {
       case 0: size = 0; break;
       case 1: size = 1 + rng_next(&rng) % 64; break;
       case 2: size = 1 + rng_next(&rng) % (2 * MDR_ZERO_CHUNK + 100); break;
-      default: size = 1 + rng_next(&rng) % (3u << 20); break;
+      default: size = 1 + rng_next(&rng) % RANDOM_MAX_BYTES; break;
     }
     mdr_zero_seg sg = {cursor, size, 0, 0, MDR_RULE_FIXED, 0};
     hp.segs.push_back(sg);
     cursor += size;
   }
-  hp.mem_bytes = cursor + 4096;
+  hp.mem_bytes = cursor + GAP_BYTES;
   return hp;
 }
 
@@ -567,13 +585,13 @@ static host_plan plan18(void) {
     mdr_zero_seg sg = {cursor, sizes[i], 0, 0, MDR_RULE_FIXED, 0};
     hp.segs.push_back(sg);
     total += sizes[i];
-    cursor = (cursor + sizes[i] + 255) / 256 * 256;
+    cursor = (cursor + sizes[i] + PLAN_ALIGN - 1) / PLAN_ALIGN * PLAN_ALIGN;
   }
-  if (total > (1u << 20)) {
+  if (total > PLAN18_MAX_BYTES) {
     fprintf(stderr, "plan18 exceeds 1 MB\n");
     exit(2);
   }
-  hp.mem_bytes = cursor + 4096;
+  hp.mem_bytes = cursor + GAP_BYTES;
   return hp;
 }
 
@@ -589,7 +607,7 @@ struct staged {
 };
 
 static staged staged_init(void) {
-  const uint32_t slots = 4, tokens = 4096;
+  const uint32_t slots = STAGED_SLOTS, tokens = STAGED_TOKENS;
   staged st;
   uint64_t slot_bytes = mdr_stage_slot_bytes(tokens);
   void *d = NULL;
@@ -600,7 +618,7 @@ static staged staged_init(void) {
     unsigned char *p = st.ring_h + s * slot_bytes;
     memcpy(p, &h, sizeof h);
     for (uint32_t i = 0; i < tokens; i++) {
-      uint32_t id = 7 * i + s;
+      uint32_t id = STAGED_ID(i, s);
       memcpy(p + MDR_STAGE_HEADER_BYTES + 4 * i, &id, 4);
     }
   }
@@ -638,11 +656,11 @@ int main(int argc, char **argv) {
   cudaStream_t s;
   CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
 
-  const uint64_t big_bytes = (uint64_t)1 << 30, guard = 4096;
+  const uint64_t big_bytes = BIG_BYTES, guard = GAP_BYTES;
   host_plan big;
   big.segs.push_back(mdr_zero_seg{guard, big_bytes, 0, 0, MDR_RULE_FIXED, 0});
   big.mem_bytes = big_bytes + 2 * guard;
-  const host_plan small = plan18(), rnd = random_plan(0xBE4C0001);
+  const host_plan small = plan18(), rnd = random_plan(RANDOM_SEED);
   unsigned char *big_mem = NULL, *small_mem = NULL, *rnd_mem = NULL;
   CUDA_CHECK(cudaMalloc((void **)&big_mem, (size_t)big.mem_bytes));
   CUDA_CHECK(cudaMalloc((void **)&small_mem, (size_t)small.mem_bytes));
@@ -666,7 +684,7 @@ int main(int argc, char **argv) {
   host_plan small_rules = small;
   for (auto &sg : small_rules.segs) {
     sg.rule = MDR_RULE_HEAD;
-    sg.a = 4096; /* t = m: whole */
+    sg.a = STAGED_TOKENS; /* t = m: whole */
   }
   {
     const bench_params p = resolve(small, (uint64_t)(uintptr_t)small_mem);
@@ -675,19 +693,19 @@ int main(int argc, char **argv) {
     std::vector<unsigned char> want(small.mem_bytes, POISON), got(small.mem_bytes);
     for (uint32_t i = 0; i < p.n; i++) memset(want.data() + small.segs[i].ptr, 0, (size_t)p.segs[i].bytes);
     CUDA_CHECK(cudaMemsetAsync(small_mem, POISON, (size_t)small.mem_bytes, s));
-    int e = mdr_cuda_zero_fused(segs.data(), segs.size(), 1 /* ignored: DYNAMIC */, &st.desc, s, g_sms);
+    int e = mdr_cuda_zero_and_stage(segs.data(), segs.size(), 1 /* ignored: DYNAMIC */, &st.desc, s, g_sms);
     if (e) CUDA_CHECK((cudaError_t)e);
     CUDA_CHECK(cudaStreamSynchronize(s));
     CUDA_CHECK(cudaMemcpy(got.data(), small_mem, (size_t)small.mem_bytes, cudaMemcpyDeviceToHost));
-    std::vector<uint32_t> ids(4096);
+    std::vector<uint32_t> ids(STAGED_TOKENS);
     uint32_t count = 0;
     uint64_t counter = 0;
-    CUDA_CHECK(cudaMemcpy(ids.data(), st.ids, 4096 * 4, cudaMemcpyDeviceToHost));
+    CUDA_CHECK(cudaMemcpy(ids.data(), st.ids, STAGED_TOKENS * sizeof(uint32_t), cudaMemcpyDeviceToHost));
     CUDA_CHECK(cudaMemcpy(&count, st.count, 4, cudaMemcpyDeviceToHost));
     CUDA_CHECK(cudaMemcpy(&counter, st.counter, 8, cudaMemcpyDeviceToHost));
-    bool good = memcmp(got.data(), want.data(), (size_t)small.mem_bytes) == 0 && count == 4096 &&
+    bool good = memcmp(got.data(), want.data(), (size_t)small.mem_bytes) == 0 && count == STAGED_TOKENS &&
                 counter == 1 && *(volatile uint64_t *)st.ack_h == 1;
-    for (uint32_t i = 0; i < 4096; i++) good &= ids[i] == 7 * i; /* slot 0 */
+    for (uint32_t i = 0; i < STAGED_TOKENS; i++) good &= ids[i] == STAGED_ID(i, 0u); /* slot 0 */
     if (!good) fprintf(stderr, "VALIDATION FAILED: lib on staged\n");
     ok &= good;
   }
@@ -720,8 +738,9 @@ int main(int argc, char **argv) {
   for (int graph = 1; graph >= 0; graph--) {
     const char *kase = graph ? "plan18" : "plan18s";
     for (int v = V1; v <= MEMSET; v++) {
-      /* lib sizes its grid like v2 (ZF_BLOCKS_PER_SM == BV_BLOCKS_PER_SM);
-       * the memset row is compared with v2's empty launch */
+      /* the baseline is an empty kernel on the version's own grid; lib's
+       * grid is the product's (not visible to the lab) and memset has none,
+       * so both are compared with v2's empty launch */
       const unsigned g = grid_for(v == MEMSET ? V2 : (version)v, psmall);
       auto empty = [&] {
         zero_empty<<<g, BV_BLOCK, 0, s>>>(psmall);
@@ -734,7 +753,7 @@ int main(int argc, char **argv) {
              "empty", empty_us, false);
       if (v == LIB) {
         auto staged_launch = [&] {
-          int e = mdr_cuda_zero_fused(staged_segs.data(), staged_segs.size(), 1, &st.desc, s, g_sms);
+          int e = mdr_cuda_zero_and_stage(staged_segs.data(), staged_segs.size(), 1, &st.desc, s, g_sms);
           if (e) CUDA_CHECK((cudaError_t)e);
         };
         us = graph ? time_graph_us(s, staged_launch) : time_us(s, BATCH, staged_launch);
@@ -744,12 +763,12 @@ int main(int argc, char **argv) {
           mdr_stage_desc nofetch = st.desc;
           nofetch.flags &= ~(uint32_t)MDR_STAGE_FETCH;
           us = time_graph_us(s, [&] {
-            int e = mdr_cuda_zero_fused(staged_segs.data(), staged_segs.size(), 1, &nofetch, s, g_sms);
+            int e = mdr_cuda_zero_and_stage(staged_segs.data(), staged_segs.size(), 1, &nofetch, s, g_sms);
             if (e) CUDA_CHECK((cudaError_t)e);
           });
           report("lib", "staged-nofetch", us, small_bytes, "empty", empty_us, false);
           us = time_graph_us(s, [&] {
-            int e = mdr_cuda_zero_fused(staged_segs.data(), staged_segs.size(), 1, &st.desc, s, 2);
+            int e = mdr_cuda_zero_and_stage(staged_segs.data(), staged_segs.size(), 1, &st.desc, s, 2);
             if (e) CUDA_CHECK((cudaError_t)e);
           });
           report("lib", "staged-g12", us, small_bytes, "empty", empty_us, false);
