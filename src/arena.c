@@ -18,6 +18,7 @@ struct mdr_arena {
   mdr_dptr ptr[MDR_BUF_COUNT];
   mdr_zero_strategy zero;
   mdr_rows_policy rows;
+  mdr_arena_slab_owner owner; /* who frees the slab: the backend when release is NULL */
 };
 
 /* docs/SIZES.md §9: the 18 buffers of zero_all / zero_all_rows, in the seed's order. */
@@ -39,10 +40,7 @@ static const mdr_buffer k_prefill[] = {
 
 #define COUNT_OF(x) (sizeof(x) / sizeof((x)[0]))
 
-mdr_status mdr_arena_create(mdr_backend *b, const mdr_sizes *s, mdr_arena **out) {
-  if (!out) return b ? mdr_backend_fail(b, MDR_ERR_INVALID_ARGUMENT, "arena: NULL out") : MDR_ERR_INVALID_ARGUMENT;
-  *out = NULL;
-  if (!b) return MDR_ERR_INVALID_ARGUMENT;
+mdr_status mdr_arena_layout(mdr_backend *b, const mdr_sizes *s, size_t offset[MDR_BUF_COUNT], size_t *total) {
   if (!s) return mdr_backend_fail(b, MDR_ERR_INVALID_ARGUMENT, "arena: NULL sizes");
   if (s->max_batch_tokens == 0)
     return mdr_backend_fail(b, MDR_ERR_INVALID_ARGUMENT, "arena: max_batch_tokens is 0");
@@ -51,47 +49,77 @@ mdr_status mdr_arena_create(mdr_backend *b, const mdr_sizes *s, mdr_arena **out)
     return mdr_backend_fail(b, MDR_ERR_OUT_OF_RANGE,
                             "arena: logits_rows %zu does not divide logits (%zu bytes)",
                             s->logits_rows, logits);
-
-  size_t offset[MDR_BUF_COUNT];
-  size_t total = 0;
+  size_t sum = 0;
   for (int i = 0; i < MDR_BUF_COUNT; i++) {
-    offset[i] = total;
+    offset[i] = sum;
     size_t n = s->bytes[i];
     size_t aligned = (n + MDR_ARENA_ALIGN - 1) / MDR_ARENA_ALIGN * MDR_ARENA_ALIGN;
-    if (aligned < n || total + aligned < total)
+    if (aligned < n || sum + aligned < sum)
       return mdr_backend_fail(b, MDR_ERR_OVERFLOW, "arena: slab size overflows");
-    total += aligned;
+    sum += aligned;
   }
-  if (total == 0) return mdr_backend_fail(b, MDR_ERR_INVALID_ARGUMENT, "arena: every size is 0");
+  if (sum == 0) return mdr_backend_fail(b, MDR_ERR_INVALID_ARGUMENT, "arena: every size is 0");
+  *total = sum;
+  return MDR_OK;
+}
 
+static void release_slab(mdr_arena *a) {
+  if (a->owner.release) {
+    a->owner.release(a->owner.ctx, a->slab);
+  } else {
+    mdr_be_free_device(a->backend, a->slab);
+  }
+}
+
+mdr_status mdr_arena_create_on_slab(mdr_backend *b, const mdr_sizes *s, mdr_dptr slab,
+                                    const mdr_arena_slab_owner *owner, mdr_arena **out) {
+  size_t offset[MDR_BUF_COUNT], total = 0;
+  mdr_status st = mdr_arena_layout(b, s, offset, &total);
+  if (st != MDR_OK) return st;
   mdr_arena *a = calloc(1, sizeof *a);
   if (!a) return mdr_backend_fail(b, MDR_ERR_OUT_OF_MEMORY, "arena: handle");
-  mdr_status st = mdr_be_alloc_device(b, total, &a->slab);
-  if (st != MDR_OK) goto fail;
   a->backend = b;
   a->sizes = *s;
+  a->slab = slab;
   a->slab_bytes = total;
+  if (owner) a->owner = *owner;
   for (int i = 0; i < MDR_BUF_COUNT; i++) a->ptr[i] = s->bytes[i] ? a->slab + offset[i] : 0;
   /* norm_unit_w is an all-zero weight: cleared once, never again. */
   if (a->ptr[MDR_BUF_NORM_UNIT_W]) {
     st = mdr_be_fill(b, a->ptr[MDR_BUF_NORM_UNIT_W], 0, s->bytes[MDR_BUF_NORM_UNIT_W]);
-    if (st != MDR_OK) goto fail;
+    if (st != MDR_OK) {
+      free(a); /* the slab stays the caller's on failure */
+      return st;
+    }
   }
   a->zero = MDR_ZERO_MEMSET;
   a->rows = MDR_ROWS_SEED;
   *out = a;
   return MDR_OK;
-fail:
-  mdr_be_free_device(b, a->slab);
-  free(a);
+}
+
+mdr_status mdr_arena_create(mdr_backend *b, const mdr_sizes *s, mdr_arena **out) {
+  if (!out) return b ? mdr_backend_fail(b, MDR_ERR_INVALID_ARGUMENT, "arena: NULL out") : MDR_ERR_INVALID_ARGUMENT;
+  *out = NULL;
+  if (!b) return MDR_ERR_INVALID_ARGUMENT;
+  size_t offset[MDR_BUF_COUNT], total = 0;
+  mdr_status st = mdr_arena_layout(b, s, offset, &total);
+  if (st != MDR_OK) return st;
+  mdr_dptr slab = 0;
+  st = mdr_be_alloc_device(b, total, &slab);
+  if (st != MDR_OK) return st;
+  st = mdr_arena_create_on_slab(b, s, slab, NULL, out);
+  if (st != MDR_OK) mdr_be_free_device(b, slab);
   return st;
 }
 
 void mdr_arena_destroy(mdr_arena *a) {
   if (!a) return;
-  mdr_be_free_device(a->backend, a->slab);
+  release_slab(a);
   free(a);
 }
+
+const mdr_arena_slab_owner *mdr_arena_slab_owner_of(const mdr_arena *a) { return &a->owner; }
 
 static int buffer_ok(mdr_buffer buf) { return (int)buf >= 0 && buf < MDR_BUF_COUNT; }
 

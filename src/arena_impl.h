@@ -5,6 +5,28 @@
 #include "mdr/arena.h"
 #include "backend_impl.h"
 
+struct mdr_comm;
+
+/* Who frees an arena's slab: release(ctx, slab) when set (a slab from a
+ * communicator's allocator, registered as a window), else the backend. The
+ * communicator and window kind ride along for the queries of comm.h. */
+typedef struct mdr_arena_slab_owner {
+  void (*release)(void *ctx, mdr_dptr slab);
+  void *ctx;
+  struct mdr_comm *comm;
+  int window; /* mdr_window */
+} mdr_arena_slab_owner;
+
+/* Check sizes and compute the slab layout: each buffer's offset and the
+ * total bytes (256-byte aligned buffers). Failures recorded on b. */
+mdr_status mdr_arena_layout(mdr_backend *b, const mdr_sizes *s, size_t offset[MDR_BUF_COUNT], size_t *total);
+/* Make an arena over a slab of mdr_arena_layout's total bytes allocated by
+ * the caller; owner NULL: the backend frees it with the arena. On failure
+ * the slab stays the caller's. */
+mdr_status mdr_arena_create_on_slab(mdr_backend *b, const mdr_sizes *s, mdr_dptr slab,
+                                    const mdr_arena_slab_owner *owner, mdr_arena **out);
+const mdr_arena_slab_owner *mdr_arena_slab_owner_of(const mdr_arena *a);
+
 /* The coverage of each zeroing helper. */
 typedef enum mdr_coverage {
   MDR_COVER_ALL,     /* zero_all */

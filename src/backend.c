@@ -191,3 +191,8 @@ mdr_status mdr_be_fused_node_update(mdr_backend *b, void *exec, void *node, cons
   MDR_REQUIRE_SLOT_(b, fused_node_update);
   return b->ops->fused_node_update(b, exec, node, rules, n, tokens, stage);
 }
+int mdr_be_has_host_fn(const mdr_backend *b) { return b->ops->host_fn != NULL; }
+mdr_status mdr_be_host_fn(mdr_backend *b, mdr_host_fn fn, const void *arg, size_t arg_bytes, mdr_stream s) {
+  MDR_REQUIRE_SLOT_(b, host_fn);
+  return b->ops->host_fn(b, fn, arg, arg_bytes, s);
+}

@@ -382,7 +382,14 @@ mdr_status mdr_backend_cuda_create(int device, mdr_backend **out) {
   return MDR_OK;
 }
 
+int mdr_be_cuda_device(const mdr_backend *b) { return b->ops == &cuda_ops ? cuda_of((mdr_backend *)b)->device : -1; }
+
 #else /* no CUDA in this build */
+
+int mdr_be_cuda_device(const mdr_backend *b) {
+  (void)b;
+  return -1;
+}
 
 mdr_status mdr_backend_cuda_create(int device, mdr_backend **out) {
   if (!out) return MDR_ERR_INVALID_ARGUMENT;

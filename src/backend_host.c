@@ -17,7 +17,7 @@
 
 #include "backend_impl.h"
 
-typedef enum host_op_kind { HOST_OP_MEMSET, HOST_OP_COPY, HOST_OP_ZERO_FUSED } host_op_kind;
+typedef enum host_op_kind { HOST_OP_MEMSET, HOST_OP_COPY, HOST_OP_ZERO_FUSED, HOST_OP_FN } host_op_kind;
 
 typedef struct host_op {
   host_op_kind kind;
@@ -29,6 +29,9 @@ typedef struct host_op {
   uint64_t tokens;
   int has_stage;
   mdr_stage_desc stage;
+  mdr_host_fn fn;      /* fn: called with an owned copy of its argument */
+  void *arg;
+  size_t arg_bytes;
 } host_op;
 
 typedef struct host_list {
@@ -51,7 +54,10 @@ typedef struct host_backend {
 static _Thread_local host_stream *tls_capture;
 
 static void list_free(host_list *l) {
-  for (size_t i = 0; i < l->len; i++) free(l->ops[i].segs);
+  for (size_t i = 0; i < l->len; i++) {
+    free(l->ops[i].segs);
+    free(l->ops[i].arg);
+  }
   free(l->ops);
   l->ops = NULL;
   l->len = l->cap = 0;
@@ -73,18 +79,29 @@ static mdr_status list_push(mdr_backend *b, host_list *l, const host_op *op) {
   } else {
     copy.segs = NULL;
   }
+  copy.arg = NULL;
+  if (op->kind == HOST_OP_FN && op->arg_bytes) {
+    copy.arg = malloc(op->arg_bytes);
+    if (!copy.arg) {
+      free(copy.segs);
+      return mdr_backend_fail(b, MDR_ERR_OUT_OF_MEMORY, "host: recording a host function");
+    }
+    memcpy(copy.arg, op->arg, op->arg_bytes);
+  }
   l->ops[l->len++] = copy;
   return MDR_OK;
 }
 
-static void op_run(const host_op *op) {
+static mdr_status op_run(mdr_backend *b, const host_op *op) {
   switch (op->kind) {
     case HOST_OP_MEMSET: memset((void *)(uintptr_t)op->dst, op->value, op->n); break;
     case HOST_OP_COPY: memcpy((void *)(uintptr_t)op->dst, op->src, op->n); break;
     case HOST_OP_ZERO_FUSED:
       mdr_zero_fused_host(op->segs, op->n, op->tokens, op->has_stage ? &op->stage : NULL);
       break;
+    case HOST_OP_FN: return op->fn(b, op->arg);
   }
+  return MDR_OK;
 }
 
 /* Run an op now, or record it when `s` is capturing. */
@@ -94,8 +111,7 @@ static mdr_status submit(mdr_backend *b, mdr_stream s, const host_op *op) {
     if (hs->invalidated) return mdr_backend_fail(b, MDR_ERR_CAPTURE, "host: capture invalidated");
     return list_push(b, &hs->rec, op);
   }
-  op_run(op);
-  return MDR_OK;
+  return op_run(b, op);
 }
 
 /* A blocking call or an allocation by a thread that is capturing is illegal
@@ -316,6 +332,12 @@ static mdr_status host_fused_node_update(mdr_backend *b, void *exec, void *node,
   return MDR_OK;
 }
 
+static mdr_status host_host_fn(mdr_backend *b, mdr_host_fn fn, const void *arg, size_t arg_bytes,
+                               mdr_stream s) {
+  host_op op = {.kind = HOST_OP_FN, .fn = fn, .arg = (void *)arg, .arg_bytes = arg_bytes};
+  return submit(b, s, &op);
+}
+
 static void host_destroy(mdr_backend *b) { free(b); }
 
 static const struct mdr_backend_ops host_ops = {
@@ -343,6 +365,7 @@ static const struct mdr_backend_ops host_ops = {
     .exec_destroy = host_list_destroy,
     .zero_fused = host_zero_fused,
     .fused_node_update = host_fused_node_update,
+    .host_fn = host_host_fn,
 };
 
 mdr_status mdr_backend_host_create(mdr_backend **out) {

@@ -23,6 +23,9 @@
 extern "C" {
 #endif
 
+/* A function a host backend's stream runs as one op (see host_fn). */
+typedef mdr_status (*mdr_host_fn)(mdr_backend *b, void *arg);
+
 struct mdr_backend_ops {
   const char *name;
   void (*destroy)(mdr_backend *b);
@@ -77,6 +80,10 @@ struct mdr_backend_ops {
    * later launches of the exec only. */
   mdr_status (*fused_node_update)(mdr_backend *b, void *exec, void *node, const mdr_zero_seg *rules,
                                   size_t n, uint64_t tokens, const mdr_stage_desc *stage);
+  /* optional (host backends): enqueue fn(b, copy of arg) as one op of s, run
+   * when the stream reaches it (at once, or at every replay of a graph that
+   * recorded it); its status is the op's. The backend owns the copy. */
+  mdr_status (*host_fn)(mdr_backend *b, mdr_host_fn fn, const void *arg, size_t arg_bytes, mdr_stream s);
 };
 
 #define MDR_BACKEND_ERROR_MAX 512
@@ -132,6 +139,10 @@ mdr_status mdr_be_zero_fused(mdr_backend *b, const mdr_zero_seg *segs, size_t n,
                              const mdr_stage_desc *stage, mdr_stream s, void **node);
 mdr_status mdr_be_fused_node_update(mdr_backend *b, void *exec, void *node, const mdr_zero_seg *rules,
                                     size_t n, uint64_t tokens, const mdr_stage_desc *stage);
+int mdr_be_has_host_fn(const mdr_backend *b);
+mdr_status mdr_be_host_fn(mdr_backend *b, mdr_host_fn fn, const void *arg, size_t arg_bytes, mdr_stream s);
+/* The CUDA device of a CUDA backend, -1 for any other. */
+int mdr_be_cuda_device(const mdr_backend *b);
 
 /* Run the fused plan on the CPU through the shared mapping of zero_map.h:
  * what the host backend's zero_fused slot does. The stage's addresses are

@@ -23,7 +23,7 @@ static const char *k_op_names[MDR_OP_COUNT] = {
     "copy_h2d", "copy_d2h", "fill", "stream_create", "stream_destroy",
     "synchronize", "stream_query", "capture_begin", "capture_end", "is_capturing",
     "graph_instantiate", "graph_upload", "graph_launch", "graph_destroy", "exec_destroy",
-    "zero_fused", "fused_node_update"};
+    "zero_fused", "fused_node_update", "host_fn"};
 
 /* Count a fallible call; return a failure status when one is due. */
 static mdr_status due(mdr_backend *b, mdr_op op) {
@@ -155,6 +155,9 @@ static mdr_status f_fused_node_update(mdr_backend *b, void *x, void *node, const
                                       size_t n, uint64_t t, const mdr_stage_desc *st) {
   FORWARD(MDR_OP_FUSED_NODE_UPDATE, fused_node_update(I, x, node, segs, n, t, st));
 }
+static mdr_status f_host_fn(mdr_backend *b, mdr_host_fn fn, const void *arg, size_t bytes, mdr_stream s) {
+  FORWARD(MDR_OP_HOST_FN, host_fn(I, fn, arg, bytes, s));
+}
 static void f_destroy(mdr_backend *b) { free(b); }
 
 static const struct mdr_backend_ops fault_ops = {
@@ -182,6 +185,7 @@ static const struct mdr_backend_ops fault_ops = {
     .exec_destroy = f_exec_destroy,
     .zero_fused = f_zero_fused,
     .fused_node_update = f_fused_node_update,
+    .host_fn = f_host_fn,
 };
 
 mdr_status fault_backend_create(mdr_backend *inner, mdr_backend **out) {

@@ -9,5 +9,6 @@
 #include "mdr/sizes.h"
 #include "mdr/arena.h"
 #include "mdr/graph.h"
+#include "mdr/comm.h"
 
 #endif

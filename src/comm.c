@@ -1,0 +1,230 @@
+/* comm.c — what every communicator shares (include/mdr/comm.h): creation
+ * checks, queries, abort, the arena on a communicator and the all-reduce
+ * of an arena buffer's rows. The transports are comm_nccl.c and
+ * comm_host.c, behind struct mdr_comm_ops (comm_impl.h). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm_impl.h"
+
+/* ---- groups ---- */
+
+mdr_comm_group *mdr_comm_group_new(int n) {
+  mdr_comm_group *g = calloc(1, sizeof *g);
+  if (!g) return NULL;
+  atomic_init(&g->aborted, 0);
+  atomic_init(&g->refs, n);
+  return g;
+}
+
+void mdr_comm_group_release(mdr_comm_group *g) {
+  if (!g || atomic_fetch_sub(&g->refs, 1) != 1) return;
+  if (g->impl_free) g->impl_free(g->impl);
+  free(g);
+}
+
+mdr_status mdr_comm_check_alive(const mdr_comm *c, const char *what) {
+  if (!atomic_load(&c->group->aborted)) return MDR_OK;
+  return mdr_backend_fail(c->b, MDR_ERR_STATE, "comm: %s on rank %d of an aborted communicator", what,
+                          c->rank);
+}
+
+size_t mdr_dtype_bytes(mdr_dtype dt) {
+  switch (dt) {
+    case MDR_DTYPE_BF16:
+    case MDR_DTYPE_FP16: return 2;
+    case MDR_DTYPE_FP32: return 4;
+    default: return 0;
+  }
+}
+
+/* ---- creation, queries, teardown ---- */
+
+int mdr_comm_nccl_available(void) { return mdr_comm_nccl_built(); }
+
+mdr_status mdr_comm_adopt_nccl(mdr_backend *b, void *nccl_comm, mdr_comm **out) {
+  if (!out) return MDR_ERR_INVALID_ARGUMENT;
+  *out = NULL;
+  if (!b) return MDR_ERR_INVALID_ARGUMENT;
+  if (!nccl_comm) return mdr_backend_fail(b, MDR_ERR_INVALID_ARGUMENT, "comm: NULL ncclComm_t");
+  return mdr_comm_nccl_adopt(b, nccl_comm, out);
+}
+
+/* Common checks of the array constructors; out[] cleared first. */
+static mdr_status check_backends(mdr_backend *const *backends, int n, mdr_comm **out) {
+  if (!out || n <= 0) return MDR_ERR_INVALID_ARGUMENT;
+  for (int i = 0; i < n; i++) out[i] = NULL;
+  if (!backends) return MDR_ERR_INVALID_ARGUMENT;
+  for (int i = 0; i < n; i++)
+    if (!backends[i]) return MDR_ERR_INVALID_ARGUMENT;
+  return MDR_OK;
+}
+
+mdr_status mdr_comm_create_local(mdr_backend *const *backends, int n, mdr_comm **out) {
+  mdr_status st = check_backends(backends, n, out);
+  if (st != MDR_OK) return st;
+  return mdr_comm_nccl_make_local(backends, n, out);
+}
+
+mdr_status mdr_comm_create_host(mdr_backend *const *backends, int n, mdr_comm **out) {
+  mdr_status st = check_backends(backends, n, out);
+  if (st != MDR_OK) return st;
+  return mdr_comm_host_make(backends, n, out);
+}
+
+int mdr_comm_rank(const mdr_comm *c) { return c ? c->rank : -1; }
+int mdr_comm_size(const mdr_comm *c) { return c ? c->size : -1; }
+int mdr_comm_device(const mdr_comm *c) { return c ? c->device : -1; }
+mdr_backend *mdr_comm_backend(const mdr_comm *c) { return c ? c->b : NULL; }
+
+void mdr_comm_abort(mdr_comm *c) {
+  if (!c) return;
+  atomic_store(&c->group->aborted, 1);
+  c->ops->abort(c);
+}
+
+void mdr_comm_destroy(mdr_comm *c) {
+  if (!c) return;
+  c->ops->destroy(c);
+  mdr_comm_group_release(c->group);
+  free(c);
+}
+
+/* ---- the arena on a communicator ---- */
+
+const char *mdr_window_name(mdr_window w) {
+  static const char *const k_names[MDR_WINDOW_COUNT] = {"none", "symmetric", "plain", "host"};
+  return (int)w >= 0 && w < MDR_WINDOW_COUNT ? k_names[w] : "unknown";
+}
+
+mdr_window mdr_arena_window(const mdr_arena *a) {
+  return a ? (mdr_window)mdr_arena_slab_owner_of(a)->window : MDR_WINDOW_NONE;
+}
+
+mdr_comm *mdr_arena_comm(const mdr_arena *a) { return a ? mdr_arena_slab_owner_of(a)->comm : NULL; }
+
+static void release_comm_slab(void *ctx, mdr_dptr slab) {
+  mdr_comm *c = ctx;
+  c->ops->slab_free(c, slab);
+}
+
+/* What every rank's layout must agree on: a hash of the sizes, and the
+ * slab's total bytes. */
+typedef struct layout_record {
+  uint64_t hash;
+  uint64_t total;
+} layout_record;
+
+static uint64_t hash_sizes(const mdr_sizes *s) {
+  uint64_t h = 0xcbf29ce484222325ull; /* FNV-1a over the sizes' words */
+  const size_t words[] = {s->max_batch_tokens, s->logits_rows};
+  for (int i = 0; i < MDR_BUF_COUNT + 2; i++) {
+    uint64_t v = i < MDR_BUF_COUNT ? (uint64_t)s->bytes[i] : (uint64_t)words[i - MDR_BUF_COUNT];
+    for (int k = 0; k < 8; k++) h = (h ^ ((v >> (8 * k)) & 0xff)) * 0x100000001b3ull;
+  }
+  return h;
+}
+
+mdr_status mdr_arena_create_on_comms(mdr_comm *const *comms, int n, const mdr_sizes *s, mdr_arena **out) {
+  if (!out || n <= 0) return MDR_ERR_INVALID_ARGUMENT;
+  for (int i = 0; i < n; i++) out[i] = NULL;
+  if (!comms) return MDR_ERR_INVALID_ARGUMENT;
+  for (int i = 0; i < n; i++)
+    if (!comms[i]) return MDR_ERR_INVALID_ARGUMENT;
+  const int size = comms[0]->size;
+  if (n != 1 && n != size)
+    return mdr_backend_fail(comms[0]->b, MDR_ERR_INVALID_ARGUMENT,
+                            "arena on comm: %d ranks given; give one (a thread per rank) or all %d", n, size);
+  for (int i = 0; i < n; i++) {
+    mdr_status st = mdr_comm_check_alive(comms[i], "arena create");
+    if (st != MDR_OK) return st;
+  }
+
+  /* every rank computes its layout; a rank with bad sizes still takes part
+   * in the exchange (with a record no one matches), so no rank waits */
+  layout_record mine[n > 0 ? n : 1];
+  mdr_status local[n > 0 ? n : 1];
+  for (int i = 0; i < n; i++) {
+    size_t offset[MDR_BUF_COUNT], total = 0;
+    local[i] = s ? mdr_arena_layout(comms[i]->b, s, offset, &total)
+                 : mdr_backend_fail(comms[i]->b, MDR_ERR_INVALID_ARGUMENT, "arena on comm: NULL sizes");
+    mine[i] = local[i] == MDR_OK ? (layout_record){hash_sizes(s), total} : (layout_record){0, 0};
+  }
+  layout_record *all = calloc((size_t)size, sizeof *all);
+  if (!all) return mdr_backend_fail(comms[0]->b, MDR_ERR_OUT_OF_MEMORY, "arena on comm: layout records");
+  mdr_status st = comms[0]->ops->exchange(comms, n, mine, sizeof *mine, all);
+  if (st == MDR_OK) {
+    for (int i = 0; i < n; i++) {
+      if (local[i] != MDR_OK) {
+        st = local[i];
+        continue;
+      }
+      for (int r = 0; r < size; r++)
+        if (all[r].hash != mine[i].hash || all[r].total != mine[i].total) {
+          st = mdr_backend_fail(comms[i]->b, MDR_ERR_INVALID_ARGUMENT,
+                                "arena on comm: rank %d's layout (%llu bytes) differs from rank %d's (%llu "
+                                "bytes): every rank must pass the same sizes",
+                                r, (unsigned long long)all[r].total, comms[i]->rank,
+                                (unsigned long long)mine[i].total);
+          break;
+        }
+    }
+  }
+  const uint64_t total = mine[0].total;
+  free(all);
+  if (st != MDR_OK) return st;
+
+  mdr_dptr slab[n];
+  int kind[n];
+  st = comms[0]->ops->slab_alloc(comms, n, (size_t)total, slab, kind);
+  if (st != MDR_OK) return st;
+  for (int i = 0; i < n && st == MDR_OK; i++) {
+    const mdr_arena_slab_owner owner = {
+        .release = release_comm_slab, .ctx = comms[i], .comm = comms[i], .window = kind[i]};
+    st = mdr_arena_create_on_slab(comms[i]->b, s, slab[i], &owner, &out[i]);
+  }
+  if (st != MDR_OK) {
+    for (int i = 0; i < n; i++) {
+      if (out[i]) {
+        mdr_arena_destroy(out[i]); /* frees its slab */
+        out[i] = NULL;
+      } else {
+        comms[i]->ops->slab_free(comms[i], slab[i]);
+      }
+    }
+  }
+  return st;
+}
+
+mdr_status mdr_arena_create_on_comm(mdr_comm *c, const mdr_sizes *s, mdr_arena **out) {
+  if (!out) return MDR_ERR_INVALID_ARGUMENT;
+  *out = NULL;
+  if (!c) return MDR_ERR_INVALID_ARGUMENT;
+  return mdr_arena_create_on_comms(&c, 1, s, out);
+}
+
+/* ---- the all-reduce of a buffer's rows ---- */
+
+mdr_status mdr_comm_all_reduce_rows(mdr_arena *a, mdr_buffer buf, mdr_dtype dt, size_t tokens,
+                                    mdr_stream stream) {
+  if (!a) return MDR_ERR_INVALID_ARGUMENT;
+  mdr_backend *b = mdr_arena_backend(a);
+  mdr_comm *c = mdr_arena_comm(a);
+  if (!c) return mdr_backend_fail(b, MDR_ERR_INVALID_ARGUMENT, "all-reduce: the arena is not on a communicator");
+  const size_t esize = mdr_dtype_bytes(dt);
+  if ((int)dt < 0 || dt >= MDR_DTYPE_COUNT || esize == 0)
+    return mdr_backend_fail(b, MDR_ERR_INVALID_ARGUMENT, "all-reduce: dtype %d is not a mdr_dtype", (int)dt);
+  const size_t m = mdr_arena_max_batch_tokens(a), bytes = mdr_arena_bytes(a, buf);
+  const mdr_dptr ptr = mdr_arena_ptr(a, buf);
+  if (!ptr || bytes % m != 0 || (bytes / m) % esize != 0)
+    return mdr_backend_fail(b, MDR_ERR_INVALID_ARGUMENT,
+                            "all-reduce: buffer %s has no rows of %zu-byte elements (%zu bytes, %zu rows)",
+                            mdr_buffer_name(buf) ? mdr_buffer_name(buf) : "(unknown)", esize, bytes, m);
+  if (tokens > m)
+    return mdr_backend_fail(b, MDR_ERR_OUT_OF_RANGE, "all-reduce: %zu tokens (0 .. %zu)", tokens, m);
+  mdr_status st = mdr_comm_check_alive(c, "all-reduce");
+  if (st != MDR_OK || tokens == 0) return st;
+  st = c->ops->all_reduce(c, ptr, tokens * (bytes / m) / esize, dt, stream);
+  if (st != MDR_OK) mdr_comm_abort(c); /* no peer waits for this rank's missing share */
+  return st;
+}

@@ -1,0 +1,66 @@
+/* comm_impl.h — the communicator seam (private).
+ *
+ * A communicator is one rank's handle; its ops are the NCCL implementation
+ * (comm_nccl.c) or the host one (comm_host.c). comm.c holds what is common:
+ * queries, argument checks of the all-reduce, the arena on a communicator
+ * (layout check, slab allocation) and fault handling. Ranks made together
+ * share a group (abort flag, the options a lockstep cache was made with). */
+#ifndef MDR_COMM_IMPL_H
+#define MDR_COMM_IMPL_H
+
+#include <stdatomic.h>
+
+#include "arena_impl.h"
+#include "mdr/comm.h"
+
+typedef struct mdr_comm_group {
+  atomic_int aborted;
+  atomic_int refs;
+  void *impl; /* the implementation's shared state (host: barrier, buffers) */
+  void (*impl_free)(void *impl);
+} mdr_comm_group;
+
+struct mdr_comm_ops {
+  const char *name;
+  /* Sum `count` elements of type dt at ptr across the ranks, in place,
+   * enqueued on s. */
+  mdr_status (*all_reduce)(mdr_comm *c, mdr_dptr ptr, size_t count, mdr_dtype dt, mdr_stream s);
+  /* All-gather of a small host record: ranks cs[0..n-1] (n == 1: the
+   * calling rank alone, one thread per rank; n == size: every rank, one
+   * thread) give mine[i * bytes ...]; all gets size * bytes, rank order.
+   * Collective, blocking. */
+  mdr_status (*exchange)(mdr_comm *const *cs, int n, const void *mine, size_t bytes, void *all);
+  /* Allocate each rank's slab of `bytes` and register it once as a
+   * symmetric window when the implementation can (collective when it
+   * registers). kind[i]: MDR_WINDOW_SYMMETRIC, PLAIN or HOST. On failure
+   * nothing is left allocated. */
+  mdr_status (*slab_alloc)(mdr_comm *const *cs, int n, size_t bytes, mdr_dptr *slab, int *kind);
+  void (*slab_free)(mdr_comm *c, mdr_dptr slab);
+  void (*abort)(mdr_comm *c);
+  void (*destroy)(mdr_comm *c);
+};
+
+struct mdr_comm {
+  const struct mdr_comm_ops *ops;
+  mdr_backend *b;
+  int rank, size, device;
+  mdr_comm_group *group;
+  void *impl; /* per rank: ncclComm_t, or the host rank's state */
+};
+
+/* A group shared by n ranks (refs = n), or NULL when out of memory. */
+mdr_comm_group *mdr_comm_group_new(int n);
+/* Drop one rank's reference; the last frees the group (and impl). */
+void mdr_comm_group_release(mdr_comm_group *g);
+/* MDR_ERR_STATE, recorded on c's backend, when the group was aborted. */
+mdr_status mdr_comm_check_alive(const mdr_comm *c, const char *what);
+/* Bytes per element. */
+size_t mdr_dtype_bytes(mdr_dtype dt);
+
+/* The implementations' constructors (comm_host.c, comm_nccl.c). */
+mdr_status mdr_comm_host_make(mdr_backend *const *backends, int n, mdr_comm **out);
+mdr_status mdr_comm_nccl_adopt(mdr_backend *b, void *nccl_comm, mdr_comm **out);
+mdr_status mdr_comm_nccl_make_local(mdr_backend *const *backends, int n, mdr_comm **out);
+int mdr_comm_nccl_built(void);
+
+#endif

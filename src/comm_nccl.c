@@ -1,0 +1,393 @@
+/* comm_nccl.c — the NCCL communicator: a rank is an ncclComm_t on a CUDA
+ * backend's device.
+ *
+ * Every NCCL and CUDA call runs on the rank's device and leaves the
+ * caller's current device as it was. Every NCCL failure becomes a status
+ * (ncclInvalidArgument: MDR_ERR_INVALID_ARGUMENT, ncclInvalidUsage:
+ * MDR_ERR_STATE, the rest MDR_ERR_BACKEND) with NCCL's error string and its
+ * last-error text in the backend's last error.
+ *
+ * Slabs. ncclMemAlloc, then ncclCommWindowRegister(NCCL_WIN_COLL_SYMMETRIC)
+ * once for the whole slab (collective; in a group when one thread drives
+ * several ranks). When NCCL cannot (no symmetric support: it then returns
+ * success with no window; or an error), every rank falls back to plain
+ * memory, decided together so that the ranks agree. A slab is deregistered
+ * and freed when its arena is destroyed. */
+#include "comm_impl.h"
+
+#if defined(MDR_HAVE_NCCL)
+
+#include <cuda_runtime.h>
+#include <nccl.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct nccl_slab {
+  struct nccl_slab *next;
+  mdr_dptr ptr;
+  ncclWindow_t win; /* NULL: plain */
+  int from_nccl;    /* ncclMemAlloc (else cudaMalloc) */
+} nccl_slab;
+
+typedef struct nccl_rank {
+  ncclComm_t comm;
+  int owned; /* made by mdr: destroyed (or aborted) by mdr */
+  int dead;  /* aborted: not to be used again */
+  nccl_slab *slabs;
+} nccl_rank;
+
+static nccl_rank *rank_of(const mdr_comm *c) { return c->impl; }
+
+static mdr_status status_of(ncclResult_t r) {
+  switch (r) {
+    case ncclSuccess: return MDR_OK;
+    case ncclInvalidArgument: return MDR_ERR_INVALID_ARGUMENT;
+    case ncclInvalidUsage: return MDR_ERR_STATE;
+    default: return MDR_ERR_BACKEND;
+  }
+}
+
+static mdr_status nccl_fail(mdr_backend *b, ncclComm_t comm, ncclResult_t r, const char *what) {
+  const char *last = comm ? ncclGetLastError(comm) : NULL;
+  return mdr_backend_fail(b, status_of(r), "nccl: %s: %s%s%s", what, ncclGetErrorString(r),
+                          last && *last ? ": " : "", last && *last ? last : "");
+}
+
+static mdr_status cuda_fail(mdr_backend *b, cudaError_t e, const char *what) {
+  (void)cudaGetLastError();
+  return mdr_backend_fail(b, e == cudaErrorMemoryAllocation ? MDR_ERR_OUT_OF_MEMORY : MDR_ERR_BACKEND,
+                          "cuda: %s: %s (%s)", what, cudaGetErrorName(e), cudaGetErrorString(e));
+}
+
+/* The caller's device, switched for a call. */
+static int enter_device(int dev, int *prev) {
+  if (cudaGetDevice(prev) != cudaSuccess) {
+    (void)cudaGetLastError();
+    *prev = -1;
+  }
+  return *prev == dev || cudaSetDevice(dev) == cudaSuccess;
+}
+
+static void leave_device(int prev) {
+  if (prev >= 0) (void)cudaSetDevice(prev);
+}
+
+static ncclDataType_t nccl_type(mdr_dtype dt) {
+  switch (dt) {
+    case MDR_DTYPE_BF16: return ncclBfloat16;
+    case MDR_DTYPE_FP16: return ncclFloat16;
+    default: return ncclFloat32;
+  }
+}
+
+static mdr_status check_rank(const mdr_comm *c, const char *what) {
+  if (rank_of(c)->dead) return mdr_backend_fail(c->b, MDR_ERR_STATE, "nccl: %s on an aborted communicator", what);
+  return mdr_comm_check_alive(c, what);
+}
+
+static mdr_status nccl_all_reduce(mdr_comm *c, mdr_dptr ptr, size_t count, mdr_dtype dt, mdr_stream s) {
+  mdr_status st = check_rank(c, "all-reduce");
+  if (st != MDR_OK) return st;
+  int prev;
+  if (!enter_device(c->device, &prev)) return cuda_fail(c->b, cudaGetLastError(), "cudaSetDevice");
+  void *p = (void *)(uintptr_t)ptr;
+  ncclResult_t r = ncclAllReduce(p, p, count, nccl_type(dt), ncclSum, rank_of(c)->comm, (cudaStream_t)s);
+  leave_device(prev);
+  return r == ncclSuccess ? MDR_OK : nccl_fail(c->b, rank_of(c)->comm, r, "ncclAllReduce");
+}
+
+/* All-gather of small records through device memory (arena creation only:
+ * allocates, synchronises). */
+static mdr_status nccl_exchange(mdr_comm *const *cs, int n, const void *mine, size_t bytes, void *all) {
+  const int size = cs[0]->size;
+  void *dev[n];
+  cudaStream_t q[n];
+  mdr_status st = MDR_OK;
+  for (int i = 0; i < n; i++) {
+    dev[i] = NULL;
+    q[i] = NULL;
+  }
+  for (int i = 0; i < n && st == MDR_OK; i++) {
+    int prev;
+    if (!enter_device(cs[i]->device, &prev)) {
+      st = cuda_fail(cs[i]->b, cudaGetLastError(), "cudaSetDevice");
+      break;
+    }
+    cudaError_t e = cudaMalloc(&dev[i], (size_t)size * bytes);
+    if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&q[i], cudaStreamNonBlocking);
+    if (e == cudaSuccess)
+      e = cudaMemcpyAsync((char *)dev[i] + (size_t)cs[i]->rank * bytes, (const char *)mine + (size_t)i * bytes,
+                          bytes, cudaMemcpyHostToDevice, q[i]);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(q[i]);
+    leave_device(prev);
+    if (e != cudaSuccess) st = cuda_fail(cs[i]->b, e, "exchange buffer");
+  }
+  if (st == MDR_OK) {
+    if (n > 1) ncclGroupStart();
+    ncclResult_t r = ncclSuccess;
+    for (int i = 0; i < n && r == ncclSuccess; i++) {
+      int prev;
+      enter_device(cs[i]->device, &prev);
+      char *d = dev[i];
+      r = ncclAllGather(d + (size_t)cs[i]->rank * bytes, d, bytes, ncclUint8, rank_of(cs[i])->comm, q[i]);
+      leave_device(prev);
+      if (r != ncclSuccess) st = nccl_fail(cs[i]->b, rank_of(cs[i])->comm, r, "ncclAllGather (exchange)");
+    }
+    if (n > 1) {
+      r = ncclGroupEnd();
+      if (r != ncclSuccess && st == MDR_OK) st = nccl_fail(cs[0]->b, rank_of(cs[0])->comm, r, "ncclGroupEnd");
+    }
+  }
+  for (int i = 0; i < n; i++) {
+    int prev;
+    enter_device(cs[i]->device, &prev);
+    if (st == MDR_OK && i == 0) {
+      cudaError_t e = cudaMemcpyAsync(all, dev[i], (size_t)size * bytes, cudaMemcpyDeviceToHost, q[i]);
+      if (e == cudaSuccess) e = cudaStreamSynchronize(q[i]);
+      if (e != cudaSuccess) st = cuda_fail(cs[i]->b, e, "exchange read-back");
+    } else if (q[i]) {
+      (void)cudaStreamSynchronize(q[i]);
+    }
+    if (q[i]) (void)cudaStreamDestroy(q[i]);
+    if (dev[i]) (void)cudaFree(dev[i]);
+    leave_device(prev);
+  }
+  return st;
+}
+
+static void free_slab_memory(int device, nccl_slab *sl) {
+  int prev;
+  enter_device(device, &prev);
+  if (sl->from_nccl) {
+    (void)ncclMemFree((void *)(uintptr_t)sl->ptr);
+  } else {
+    (void)cudaFree((void *)(uintptr_t)sl->ptr);
+  }
+  (void)cudaGetLastError();
+  leave_device(prev);
+}
+
+static mdr_status nccl_slab_alloc(mdr_comm *const *cs, int n, size_t bytes, mdr_dptr *slab, int *kind) {
+  nccl_slab *sl[n];
+  mdr_status st = MDR_OK;
+  for (int i = 0; i < n; i++) sl[i] = NULL;
+  for (int i = 0; i < n && st == MDR_OK; i++) {
+    sl[i] = calloc(1, sizeof *sl[i]);
+    if (!sl[i]) {
+      st = mdr_backend_fail(cs[i]->b, MDR_ERR_OUT_OF_MEMORY, "nccl: slab record");
+      break;
+    }
+    int prev;
+    enter_device(cs[i]->device, &prev);
+    void *p = NULL;
+    if (ncclMemAlloc(&p, bytes) == ncclSuccess && p) {
+      sl[i]->from_nccl = 1;
+    } else {
+      cudaError_t e = cudaMalloc(&p, bytes);
+      if (e != cudaSuccess) st = cuda_fail(cs[i]->b, e, "cudaMalloc (arena slab)");
+    }
+    leave_device(prev);
+    sl[i]->ptr = (mdr_dptr)(uintptr_t)p;
+  }
+  /* one registration per rank, for the whole slab */
+  int registered[n], agree[cs[0]->size];
+  for (int i = 0; i < n; i++) registered[i] = 0;
+  if (st == MDR_OK) {
+    if (n > 1) ncclGroupStart();
+    for (int i = 0; i < n; i++) {
+      if (!sl[i]->from_nccl) continue;
+      int prev;
+      enter_device(cs[i]->device, &prev);
+      ncclResult_t r = ncclCommWindowRegister(rank_of(cs[i])->comm, (void *)(uintptr_t)sl[i]->ptr, bytes,
+                                              &sl[i]->win, NCCL_WIN_COLL_SYMMETRIC);
+      leave_device(prev);
+      if (r != ncclSuccess) {
+        sl[i]->win = NULL;
+        nccl_fail(cs[i]->b, rank_of(cs[i])->comm, r, "ncclCommWindowRegister (falling back to plain memory)");
+      }
+    }
+    if (n > 1) ncclGroupEnd();
+    for (int i = 0; i < n; i++) registered[i] = sl[i]->win != NULL;
+    /* every rank symmetric, or every rank plain */
+    st = nccl_exchange(cs, n, registered, sizeof(int), agree);
+  }
+  int all_registered = st == MDR_OK;
+  for (int r = 0; st == MDR_OK && r < cs[0]->size; r++) all_registered &= agree[r];
+  if (st == MDR_OK && !all_registered)
+    for (int i = 0; i < n; i++)
+      if (sl[i]->win) {
+        int prev;
+        enter_device(cs[i]->device, &prev);
+        (void)ncclCommWindowDeregister(rank_of(cs[i])->comm, sl[i]->win);
+        leave_device(prev);
+        sl[i]->win = NULL;
+        mdr_backend_fail(cs[i]->b, MDR_ERR_UNSUPPORTED,
+                         "nccl: a peer could not register its slab symmetrically: plain memory on every rank");
+      }
+  if (st != MDR_OK) {
+    for (int i = 0; i < n; i++)
+      if (sl[i]) {
+        if (sl[i]->win) {
+          int prev;
+          enter_device(cs[i]->device, &prev);
+          (void)ncclCommWindowDeregister(rank_of(cs[i])->comm, sl[i]->win);
+          leave_device(prev);
+        }
+        if (sl[i]->ptr) free_slab_memory(cs[i]->device, sl[i]);
+        free(sl[i]);
+      }
+    return st;
+  }
+  for (int i = 0; i < n; i++) {
+    slab[i] = sl[i]->ptr;
+    kind[i] = sl[i]->win ? MDR_WINDOW_SYMMETRIC : MDR_WINDOW_PLAIN;
+    sl[i]->next = rank_of(cs[i])->slabs;
+    rank_of(cs[i])->slabs = sl[i];
+  }
+  return MDR_OK;
+}
+
+static void nccl_slab_free(mdr_comm *c, mdr_dptr slab) {
+  nccl_rank *nr = rank_of(c);
+  for (nccl_slab **p = &nr->slabs; *p; p = &(*p)->next) {
+    nccl_slab *sl = *p;
+    if (sl->ptr != slab) continue;
+    *p = sl->next;
+    if (sl->win && !nr->dead) {
+      int prev;
+      enter_device(c->device, &prev);
+      (void)ncclCommWindowDeregister(nr->comm, sl->win);
+      leave_device(prev);
+    }
+    free_slab_memory(c->device, sl);
+    free(sl);
+    return;
+  }
+}
+
+static void nccl_abort(mdr_comm *c) {
+  nccl_rank *nr = rank_of(c);
+  if (nr->owned && !nr->dead) {
+    int prev;
+    enter_device(c->device, &prev);
+    (void)ncclCommAbort(nr->comm);
+    leave_device(prev);
+  }
+  nr->dead = 1;
+}
+
+static void nccl_destroy(mdr_comm *c) {
+  nccl_rank *nr = rank_of(c);
+  while (nr->slabs) nccl_slab_free(c, nr->slabs->ptr); /* arenas left alive: their slabs go too */
+  if (nr->owned && !nr->dead) {
+    int prev;
+    enter_device(c->device, &prev);
+    (void)ncclCommDestroy(nr->comm);
+    leave_device(prev);
+  }
+  free(nr);
+}
+
+static const struct mdr_comm_ops nccl_comm_ops = {
+    .name = "nccl",
+    .all_reduce = nccl_all_reduce,
+    .exchange = nccl_exchange,
+    .slab_alloc = nccl_slab_alloc,
+    .slab_free = nccl_slab_free,
+    .abort = nccl_abort,
+    .destroy = nccl_destroy,
+};
+
+/* A rank over `comm` on CUDA backend b, or a status (nothing made). */
+static mdr_status make_rank(mdr_backend *b, ncclComm_t comm, int owned, mdr_comm_group *g, mdr_comm **out) {
+  const int dev = mdr_be_cuda_device(b);
+  if (dev < 0)
+    return mdr_backend_fail(b, MDR_ERR_INVALID_ARGUMENT, "nccl: backend %s is not a CUDA backend", mdr_be_name(b));
+  int rank = -1, size = -1, cdev = -1;
+  ncclResult_t r = ncclCommUserRank(comm, &rank);
+  if (r == ncclSuccess) r = ncclCommCount(comm, &size);
+  if (r == ncclSuccess) r = ncclCommCuDevice(comm, &cdev);
+  if (r != ncclSuccess) return nccl_fail(b, comm, r, "querying the communicator");
+  if (cdev != dev)
+    return mdr_backend_fail(b, MDR_ERR_INVALID_ARGUMENT,
+                            "nccl: the communicator is on device %d, the backend on device %d", cdev, dev);
+  mdr_comm *c = calloc(1, sizeof *c);
+  nccl_rank *nr = calloc(1, sizeof *nr);
+  if (!c || !nr) {
+    free(c);
+    free(nr);
+    return mdr_backend_fail(b, MDR_ERR_OUT_OF_MEMORY, "nccl: communicator handle");
+  }
+  nr->comm = comm;
+  nr->owned = owned;
+  *c = (mdr_comm){.ops = &nccl_comm_ops, .b = b, .rank = rank, .size = size, .device = dev, .group = g, .impl = nr};
+  *out = c;
+  return MDR_OK;
+}
+
+int mdr_comm_nccl_built(void) { return 1; }
+
+mdr_status mdr_comm_nccl_adopt(mdr_backend *b, void *nccl_comm, mdr_comm **out) {
+  mdr_comm_group *g = mdr_comm_group_new(1);
+  if (!g) return mdr_backend_fail(b, MDR_ERR_OUT_OF_MEMORY, "nccl: group");
+  mdr_status st = make_rank(b, (ncclComm_t)nccl_comm, 0, g, out);
+  if (st != MDR_OK) mdr_comm_group_release(g);
+  return st;
+}
+
+mdr_status mdr_comm_nccl_make_local(mdr_backend *const *backends, int n, mdr_comm **out) {
+  int devs[n];
+  for (int i = 0; i < n; i++) {
+    devs[i] = mdr_be_cuda_device(backends[i]);
+    if (devs[i] < 0)
+      return mdr_backend_fail(backends[i], MDR_ERR_INVALID_ARGUMENT, "nccl: rank %d's backend is not CUDA", i);
+    for (int j = 0; j < i; j++)
+      if (devs[j] == devs[i])
+        return mdr_backend_fail(backends[i], MDR_ERR_INVALID_ARGUMENT, "nccl: ranks %d and %d share device %d", j,
+                                i, devs[i]);
+  }
+  ncclComm_t comms[n];
+  int prev;
+  enter_device(devs[0], &prev);
+  ncclResult_t r = ncclCommInitAll(comms, n, devs);
+  leave_device(prev);
+  if (r != ncclSuccess) return nccl_fail(backends[0], NULL, r, "ncclCommInitAll");
+  mdr_comm_group *g = mdr_comm_group_new(n);
+  mdr_status st = g ? MDR_OK : mdr_backend_fail(backends[0], MDR_ERR_OUT_OF_MEMORY, "nccl: group");
+  int made = 0;
+  for (; st == MDR_OK && made < n; made++) {
+    st = make_rank(backends[made], comms[made], 1, g, &out[made]);
+    if (st != MDR_OK) break;
+  }
+  if (st != MDR_OK) {
+    for (int i = 0; i < made; i++) {
+      mdr_comm_destroy(out[i]); /* destroys its ncclComm_t, drops its group reference */
+      out[i] = NULL;
+    }
+    for (int i = made; i < n; i++) {
+      enter_device(devs[i], &prev);
+      (void)ncclCommDestroy(comms[i]);
+      leave_device(prev);
+      if (g) mdr_comm_group_release(g);
+    }
+  }
+  return st;
+}
+
+#else /* no NCCL in this build */
+
+int mdr_comm_nccl_built(void) { return 0; }
+
+mdr_status mdr_comm_nccl_adopt(mdr_backend *b, void *nccl_comm, mdr_comm **out) {
+  (void)nccl_comm;
+  (void)out;
+  return mdr_backend_fail(b, MDR_ERR_UNSUPPORTED, "nccl: this build of mdr has no NCCL");
+}
+
+mdr_status mdr_comm_nccl_make_local(mdr_backend *const *backends, int n, mdr_comm **out) {
+  (void)n;
+  (void)out;
+  return mdr_backend_fail(backends[0], MDR_ERR_UNSUPPORTED, "nccl: this build of mdr has no NCCL");
+}
+
+#endif
