@@ -25,6 +25,7 @@
 #include <time.h>
 
 #include "arena_impl.h"
+#include "comm_impl.h"
 #include "mdr/graph.h"
 #include "staging.h"
 
@@ -139,6 +140,21 @@ static mdr_status resolve_options(mdr_backend *b, const mdr_arena *a, const mdr_
   return MDR_OK;
 }
 
+/* What must be alike on every rank of a tensor-parallel step: the options
+ * that decide which graph serves which count, and when graphs are made or
+ * dropped (mode, ladder, LRU cap, implementation, policies, pad id). */
+static uint64_t lockstep_hash(const mdr_graph_cache *c) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  const uint64_t words[] = {(uint64_t)c->o.mode, (uint64_t)c->o.zero, (uint64_t)c->o.rows,
+                            (uint64_t)c->o.dynamic_impl, (uint64_t)c->o.max_graphs, c->o.pad_token_id,
+                            c->max_tokens, c->ladder_len, (uint64_t)c->graphs_disabled};
+  for (size_t i = 0; i < sizeof words / sizeof words[0] + c->ladder_len; i++) {
+    const uint64_t v = i < sizeof words / sizeof words[0] ? words[i] : c->ladder[i - sizeof words / sizeof words[0]];
+    for (int k = 0; k < 8; k++) h = (h ^ ((v >> (8 * k)) & 0xff)) * 0x100000001b3ull;
+  }
+  return h | 1; /* never 0: 0 marks "none yet" */
+}
+
 /* NODE_UPDATE: resolve c->rules at every count 1..max_tokens into the plan
  * table, uploaded once. */
 static mdr_status build_table(mdr_graph_cache *c) {
@@ -193,6 +209,10 @@ mdr_status mdr_graph_cache_create(mdr_arena *a, mdr_stream stream, const mdr_gra
   c->n_rules = mdr_arena_rules(a, MDR_COVER_ROWS, c->o.rows, c->rules);
   if (node_update_of(&c->o)) {
     st = build_table(c);
+    if (st != MDR_OK) goto fail;
+  }
+  if (mdr_arena_comm(a)) { /* a tensor-parallel cache: alike on every rank */
+    st = mdr_comm_note_cache(mdr_arena_comm(a), lockstep_hash(c));
     if (st != MDR_OK) goto fail;
   }
   *out = c;

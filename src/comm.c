@@ -14,6 +14,7 @@ mdr_comm_group *mdr_comm_group_new(int n) {
   if (!g) return NULL;
   atomic_init(&g->aborted, 0);
   atomic_init(&g->refs, n);
+  atomic_flag_clear(&g->lock);
   return g;
 }
 
@@ -27,6 +28,27 @@ mdr_status mdr_comm_check_alive(const mdr_comm *c, const char *what) {
   if (!atomic_load(&c->group->aborted)) return MDR_OK;
   return mdr_backend_fail(c->b, MDR_ERR_STATE, "comm: %s on rank %d of an aborted communicator", what,
                           c->rank);
+}
+
+mdr_status mdr_comm_note_cache(mdr_comm *c, uint64_t h) {
+  const int k = c->caches;
+  if (k >= MDR_COMM_CACHES_CHECKED) { /* past what is tracked: not checked */
+    c->caches++;
+    return MDR_OK;
+  }
+  mdr_comm_group *g = c->group;
+  while (atomic_flag_test_and_set(&g->lock)) {
+  }
+  const uint64_t first = g->cache_options[k];
+  if (!first) g->cache_options[k] = h;
+  atomic_flag_clear(&g->lock);
+  if (first && first != h)
+    return mdr_backend_fail(c->b, MDR_ERR_INVALID_ARGUMENT,
+                            "graph cache: rank %d's cache #%d has other options than another rank's: caches of "
+                            "a tensor-parallel step must be made alike on every rank (lockstep)",
+                            c->rank, k);
+  c->caches++;
+  return MDR_OK;
 }
 
 size_t mdr_dtype_bytes(mdr_dtype dt) {

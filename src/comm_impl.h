@@ -13,9 +13,17 @@
 #include "arena_impl.h"
 #include "mdr/comm.h"
 
+/* Graph caches a rank may make on a communicator whose options are checked
+ * against the other ranks' (the k-th cache of every rank must match). */
+enum { MDR_COMM_CACHES_CHECKED = 16 };
+
 typedef struct mdr_comm_group {
   atomic_int aborted;
   atomic_int refs;
+  /* the options hash of each rank's k-th graph cache, first come first set
+   * (0: none yet); guarded by `lock` */
+  atomic_flag lock;
+  uint64_t cache_options[MDR_COMM_CACHES_CHECKED];
   void *impl; /* the implementation's shared state (host: barrier, buffers) */
   void (*impl_free)(void *impl);
 } mdr_comm_group;
@@ -44,6 +52,7 @@ struct mdr_comm {
   const struct mdr_comm_ops *ops;
   mdr_backend *b;
   int rank, size, device;
+  int caches; /* graph caches this rank made on arenas of this communicator */
   mdr_comm_group *group;
   void *impl; /* per rank: ncclComm_t, or the host rank's state */
 };
@@ -54,6 +63,13 @@ mdr_comm_group *mdr_comm_group_new(int n);
 void mdr_comm_group_release(mdr_comm_group *g);
 /* MDR_ERR_STATE, recorded on c's backend, when the group was aborted. */
 mdr_status mdr_comm_check_alive(const mdr_comm *c, const char *what);
+/* A graph cache of options hash h is being made on this rank: MDR_OK when
+ * it matches the same-numbered cache of the ranks that made theirs first
+ * (ranks in this process: a group made by create_local or create_host);
+ * MDR_ERR_INVALID_ARGUMENT otherwise. Ranks of other processes cannot be
+ * checked here. */
+mdr_status mdr_comm_note_cache(mdr_comm *c, uint64_t h);
+
 /* Bytes per element. */
 size_t mdr_dtype_bytes(mdr_dtype dt);
 

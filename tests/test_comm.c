@@ -503,6 +503,34 @@ ParameterizedTest(lockstep_case *lc, comm, graphs_hold_the_all_reduce_and_replay
   team_fini(&t);
 }
 
+/* Caches of a tensor-parallel step must be alike on every rank: a rank
+ * whose k-th cache differs from its peers' is refused. */
+Test(comm, caches_with_other_options_on_another_rank_are_refused) {
+  team t;
+  team_init(&t, 2, 0);
+  mdr_comm *cs[2] = {t.r[0].comm, t.r[1].comm};
+  mdr_arena *as[2];
+  cr_assert_eq(mdr_arena_create_on_comms(cs, 2, &t.sizes[0], as), MDR_OK);
+  t.r[0].a = as[0];
+  t.r[1].a = as[1];
+  mdr_graph_cache_options o;
+  mdr_graph_cache_options_default(&o);
+  mdr_graph_cache *c0 = NULL, *c1 = NULL, *d0 = NULL, *d1 = NULL;
+  cr_assert_eq(mdr_graph_cache_create(as[0], t.r[0].s, &o, &c0), MDR_OK);
+  cr_assert_eq(mdr_graph_cache_create(as[1], t.r[1].s, &o, &c1), MDR_OK, "alike: accepted");
+  o.mode = MDR_GRAPH_LADDER; /* each rank's second cache */
+  cr_assert_eq(mdr_graph_cache_create(as[0], t.r[0].s, &o, &d0), MDR_OK);
+  o.mode = MDR_GRAPH_EXACT;
+  o.max_graphs = 4;
+  cr_assert_eq(mdr_graph_cache_create(as[1], t.r[1].s, &o, &d1), MDR_ERR_INVALID_ARGUMENT);
+  cr_assert_null(d1);
+  cr_assert_not_null(strstr(mdr_backend_last_error(t.r[1].b), "lockstep"), "%s", mdr_backend_last_error(t.r[1].b));
+  mdr_graph_cache_destroy(c0);
+  mdr_graph_cache_destroy(c1);
+  mdr_graph_cache_destroy(d0);
+  team_fini(&t);
+}
+
 /* ---- faults ---- */
 
 static long g_fail_at;
