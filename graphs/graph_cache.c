@@ -7,6 +7,12 @@
  * device) lives in staging.h; the zero plans come from the arena
  * (arena_impl.h) and their arithmetic from kernels/zero_map.h.
  *
+ * Two kinds of steps. A host step's ids travel through the staging ring; a
+ * device step's ids are already in device memory (the engine's sampling
+ * output, or token_ids itself), and the graph copies them on the device.
+ * The kinds have graphs of their own (a set each), since their launches
+ * differ; both advance the one staging counter, so they mix freely.
+ *
  * DYNAMIC. One graph serves every count. By default (NODE_UPDATE) the fused
  * node is re-targeted to the step's count when it changes, so the kernel
  * gets the count as a parameter. Its plan for every count 1..M is resolved
@@ -33,7 +39,26 @@ typedef struct graph_entry {
   void *exec;         /* NULL: not cached */
   uint64_t last_used; /* LRU tick */
   int eager_only;     /* its capture failed in a step: run eagerly until a prepare retries it */
+  mdr_dptr ids_src;   /* device steps: the ids address the graph was captured with */
 } graph_entry;
+
+/* Where a step's ids come from. */
+typedef enum ids_kind { IDS_HOST, IDS_DEVICE, IDS_KINDS } ids_kind;
+
+typedef struct step_ids {
+  ids_kind kind;
+  mdr_dptr src; /* IDS_DEVICE: the ids' device address (token_ids or 0: in place) */
+} step_ids;
+
+/* The graphs of one kind of step. */
+typedef struct graph_set {
+  graph_entry *entries; /* indexed by graph token count, 0 .. max_tokens */
+  /* DYNAMIC with NODE_UPDATE: the captured graph (kept: the node handle
+   * names a node of it) and the fused node the capture reported. */
+  void *dyn_graph;
+  void *dyn_node;
+  size_t dyn_tokens; /* the count the exec's fused node holds now */
+} graph_set;
 
 struct mdr_graph_cache {
   mdr_arena *arena;
@@ -48,16 +73,11 @@ struct mdr_graph_cache {
 
   mdr_staging staging;
 
-  graph_entry *entries; /* indexed by graph token count, 0 .. max_tokens */
+  graph_set sets[IDS_KINDS];
   /* zero_all_rows as rules under the cache's row policy, resolved at
    * create; every launch evaluates them at its own count. */
   mdr_zero_seg rules[MDR_ZERO_PLAN_MAX];
   size_t n_rules;
-  /* DYNAMIC with NODE_UPDATE: the captured graph (kept: the node handle
-   * names a node of it) and the fused node the capture reported. */
-  void *dyn_graph;
-  void *dyn_node;
-  size_t dyn_tokens; /* the count the exec's fused node holds now */
   mdr_dptr table; /* NODE_UPDATE: the plan table of rules at counts 1..max_tokens */
   uint64_t tick;
   mdr_graph_stats stats;
@@ -199,10 +219,12 @@ mdr_status mdr_graph_cache_create(mdr_arena *a, mdr_stream stream, const mdr_gra
   c->graphs_disabled = graphs_disabled_by_env();
   st = build_ladder(c, o);
   if (st != MDR_OK) goto fail;
-  c->entries = calloc(c->max_tokens + 1, sizeof *c->entries);
-  if (!c->entries) {
-    st = mdr_backend_fail(b, MDR_ERR_OUT_OF_MEMORY, "graph cache: %zu entries", c->max_tokens + 1);
-    goto fail;
+  for (int k = 0; k < IDS_KINDS; k++) {
+    c->sets[k].entries = calloc(c->max_tokens + 1, sizeof *c->sets[k].entries);
+    if (!c->sets[k].entries) {
+      st = mdr_backend_fail(b, MDR_ERR_OUT_OF_MEMORY, "graph cache: %zu entries", c->max_tokens + 1);
+      goto fail;
+    }
   }
   st = mdr_staging_init(&c->staging, b, c->max_tokens);
   if (st != MDR_OK) goto fail;
@@ -220,7 +242,7 @@ mdr_status mdr_graph_cache_create(mdr_arena *a, mdr_stream stream, const mdr_gra
 fail:
   mdr_be_free_device(b, c->table);
   mdr_staging_fini(&c->staging);
-  free(c->entries);
+  for (int k = 0; k < IDS_KINDS; k++) free(c->sets[k].entries);
   free(c->ladder);
   free(c);
   return st;
@@ -229,11 +251,13 @@ fail:
 void mdr_graph_cache_destroy(mdr_graph_cache *c) {
   if (!c) return;
   (void)mdr_be_synchronize(c->b, c->stream);
-  for (size_t t = 0; t <= c->max_tokens; t++) mdr_be_exec_destroy(c->b, c->entries[t].exec);
-  mdr_be_graph_destroy(c->b, c->dyn_graph);
+  for (int k = 0; k < IDS_KINDS; k++) {
+    for (size_t t = 0; t <= c->max_tokens; t++) mdr_be_exec_destroy(c->b, c->sets[k].entries[t].exec);
+    mdr_be_graph_destroy(c->b, c->sets[k].dyn_graph);
+    free(c->sets[k].entries);
+  }
   mdr_be_free_device(c->b, c->table);
   mdr_staging_fini(&c->staging);
-  free(c->entries);
   free(c->ladder);
   free(c);
 }
@@ -300,28 +324,53 @@ static mdr_status check_callable(mdr_graph_cache *c, const char *what) {
   return MDR_OK;
 }
 
+/* Whether a device step's launch must read its real count from the slot
+ * header: when one graph serves several counts and its launch does not
+ * carry the count (LADDER rungs, DYNAMIC by device count). */
+static int device_needs_header(const mdr_graph_cache *c) {
+  return c->o.mode == MDR_GRAPH_LADDER || (c->o.mode == MDR_GRAPH_DYNAMIC && !node_update_of(&c->o));
+}
+
+/* The stage descriptor of a step of this kind: host ids come from the slot
+ * (FETCH); device ids from ids.src, the count from the slot only when the
+ * launch cannot carry it. */
+static mdr_stage_desc stage_of(const mdr_graph_cache *c, step_ids ids, uint32_t extra) {
+  uint32_t flags = MDR_STAGE_ADVANCE | extra;
+  if (ids.kind == IDS_HOST) {
+    flags |= MDR_STAGE_FETCH;
+  } else {
+    flags |= MDR_STAGE_DEVICE_IDS | (device_needs_header(c) ? MDR_STAGE_FETCH : 0u);
+  }
+  mdr_stage_desc d = mdr_staging_desc(&c->staging, mdr_arena_token_ids(c->arena), flags);
+  d.ids_src = ids.kind == IDS_DEVICE ? ids.src : 0;
+  d.pad_id = c->o.pad_token_id;
+  if (flags & MDR_STAGE_TABLE) {
+    d.table = c->table;
+    d.table_max = c->max_tokens;
+  }
+  return d;
+}
+
 /* Enqueue one step's work on the stream for graph token count g: the zero
  * plan, the staged launch, the body. Used both eagerly and under capture
  * (`capturing`). *staged is set once the staged launch is enqueued. In
  * DYNAMIC mode g is the step's real count (NODE_UPDATE: the launch as the
  * update would make it; captured once at max_batch_tokens, and the capture
  * reports its node) or ignored (DEVICE_COUNT). */
-static mdr_status enqueue_step(mdr_graph_cache *c, size_t g, int capturing, int *staged) {
-  const mdr_dptr token_ids = mdr_arena_token_ids(c->arena);
+static mdr_status enqueue_step(mdr_graph_cache *c, size_t g, step_ids ids, int capturing, int *staged) {
   mdr_status st;
   if (node_update_of(&c->o)) {
-    mdr_stage_desc stage = mdr_staging_desc(&c->staging, token_ids, MDR_STAGE_TABLE);
-    stage.table = c->table;
-    stage.table_max = c->max_tokens;
-    st = mdr_be_zero_fused(c->b, c->rules, c->n_rules, g, &stage, c->stream, capturing ? &c->dyn_node : NULL);
+    mdr_stage_desc stage = stage_of(c, ids, MDR_STAGE_TABLE);
+    st = mdr_be_zero_fused(c->b, c->rules, c->n_rules, g, &stage, c->stream,
+                           capturing ? &c->sets[ids.kind].dyn_node : NULL);
   } else if (c->o.mode == MDR_GRAPH_DYNAMIC) {
-    mdr_stage_desc stage = mdr_staging_desc(&c->staging, token_ids, MDR_STAGE_DYNAMIC);
+    mdr_stage_desc stage = stage_of(c, ids, MDR_STAGE_DYNAMIC);
     st = mdr_be_zero_fused(c->b, c->rules, c->n_rules, g, &stage, c->stream, NULL);
   } else if (c->o.zero == MDR_ZERO_FUSED) {
-    mdr_stage_desc stage = mdr_staging_desc(&c->staging, token_ids, 0);
+    mdr_stage_desc stage = stage_of(c, ids, 0);
     st = mdr_be_zero_fused(c->b, c->rules, c->n_rules, g, &stage, c->stream, NULL);
   } else { /* memsets, then a stage-only launch */
-    mdr_stage_desc stage = mdr_staging_desc(&c->staging, token_ids, 0);
+    mdr_stage_desc stage = stage_of(c, ids, 0);
     st = mdr_arena_run_rules(c->arena, c->stream, c->rules, c->n_rules, g, MDR_ZERO_MEMSET);
     if (st == MDR_OK) st = mdr_be_zero_fused(c->b, NULL, 0, g, &stage, c->stream, NULL);
   }
@@ -342,31 +391,39 @@ static mdr_status enqueue_step(mdr_graph_cache *c, size_t g, int capturing, int 
                           mdr_status_string(st), g, capturing ? " (under capture)" : "", inner);
 }
 
+static void drop_graph(mdr_graph_cache *c, graph_entry *e) {
+  mdr_be_exec_destroy(c->b, e->exec);
+  e->exec = NULL;
+  c->stats.graphs--;
+}
+
 static void evict_lru(mdr_graph_cache *c) {
-  size_t victim = 0;
+  graph_entry *victim = NULL;
   uint64_t oldest = UINT64_MAX;
-  for (size_t t = 1; t <= c->max_tokens; t++)
-    if (c->entries[t].exec && c->entries[t].last_used < oldest) {
-      oldest = c->entries[t].last_used;
-      victim = t;
+  for (int k = 0; k < IDS_KINDS; k++)
+    for (size_t t = 1; t <= c->max_tokens; t++) {
+      graph_entry *e = &c->sets[k].entries[t];
+      if (e->exec && e->last_used < oldest) {
+        oldest = e->last_used;
+        victim = e;
+      }
     }
   if (!victim) return;
-  mdr_be_exec_destroy(c->b, c->entries[victim].exec);
-  c->entries[victim].exec = NULL;
-  c->stats.graphs--;
+  drop_graph(c, victim);
   c->stats.evictions++;
 }
 
 /* Capture and instantiate the graph for g. On failure the capture is ended,
  * nothing is cached, the backend's last error says why, and the status is
  * the body's own or MDR_ERR_CAPTURE. */
-static mdr_status capture(mdr_graph_cache *c, size_t g) {
+static mdr_status capture(mdr_graph_cache *c, size_t g, step_ids ids) {
   double t0 = monotonic_us();
   void *graph = NULL, *exec = NULL;
   int staged = 0;
+  graph_set *set = &c->sets[ids.kind];
   mdr_status st = mdr_be_capture_begin(c->b, c->stream);
   if (st != MDR_OK) return MDR_ERR_CAPTURE;
-  mdr_status body = enqueue_step(c, g, 1, &staged);
+  mdr_status body = enqueue_step(c, g, ids, 1, &staged);
   st = mdr_be_capture_end(c->b, c->stream, &graph);
   if (body != MDR_OK) {
     mdr_be_graph_destroy(c->b, st == MDR_OK ? graph : NULL);
@@ -377,9 +434,9 @@ static mdr_status capture(mdr_graph_cache *c, size_t g) {
   if (st == MDR_OK) st = mdr_be_graph_instantiate(c->b, graph, &exec);
   if (st == MDR_OK && node_update_of(&c->o)) {
     /* keep the graph: the node handle the capture reported names a node of it */
-    mdr_be_graph_destroy(c->b, c->dyn_graph); /* a graph evicted and captured again */
-    c->dyn_graph = graph;
-    c->dyn_tokens = g; /* captured at max_batch_tokens */
+    mdr_be_graph_destroy(c->b, set->dyn_graph); /* a graph evicted and captured again */
+    set->dyn_graph = graph;
+    set->dyn_tokens = g; /* captured at max_batch_tokens */
     graph = NULL;
   }
   mdr_be_graph_destroy(c->b, graph);
@@ -390,16 +447,16 @@ static mdr_status capture(mdr_graph_cache *c, size_t g) {
   c->stats.capture_us += monotonic_us() - t0;
   if (st != MDR_OK) return MDR_ERR_CAPTURE;
   if (c->o.max_graphs && c->stats.graphs >= c->o.max_graphs) evict_lru(c);
-  c->entries[g].exec = exec;
-  c->entries[g].last_used = ++c->tick;
-  c->entries[g].eager_only = 0;
+  set->entries[g].exec = exec;
+  set->entries[g].last_used = ++c->tick;
+  set->entries[g].eager_only = 0;
+  set->entries[g].ids_src = ids.src;
   c->stats.graphs++;
   c->stats.captures++;
   return MDR_OK;
 }
 
-mdr_status mdr_graph_cache_prepare(mdr_graph_cache *c, const size_t *tokens, size_t n) {
-  if (!c) return MDR_ERR_INVALID_ARGUMENT;
+static mdr_status prepare(mdr_graph_cache *c, const size_t *tokens, size_t n, step_ids ids) {
   if (n && !tokens) return mdr_backend_fail(c->b, MDR_ERR_INVALID_ARGUMENT, "graph cache: prepare of NULL counts");
   for (size_t i = 0; i < n; i++) {
     mdr_status st = check_tokens(c, tokens[i]);
@@ -410,39 +467,54 @@ mdr_status mdr_graph_cache_prepare(mdr_graph_cache *c, const size_t *tokens, siz
   c->busy = 1;
   for (size_t i = 0; i < n && st == MDR_OK; i++) {
     size_t g = graph_tokens_of(c, tokens[i]);
-    if (c->entries[g].exec) continue;
-    st = capture(c, g);
+    graph_entry *e = &c->sets[ids.kind].entries[g];
+    if (e->exec && e->ids_src == ids.src) continue;
+    if (e->exec) drop_graph(c, e); /* captured with other ids */
+    st = capture(c, g, ids);
   }
   c->busy = 0;
   return st;
 }
 
+mdr_status mdr_graph_cache_prepare(mdr_graph_cache *c, const size_t *tokens, size_t n) {
+  if (!c) return MDR_ERR_INVALID_ARGUMENT;
+  return prepare(c, tokens, n, (step_ids){IDS_HOST, 0});
+}
+
+mdr_status mdr_graph_cache_prepare_device(mdr_graph_cache *c, mdr_dptr token_ids, const size_t *tokens, size_t n) {
+  if (!c) return MDR_ERR_INVALID_ARGUMENT;
+  return prepare(c, tokens, n, (step_ids){IDS_DEVICE, token_ids});
+}
+
 /* Re-target the DYNAMIC exec's fused node to t when it holds another count
  * (decode batches keep their size for many steps: no update then). */
-static mdr_status retarget(mdr_graph_cache *c, void *exec, size_t t) {
-  if (c->dyn_tokens == t) return MDR_OK;
-  mdr_stage_desc stage = mdr_staging_desc(&c->staging, mdr_arena_token_ids(c->arena), MDR_STAGE_TABLE);
-  stage.table = c->table;
-  stage.table_max = c->max_tokens;
-  mdr_status st = mdr_be_fused_node_update(c->b, exec, c->dyn_node, c->rules, c->n_rules, t, &stage);
-  if (st == MDR_OK) c->dyn_tokens = t;
+static mdr_status retarget(mdr_graph_cache *c, void *exec, size_t t, step_ids ids) {
+  graph_set *set = &c->sets[ids.kind];
+  if (set->dyn_tokens == t) return MDR_OK;
+  mdr_stage_desc stage = stage_of(c, ids, MDR_STAGE_TABLE);
+  mdr_status st = mdr_be_fused_node_update(c->b, exec, set->dyn_node, c->rules, c->n_rules, t, &stage);
+  if (st == MDR_OK) set->dyn_tokens = t;
   return st;
 }
 
-static mdr_status step_locked(mdr_graph_cache *c, const uint32_t *token_ids, size_t tokens) {
+static mdr_status step_locked(mdr_graph_cache *c, const uint32_t *host_ids, size_t tokens, step_ids ids) {
   size_t g = graph_tokens_of(c, tokens);
-  mdr_status st = mdr_staging_wait(&c->staging, c->stream);
-  if (st != MDR_OK) return st;
   /* DYNAMIC copies the real count's ids (NODE_UPDATE's launch is at t too) */
-  mdr_staging_write(&c->staging, token_ids, tokens, c->o.mode == MDR_GRAPH_DYNAMIC ? tokens : g,
-                    c->o.pad_token_id);
+  const size_t copy = c->o.mode == MDR_GRAPH_DYNAMIC ? tokens : g;
+  mdr_status st;
+  if (ids.kind == IDS_HOST || device_needs_header(c)) { /* the step writes a slot */
+    st = mdr_staging_wait(&c->staging, c->stream);
+    if (st != MDR_OK) return st;
+    mdr_staging_write(&c->staging, ids.kind == IDS_HOST ? host_ids : NULL, tokens, copy, c->o.pad_token_id);
+  }
 
   mdr_status outcome = MDR_OK;
-  graph_entry *e = &c->entries[g];
+  graph_entry *e = &c->sets[ids.kind].entries[g];
+  if (e->exec && e->ids_src != ids.src) drop_graph(c, e); /* device ids moved: capture again */
   const int hit = e->exec != NULL;
   if (!c->graphs_disabled && !hit && !e->eager_only) {
     c->stats.misses++;
-    st = capture(c, g);
+    st = capture(c, g, ids);
     if (st != MDR_OK) {
       /* a count whose capture failed runs eagerly from now on (a body that
        * always breaks capture is not re-captured on every step) */
@@ -460,7 +532,7 @@ static mdr_status step_locked(mdr_graph_cache *c, const uint32_t *token_ids, siz
   }
   if (!c->graphs_disabled && e->exec) {
     if (node_update_of(&c->o)) {
-      st = retarget(c, e->exec, tokens);
+      st = retarget(c, e->exec, tokens, ids);
       if (st != MDR_OK) return st;
     }
     st = mdr_be_graph_launch(c->b, e->exec, c->stream);
@@ -470,26 +542,37 @@ static mdr_status step_locked(mdr_graph_cache *c, const uint32_t *token_ids, siz
     c->stats.hits += hit;
   } else {
     int staged = 0;
-    st = enqueue_step(c, c->o.mode == MDR_GRAPH_DYNAMIC ? tokens : g, 0, &staged);
+    st = enqueue_step(c, c->o.mode == MDR_GRAPH_DYNAMIC ? tokens : g, ids, 0, &staged);
     if (staged) mdr_staging_enqueued(&c->staging);
     if (st != MDR_OK) return st;
     c->stats.eager_steps++;
   }
   c->stats.steps++;
+  c->stats.device_steps += ids.kind == IDS_DEVICE;
   c->stats.padded_tokens += c->o.mode == MDR_GRAPH_DYNAMIC ? 0 : g - tokens;
   return outcome;
+}
+
+static mdr_status step(mdr_graph_cache *c, const uint32_t *host_ids, size_t tokens, step_ids ids) {
+  mdr_status st = check_tokens(c, tokens);
+  if (st == MDR_OK) st = check_callable(c, "step");
+  if (st != MDR_OK) return st;
+  c->busy = 1;
+  st = step_locked(c, host_ids, tokens, ids);
+  c->busy = 0;
+  return st;
 }
 
 mdr_status mdr_graph_cache_step(mdr_graph_cache *c, const uint32_t *token_ids, size_t tokens) {
   if (!c) return MDR_ERR_INVALID_ARGUMENT;
   if (!token_ids) return mdr_backend_fail(c->b, MDR_ERR_INVALID_ARGUMENT, "graph cache: step with NULL token ids");
-  mdr_status st = check_tokens(c, tokens);
-  if (st == MDR_OK) st = check_callable(c, "step");
-  if (st != MDR_OK) return st;
-  c->busy = 1;
-  st = step_locked(c, token_ids, tokens);
-  c->busy = 0;
-  return st;
+  return step(c, token_ids, tokens, (step_ids){IDS_HOST, 0});
+}
+
+mdr_status mdr_graph_cache_step_device(mdr_graph_cache *c, mdr_dptr token_ids, size_t tokens) {
+  if (!c) return MDR_ERR_INVALID_ARGUMENT;
+  const mdr_dptr in_place = mdr_arena_token_ids(c->arena);
+  return step(c, NULL, tokens, (step_ids){IDS_DEVICE, token_ids ? token_ids : in_place});
 }
 
 mdr_status mdr_graph_cache_stats(const mdr_graph_cache *c, mdr_graph_stats *out) {

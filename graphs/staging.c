@@ -76,13 +76,15 @@ mdr_status mdr_staging_wait(mdr_staging *s, mdr_stream stream) {
 void mdr_staging_write(mdr_staging *s, const uint32_t *ids, size_t t, size_t copy, uint32_t pad_id) {
   unsigned char *slot = s->ring_host + (s->host_step % MDR_GRAPH_STAGING_SLOTS) * s->slot_bytes;
   mdr_stage_header h = {.tokens = (uint32_t)t, .copy_tokens = (uint32_t)copy};
-  uint32_t *dst = (uint32_t *)(slot + MDR_STAGE_HEADER_BYTES);
-  memcpy(dst, ids, t * sizeof *ids);
-  for (size_t i = t; i < copy; i++) dst[i] = pad_id;
+  if (ids) {
+    uint32_t *dst = (uint32_t *)(slot + MDR_STAGE_HEADER_BYTES);
+    memcpy(dst, ids, t * sizeof *ids);
+    for (size_t i = t; i < copy; i++) dst[i] = pad_id;
+  }
   memcpy(slot, &h, sizeof h);
 }
 
-mdr_stage_desc mdr_staging_desc(const mdr_staging *s, mdr_dptr token_ids, uint32_t extra_flags) {
+mdr_stage_desc mdr_staging_desc(const mdr_staging *s, mdr_dptr token_ids, uint32_t flags) {
   mdr_stage_desc d = {
       .ring = s->ring_dev,
       .slot_bytes = s->slot_bytes,
@@ -92,7 +94,7 @@ mdr_stage_desc mdr_staging_desc(const mdr_staging *s, mdr_dptr token_ids, uint32
       .token_ids = token_ids,
       .count_out = s->block + BLOCK_COUNT,
       .slots = MDR_GRAPH_STAGING_SLOTS,
-      .flags = MDR_STAGE_FETCH | MDR_STAGE_ADVANCE | extra_flags,
+      .flags = flags,
   };
   return d;
 }

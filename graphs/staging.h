@@ -59,15 +59,17 @@ void mdr_staging_fini(mdr_staging *s);
 mdr_status mdr_staging_wait(mdr_staging *s, mdr_stream stream);
 
 /* Write the next slot: count t, `copy` ids (t of them from `ids`, then
- * copy - t of pad_id). Call after mdr_staging_wait. */
+ * copy - t of pad_id); ids NULL: the header alone (a step whose ids are in
+ * device memory). Call after mdr_staging_wait. */
 void mdr_staging_write(mdr_staging *s, const uint32_t *ids, size_t t, size_t copy, uint32_t pad_id);
 
 /* A staged launch was enqueued (eagerly or as a graph replay). */
 static inline void mdr_staging_enqueued(mdr_staging *s) { s->host_step++; }
 
-/* The descriptor of a launch that reads the next slot, copies its ids to
- * token_ids and advances the ring (FETCH | ADVANCE | extra_flags). */
-mdr_stage_desc mdr_staging_desc(const mdr_staging *s, mdr_dptr token_ids, uint32_t extra_flags);
+/* The descriptor of a staged launch on this ring writing token_ids, with
+ * stage flags `flags` (MDR_STAGE_*: FETCH to read the next slot, ADVANCE to
+ * advance the ring, ...). */
+mdr_stage_desc mdr_staging_desc(const mdr_staging *s, mdr_dptr token_ids, uint32_t flags);
 
 /* Device address of the uint32 count word. */
 mdr_dptr mdr_staging_count_ptr(const mdr_staging *s);

@@ -198,6 +198,20 @@ __device__ __forceinline__ void zf_fetch_scalars(const uint32_t *src, uint32_t *
   for (uint32_t i = from + threadIdx.x; i < copy; i += ZF_BLOCK) dst[i] = src[i];
 }
 
+/* Ids that are already in device memory (DEVICE_IDS): copy the first t from
+ * ids_src into token_ids with one block (nothing when they are there
+ * already), then pad_id up to `copy`. */
+__device__ __forceinline__ void zf_device_ids(const mdr_stage_desc &st, uint32_t t, uint32_t copy) {
+  uint32_t *dst = (uint32_t *)st.token_ids;
+  if (st.ids_src && st.ids_src != st.token_ids) {
+    const bool vec = ((st.ids_src | st.token_ids) & 15u) == 0;
+    const uint32_t nvec = vec ? t / ZF_IDS_PER_VEC : 0;
+    zf_fetch_vectors((const uint4 *)st.ids_src, (uint4 *)dst, 0, nvec);
+    zf_fetch_scalars((const uint32_t *)st.ids_src, dst, nvec * ZF_IDS_PER_VEC, t);
+  }
+  for (uint32_t i = t + threadIdx.x; i < copy; i += ZF_BLOCK) dst[i] = st.pad_id;
+}
+
 /* Serve a staged step from one block: read the counter, then in one round
  * trip to host memory the slot's header and its `copy` ids (copy known on
  * the host: static plans), store them, and advance the counter and the ack.
@@ -211,7 +225,11 @@ __device__ __forceinline__ void zf_stage_block(const mdr_stage_desc &st, uint32_
   const uint64_t step = *(volatile const uint64_t *)st.counter; /* one broadcast load */
   const uint64_t slot = st.ring + (step % st.slots) * st.slot_bytes;
   const uint64_t ids = slot + MDR_STAGE_HEADER_BYTES;
-  if (flags & MDR_STAGE_FETCH) {
+  if (flags & MDR_STAGE_DEVICE_IDS) { /* no ids from host memory; the count only with FETCH */
+    if (threadIdx.x == 0) s_tokens = (flags & MDR_STAGE_FETCH) ? ((const mdr_stage_header *)slot)->tokens : copy;
+    __syncthreads();
+    zf_device_ids(st, s_tokens, copy);
+  } else if (flags & MDR_STAGE_FETCH) {
     if (threadIdx.x == 0) s_tokens = ((const mdr_stage_header *)slot)->tokens;
     const bool vec = ((ids | st.token_ids) & 15u) == 0;
     const uint32_t nvec = vec ? copy / ZF_IDS_PER_VEC : 0;
@@ -220,7 +238,7 @@ __device__ __forceinline__ void zf_stage_block(const mdr_stage_desc &st, uint32_
   }
   __syncthreads(); /* every load of the slot has completed */
   if (threadIdx.x == 0) {
-    if (flags & MDR_STAGE_FETCH) *(uint32_t *)st.count_out = s_tokens;
+    if (flags & (MDR_STAGE_FETCH | MDR_STAGE_DEVICE_IDS)) *(uint32_t *)st.count_out = s_tokens;
     if (flags & MDR_STAGE_ADVANCE) {
       *(volatile uint64_t *)st.counter = step + 1;
       *(volatile uint64_t *)st.ack = step + 1;
@@ -281,7 +299,7 @@ struct zf_table_params {
 };
 
 __global__ void __launch_bounds__(ZF_BLOCK) zero_table_kernel(const __grid_constant__ zf_table_params p) {
-  const unsigned first = (p.flags & (MDR_STAGE_FETCH | MDR_STAGE_ADVANCE)) ? 1u : 0u;
+  const unsigned first = p.flags ? 1u : 0u; /* a stage block */
   if (first && blockIdx.x == 0) {
     zf_stage_block(p.stage, p.flags, (uint32_t)p.tokens);
     return;
@@ -339,7 +357,8 @@ __global__ void __launch_bounds__(ZF_BLOCK, ZF_BLOCKS_PER_SM)
   if (stager) {
     const uint64_t slot = p.stage.ring + (step % p.stage.slots) * p.stage.slot_bytes;
     const uint64_t ids = slot + MDR_STAGE_HEADER_BYTES;
-    const bool fetch = flags & MDR_STAGE_FETCH;
+    const bool device_ids = flags & MDR_STAGE_DEVICE_IDS;
+    const bool fetch = (flags & MDR_STAGE_FETCH) && !device_ids; /* ids from the slot */
     const bool vec = ((ids | p.stage.token_ids) & 15u) == 0;
     uint4 spec = make_uint4(0u, 0u, 0u, 0u);
     uint32_t spec_vecs = 0;
@@ -361,6 +380,9 @@ __global__ void __launch_bounds__(ZF_BLOCK, ZF_BLOCKS_PER_SM)
       if (threadIdx.x < nvec && threadIdx.x < spec_vecs) ((uint4 *)p.stage.token_ids)[threadIdx.x] = spec;
       zf_fetch_vectors((const uint4 *)ids, (uint4 *)p.stage.token_ids, spec_vecs, nvec);
       zf_fetch_scalars((const uint32_t *)ids, (uint32_t *)p.stage.token_ids, nvec * ZF_IDS_PER_VEC, copy);
+      if (threadIdx.x == 0) *(uint32_t *)p.stage.count_out = s_tokens;
+    } else if (device_ids) {
+      zf_device_ids(p.stage, s_tokens, s_copy);
       if (threadIdx.x == 0) *(uint32_t *)p.stage.count_out = s_tokens;
     }
   }
@@ -404,12 +426,13 @@ static int zf_build(const mdr_zero_seg *segs, size_t n, uint64_t tokens, const m
   const bool dynamic = stage && (stage->flags & MDR_STAGE_DYNAMIC);
   const uint64_t max_grid = (uint64_t)sm_count * (dynamic ? ZF_BLOCKS_PER_SM : ZF_STATIC_BLOCKS_PER_SM);
   const uint32_t stage_flags =
-      stage ? stage->flags & (MDR_STAGE_FETCH | MDR_STAGE_ADVANCE | MDR_STAGE_DYNAMIC) : 0u; /* not TABLE */
+      stage ? stage->flags & (MDR_STAGE_FETCH | MDR_STAGE_ADVANCE | MDR_STAGE_DYNAMIC | MDR_STAGE_DEVICE_IDS)
+            : 0u; /* not TABLE */
   memset(p, 0, sizeof *p);
   const size_t first = j * MDR_ZERO_MAX_SEGS;
   const size_t count = n - first < (size_t)CAP ? n - first : (size_t)CAP;
   uint32_t flags = stage_flags & MDR_STAGE_DYNAMIC;
-  if (j == 0) flags |= stage_flags & MDR_STAGE_FETCH;
+  if (j == 0) flags |= stage_flags & (MDR_STAGE_FETCH | MDR_STAGE_DEVICE_IDS);
   if (j == launches - 1) flags |= stage_flags & MDR_STAGE_ADVANCE;
   if (flags) p->stage = *stage;
   p->flags = flags;
@@ -507,7 +530,7 @@ extern "C" int mdr_cuda_zero_table_launch(const mdr_zero_seg *rules, size_t n, u
   p.stage = *stage;
   p.tokens = tokens;
   p.n = (uint32_t)n;
-  p.flags = stage->flags & (MDR_STAGE_FETCH | MDR_STAGE_ADVANCE);
+  p.flags = stage->flags & (MDR_STAGE_FETCH | MDR_STAGE_ADVANCE | MDR_STAGE_DEVICE_IDS);
   /* The grid depends on the table only (its largest plan, resident blocks),
    * not on t: re-targeting the node then changes parameters only. */
   uint64_t chunks = 0;

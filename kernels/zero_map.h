@@ -200,7 +200,11 @@ enum {
   MDR_STAGE_FETCH = 1u,   /* copy the slot's ids into token_ids, the count into count_out */
   MDR_STAGE_ADVANCE = 2u, /* the last block to finish advances the counter and writes ack */
   MDR_STAGE_DYNAMIC = 4u, /* rules are evaluated at the slot's token count */
-  MDR_STAGE_TABLE = 8u    /* the plan at `tokens` is read from the plan table (not with DYNAMIC) */
+  MDR_STAGE_TABLE = 8u,   /* the plan at `tokens` is read from the plan table (not with DYNAMIC) */
+  MDR_STAGE_DEVICE_IDS = 16u /* the ids come from ids_src in device memory, not from the slot: the
+                                first t are copied (t: the slot header's count with FETCH, else the
+                                launch's tokens, read from no host memory at all), then pad_id up
+                                to the copy count; count_out gets t */
 };
 
 /* The device words a staged launch coordinates its blocks with (at
@@ -230,6 +234,9 @@ typedef struct mdr_stage_desc {
   uint32_t flags;      /* MDR_STAGE_* */
   uint64_t table;      /* TABLE: device plan table of the launch's rules (section 4) */
   uint64_t table_max;  /* TABLE: its largest count m */
+  uint64_t ids_src;    /* DEVICE_IDS: the engine's ids in device memory (0 or token_ids: already in place) */
+  uint32_t pad_id;     /* DEVICE_IDS: the id written after the first t, up to the copy count */
+  uint32_t reserved;
 } mdr_stage_desc;
 
 /* Whether a TABLE launch of n rules at t can be served: a table, t in

@@ -69,19 +69,19 @@ void mdr_zero_fused_host(const mdr_zero_seg *segs, size_t n, uint64_t tokens,
     if (!mdr_stage_table_ok(stage, n, tokens)) return; /* the backends refuse these at enqueue */
     zero_table_host(n, tokens, stage);
     mdr_stage_desc st = *stage;
-    st.flags &= MDR_STAGE_FETCH | MDR_STAGE_ADVANCE;
+    st.flags &= MDR_STAGE_FETCH | MDR_STAGE_ADVANCE | MDR_STAGE_DEVICE_IDS;
     if (st.flags) mdr_zero_fused_host(NULL, 0, tokens, &st);
     return;
   }
   const uint32_t stage_flags =
-      stage ? stage->flags & (MDR_STAGE_FETCH | MDR_STAGE_ADVANCE | MDR_STAGE_DYNAMIC) : 0u;
+      stage ? stage->flags & (MDR_STAGE_FETCH | MDR_STAGE_ADVANCE | MDR_STAGE_DYNAMIC | MDR_STAGE_DEVICE_IDS) : 0u;
   const size_t launches = n == 0 ? 1 : (n + MDR_ZERO_MAX_SEGS - 1) / MDR_ZERO_MAX_SEGS;
 
   for (size_t j = 0; j < launches; j++) {
     const size_t first = j * MDR_ZERO_MAX_SEGS;
     const size_t count = n - first < MDR_ZERO_MAX_SEGS ? n - first : MDR_ZERO_MAX_SEGS;
     uint32_t flags = stage_flags & MDR_STAGE_DYNAMIC;
-    if (j == 0) flags |= stage_flags & MDR_STAGE_FETCH;
+    if (j == 0) flags |= stage_flags & (MDR_STAGE_FETCH | MDR_STAGE_DEVICE_IDS);
     if (j == launches - 1) flags |= stage_flags & MDR_STAGE_ADVANCE;
 
     uint64_t t = tokens, step = 0;
@@ -102,9 +102,18 @@ void mdr_zero_fused_host(const mdr_zero_seg *segs, size_t n, uint64_t tokens,
 
     if (count) zero_launch_host(segs + first, (uint32_t)count, t, dynamic);
 
-    if (flags & MDR_STAGE_FETCH) {
-      /* static plans copy the launch's own token count; DYNAMIC the slot's */
-      uint64_t copy = (flags & MDR_STAGE_DYNAMIC) ? header->copy_tokens : tokens;
+    /* static plans copy the launch's own token count; DYNAMIC the slot's */
+    const uint64_t copy = (flags & MDR_STAGE_DYNAMIC) ? header->copy_tokens : tokens;
+    if (flags & MDR_STAGE_DEVICE_IDS) {
+      /* the first n ids from ids_src (n: the slot's count with FETCH, else
+       * the launch's), pad after them; no id is read from the slot */
+      const uint64_t n_ids = (flags & MDR_STAGE_FETCH) ? header->tokens : tokens;
+      uint32_t *dst = (uint32_t *)HOST_PTR(stage->token_ids);
+      if (stage->ids_src && stage->ids_src != stage->token_ids && n_ids)
+        memmove(dst, HOST_PTR(stage->ids_src), (size_t)n_ids * sizeof(uint32_t));
+      for (uint64_t i = n_ids; i < copy; i++) dst[i] = stage->pad_id;
+      *(uint32_t *)HOST_PTR(stage->count_out) = (uint32_t)n_ids;
+    } else if (flags & MDR_STAGE_FETCH) {
       if (copy)
         memcpy(HOST_PTR(stage->token_ids), slot + MDR_STAGE_HEADER_BYTES,
                (size_t)copy * sizeof(uint32_t));

@@ -1071,3 +1071,139 @@ Test(graph_cache, a_failing_body_is_named_in_the_last_error) {
   fixture_fini(&f);
   mdr_backend_destroy(f.b);
 }
+
+/* ------------------------------------------------------------------------- */
+/* steps whose ids are already in device memory */
+
+typedef struct device_ids_case {
+  tb_kind kind;
+  mdr_graph_mode mode;
+  mdr_zero_strategy zero;
+  mdr_graph_dynamic_impl impl;
+  int disable_graphs;
+} device_ids_case;
+
+ParameterizedTestParameters(graph_cache, device_and_host_steps_mix_and_each_delivers_its_ids) {
+  static device_ids_case cases[TB_KIND_COUNT * 6];
+  size_t n = 0;
+  for (int k = 0; k < TB_KIND_COUNT; k++) {
+    cases[n++] = (device_ids_case){(tb_kind)k, MDR_GRAPH_EXACT, MDR_ZERO_FUSED, MDR_DYNAMIC_NODE_UPDATE, 0};
+    cases[n++] = (device_ids_case){(tb_kind)k, MDR_GRAPH_EXACT, MDR_ZERO_MEMSET, MDR_DYNAMIC_NODE_UPDATE, 0};
+    cases[n++] = (device_ids_case){(tb_kind)k, MDR_GRAPH_LADDER, MDR_ZERO_FUSED, MDR_DYNAMIC_NODE_UPDATE, 0};
+    cases[n++] = (device_ids_case){(tb_kind)k, MDR_GRAPH_DYNAMIC, MDR_ZERO_FUSED, MDR_DYNAMIC_NODE_UPDATE, 0};
+    cases[n++] = (device_ids_case){(tb_kind)k, MDR_GRAPH_DYNAMIC, MDR_ZERO_FUSED, MDR_DYNAMIC_DEVICE_COUNT, 0};
+    cases[n++] = (device_ids_case){(tb_kind)k, MDR_GRAPH_LADDER, MDR_ZERO_FUSED, MDR_DYNAMIC_NODE_UPDATE, 1};
+  }
+  return cr_make_param_array(device_ids_case, cases, n);
+}
+
+/* Random counts, each step host-fed, device-fed from the engine's buffer,
+ * or device-fed in place (token_ids written before the step): every step
+ * delivers exactly its ids (and pad), its count, its zeroing and its body. */
+ParameterizedTest(device_ids_case *dc, graph_cache, device_and_host_steps_mix_and_each_delivers_its_ids) {
+  fixture f;
+  fixture_init(&f, tb_backend(dc->kind));
+  mdr_graph_cache_options o;
+  mdr_graph_cache_options_default(&o);
+  o.mode = dc->mode;
+  o.zero = dc->zero;
+  o.dynamic_impl = dc->impl;
+  o.pad_token_id = 0xABCDu;
+  o.user = &f;
+  if (dc->mode == MDR_GRAPH_DYNAMIC) {
+    o.body_dynamic = body_dynamic;
+  } else {
+    o.body = body;
+  }
+  if (dc->disable_graphs) setenv("MDR_DISABLE_GRAPHS", "1", 1);
+  mdr_graph_cache *c = NULL;
+  mdr_status created = mdr_graph_cache_create(f.a, f.s, &o, &c);
+  unsetenv("MDR_DISABLE_GRAPHS");
+  cr_assert_eq(created, MDR_OK, "%s", mdr_backend_last_error(f.b));
+  mdr_dptr sampled = 0; /* the engine's own id buffer */
+  cr_assert_eq(mdr_backend_alloc(f.b, M * sizeof(uint32_t), &sampled), MDR_OK);
+  uint64_t rng = 0xD1D5 + (uint64_t)dc->mode * 3 + (uint64_t)dc->impl;
+  uint32_t ids[M];
+  uint64_t device_steps = 0;
+  for (int i = 0; i < 60; i++) {
+    const size_t t = i < 3 ? (size_t)(i + 1) : 1 + tb_rng_next(&rng) % M;
+    const int how = (int)(tb_rng_next(&rng) % 3); /* 0 host, 1 device buffer, 2 in place */
+    size_t g = 0;
+    cr_assert_eq(mdr_graph_cache_graph_tokens(c, t, &g), MDR_OK);
+    random_ids(&rng, ids, t);
+    poison_all(&f);
+    mdr_status st;
+    if (how == 0) {
+      st = mdr_graph_cache_step(c, ids, t);
+    } else if (how == 1) {
+      cr_assert_eq(mdr_backend_copy_h2d(f.b, sampled, ids, t * sizeof *ids), MDR_OK);
+      st = mdr_graph_cache_step_device(c, sampled, t);
+      device_steps++;
+    } else {
+      cr_assert_eq(mdr_backend_copy_h2d(f.b, mdr_arena_token_ids(f.a), ids, t * sizeof *ids), MDR_OK);
+      st = mdr_graph_cache_step_device(c, 0, t);
+      device_steps++;
+    }
+    cr_assert_eq(st, MDR_OK, "step %d (t=%zu, how %d): %s", i, t, how, mdr_backend_last_error(f.b));
+    cr_assert_eq(mdr_backend_synchronize(f.b, f.s), MDR_OK);
+    const size_t copied = dc->mode == MDR_GRAPH_DYNAMIC ? t : g;
+    const size_t zero_tokens = dc->mode == MDR_GRAPH_DYNAMIC ? t : g;
+    if (dc->mode == MDR_GRAPH_DYNAMIC) {
+      expect_step(&f, c, ids, t, g, copied, zero_tokens, 0xABCDu, (int)g, 0x77, "dynamic");
+    } else {
+      expect_step(&f, c, ids, t, g, copied, zero_tokens, 0xABCDu, (int)g, (unsigned char)(g | 1), "static");
+    }
+  }
+  mdr_graph_stats st;
+  cr_assert_eq(mdr_graph_cache_stats(c, &st), MDR_OK);
+  cr_assert_eq(st.device_steps, device_steps);
+  cr_assert_eq(st.steps, 60);
+  if (dc->disable_graphs) cr_assert_eq(st.eager_steps, 60);
+  else cr_assert_gt(st.hits, 0);
+  mdr_backend_free(f.b, sampled);
+  mdr_graph_cache_destroy(c);
+  fixture_fini(&f);
+  mdr_backend_destroy(f.b);
+}
+
+/* A device step reads nothing from the staging ring in EXACT mode: no host
+ * step ever wrote a slot here (the ring is all zero), yet the count cell
+ * holds each step's count. And a step with the ids at another address
+ * captures that count again. */
+Test(graph_cache, exact_device_steps_read_no_slot_and_follow_a_moved_buffer) {
+  fixture f;
+  fixture_init(&f, tb_backend(TB_HOST));
+  mdr_graph_cache_options o;
+  mdr_graph_cache_options_default(&o);
+  o.zero = MDR_ZERO_FUSED;
+  o.body = body;
+  o.user = &f;
+  mdr_graph_cache *c = NULL;
+  cr_assert_eq(mdr_graph_cache_create(f.a, f.s, &o, &c), MDR_OK);
+  mdr_dptr a = 0, b = 0;
+  cr_assert_eq(mdr_backend_alloc(f.b, M * 4, &a), MDR_OK);
+  cr_assert_eq(mdr_backend_alloc(f.b, M * 4, &b), MDR_OK);
+  uint32_t ids[M];
+  uint64_t rng = 77;
+  const size_t five = 5;
+  cr_assert_eq(mdr_graph_cache_prepare_device(c, a, &five, 1), MDR_OK);
+  for (int i = 0; i < 4; i++) {
+    const mdr_dptr src = i < 2 ? a : b;
+    random_ids(&rng, ids, 5);
+    poison_all(&f);
+    cr_assert_eq(mdr_backend_copy_h2d(f.b, src, ids, sizeof ids), MDR_OK);
+    cr_assert_eq(mdr_graph_cache_step_device(c, src, 5), MDR_OK, "%s", mdr_backend_last_error(f.b));
+    expect_step(&f, c, ids, 5, 5, 5, 5, 0, 5, 5 | 1, "device step");
+  }
+  mdr_graph_stats st;
+  cr_assert_eq(mdr_graph_cache_stats(c, &st), MDR_OK);
+  cr_assert_eq(st.captures, 2, "prepared with a, captured again for b");
+  cr_assert_eq(st.hits, 3);
+  cr_assert_eq(mdr_graph_cache_step_device(c, a, 0), MDR_ERR_OUT_OF_RANGE);
+  cr_assert_eq(mdr_graph_cache_step_device(NULL, a, 1), MDR_ERR_INVALID_ARGUMENT);
+  mdr_backend_free(f.b, a);
+  mdr_backend_free(f.b, b);
+  mdr_graph_cache_destroy(c);
+  fixture_fini(&f);
+  mdr_backend_destroy(f.b);
+}

@@ -209,6 +209,26 @@ MDR_API mdr_status mdr_graph_cache_prepare(mdr_graph_cache *c, const size_t *tok
  * Not capture-safe itself (it launches graphs). */
 MDR_API mdr_status mdr_graph_cache_step(mdr_graph_cache *c, const uint32_t *token_ids, size_t tokens);
 
+/* One decode step whose ids are already in device memory: `token_ids` is
+ * their device address (the engine's sampling output, say), or 0 when they
+ * are in the arena's token_ids already (the previous step's body wrote
+ * them). The graph copies them on the device: no host round trip, no
+ * staging slot. EXACT and DYNAMIC by node update learn the count from the
+ * launch itself, so such a step reads nothing from host memory; LADDER and
+ * DYNAMIC by device count read the count (not the ids) from the staging
+ * slot. Ids past `tokens`, up to the graph's count, are pad_token_id as for
+ * host steps. The address is captured into the graph: a step with another
+ * address captures that count again. Device steps have graphs of their
+ * own (they may be mixed with host steps on one cache in any order; each
+ * kind replays its own graph of a count). The ids must be written, on the
+ * cache's stream or before it, ahead of the step, and stay until it ran.
+ * Statuses as for mdr_graph_cache_step. */
+MDR_API mdr_status mdr_graph_cache_step_device(mdr_graph_cache *c, mdr_dptr token_ids, size_t tokens);
+
+/* prepare for device steps with ids at `token_ids` (0: in token_ids). */
+MDR_API mdr_status mdr_graph_cache_prepare_device(mdr_graph_cache *c, mdr_dptr token_ids, const size_t *tokens,
+                                                  size_t n);
+
 /* Device address of the uint32 holding the current step's real token count
  * (written by every step before the body runs). 0 for a NULL cache. */
 MDR_API mdr_dptr mdr_graph_cache_count_ptr(const mdr_graph_cache *c);
@@ -237,6 +257,7 @@ typedef struct mdr_graph_stats {
   uint64_t eager_steps;     /* steps enqueued eagerly (graphs disabled, or fallbacks) */
   uint64_t uncapturable;    /* graph counts marked eager-only after a failed capture */
   int graphs_disabled;      /* 1: MDR_DISABLE_GRAPHS was set at create; every step is eager */
+  uint64_t device_steps;    /* steps whose ids were in device memory (step_device) */
 } mdr_graph_stats;
 
 /* Copy the counters. NULL arguments: MDR_ERR_INVALID_ARGUMENT. */
