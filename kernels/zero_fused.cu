@@ -70,7 +70,10 @@
  * is sized to stay resident (this many blocks per SM) and strides. */
 #define ZF_BLOCKS_PER_SM 6
 /* 16-byte stores each thread issues back to back. */
+/* (The lab in dev/ may build this file with another value to sweep it.) */
+#ifndef ZF_UNROLL
 #define ZF_UNROLL 4
+#endif
 /* 16-byte id loads in flight per thread while fetching from host memory. */
 #define ZF_FETCH_VECS 4
 /* Largest number of ids one thread copies with a single 16-byte load. */

@@ -47,7 +47,7 @@ nvcc --version | tail -1 >>"$out/gpu.txt"
 
 build=build-device
 if has build; then
-  run configure cmake -S . -B $build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CUDA_ARCHITECTURES=90
+  run configure cmake -S . -B $build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CUDA_ARCHITECTURES=90 -DMDR_REQUIRE_TESTS=ON
   run build cmake --build $build -j "$(nproc)"
 fi
 if has tests; then
@@ -69,7 +69,7 @@ if has sanitize; then
   done
 fi
 if has variants; then
-  run variants $build/bench/zero_fused_variants "$out/zero_fused_variants.csv"
+  run variants $build/dev/zero_fused_variants "$out/zero_fused_variants.csv"
 fi
 if has sweep; then
   # The promoted kernel's launch shape: chunk bytes x 16-byte stores in
@@ -78,8 +78,8 @@ if has sweep; then
   shapes="4096:1 8192:2 16384:4 16384:2 32768:8 65536:8"
   for sh in $shapes; do
     chunk=${sh%%:*} unroll=${sh##*:}
-    nvcc -O3 -std=c++17 -arch=sm_90 -Ikernels -DMDR_ZERO_CHUNK=$chunk -DZF_UNROLL=$unroll \
-      bench/zero_fused_variants.cu -o "/tmp/zfv_${chunk}_${unroll}" &
+    nvcc -O3 -std=c++17 -arch=sm_90 -Ikernels -Iinclude -DMDR_STATIC_DEFINE -DMDR_ZERO_CHUNK=$chunk -DZF_UNROLL=$unroll \
+      dev/zero_fused_variants.cu kernels/zero_fused.cu -o "/tmp/zfv_${chunk}_${unroll}" &
   done
   wait
   for sh in $shapes; do
@@ -90,14 +90,14 @@ if has sweep; then
   cat "$out/sweep.txt"
 fi
 if has probe; then
-  # DYNAMIC's three implementations side by side (bench/dynamic_switch_probe.cu)
-  run probe $build/bench/dynamic_switch_probe --reps "${PROBE_REPS:-200}" --csv "$out/dynamic_probe.csv"
+  # DYNAMIC's three implementations side by side (dev/dynamic_switch_probe.cu)
+  run probe $build/dev/dynamic_switch_probe --reps "${PROBE_REPS:-200}" --csv "$out/dynamic_probe.csv"
 fi
 if has ncu; then
   # Launch shape and throughput of the driver's memset kernel beside the
   # fused kernel's variants (first launches of the variants program).
   run ncu ncu --section LaunchStats --section SpeedOfLight --section Occupancy \
-    -k 'regex:emset|zero_static|zero_v2|zero_v9|zero_v10' -c 24 $build/bench/zero_fused_variants
+    -k 'regex:emset|zero_static|zero_v2|zero_v9|zero_v10' -c 24 $build/dev/zero_fused_variants
 fi
 if has decode; then
   run decode-loop $build/examples/mdr_decode_loop --steps 200 --json "$out/decode_loop.json"
@@ -108,7 +108,7 @@ if has soak; then
   run soak env STEPS="${SOAK_STEPS:-100000}" bash scripts/soak.sh "$out/soak"
 fi
 if has bench; then
-  run bench $build/bench/mdr-bench ${BENCH_ARGS:---quick} --out "$out/bench"
+  run bench $build/bench/mdr-bench ${BENCH_ARGS:---quick} --out "$out/bench" --force
 fi
 if has peer; then
   run peer env PYTHONUNBUFFERED=1 python3 bench/peer_torch.py --dir "$out/bench" ${PEER_ARGS:---quick}
@@ -123,7 +123,7 @@ if has compare; then
   olds=() news=()
   for i in $(seq 1 "${COMPARE_RUNS:-2}"); do
     run "compare-prev-$i" build-prev/bench/mdr-bench $cargs --out "$out/compare-prev-$i"
-    run "compare-new-$i" $build/bench/mdr-bench $cargs --out "$out/compare-new-$i"
+    run "compare-new-$i" $build/bench/mdr-bench $cargs --out "$out/compare-new-$i" --force
     olds+=("$out/compare-prev-$i") news+=("$out/compare-new-$i")
   done
   python3 scripts/compare_bench.py --old "${olds[@]}" --new "${news[@]}" | tee "$out/compare.txt"
