@@ -34,12 +34,15 @@
 #include "comm_impl.h"
 #include "mdr/graph.h"
 #include "staging.h"
+#include "trace.h"
 
 typedef struct graph_entry {
   void *exec;         /* NULL: not cached */
   uint64_t last_used; /* LRU tick */
   int eager_only;     /* its capture failed in a step: run eagerly until a prepare retries it */
   mdr_dptr ids_src;   /* device steps: the ids address the graph was captured with */
+  uint64_t bytes;     /* device memory the graph took (measured at instantiate + upload) */
+  size_t nodes;       /* nodes of its graph */
 } graph_entry;
 
 /* Where a step's ids come from. */
@@ -69,7 +72,9 @@ struct mdr_graph_cache {
   size_t *ladder;
   size_t ladder_len;
   int graphs_disabled;
-  int busy; /* inside step or prepare: a re-entrant call is refused */
+  int poison; /* fill what a static step does not zero with 0xFF (NaN) */
+  int busy;   /* inside step or prepare: a re-entrant call is refused */
+  int measure_memory, count_nodes; /* the backend can tell */
 
   mdr_staging staging;
 
@@ -97,9 +102,9 @@ void mdr_graph_cache_options_default(mdr_graph_cache_options *o) {
   o->rows = MDR_ROWS_FROM_ARENA;
 }
 
-/* MDR_DISABLE_GRAPHS set to 1, true, yes or on (any case). */
-static int graphs_disabled_by_env(void) {
-  const char *v = getenv("MDR_DISABLE_GRAPHS");
+/* An environment variable set to 1, true, yes or on (any case). */
+static int env_true(const char *name) {
+  const char *v = getenv(name);
   if (!v) return 0;
   static const char *const k_true[] = {"1", "true", "yes", "on"};
   for (size_t i = 0; i < sizeof k_true / sizeof k_true[0]; i++)
@@ -167,7 +172,7 @@ static uint64_t lockstep_hash(const mdr_graph_cache *c) {
   uint64_t h = 0xcbf29ce484222325ull;
   const uint64_t words[] = {(uint64_t)c->o.mode, (uint64_t)c->o.zero, (uint64_t)c->o.rows,
                             (uint64_t)c->o.dynamic_impl, (uint64_t)c->o.max_graphs, c->o.pad_token_id,
-                            c->max_tokens, c->ladder_len, (uint64_t)c->graphs_disabled};
+                            c->max_tokens, c->ladder_len, (uint64_t)c->graphs_disabled, c->o.max_graph_bytes};
   for (size_t i = 0; i < sizeof words / sizeof words[0] + c->ladder_len; i++) {
     const uint64_t v = i < sizeof words / sizeof words[0] ? words[i] : c->ladder[i - sizeof words / sizeof words[0]];
     for (int k = 0; k < 8; k++) h = (h ^ ((v >> (8 * k)) & 0xff)) * 0x100000001b3ull;
@@ -216,7 +221,10 @@ mdr_status mdr_graph_cache_create(mdr_arena *a, mdr_stream stream, const mdr_gra
   c->o = opt;
   c->o.ladder = NULL;
   c->max_tokens = m;
-  c->graphs_disabled = graphs_disabled_by_env();
+  c->graphs_disabled = env_true("MDR_DISABLE_GRAPHS");
+  c->poison = opt.poison || env_true("MDR_POISON");
+  c->measure_memory = mdr_be_has_mem_used(b);
+  c->count_nodes = mdr_be_has_graph_nodes(b);
   st = build_ladder(c, o);
   if (st != MDR_OK) goto fail;
   for (int k = 0; k < IDS_KINDS; k++) {
@@ -304,6 +312,23 @@ mdr_status mdr_graph_cache_graph_tokens(const mdr_graph_cache *c, size_t tokens,
   return st;
 }
 
+mdr_status mdr_graph_cache_graph_info(const mdr_graph_cache *c, size_t tokens, mdr_graph_info *out) {
+  if (!c) return MDR_ERR_INVALID_ARGUMENT;
+  if (!out) return mdr_backend_fail(c->b, MDR_ERR_INVALID_ARGUMENT, "graph cache: graph info into NULL");
+  mdr_status st = check_tokens(c, tokens);
+  if (st != MDR_OK) return st;
+  const size_t g = graph_tokens_of(c, tokens);
+  const graph_entry *e = &c->sets[IDS_HOST].entries[g], *d = &c->sets[IDS_DEVICE].entries[g];
+  *out = (mdr_graph_info){.graph_tokens = g,
+                          .cached = e->exec != NULL,
+                          .bytes = e->exec ? e->bytes : 0,
+                          .nodes = e->exec ? e->nodes : 0,
+                          .device_cached = d->exec != NULL,
+                          .device_bytes = d->exec ? d->bytes : 0};
+  return MDR_OK;
+}
+
+
 /* step and prepare change nothing when called from inside the cache's own
  * step or prepare (a body re-entering) or while the cache's stream is being
  * captured (an engine's capture around them): a staged launch recorded into
@@ -374,6 +399,8 @@ static mdr_status enqueue_step(mdr_graph_cache *c, size_t g, step_ids ids, int c
     st = mdr_arena_run_rules(c->arena, c->stream, c->rules, c->n_rules, g, MDR_ZERO_MEMSET);
     if (st == MDR_OK) st = mdr_be_zero_fused(c->b, NULL, 0, g, &stage, c->stream, NULL);
   }
+  if (st == MDR_OK && c->poison && c->o.mode != MDR_GRAPH_DYNAMIC)
+    st = mdr_arena_run_poison(c->arena, c->stream, c->rules, c->n_rules, g);
   if (st != MDR_OK) return st;
   *staged = 1;
   const unsigned long long failures = mdr_backend_failures();
@@ -395,6 +422,8 @@ static void drop_graph(mdr_graph_cache *c, graph_entry *e) {
   mdr_be_exec_destroy(c->b, e->exec);
   e->exec = NULL;
   c->stats.graphs--;
+  c->stats.graph_bytes -= e->bytes;
+  c->stats.graph_nodes -= e->nodes;
 }
 
 static void evict_lru(mdr_graph_cache *c) {
@@ -413,10 +442,19 @@ static void evict_lru(mdr_graph_cache *c) {
   c->stats.evictions++;
 }
 
+static mdr_status capture_traced(mdr_graph_cache *c, size_t g, step_ids ids);
+
 /* Capture and instantiate the graph for g. On failure the capture is ended,
  * nothing is cached, the backend's last error says why, and the status is
  * the body's own or MDR_ERR_CAPTURE. */
 static mdr_status capture(mdr_graph_cache *c, size_t g, step_ids ids) {
+  mdr_trace_push(MDR_TRACE_CAPTURE, (int)c->o.mode, g);
+  const mdr_status st = capture_traced(c, g, ids);
+  mdr_trace_pop();
+  return st;
+}
+
+static mdr_status capture_traced(mdr_graph_cache *c, size_t g, step_ids ids) {
   double t0 = monotonic_us();
   void *graph = NULL, *exec = NULL;
   int staged = 0;
@@ -431,6 +469,11 @@ static mdr_status capture(mdr_graph_cache *c, size_t g, step_ids ids) {
     /* the body's own status; a failure before it (zeroing, staging) is the capture's */
     return staged ? body : MDR_ERR_CAPTURE;
   }
+  /* memory: the backend's in-use bytes around instantiate + upload (what
+   * the runtime offers; docs/GRAPHS.md states the method's limits) */
+  size_t nodes = 0, used0 = 0, used1 = 0;
+  const int measured = c->measure_memory && mdr_be_mem_used(c->b, &used0) == MDR_OK;
+  if (st == MDR_OK && c->count_nodes) (void)mdr_be_graph_nodes(c->b, graph, &nodes);
   if (st == MDR_OK) st = mdr_be_graph_instantiate(c->b, graph, &exec);
   if (st == MDR_OK && node_update_of(&c->o)) {
     /* keep the graph: the node handle the capture reported names a node of it */
@@ -444,15 +487,24 @@ static mdr_status capture(mdr_graph_cache *c, size_t g, step_ids ids) {
     st = mdr_be_graph_upload(c->b, exec, c->stream);
     if (st != MDR_OK) mdr_be_exec_destroy(c->b, exec);
   }
+  if (st == MDR_OK && measured && mdr_be_mem_used(c->b, &used1) != MDR_OK) used1 = used0;
   c->stats.capture_us += monotonic_us() - t0;
   if (st != MDR_OK) return MDR_ERR_CAPTURE;
   if (c->o.max_graphs && c->stats.graphs >= c->o.max_graphs) evict_lru(c);
-  set->entries[g].exec = exec;
-  set->entries[g].last_used = ++c->tick;
-  set->entries[g].eager_only = 0;
-  set->entries[g].ids_src = ids.src;
+  graph_entry *e = &set->entries[g];
+  e->exec = exec;
+  e->last_used = ++c->tick;
+  e->eager_only = 0;
+  e->ids_src = ids.src;
+  e->bytes = measured && used1 > used0 ? used1 - used0 : 0;
+  e->nodes = nodes;
   c->stats.graphs++;
   c->stats.captures++;
+  c->stats.graph_bytes += e->bytes;
+  c->stats.graph_nodes += e->nodes;
+  /* the byte cap: the least recently used others go first; the graph just
+   * made stays even alone over the cap */
+  while (c->o.max_graph_bytes && c->stats.graph_bytes > c->o.max_graph_bytes && c->stats.graphs > 1) evict_lru(c);
   return MDR_OK;
 }
 
@@ -464,6 +516,7 @@ static mdr_status prepare(mdr_graph_cache *c, const size_t *tokens, size_t n, st
   }
   mdr_status st = check_callable(c, "prepare");
   if (st != MDR_OK || c->graphs_disabled) return st;
+  mdr_trace_push(MDR_TRACE_PREPARE, (int)c->o.mode, n);
   c->busy = 1;
   for (size_t i = 0; i < n && st == MDR_OK; i++) {
     size_t g = graph_tokens_of(c, tokens[i]);
@@ -473,6 +526,7 @@ static mdr_status prepare(mdr_graph_cache *c, const size_t *tokens, size_t n, st
     st = capture(c, g, ids);
   }
   c->busy = 0;
+  mdr_trace_pop();
   return st;
 }
 
@@ -557,9 +611,11 @@ static mdr_status step(mdr_graph_cache *c, const uint32_t *host_ids, size_t toke
   mdr_status st = check_tokens(c, tokens);
   if (st == MDR_OK) st = check_callable(c, "step");
   if (st != MDR_OK) return st;
+  mdr_trace_push(MDR_TRACE_STEP, (int)c->o.mode, tokens);
   c->busy = 1;
   st = step_locked(c, host_ids, tokens, ids);
   c->busy = 0;
+  mdr_trace_pop();
   return st;
 }
 
@@ -580,5 +636,7 @@ mdr_status mdr_graph_cache_stats(const mdr_graph_cache *c, mdr_graph_stats *out)
   if (!out) return mdr_backend_fail(c->b, MDR_ERR_INVALID_ARGUMENT, "graph cache: stats into NULL");
   *out = c->stats;
   out->graphs_disabled = c->graphs_disabled;
+  out->poison = c->poison;
+  out->memory_measured = c->measure_memory;
   return MDR_OK;
 }

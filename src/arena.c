@@ -5,10 +5,13 @@
  * single slab; size-0 entries get address 0 and no space. The zero plans are
  * built from three coverage lists below and the rules of kernels/zero_map.h,
  * so eager zeroing, the fused kernel and the graphs all clear the same bytes. */
+#define _POSIX_C_SOURCE 200809L
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "arena_impl.h"
+#include "trace.h"
 
 struct mdr_arena {
   mdr_backend *backend;
@@ -19,6 +22,7 @@ struct mdr_arena {
   mdr_zero_strategy zero;
   mdr_rows_policy rows;
   mdr_arena_slab_owner owner; /* who frees the slab: the backend when release is NULL */
+  int poison;                 /* the helpers fill what they leave with 0xFF */
 };
 
 /* docs/SIZES.md §9: the 18 buffers of zero_all / zero_all_rows, in the seed's order. */
@@ -94,6 +98,9 @@ mdr_status mdr_arena_create_on_slab(mdr_backend *b, const mdr_sizes *s, mdr_dptr
   }
   a->zero = MDR_ZERO_MEMSET;
   a->rows = MDR_ROWS_SEED;
+  const char *poison = getenv("MDR_POISON");
+  a->poison = poison && (!strcmp(poison, "1") || !strcasecmp(poison, "true") || !strcasecmp(poison, "yes") ||
+                         !strcasecmp(poison, "on"));
   *out = a;
   return MDR_OK;
 }
@@ -207,12 +214,37 @@ mdr_status mdr_arena_run_rules(mdr_arena *a, mdr_stream s, const mdr_zero_seg *r
   return MDR_OK;
 }
 
+mdr_status mdr_arena_run_poison(mdr_arena *a, mdr_stream s, const mdr_zero_seg *rules, size_t n, size_t tokens) {
+  enum { POISON_BYTE = 0xFF };
+  for (size_t i = 0; i < n; i++) {
+    if (rules[i].rule == MDR_RULE_FIXED) continue; /* cleared whole */
+    const uint64_t cleared = mdr_zero_seg_bytes(&rules[i], tokens);
+    if (cleared >= rules[i].bytes) continue;
+    mdr_status st = mdr_be_memset_async(a->backend, rules[i].ptr + cleared, POISON_BYTE,
+                                        (size_t)(rules[i].bytes - cleared), s);
+    if (st != MDR_OK) return st;
+  }
+  return MDR_OK;
+}
+
 static mdr_status zero_helper(mdr_arena *a, mdr_stream s, mdr_coverage which, size_t tokens) {
   if (!a) return MDR_ERR_INVALID_ARGUMENT;
+  mdr_trace_push(MDR_TRACE_ZERO, (int)which, tokens);
   mdr_zero_seg rules[MDR_ZERO_PLAN_MAX];
   const size_t n = mdr_arena_rules(a, which, a->rows, rules);
-  return mdr_arena_run_rules(a, s, rules, n, tokens, a->zero);
+  mdr_status st = mdr_arena_run_rules(a, s, rules, n, tokens, a->zero);
+  if (st == MDR_OK && a->poison) st = mdr_arena_run_poison(a, s, rules, n, tokens);
+  mdr_trace_pop();
+  return st;
 }
+
+mdr_status mdr_arena_set_poison(mdr_arena *a, int on) {
+  if (!a) return MDR_ERR_INVALID_ARGUMENT;
+  a->poison = on != 0;
+  return MDR_OK;
+}
+
+int mdr_arena_poison(const mdr_arena *a) { return a ? a->poison : 0; }
 
 mdr_status mdr_arena_zero_all(mdr_arena *a, mdr_stream stream) {
   return zero_helper(a, stream, MDR_COVER_ALL, 0);

@@ -27,6 +27,11 @@ mdr_status mdr_arena_create_on_slab(mdr_backend *b, const mdr_sizes *s, mdr_dptr
                                     const mdr_arena_slab_owner *owner, mdr_arena **out);
 const mdr_arena_slab_owner *mdr_arena_slab_owner_of(const mdr_arena *a);
 
+/* Poison mode: fill, on `s`, what the n rules leave at `tokens` past the
+ * bytes they clear (each HEAD or ROWS buffer from its zeroed head to its
+ * end) with 0xFF, a NaN in bf16, fp16 and fp32. */
+mdr_status mdr_arena_run_poison(mdr_arena *a, mdr_stream s, const mdr_zero_seg *rules, size_t n, size_t tokens);
+
 /* The coverage of each zeroing helper. */
 typedef enum mdr_coverage {
   MDR_COVER_ALL,     /* zero_all */

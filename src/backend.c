@@ -196,3 +196,13 @@ mdr_status mdr_be_host_fn(mdr_backend *b, mdr_host_fn fn, const void *arg, size_
   MDR_REQUIRE_SLOT_(b, host_fn);
   return b->ops->host_fn(b, fn, arg, arg_bytes, s);
 }
+int mdr_be_has_mem_used(const mdr_backend *b) { return b->ops->mem_used != NULL; }
+int mdr_be_has_graph_nodes(const mdr_backend *b) { return b->ops->graph_nodes != NULL; }
+mdr_status mdr_be_mem_used(mdr_backend *b, size_t *used) {
+  MDR_REQUIRE_SLOT_(b, mem_used);
+  return b->ops->mem_used(b, used);
+}
+mdr_status mdr_be_graph_nodes(mdr_backend *b, void *graph, size_t *n) {
+  MDR_REQUIRE_SLOT_(b, graph_nodes);
+  return b->ops->graph_nodes(b, graph, n);
+}

@@ -316,6 +316,22 @@ static mdr_status cuda_fused_node_update(mdr_backend *b, void *exec, void *node,
   DEVICE_RETURN(MDR_OK);
 }
 
+static mdr_status cuda_mem_used(mdr_backend *b, size_t *used) {
+  DEVICE_SCOPE(b);
+  size_t free_bytes = 0, total = 0;
+  CU(cudaMemGetInfo(&free_bytes, &total), "cudaMemGetInfo");
+  *used = total - free_bytes;
+  DEVICE_RETURN(MDR_OK);
+}
+
+static mdr_status cuda_graph_nodes(mdr_backend *b, void *graph, size_t *n) {
+  DEVICE_SCOPE(b);
+  size_t count = 0;
+  CU(cudaGraphGetNodes((cudaGraph_t)graph, NULL, &count), "cudaGraphGetNodes");
+  *n = count;
+  DEVICE_RETURN(MDR_OK);
+}
+
 static void cuda_destroy(mdr_backend *b) {
   if (cuda_of(b)->blocking) DEVICE_VOID(b, cudaStreamDestroy(cuda_of(b)->blocking));
   free(b);
@@ -346,6 +362,8 @@ static const struct mdr_backend_ops cuda_ops = {
     .exec_destroy = cuda_exec_destroy,
     .zero_fused = cuda_zero_fused,
     .fused_node_update = cuda_fused_node_update,
+    .mem_used = cuda_mem_used,
+    .graph_nodes = cuda_graph_nodes,
 };
 
 mdr_status mdr_backend_cuda_create(int device, mdr_backend **out) {

@@ -37,6 +37,7 @@ typedef struct host_op {
 typedef struct host_list {
   host_op *ops;
   size_t len, cap;
+  size_t exec_bytes; /* an exec: what it counts as holding (see host_mem_used) */
 } host_list;
 
 typedef struct host_stream {
@@ -47,6 +48,7 @@ typedef struct host_stream {
 
 typedef struct host_backend {
   mdr_backend base;
+  _Atomic size_t exec_bytes; /* the "device memory" live execs hold: sizeof(host_op) per op */
 } host_backend;
 
 /* The stream this thread is capturing, if any (CUDA's thread-local mode:
@@ -259,6 +261,8 @@ static mdr_status host_graph_instantiate(mdr_backend *b, void *graph, void **exe
       return st;
     }
   }
+  e->exec_bytes = e->len * sizeof(host_op);
+  ((host_backend *)b)->exec_bytes += e->exec_bytes;
   *exec = e;
   return MDR_OK;
 }
@@ -283,6 +287,24 @@ static void host_list_destroy(mdr_backend *b, void *list) {
   (void)b;
   list_free(list);
   free(list);
+}
+
+static void host_exec_destroy(mdr_backend *b, void *exec) {
+  ((host_backend *)b)->exec_bytes -= ((host_list *)exec)->exec_bytes;
+  host_list_destroy(b, exec);
+}
+
+/* The host backend's model of device memory in use: what live execs hold,
+ * so that per-graph memory and the cache's byte cap are tested in CI. */
+static mdr_status host_mem_used(mdr_backend *b, size_t *used) {
+  *used = ((host_backend *)b)->exec_bytes;
+  return MDR_OK;
+}
+
+static mdr_status host_graph_nodes(mdr_backend *b, void *graph, size_t *n) {
+  (void)b;
+  *n = ((const host_list *)graph)->len;
+  return MDR_OK;
 }
 
 /* A node is the 1-based position of the op in the recorded list; an exec
@@ -362,10 +384,12 @@ static const struct mdr_backend_ops host_ops = {
     .graph_upload = host_graph_upload,
     .graph_launch = host_graph_launch,
     .graph_destroy = host_list_destroy,
-    .exec_destroy = host_list_destroy,
+    .exec_destroy = host_exec_destroy,
     .zero_fused = host_zero_fused,
     .fused_node_update = host_fused_node_update,
     .host_fn = host_host_fn,
+    .mem_used = host_mem_used,
+    .graph_nodes = host_graph_nodes,
 };
 
 mdr_status mdr_backend_host_create(mdr_backend **out) {

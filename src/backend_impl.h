@@ -84,6 +84,12 @@ struct mdr_backend_ops {
    * when the stream reaches it (at once, or at every replay of a graph that
    * recorded it); its status is the op's. The backend owns the copy. */
   mdr_status (*host_fn)(mdr_backend *b, mdr_host_fn fn, const void *arg, size_t arg_bytes, mdr_stream s);
+  /* optional: device memory in use on the backend's device, in bytes (CUDA:
+   * total - free of cudaMemGetInfo, which the runtime rounds to pages and
+   * which counts every allocation of the process and of others). */
+  mdr_status (*mem_used)(mdr_backend *b, size_t *used);
+  /* optional: the number of nodes of a captured graph. */
+  mdr_status (*graph_nodes)(mdr_backend *b, void *graph, size_t *n);
 };
 
 #define MDR_BACKEND_ERROR_MAX 512
@@ -140,6 +146,10 @@ mdr_status mdr_be_zero_fused(mdr_backend *b, const mdr_zero_seg *segs, size_t n,
 mdr_status mdr_be_fused_node_update(mdr_backend *b, void *exec, void *node, const mdr_zero_seg *rules,
                                     size_t n, uint64_t tokens, const mdr_stage_desc *stage);
 int mdr_be_has_host_fn(const mdr_backend *b);
+int mdr_be_has_mem_used(const mdr_backend *b);
+int mdr_be_has_graph_nodes(const mdr_backend *b);
+mdr_status mdr_be_mem_used(mdr_backend *b, size_t *used);
+mdr_status mdr_be_graph_nodes(mdr_backend *b, void *graph, size_t *n);
 mdr_status mdr_be_host_fn(mdr_backend *b, mdr_host_fn fn, const void *arg, size_t arg_bytes, mdr_stream s);
 /* The CUDA device of a CUDA backend, -1 for any other. */
 int mdr_be_cuda_device(const mdr_backend *b);

@@ -23,7 +23,7 @@ static const char *k_op_names[MDR_OP_COUNT] = {
     "copy_h2d", "copy_d2h", "fill", "stream_create", "stream_destroy",
     "synchronize", "stream_query", "capture_begin", "capture_end", "is_capturing",
     "graph_instantiate", "graph_upload", "graph_launch", "graph_destroy", "exec_destroy",
-    "zero_fused", "fused_node_update", "host_fn"};
+    "zero_fused", "fused_node_update", "host_fn", "mem_used", "graph_nodes"};
 
 /* Count a fallible call; return a failure status when one is due. */
 static mdr_status due(mdr_backend *b, mdr_op op) {
@@ -158,6 +158,16 @@ static mdr_status f_fused_node_update(mdr_backend *b, void *x, void *node, const
 static mdr_status f_host_fn(mdr_backend *b, mdr_host_fn fn, const void *arg, size_t bytes, mdr_stream s) {
   FORWARD(MDR_OP_HOST_FN, host_fn(I, fn, arg, bytes, s));
 }
+/* Queries the library uses best-effort (graph memory and node counts):
+ * passed through, counted, never failed. */
+static mdr_status f_mem_used(mdr_backend *b, size_t *used) {
+  F(b)->per_op[MDR_OP_MEM_USED]++;
+  return pass(b, I->ops->mem_used(I, used));
+}
+static mdr_status f_graph_nodes(mdr_backend *b, void *g, size_t *n) {
+  F(b)->per_op[MDR_OP_GRAPH_NODES]++;
+  return pass(b, I->ops->graph_nodes(I, g, n));
+}
 static void f_destroy(mdr_backend *b) { free(b); }
 
 static const struct mdr_backend_ops fault_ops = {
@@ -186,6 +196,8 @@ static const struct mdr_backend_ops fault_ops = {
     .zero_fused = f_zero_fused,
     .fused_node_update = f_fused_node_update,
     .host_fn = f_host_fn,
+    .mem_used = f_mem_used,
+    .graph_nodes = f_graph_nodes,
 };
 
 mdr_status fault_backend_create(mdr_backend *inner, mdr_backend **out) {

@@ -14,7 +14,7 @@ typedef enum mdr_op {
   MDR_OP_STREAM_CREATE, MDR_OP_STREAM_DESTROY, MDR_OP_SYNCHRONIZE, MDR_OP_STREAM_QUERY,
   MDR_OP_CAPTURE_BEGIN, MDR_OP_CAPTURE_END, MDR_OP_IS_CAPTURING,
   MDR_OP_GRAPH_INSTANTIATE, MDR_OP_GRAPH_UPLOAD, MDR_OP_GRAPH_LAUNCH,
-  MDR_OP_GRAPH_DESTROY, MDR_OP_EXEC_DESTROY, MDR_OP_ZERO_FUSED, MDR_OP_FUSED_NODE_UPDATE, MDR_OP_HOST_FN,
+  MDR_OP_GRAPH_DESTROY, MDR_OP_EXEC_DESTROY, MDR_OP_ZERO_FUSED, MDR_OP_FUSED_NODE_UPDATE, MDR_OP_HOST_FN, MDR_OP_MEM_USED, MDR_OP_GRAPH_NODES,
   MDR_OP_COUNT
 } mdr_op;
 
@@ -22,7 +22,8 @@ typedef enum mdr_op {
 mdr_status fault_backend_create(mdr_backend *inner, mdr_backend **out);
 
 /* Fail the k-th fallible call from now (1-based; 0: never). Calls of void
- * slots (frees, destroys) are not counted. */
+ * slots (frees, destroys) and the best-effort queries (mem_used,
+ * graph_nodes) are not counted and never fail. */
 void fault_backend_fail_at(mdr_backend *f, long k);
 /* Fail every call of kind `op` (-1: none). */
 void fault_backend_fail_kind(mdr_backend *f, int op);

@@ -2,6 +2,7 @@
  * the seed's exact coverage, on the host backend and (when a device is
  * present) the CUDA backend, with both strategies. Expected coverage is
  * written out here from spec §9 by buffer name, independently of src/. */
+#define _POSIX_C_SOURCE 200809L
 #include <criterion/criterion.h>
 #include <criterion/parameterized.h>
 #include <stdio.h>
@@ -330,5 +331,44 @@ Test(arena, bad_input_gets_a_clear_status) {
   cr_assert_eq(mdr_arena_slab_bytes(NULL), 0);
   mdr_arena_destroy(a);
   mdr_arena_destroy(NULL);
+  mdr_backend_destroy(b);
+}
+
+/* The arena's helpers in poison mode: zero_all_rows fills what it leaves of
+ * each row-trimmed buffer with 0xFF; off again, it leaves them alone. */
+ParameterizedTestParameters(arena, poison_mode_fills_the_rows_zero_all_rows_leaves) {
+  static tb_kind kinds[] = {TB_HOST, TB_CUDA};
+  return cr_make_param_array(tb_kind, kinds, 2);
+}
+
+ParameterizedTest(tb_kind *k, arena, poison_mode_fills_the_rows_zero_all_rows_leaves) {
+  mdr_backend *b = tb_backend(*k);
+  mdr_stream s = tb_stream(b);
+  mdr_sizes sizes = tb_small_sizes();
+  mdr_arena *a = NULL;
+  setenv("MDR_POISON", "yes", 1);
+  cr_assert_eq(mdr_arena_create(b, &sizes, &a), MDR_OK);
+  unsetenv("MDR_POISON");
+  cr_assert_eq(mdr_arena_poison(a), 1, "MDR_POISON at create");
+  for (int on = 1; on >= 0; on--) {
+    cr_assert_eq(mdr_arena_set_poison(a, on), MDR_OK);
+    tb_poison_arena(a);
+    cr_assert_eq(mdr_arena_zero_all_rows(a, s, 3), MDR_OK);
+    cr_assert_eq(mdr_backend_synchronize(b, s), MDR_OK);
+    size_t zero[MDR_BUF_COUNT], whole[MDR_BUF_COUNT];
+    tb_expected(a, TB_ZERO_ROWS, 3, MDR_ROWS_SEED, zero);
+    tb_expected(a, TB_ZERO_ALL, 0, MDR_ROWS_SEED, whole);
+    for (int i = 0; i < MDR_BUF_COUNT; i++) {
+      const mdr_buffer buf = (mdr_buffer)i;
+      if (!mdr_arena_ptr(a, buf)) continue;
+      const unsigned char fill = on && whole[i] ? 0xFF : tb_poison_of(buf);
+      cr_assert_eq(tb_check_head(b, mdr_arena_ptr(a, buf), mdr_arena_bytes(a, buf), zero[i], fill), -1,
+                   "poison %d: %s", on, mdr_buffer_name(buf));
+    }
+  }
+  cr_assert_eq(mdr_arena_set_poison(NULL, 1), MDR_ERR_INVALID_ARGUMENT);
+  cr_assert_eq(mdr_arena_poison(NULL), 0);
+  mdr_arena_destroy(a);
+  mdr_backend_stream_destroy(b, s);
   mdr_backend_destroy(b);
 }

@@ -1207,3 +1207,172 @@ Test(graph_cache, exact_device_steps_read_no_slot_and_follow_a_moved_buffer) {
   fixture_fini(&f);
   mdr_backend_destroy(f.b);
 }
+
+/* ------------------------------------------------------------------------- */
+/* graph memory, nodes, the byte cap */
+
+/* Each graph's memory and nodes are reported per count and summed in the
+ * stats; dropping a graph takes its share out. (The host backend counts
+ * sizeof(op) per recorded op, so the figures are exact there.) */
+ParameterizedTestParameters(graph_cache, graph_memory_and_nodes_are_reported_per_graph_and_in_total) {
+  static tb_kind kinds[] = {TB_HOST, TB_CUDA};
+  return cr_make_param_array(tb_kind, kinds, 2);
+}
+
+ParameterizedTest(tb_kind *k, graph_cache, graph_memory_and_nodes_are_reported_per_graph_and_in_total) {
+  fixture f;
+  fixture_init(&f, tb_backend(*k));
+  mdr_graph_cache_options o;
+  mdr_graph_cache_options_default(&o);
+  o.body = body;
+  o.user = &f;
+  mdr_graph_cache *c = NULL;
+  cr_assert_eq(mdr_graph_cache_create(f.a, f.s, &o, &c), MDR_OK);
+  const size_t counts[] = {1, 5, 40};
+  cr_assert_eq(mdr_graph_cache_prepare(c, counts, 3), MDR_OK);
+  mdr_graph_stats st;
+  cr_assert_eq(mdr_graph_cache_stats(c, &st), MDR_OK);
+  cr_assert_eq(st.memory_measured, 1);
+  uint64_t bytes = 0;
+  size_t nodes = 0;
+  for (int i = 0; i < 3; i++) {
+    mdr_graph_info gi;
+    cr_assert_eq(mdr_graph_cache_graph_info(c, counts[i], &gi), MDR_OK);
+    cr_assert_eq(gi.graph_tokens, counts[i]);
+    cr_assert_eq(gi.cached, 1);
+    cr_assert_eq(gi.device_cached, 0);
+    /* memsets of the plan's non-empty segments, the stage launch, the body's memset */
+    size_t segs = 0;
+    cr_assert_eq(mdr_arena_zero_plan(f.a, counts[i], NULL, 0, &segs), MDR_OK);
+    cr_assert_eq(gi.nodes, segs + 2, "count %zu: %zu nodes", counts[i], gi.nodes);
+    if (*k == TB_HOST) cr_assert_gt(gi.bytes, 0);
+    bytes += gi.bytes;
+    nodes += gi.nodes;
+  }
+  cr_assert_eq(st.graph_bytes, bytes);
+  cr_assert_eq(st.graph_nodes, nodes);
+  mdr_graph_info none;
+  cr_assert_eq(mdr_graph_cache_graph_info(c, 2, &none), MDR_OK);
+  cr_assert_eq(none.cached, 0);
+  cr_assert_eq(none.bytes, 0);
+  cr_assert_eq(mdr_graph_cache_graph_info(c, 0, &none), MDR_ERR_OUT_OF_RANGE);
+  cr_assert_eq(mdr_graph_cache_graph_info(c, 1, NULL), MDR_ERR_INVALID_ARGUMENT);
+  cr_assert_eq(mdr_graph_cache_graph_info(NULL, 1, &none), MDR_ERR_INVALID_ARGUMENT);
+  mdr_graph_cache_destroy(c);
+  fixture_fini(&f);
+  mdr_backend_destroy(f.b);
+}
+
+/* max_graph_bytes evicts the least recently used graphs until the total
+ * fits, never the one just captured. */
+Test(graph_cache, a_byte_cap_evicts_the_least_recently_used_graphs) {
+  fixture f;
+  fixture_init(&f, tb_backend(TB_HOST));
+  mdr_graph_cache_options o;
+  mdr_graph_cache_options_default(&o);
+  o.body = body;
+  o.user = &f;
+  mdr_graph_cache *probe = NULL;
+  cr_assert_eq(mdr_graph_cache_create(f.a, f.s, &o, &probe), MDR_OK);
+  const size_t one = 3;
+  cr_assert_eq(mdr_graph_cache_prepare(probe, &one, 1), MDR_OK);
+  mdr_graph_info gi;
+  cr_assert_eq(mdr_graph_cache_graph_info(probe, 3, &gi), MDR_OK);
+  mdr_graph_cache_destroy(probe);
+  o.max_graph_bytes = 2 * gi.bytes + gi.bytes / 2; /* room for two graphs of that size */
+  mdr_graph_cache *c = NULL;
+  cr_assert_eq(mdr_graph_cache_create(f.a, f.s, &o, &c), MDR_OK);
+  const uint32_t ids[4] = {1, 2, 3, 4};
+  const size_t seq[] = {3, 4, 3, 2}; /* 4 is least recently used when 2 arrives */
+  for (size_t i = 0; i < 4; i++) cr_assert_eq(mdr_graph_cache_step(c, ids, seq[i]), MDR_OK);
+  mdr_graph_stats st;
+  cr_assert_eq(mdr_graph_cache_stats(c, &st), MDR_OK);
+  cr_assert_leq(st.graph_bytes, o.max_graph_bytes);
+  cr_assert_eq(st.evictions, 1);
+  mdr_graph_info a, b4, b2;
+  cr_assert_eq(mdr_graph_cache_graph_info(c, 3, &a), MDR_OK);
+  cr_assert_eq(mdr_graph_cache_graph_info(c, 4, &b4), MDR_OK);
+  cr_assert_eq(mdr_graph_cache_graph_info(c, 2, &b2), MDR_OK);
+  cr_assert(a.cached && b2.cached && !b4.cached, "3 and 2 stay, 4 went");
+  /* a cap below one graph keeps the newest graph alone */
+  mdr_graph_cache_destroy(c);
+  o.max_graph_bytes = 1;
+  cr_assert_eq(mdr_graph_cache_create(f.a, f.s, &o, &c), MDR_OK);
+  for (size_t i = 0; i < 4; i++) cr_assert_eq(mdr_graph_cache_step(c, ids, seq[i]), MDR_OK);
+  cr_assert_eq(mdr_graph_cache_stats(c, &st), MDR_OK);
+  cr_assert_eq(st.graphs, 1);
+  cr_assert_eq(mdr_graph_cache_graph_info(c, 2, &b2), MDR_OK);
+  cr_assert(b2.cached);
+  mdr_graph_cache_destroy(c);
+  fixture_fini(&f);
+  mdr_backend_destroy(f.b);
+}
+
+/* ------------------------------------------------------------------------- */
+/* poison mode */
+
+typedef struct poison_case {
+  tb_kind kind;
+  mdr_graph_mode mode;
+  mdr_zero_strategy zero;
+  int by_env;
+} poison_case;
+
+ParameterizedTestParameters(graph_cache, poison_mode_fills_what_a_step_leaves_with_nan_bytes) {
+  static poison_case cases[] = {
+      {TB_HOST, MDR_GRAPH_EXACT, MDR_ZERO_FUSED, 0},  {TB_HOST, MDR_GRAPH_LADDER, MDR_ZERO_MEMSET, 1},
+      {TB_CUDA, MDR_GRAPH_EXACT, MDR_ZERO_FUSED, 0},  {TB_CUDA, MDR_GRAPH_LADDER, MDR_ZERO_FUSED, 1},
+  };
+  return cr_make_param_array(poison_case, cases, sizeof cases / sizeof cases[0]);
+}
+
+/* Every row-trimmed buffer: its zeroed head, then 0xFF to its end; buffers
+ * cleared whole are all zero; buffers outside the plan keep their bytes. */
+ParameterizedTest(poison_case *pc, graph_cache, poison_mode_fills_what_a_step_leaves_with_nan_bytes) {
+  fixture f;
+  fixture_init(&f, tb_backend(pc->kind));
+  mdr_graph_cache_options o;
+  mdr_graph_cache_options_default(&o);
+  o.mode = pc->mode;
+  o.zero = pc->zero;
+  o.body = body;
+  o.user = &f;
+  if (pc->by_env) {
+    setenv("MDR_POISON", "1", 1);
+  } else {
+    o.poison = 1;
+  }
+  mdr_graph_cache *c = NULL;
+  mdr_status created = mdr_graph_cache_create(f.a, f.s, &o, &c);
+  unsetenv("MDR_POISON");
+  cr_assert_eq(created, MDR_OK);
+  mdr_graph_stats st;
+  cr_assert_eq(mdr_graph_cache_stats(c, &st), MDR_OK);
+  cr_assert_eq(st.poison, 1);
+  uint64_t rng = 91;
+  uint32_t ids[M];
+  const size_t counts[] = {2, 2, 9, 33};
+  for (size_t i = 0; i < 4; i++) {
+    const size_t t = counts[i];
+    size_t g = 0;
+    cr_assert_eq(mdr_graph_cache_graph_tokens(c, t, &g), MDR_OK);
+    random_ids(&rng, ids, t);
+    poison_all(&f);
+    cr_assert_eq(mdr_graph_cache_step(c, ids, t), MDR_OK);
+    cr_assert_eq(mdr_backend_synchronize(f.b, f.s), MDR_OK);
+    size_t zero[MDR_BUF_COUNT], whole[MDR_BUF_COUNT];
+    tb_expected(f.a, TB_ZERO_ROWS, g, mdr_arena_rows_policy(f.a), zero);
+    tb_expected(f.a, TB_ZERO_ALL, 0, MDR_ROWS_SEED, whole);
+    for (int b = 0; b < MDR_BUF_COUNT; b++) {
+      const mdr_buffer buf = (mdr_buffer)b;
+      const mdr_dptr p = mdr_arena_ptr(f.a, buf);
+      const size_t bytes = mdr_arena_bytes(f.a, buf);
+      if (!p || buf == MDR_BUF_TOKEN_IDS) continue;
+      const unsigned char fill = whole[b] ? 0xFF : tb_poison_of(buf); /* in the plan: poisoned past its head */
+      cr_assert_eq(tb_check_head(f.b, p, bytes, zero[b], fill), -1, "step %zu: %s", i, mdr_buffer_name(buf));
+    }
+  }
+  mdr_graph_cache_destroy(c);
+  fixture_fini(&f);
+  mdr_backend_destroy(f.b);
+}

@@ -99,6 +99,14 @@ MDR_API mdr_status mdr_arena_set_zero_strategy(mdr_arena *a, mdr_zero_strategy z
  * MDR_ROWS_SEED). Unknown value, MDR_ROWS_FROM_ARENA or NULL arena:
  * MDR_ERR_INVALID_ARGUMENT. */
 MDR_API mdr_status mdr_arena_set_rows_policy(mdr_arena *a, mdr_rows_policy p);
+/* Poison mode of the arena's helpers (default off; MDR_POISON=1 at create
+ * turns it on): zero_all_rows(tokens) also fills what it leaves of each
+ * row-trimmed buffer, past its cleared head, with 0xFF bytes (a NaN in
+ * bf16, fp16 and fp32), so a kernel reading rows it never wrote shows up.
+ * A debugging aid: one more memset per such buffer. NULL arena:
+ * MDR_ERR_INVALID_ARGUMENT. */
+MDR_API mdr_status mdr_arena_set_poison(mdr_arena *a, int on);
+MDR_API int mdr_arena_poison(const mdr_arena *a);
 MDR_API mdr_zero_strategy mdr_arena_zero_strategy(const mdr_arena *a);
 MDR_API mdr_rows_policy mdr_arena_rows_policy(const mdr_arena *a);
 

@@ -139,7 +139,20 @@ typedef struct mdr_graph_cache_options {
   mdr_rows_policy rows;                    /* zero_all_rows coverage of the
                                               graphs; MDR_ROWS_FROM_ARENA
                                               (default): the arena's at create */
+  int poison;                              /* nonzero: poison mode (below); also
+                                              MDR_POISON=1 at create */
+  uint64_t max_graph_bytes;                /* LRU cap on the graphs' device
+                                              memory (graph_bytes); 0: none */
 } mdr_graph_cache_options;
+
+/* Poison mode, for debugging: every EXACT or LADDER step (graph or eager)
+ * fills what the zeroing leaves of each row-trimmed buffer (its rows past
+ * the graph's count, to the buffer's end) with 0xFF bytes, a NaN in bf16,
+ * fp16 and fp32, so a kernel that reads rows it never wrote shows up at
+ * once. It costs one memset node per such buffer per step (up to 15, plus
+ * the bytes they write: most of each buffer at small counts); DYNAMIC
+ * graphs poison nothing (their count is known only on the device). The
+ * arena's helpers have their own switch, mdr_arena_set_poison. */
 
 /* EXACT, zero strategy and row policy from the arena (at create), default
  * ladder, unlimited graphs, pad id 0, no body. NULL o: nothing. */
@@ -258,7 +271,32 @@ typedef struct mdr_graph_stats {
   uint64_t uncapturable;    /* graph counts marked eager-only after a failed capture */
   int graphs_disabled;      /* 1: MDR_DISABLE_GRAPHS was set at create; every step is eager */
   uint64_t device_steps;    /* steps whose ids were in device memory (step_device) */
+  uint64_t graph_bytes;     /* device memory the live graphs hold, as measured (below) */
+  size_t graph_nodes;       /* nodes of the live graphs */
+  int poison;               /* 1: poison mode is on */
+  int memory_measured;      /* 1: the backend can measure graph memory (else graph_bytes is 0) */
 } mdr_graph_stats;
+
+/* What the graph serving `tokens` holds. Memory is measured as the
+ * backend's device memory in use just before instantiation and just after
+ * upload (CUDA: cudaMemGetInfo; the runtime has no per-graph figure). Its
+ * limits: the runtime reports whole pages (2 MiB), so small graphs may
+ * read 0 and others a page more than they use; other threads' or
+ * processes' allocations in that window are counted too; memory a graph
+ * reuses from the runtime's pools reads 0. The host backend counts
+ * sizeof(op) per recorded op. */
+typedef struct mdr_graph_info {
+  size_t graph_tokens; /* the graph's count (EXACT: tokens; LADDER: the rung; DYNAMIC: M) */
+  int cached;          /* a host-ids graph of that count is live */
+  uint64_t bytes;      /* its measured device memory */
+  size_t nodes;        /* its nodes */
+  int device_cached;   /* a device-ids graph (step_device) of that count is live */
+  uint64_t device_bytes;
+} mdr_graph_info;
+
+/* Fill *out for `tokens` (1 .. max_batch_tokens). MDR_ERR_OUT_OF_RANGE /
+ * MDR_ERR_INVALID_ARGUMENT as for step. Reads the cache only. */
+MDR_API mdr_status mdr_graph_cache_graph_info(const mdr_graph_cache *c, size_t tokens, mdr_graph_info *out);
 
 /* Copy the counters. NULL arguments: MDR_ERR_INVALID_ARGUMENT. */
 MDR_API mdr_status mdr_graph_cache_stats(const mdr_graph_cache *c, mdr_graph_stats *out);
