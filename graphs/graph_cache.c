@@ -474,7 +474,7 @@ static mdr_status capture_traced(mdr_graph_cache *c, size_t g, step_ids ids) {
   size_t nodes = 0, used0 = 0, used1 = 0;
   const int measured = c->measure_memory && mdr_be_mem_used(c->b, &used0) == MDR_OK;
   if (st == MDR_OK && c->count_nodes) (void)mdr_be_graph_nodes(c->b, graph, &nodes);
-  if (st == MDR_OK) st = mdr_be_graph_instantiate(c->b, graph, &exec);
+  if (st == MDR_OK) st = mdr_be_graph_instantiate(c->b, graph, c->stream, &exec); /* and upload */
   if (st == MDR_OK && node_update_of(&c->o)) {
     /* keep the graph: the node handle the capture reported names a node of it */
     mdr_be_graph_destroy(c->b, set->dyn_graph); /* a graph evicted and captured again */
@@ -483,10 +483,6 @@ static mdr_status capture_traced(mdr_graph_cache *c, size_t g, step_ids ids) {
     graph = NULL;
   }
   mdr_be_graph_destroy(c->b, graph);
-  if (st == MDR_OK) {
-    st = mdr_be_graph_upload(c->b, exec, c->stream);
-    if (st != MDR_OK) mdr_be_exec_destroy(c->b, exec);
-  }
   if (st == MDR_OK && measured && mdr_be_mem_used(c->b, &used1) != MDR_OK) used1 = used0;
   c->stats.capture_us += monotonic_us() - t0;
   if (st != MDR_OK) return MDR_ERR_CAPTURE;

@@ -166,11 +166,8 @@ mdr_status mdr_be_capture_end(mdr_backend *b, mdr_stream s, void **graph) {
 mdr_status mdr_be_is_capturing(mdr_backend *b, mdr_stream s, int *capturing) {
   return b->ops->is_capturing(b, s, capturing);
 }
-mdr_status mdr_be_graph_instantiate(mdr_backend *b, void *graph, void **exec) {
-  return b->ops->graph_instantiate(b, graph, exec);
-}
-mdr_status mdr_be_graph_upload(mdr_backend *b, void *exec, mdr_stream s) {
-  return b->ops->graph_upload(b, exec, s);
+mdr_status mdr_be_graph_instantiate(mdr_backend *b, void *graph, mdr_stream upload, void **exec) {
+  return b->ops->graph_instantiate(b, graph, upload, exec);
 }
 mdr_status mdr_be_graph_launch(mdr_backend *b, void *exec, mdr_stream s) {
   return b->ops->graph_launch(b, exec, s);

@@ -241,21 +241,21 @@ static mdr_status cuda_is_capturing(mdr_backend *b, mdr_stream s, int *capturing
   DEVICE_RETURN(MDR_OK);
 }
 
-static mdr_status cuda_graph_instantiate(mdr_backend *b, void *graph, void **exec) {
+/* One call instantiates and, with a stream, uploads (no second API call). */
+static mdr_status cuda_graph_instantiate(mdr_backend *b, void *graph, mdr_stream upload, void **exec) {
   DEVICE_SCOPE(b);
   cudaGraphExec_t x = NULL;
-  cudaError_t e = cudaGraphInstantiate(&x, (cudaGraph_t)graph, 0);
+  cudaGraphInstantiateParams ip = {0};
+  ip.flags = upload ? cudaGraphInstantiateFlagUpload : 0;
+  ip.uploadStream = (cudaStream_t)upload;
+  cudaError_t e = cudaGraphInstantiateWithParams(&x, (cudaGraph_t)graph, &ip);
+  if (e == cudaSuccess && ip.result_out != cudaGraphInstantiateSuccess) e = cudaErrorInvalidValue;
   if (e != cudaSuccess) {
-    cuda_fail(b, e, "cudaGraphInstantiate");
+    if (x) (void)cudaGraphExecDestroy(x);
+    cuda_fail(b, e, "cudaGraphInstantiateWithParams");
     DEVICE_RETURN(MDR_ERR_CAPTURE);
   }
   *exec = x;
-  DEVICE_RETURN(MDR_OK);
-}
-
-static mdr_status cuda_graph_upload(mdr_backend *b, void *exec, mdr_stream s) {
-  DEVICE_SCOPE(b);
-  CU(cudaGraphUpload((cudaGraphExec_t)exec, (cudaStream_t)s), "cudaGraphUpload");
   DEVICE_RETURN(MDR_OK);
 }
 
@@ -356,7 +356,6 @@ static const struct mdr_backend_ops cuda_ops = {
     .capture_end = cuda_capture_end,
     .is_capturing = cuda_is_capturing,
     .graph_instantiate = cuda_graph_instantiate,
-    .graph_upload = cuda_graph_upload,
     .graph_launch = cuda_graph_launch,
     .graph_destroy = cuda_graph_destroy,
     .exec_destroy = cuda_exec_destroy,

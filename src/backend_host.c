@@ -249,7 +249,8 @@ static mdr_status host_is_capturing(mdr_backend *b, mdr_stream s, int *capturing
   return MDR_OK;
 }
 
-static mdr_status host_graph_instantiate(mdr_backend *b, void *graph, void **exec) {
+static mdr_status host_graph_instantiate(mdr_backend *b, void *graph, mdr_stream upload, void **exec) {
+  (void)upload; /* nothing to upload: an exec is host memory */
   const host_list *g = graph;
   host_list *e = calloc(1, sizeof *e);
   if (!e) return mdr_backend_fail(b, MDR_ERR_OUT_OF_MEMORY, "host: exec");
@@ -267,12 +268,6 @@ static mdr_status host_graph_instantiate(mdr_backend *b, void *graph, void **exe
   return MDR_OK;
 }
 
-static mdr_status host_graph_upload(mdr_backend *b, void *exec, mdr_stream s) {
-  (void)b;
-  (void)exec;
-  (void)s;
-  return MDR_OK;
-}
 
 static mdr_status host_graph_launch(mdr_backend *b, void *exec, mdr_stream s) {
   const host_list *e = exec;
@@ -381,7 +376,6 @@ static const struct mdr_backend_ops host_ops = {
     .capture_end = host_capture_end,
     .is_capturing = host_is_capturing,
     .graph_instantiate = host_graph_instantiate,
-    .graph_upload = host_graph_upload,
     .graph_launch = host_graph_launch,
     .graph_destroy = host_list_destroy,
     .exec_destroy = host_exec_destroy,

@@ -60,8 +60,9 @@ struct mdr_backend_ops {
   /* *capturing = 1 when s is being captured (by anyone: the engine's own
    * capture included). */
   mdr_status (*is_capturing)(mdr_backend *b, mdr_stream s, int *capturing);
-  mdr_status (*graph_instantiate)(mdr_backend *b, void *graph, void **exec);
-  mdr_status (*graph_upload)(mdr_backend *b, void *exec, mdr_stream s);
+  /* Instantiate; with `upload` non-NULL also upload the exec on that
+   * stream (CUDA: one cudaGraphInstantiateWithParams with the upload flag). */
+  mdr_status (*graph_instantiate)(mdr_backend *b, void *graph, mdr_stream upload, void **exec);
   mdr_status (*graph_launch)(mdr_backend *b, void *exec, mdr_stream s);
   void (*graph_destroy)(mdr_backend *b, void *graph);
   void (*exec_destroy)(mdr_backend *b, void *exec);
@@ -136,8 +137,7 @@ mdr_status mdr_be_stream_query(mdr_backend *b, mdr_stream s, int *idle);
 mdr_status mdr_be_capture_begin(mdr_backend *b, mdr_stream s);
 mdr_status mdr_be_capture_end(mdr_backend *b, mdr_stream s, void **graph);
 mdr_status mdr_be_is_capturing(mdr_backend *b, mdr_stream s, int *capturing);
-mdr_status mdr_be_graph_instantiate(mdr_backend *b, void *graph, void **exec);
-mdr_status mdr_be_graph_upload(mdr_backend *b, void *exec, mdr_stream s);
+mdr_status mdr_be_graph_instantiate(mdr_backend *b, void *graph, mdr_stream upload, void **exec);
 mdr_status mdr_be_graph_launch(mdr_backend *b, void *exec, mdr_stream s);
 void mdr_be_graph_destroy(mdr_backend *b, void *graph);
 void mdr_be_exec_destroy(mdr_backend *b, void *exec);

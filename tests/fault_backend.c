@@ -22,7 +22,7 @@ static const char *k_op_names[MDR_OP_COUNT] = {
     "alloc_device", "free_device", "alloc_pinned", "free_pinned", "memset_async",
     "copy_h2d", "copy_d2h", "fill", "stream_create", "stream_destroy",
     "synchronize", "stream_query", "capture_begin", "capture_end", "is_capturing",
-    "graph_instantiate", "graph_upload", "graph_launch", "graph_destroy", "exec_destroy",
+    "graph_instantiate", "graph_launch", "graph_destroy", "exec_destroy",
     "zero_fused", "fused_node_update", "host_fn", "mem_used", "graph_nodes"};
 
 /* Count a fallible call; return a failure status when one is due. */
@@ -127,14 +127,11 @@ static mdr_status f_capture_end(mdr_backend *b, mdr_stream s, void **g) {
 static mdr_status f_is_capturing(mdr_backend *b, mdr_stream s, int *c) {
   FORWARD(MDR_OP_IS_CAPTURING, is_capturing(I, s, c));
 }
-static mdr_status f_graph_instantiate(mdr_backend *b, void *g, void **x) {
+static mdr_status f_graph_instantiate(mdr_backend *b, void *g, mdr_stream up, void **x) {
   mdr_status st = due(b, MDR_OP_GRAPH_INSTANTIATE);
-  if (st == MDR_OK) st = pass(b, I->ops->graph_instantiate(I, g, x));
+  if (st == MDR_OK) st = pass(b, I->ops->graph_instantiate(I, g, up, x));
   if (st == MDR_OK) F(b)->live++;
   return st;
-}
-static mdr_status f_graph_upload(mdr_backend *b, void *x, mdr_stream s) {
-  FORWARD(MDR_OP_GRAPH_UPLOAD, graph_upload(I, x, s));
 }
 static mdr_status f_graph_launch(mdr_backend *b, void *x, mdr_stream s) {
   FORWARD(MDR_OP_GRAPH_LAUNCH, graph_launch(I, x, s));
@@ -189,7 +186,6 @@ static const struct mdr_backend_ops fault_ops = {
     .capture_end = f_capture_end,
     .is_capturing = f_is_capturing,
     .graph_instantiate = f_graph_instantiate,
-    .graph_upload = f_graph_upload,
     .graph_launch = f_graph_launch,
     .graph_destroy = f_graph_destroy,
     .exec_destroy = f_exec_destroy,

@@ -89,7 +89,7 @@ ParameterizedTest(tb_kind *k, backend, capture_records_and_replay_runs_in_order)
   /* nothing ran during capture */
   cr_assert_eq(mdr_backend_copy_d2h(b, out, d, 64), MDR_OK);
   for (int i = 0; i < 64; i++) cr_assert_eq(out[i], 0xEE);
-  cr_assert_eq(mdr_be_graph_instantiate(b, g, &x), MDR_OK);
+  cr_assert_eq(mdr_be_graph_instantiate(b, g, NULL, &x), MDR_OK);
   mdr_be_graph_destroy(b, g);
   for (int rep = 0; rep < 2; rep++) {
     cr_assert_eq(mdr_backend_fill(b, d, 0xEE, 64), MDR_OK);
@@ -206,7 +206,7 @@ Test(backend, host_table_launch_outside_the_table_is_refused_and_writes_nothing)
   cr_assert_eq(mdr_be_zero_fused(b, &rule, 1, 3, &st, s, &node), MDR_OK);
   cr_assert_not_null(node);
   cr_assert_eq(mdr_be_capture_end(b, s, &g), MDR_OK);
-  cr_assert_eq(mdr_be_graph_instantiate(b, g, &x), MDR_OK);
+  cr_assert_eq(mdr_be_graph_instantiate(b, g, NULL, &x), MDR_OK);
   cr_assert_eq(mdr_be_fused_node_update(b, x, (void *)1, &rule, 1, 2, &st), MDR_ERR_INVALID_ARGUMENT,
                "the memset node is not a fused node");
   cr_assert_eq(mdr_be_fused_node_update(b, x, node, &rule, 1, M + 1, &st), MDR_ERR_INVALID_ARGUMENT);
