@@ -1,64 +1,12 @@
-/* comm.c — what every communicator shares (include/mdr/comm.h): creation
+/* comm.c — the public face of communicators (include/mdr/comm.h): creation
  * checks, queries, abort, the arena on a communicator and the all-reduce
  * of an arena buffer's rows. The transports are comm_nccl.c and
- * comm_host.c, behind struct mdr_comm_ops (comm_impl.h). */
+ * comm_host.c, behind struct mdr_comm_ops (comm_impl.h); what they and this
+ * file share (groups, liveness, teardown) is in comm_group.c. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "comm_impl.h"
-
-/* ---- groups ---- */
-
-mdr_comm_group *mdr_comm_group_new(int n) {
-  mdr_comm_group *g = calloc(1, sizeof *g);
-  if (!g) return NULL;
-  atomic_init(&g->aborted, 0);
-  atomic_init(&g->refs, n);
-  atomic_flag_clear(&g->lock);
-  return g;
-}
-
-void mdr_comm_group_release(mdr_comm_group *g) {
-  if (!g || atomic_fetch_sub(&g->refs, 1) != 1) return;
-  if (g->impl_free) g->impl_free(g->impl);
-  free(g);
-}
-
-mdr_status mdr_comm_check_alive(const mdr_comm *c, const char *what) {
-  if (!atomic_load(&c->group->aborted)) return MDR_OK;
-  return mdr_backend_fail(c->b, MDR_ERR_STATE, "comm: %s on rank %d of an aborted communicator", what,
-                          c->rank);
-}
-
-mdr_status mdr_comm_note_cache(mdr_comm *c, uint64_t h) {
-  const int k = c->caches;
-  if (k >= MDR_COMM_CACHES_CHECKED) { /* past what is tracked: not checked */
-    c->caches++;
-    return MDR_OK;
-  }
-  mdr_comm_group *g = c->group;
-  while (atomic_flag_test_and_set(&g->lock)) {
-  }
-  const uint64_t first = g->cache_options[k];
-  if (!first) g->cache_options[k] = h;
-  atomic_flag_clear(&g->lock);
-  if (first && first != h)
-    return mdr_backend_fail(c->b, MDR_ERR_INVALID_ARGUMENT,
-                            "graph cache: rank %d's cache #%d has other options than another rank's: caches of "
-                            "a tensor-parallel step must be made alike on every rank (lockstep)",
-                            c->rank, k);
-  c->caches++;
-  return MDR_OK;
-}
-
-size_t mdr_dtype_bytes(mdr_dtype dt) {
-  switch (dt) {
-    case MDR_DTYPE_BF16:
-    case MDR_DTYPE_FP16: return 2;
-    case MDR_DTYPE_FP32: return 4;
-    default: return 0;
-  }
-}
 
 /* ---- creation, queries, teardown ---- */
 
@@ -100,16 +48,11 @@ int mdr_comm_device(const mdr_comm *c) { return c ? c->device : -1; }
 mdr_backend *mdr_comm_backend(const mdr_comm *c) { return c ? c->b : NULL; }
 
 void mdr_comm_abort(mdr_comm *c) {
-  if (!c) return;
-  atomic_store(&c->group->aborted, 1);
-  c->ops->abort(c);
+  if (c) mdr_comm_mark_aborted(c);
 }
 
 void mdr_comm_destroy(mdr_comm *c) {
-  if (!c) return;
-  c->ops->destroy(c);
-  mdr_comm_group_release(c->group);
-  free(c);
+  if (c) mdr_comm_free(c);
 }
 
 /* ---- the arena on a communicator ---- */
@@ -247,6 +190,6 @@ mdr_status mdr_comm_all_reduce_rows(mdr_arena *a, mdr_buffer buf, mdr_dtype dt, 
   mdr_status st = mdr_comm_check_alive(c, "all-reduce");
   if (st != MDR_OK || tokens == 0) return st;
   st = c->ops->all_reduce(c, ptr, tokens * (bytes / m) / esize, dt, stream);
-  if (st != MDR_OK) mdr_comm_abort(c); /* no peer waits for this rank's missing share */
+  if (st != MDR_OK) mdr_comm_mark_aborted(c); /* no peer waits for this rank's missing share */
   return st;
 }

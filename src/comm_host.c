@@ -197,7 +197,7 @@ static mdr_status run_all_reduce(mdr_backend *b, void *p) {
   if (st != MDR_OK) return st;
   for (int r = 0; r < sh->n; r++)
     if (sh->counts[r] != a->count) {
-      mdr_comm_abort(c);
+      mdr_comm_mark_aborted(c);
       return mdr_backend_fail(c->b, MDR_ERR_STATE,
                               "host comm: rank %d all-reduces %zu elements, rank %d %zu: ranks out of lockstep",
                               c->rank, a->count, r, sh->counts[r]);
@@ -308,7 +308,7 @@ mdr_status mdr_comm_host_make(mdr_backend *const *backends, int n, mdr_comm **ou
     mdr_comm *c = calloc(1, sizeof *c);
     if (!c) {
       for (int j = 0; j < i; j++) {
-        mdr_comm_destroy(out[j]);
+        mdr_comm_free(out[j]);
         out[j] = NULL;
       }
       for (int j = i; j < n; j++) mdr_comm_group_release(g); /* the references never handed out */

@@ -1,10 +1,11 @@
 /* comm_impl.h — the communicator seam (private).
  *
  * A communicator is one rank's handle; its ops are the NCCL implementation
- * (comm_nccl.c) or the host one (comm_host.c). comm.c holds what is common:
+ * (comm_nccl.c) or the host one (comm_host.c). comm.c is the public face:
  * queries, argument checks of the all-reduce, the arena on a communicator
- * (layout check, slab allocation) and fault handling. Ranks made together
- * share a group (abort flag, the options a lockstep cache was made with). */
+ * (layout check, slab allocation). comm_group.c is what both
+ * implementations and comm.c share: ranks made together share a group
+ * (abort flag, the options a lockstep cache was made with). */
 #ifndef MDR_COMM_IMPL_H
 #define MDR_COMM_IMPL_H
 
@@ -61,6 +62,10 @@ struct mdr_comm {
 mdr_comm_group *mdr_comm_group_new(int n);
 /* Drop one rank's reference; the last frees the group (and impl). */
 void mdr_comm_group_release(mdr_comm_group *g);
+/* Abort the group (every rank sees it) and this rank's transport. */
+void mdr_comm_mark_aborted(mdr_comm *c);
+/* Tear one rank down: its transport, its group reference, the handle. */
+void mdr_comm_free(mdr_comm *c);
 /* MDR_ERR_STATE, recorded on c's backend, when the group was aborted. */
 mdr_status mdr_comm_check_alive(const mdr_comm *c, const char *what);
 /* A graph cache of options hash h is being made on this rank: MDR_OK when

@@ -361,7 +361,7 @@ mdr_status mdr_comm_nccl_make_local(mdr_backend *const *backends, int n, mdr_com
   }
   if (st != MDR_OK) {
     for (int i = 0; i < made; i++) {
-      mdr_comm_destroy(out[i]); /* destroys its ncclComm_t, drops its group reference */
+      mdr_comm_free(out[i]); /* destroys its ncclComm_t, drops its group reference */
       out[i] = NULL;
     }
     for (int i = made; i < n; i++) {

@@ -15,7 +15,6 @@
 #include <stddef.h>
 
 #include "mdr/backend.h"
-#include "mdr/export.h"
 #include "mdr/sizes.h"
 #include "mdr/status.h"
 

@@ -18,7 +18,6 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "mdr/export.h"
 #include "mdr/status.h"
 
 #ifdef __cplusplus

@@ -46,7 +46,6 @@
 
 #include "mdr/arena.h"
 #include "mdr/backend.h"
-#include "mdr/export.h"
 #include "mdr/sizes.h"
 #include "mdr/status.h"
 

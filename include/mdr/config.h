@@ -5,7 +5,6 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "mdr/export.h"
 #include "mdr/status.h"
 
 #ifdef __cplusplus

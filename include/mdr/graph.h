@@ -36,7 +36,6 @@
 
 #include "mdr/arena.h"
 #include "mdr/backend.h"
-#include "mdr/export.h"
 #include "mdr/status.h"
 
 #ifdef __cplusplus

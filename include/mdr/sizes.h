@@ -6,7 +6,6 @@
 #include <stddef.h>
 
 #include "mdr/config.h"
-#include "mdr/export.h"
 #include "mdr/status.h"
 
 #ifdef __cplusplus

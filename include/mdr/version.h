@@ -2,7 +2,7 @@
 #ifndef MDR_VERSION_H
 #define MDR_VERSION_H
 
-#include "mdr/export.h"
+#include "mdr/status.h"
 
 #ifdef __cplusplus
 extern "C" {
