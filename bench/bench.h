@@ -62,6 +62,7 @@ typedef enum strategy {
   STRAT_EAGER_FUSED,  /* one fused kernel + cudaMemcpyAsync */
   STRAT_GRAPH_MEMSET, /* graph cache EXACT: memset nodes + staged upload */
   STRAT_GRAPH_FUSED,  /* graph cache EXACT: one fused node (zero + upload) */
+  STRAT_GRAPH_FUSED_DEV, /* the same, the ids already in device memory (step_device) */
   STRAT_GRAPH_DYNAMIC,/* graph cache DYNAMIC (node update): one graph for every count */
   STRAT_GRAPH_DYNAMIC_COUNT, /* DYNAMIC, count read on the device from the slot */
   STRAT_COUNT
@@ -214,6 +215,7 @@ typedef struct runner {
   mdr_graph_cache *cache; /* graph strategies */
   const uint32_t *ids;    /* the step's ids (host memory, M of them) */
   const uint32_t *ids_upload; /* eager upload source: pinned on the GPU */
+  mdr_dptr ids_dev;       /* the same M ids in device memory (graph-fused-dev) */
   bool gpu;
 } runner;
 
@@ -278,6 +280,7 @@ typedef struct bench_env {
   floors fl;
   uint32_t *ids;        /* M ids in host memory */
   uint32_t *ids_upload; /* the eager upload's source: pinned on the GPU */
+  mdr_dptr ids_dev;     /* the same ids in device memory, written once (graph-fused-dev) */
   FILE *plans;
   bool first_plan_preset;
   bool progress_in_place; /* stderr and stdout on a terminal: progress on one line */
@@ -290,6 +293,9 @@ typedef struct graph_costs {
   double prepare_all_s;
   size_t graphs_after;
   double capture_all_us; /* capture_us total of that prepare */
+  uint64_t graph_bytes;  /* device memory of those graphs (mdr_graph_stats.graph_bytes) */
+  size_t graph_nodes;    /* their nodes */
+  int memory_measured;   /* the backend measured graph_bytes */
 } graph_costs;
 
 /* ---- reports (bench_report.c) ---- */

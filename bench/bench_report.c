@@ -28,7 +28,14 @@
 enum {
   HEADLINE_COUNTS = 4,   /* token counts per headline table */
   HEADLINE_CELL = 15,    /* "1234.56 (0.42x)" */
+  DEVICE_IDS_CELL = 16,  /* "1234.56 [1.02x]" */
 };
+/* The device-ids goal (#13): graph-fused-dev on a GLM preset under
+ * MDR_ROWS_ALL at 1..DEV_GOAL_MAX_TOKENS tokens, GPU µs and xfloor. */
+#define DEV_GOAL_PRESET_PREFIX "glm"
+#define DEV_GOAL_MAX_TOKENS 8
+#define DEV_GOAL_GPU_US 4.0
+#define DEV_GOAL_X_FLOOR 1.15
 
 /* Files of a run; an --out folder holding any of them is refused without --force. */
 static const char *const k_out_files[] = {"results.json", "results.csv", "plans.json"};
@@ -63,6 +70,8 @@ void print_legend(bool gpu) {
          "  each block is followed by its tail table: p50, p90, p99 and max of CPU us%s per step over the reps\n",
          gpu ? "" : " (host backend: the CPU doing the step's work itself)", gpu ? " and GPU us" : "");
   if (!gpu) printf("  without a GPU the GPU columns (GPU us, loop, cold, GB/s, xfloor, speedup) are \"-\"\n");
+  printf("  graph-fused-dev is graph-fused with the step's ids already in device memory (written once before\n"
+         "            timing; mdr_graph_cache_step_device): no staging slot, nothing read from host memory\n");
 }
 
 void print_table_header(void) {
@@ -232,6 +241,88 @@ static void print_wins(const bench_env *e, const sweep *sw, bool gpu, const char
            what, memset_fastest, vb.cases, k_strategy_names[best], vb.geomean, vb.lo, vb.hi);
 }
 
+/* "a [x]" or "a" or "-" into cell. */
+static void fmt_with_floor(char *cell, size_t n, const bench_case *c, bool gpu) {
+  double v = c ? headline_metric(c, gpu) : NAN;
+  if (!isfinite(v)) snprintf(cell, n, "-");
+  else if (gpu && isfinite(c->x_floor)) snprintf(cell, n, "%.2f [%.2fx]", v, c->x_floor);
+  else snprintf(cell, n, "%.2f", v);
+}
+
+static double ratio_of(const bench_case *a, const bench_case *b, bool gpu) {
+  return a && b ? headline_metric(a, gpu) / headline_metric(b, gpu) : NAN;
+}
+
+/* The goal line of graph-fused-dev (GPU only): the worst GPU µs and xfloor
+ * over the sweep's counts 1..DEV_GOAL_MAX_TOKENS on GLM presets, policy all. */
+static void print_device_goal(const bench_env *e, const sweep *sw) {
+  const options *o = e->o;
+  for (size_t p = 0; p < mdr_model_preset_count(); p++) {
+    const char *preset = mdr_model_preset_name(p);
+    if (!o->preset_on[p] || strncmp(preset, DEV_GOAL_PRESET_PREFIX, strlen(DEV_GOAL_PRESET_PREFIX)) != 0) continue;
+    double worst_us = -INFINITY, worst_x = -INFINITY;
+    char counts[128] = "";
+    size_t used = 0, n = 0;
+    for (size_t t = 0; t < o->n_tokens && o->policy_on[MDR_ROWS_ALL]; t++) {
+      if (o->tokens[t] > DEV_GOAL_MAX_TOKENS) continue;
+      const bench_case *c = find_case(sw, preset, MDR_ROWS_ALL, o->tokens[t], STRAT_GRAPH_FUSED_DEV);
+      if (!c || !isfinite(headline_metric(c, true))) continue;
+      if (c->gpu.med > worst_us) worst_us = c->gpu.med;
+      if (c->x_floor > worst_x) worst_x = c->x_floor;
+      if (used < sizeof counts)
+        used += (size_t)snprintf(counts + used, sizeof counts - used, "%s%zu", n ? "," : "", o->tokens[t]);
+      n++;
+    }
+    if (!n) {
+      printf("goal (graph-fused-dev, %s, policy all, tokens <= %d): not measured in this run (needs policy all "
+             "and token counts <= %d)\n", preset, DEV_GOAL_MAX_TOKENS, DEV_GOAL_MAX_TOKENS);
+      continue;
+    }
+    bool met = worst_us <= DEV_GOAL_GPU_US && worst_x <= DEV_GOAL_X_FLOOR;
+    printf("goal (graph-fused-dev, %s, policy all, tokens %s): GPU us max %.2f (goal <= %.2f), xfloor max %.2f "
+           "(goal <= %.2f): %s\n", preset, counts, worst_us, DEV_GOAL_GPU_US, worst_x, DEV_GOAL_X_FLOOR,
+           met ? "met" : "NOT met");
+  }
+}
+
+/* graph-fused-dev beside graph-fused at the headline's counts: the same
+ * EXACT fused graph, ids in device memory against ids staged in host
+ * memory; on a GPU with xfloor in brackets. */
+static void print_device_ids(const bench_env *e, const sweep *sw, const size_t *counts, size_t n_counts) {
+  const options *o = e->o;
+  const bool gpu = e->gpu.on;
+  if (!o->strategy_on[STRAT_GRAPH_FUSED_DEV]) return;
+  const mdr_rows_policy policy = o->policy_on[MDR_ROWS_ALL] ? MDR_ROWS_ALL : MDR_ROWS_SEED;
+  printf("device ids: graph-fused-dev (ids already in device memory, mdr_graph_cache_step_device) beside "
+         "graph-fused (ids staged in host memory); %s; policy %s\n",
+         gpu ? "GPU us median [xfloor], CPU us median" : "CPU us median (host backend)", k_policy_names[policy]);
+  printf("%-18s %6s", "", "tokens");
+  if (gpu)
+    printf("  %*s  %*s  %9s", DEVICE_IDS_CELL, "fused GPU", DEVICE_IDS_CELL, "fused-dev GPU", "dev/fused");
+  printf("  %9s  %13s  %9s\n", "fused CPU", "fused-dev CPU", "dev/fused");
+  for (size_t p = 0; p < mdr_model_preset_count(); p++) {
+    if (!o->preset_on[p]) continue;
+    const char *preset = mdr_model_preset_name(p);
+    for (size_t t = 0; t < n_counts; t++) {
+      const bench_case *host = find_case(sw, preset, policy, counts[t], STRAT_GRAPH_FUSED);
+      const bench_case *dev = find_case(sw, preset, policy, counts[t], STRAT_GRAPH_FUSED_DEV);
+      char a[48], b[48], r[16];
+      printf("%-18s %6zu", t ? "" : preset, counts[t]);
+      if (gpu) {
+        fmt_with_floor(a, sizeof a, host, true);
+        fmt_with_floor(b, sizeof b, dev, true);
+        fmt_num(r, sizeof r, "%.2f", ratio_of(dev, host, true));
+        printf("  %*s  %*s  %9s", DEVICE_IDS_CELL, a, DEVICE_IDS_CELL, b, r);
+      }
+      fmt_with_floor(a, sizeof a, host, false);
+      fmt_with_floor(b, sizeof b, dev, false);
+      fmt_num(r, sizeof r, "%.2f", ratio_of(dev, host, false));
+      printf("  %9s  %13s  %9s\n", a, b, r);
+    }
+  }
+  if (gpu) print_device_goal(e, sw);
+}
+
 void print_headline(const bench_env *e, const sweep *sw) {
   const options *o = e->o;
   const bool gpu = e->gpu.on;
@@ -266,6 +357,7 @@ void print_headline(const bench_env *e, const sweep *sw) {
       printf("\n");
     }
   }
+  print_device_ids(e, sw, counts, n_counts);
   size_t n_presets = count_on(o->preset_on, mdr_model_preset_count());
   size_t n_policies = count_on(o->policy_on, MDR_ROWS_POLICY_COUNT);
   if (gpu)
@@ -296,18 +388,30 @@ void print_graph_costs(const bench_env *e, const graph_costs *g, const sweep *sw
   const options *o = e->o;
   printf("\ngraph costs: %s, fused EXACT cache, policy %s (CPU us per step from the sweep)\n", g->preset,
          k_policy_names[g->policy]);
-  printf("  %6s %15s %12s %12s %12s\n", "tokens", "capture+inst us", "CPU eager-m", "CPU graph-f",
-         "CPU graph-m");
+  printf("  %6s %15s %12s %12s %12s %12s\n", "tokens", "capture+inst us", "CPU eager-m", "CPU graph-f",
+         "CPU graph-fd", "CPU graph-m");
   for (size_t t = 0; t < o->n_tokens; t++) {
-    char em[16], gf[16], gm[16];
+    char em[16], gf[16], gd[16], gm[16];
     fmt_num(em, sizeof em, "%.2f", cpu_of(sw, g->preset, g->policy, o->tokens[t], STRAT_EAGER_MEMSET));
     fmt_num(gf, sizeof gf, "%.2f", cpu_of(sw, g->preset, g->policy, o->tokens[t], STRAT_GRAPH_FUSED));
+    fmt_num(gd, sizeof gd, "%.2f", cpu_of(sw, g->preset, g->policy, o->tokens[t], STRAT_GRAPH_FUSED_DEV));
     fmt_num(gm, sizeof gm, "%.2f", cpu_of(sw, g->preset, g->policy, o->tokens[t], STRAT_GRAPH_MEMSET));
-    printf("  %6zu %15.1f %12s %12s %12s\n", o->tokens[t], g->capture_us[t], em, gf, gm);
+    printf("  %6zu %15.1f %12s %12s %12s %12s\n", o->tokens[t], g->capture_us[t], em, gf, gd, gm);
   }
   printf("  prepare of every count 1..%zu: %.3f s (goal <= %.1f s)%s, graphs after: %zu, capture_us total %.0f\n",
          o->m, g->prepare_all_s, PREPARE_ALL_GOAL_S, g->prepare_all_s <= PREPARE_ALL_GOAL_S ? "" : "  ** over goal **",
          g->graphs_after, g->capture_all_us);
+  if (g->graphs_after) {
+    double n = (double)g->graphs_after;
+    if (g->memory_measured)
+      printf("  those graphs: %.1f MiB of device memory (%.1f KiB per graph; CUDA measures whole pages: read "
+             "the total), %.1f nodes per graph\n",
+             (double)g->graph_bytes / (double)MIB, (double)g->graph_bytes / (double)KIB / n,
+             (double)g->graph_nodes / n);
+    else
+      printf("  those graphs: %.1f nodes per graph (device memory not measured by this backend)\n",
+             (double)g->graph_nodes / n);
+  }
 }
 
 /* ---- plans.json: what the PyTorch peer zeroes ---- */
@@ -453,8 +557,10 @@ void write_results_json(const bench_env *e, const sweep *sw, const graph_costs *
     json_str(f, gc[i].preset);
     fprintf(f, ", \"policy\": \"%s\", \"capture_us\": {", k_policy_names[gc[i].policy]);
     for (size_t t = 0; t < o->n_tokens; t++) fprintf(f, "%s\"%zu\": %.1f", t ? ", " : "", o->tokens[t], gc[i].capture_us[t]);
-    fprintf(f, "}, \"prepare_all_s\": %.4f, \"graphs_after\": %zu, \"capture_all_us\": %.0f}", gc[i].prepare_all_s,
+    fprintf(f, "}, \"prepare_all_s\": %.4f, \"graphs_after\": %zu, \"capture_all_us\": %.0f", gc[i].prepare_all_s,
             gc[i].graphs_after, gc[i].capture_all_us);
+    fprintf(f, ", \"graph_bytes\": %llu, \"graph_nodes\": %zu, \"memory_measured\": %s}",
+            (unsigned long long)gc[i].graph_bytes, gc[i].graph_nodes, gc[i].memory_measured ? "true" : "false");
   }
   fprintf(f, "],\n  \"cases\": [\n");
   for (size_t i = 0; i < sw->n; i++) {

@@ -1,6 +1,9 @@
 /* bench_runner.c — one strategy's decode-step preparation (zero plan +
  * token-id upload) as mdr-bench times it, its setup and teardown, and the
- * CPU timing of its submitting call. */
+ * CPU timing of its submitting call. graph-fused-dev is graph-fused with the
+ * ids already in device memory (r->ids_dev, written once before any timing,
+ * as an engine's sampling kernel would leave them): its step copies them on
+ * the device, reading nothing from host memory. */
 #define _POSIX_C_SOURCE 200809L
 #include <stdlib.h>
 #include <string.h>
@@ -25,7 +28,9 @@ static void upload_ids_eager(runner *r, size_t tokens) {
 
 void runner_step(void *arg, size_t tokens) {
   runner *r = arg;
-  if (is_graph(r->strat)) {
+  if (r->strat == STRAT_GRAPH_FUSED_DEV) {
+    CHECK(r->b, mdr_graph_cache_step_device(r->cache, r->ids_dev, tokens));
+  } else if (is_graph(r->strat)) {
     CHECK(r->b, mdr_graph_cache_step(r->cache, r->ids, tokens));
   } else {
     CHECK(r->b, mdr_arena_zero_all_rows(r->arena, r->stream, tokens));
@@ -59,7 +64,11 @@ bool runner_begin(runner *r, strategy s, const size_t *prepare, size_t n_prepare
     }
     CHECK(r->b, st);
   }
-  CHECK(r->b, mdr_graph_cache_prepare(r->cache, prepare, n_prepare));
+  /* device steps have graphs of their own: prepare those (at this address) */
+  if (s == STRAT_GRAPH_FUSED_DEV)
+    CHECK(r->b, mdr_graph_cache_prepare_device(r->cache, r->ids_dev, prepare, n_prepare));
+  else
+    CHECK(r->b, mdr_graph_cache_prepare(r->cache, prepare, n_prepare));
   return true;
 }
 

@@ -12,7 +12,7 @@
 #include "bench.h"
 
 const char *const k_strategy_names[STRAT_COUNT] = {
-    "eager-memset", "eager-fused", "graph-memset", "graph-fused", "graph-dynamic",
+    "eager-memset", "eager-fused", "graph-memset", "graph-fused", "graph-fused-dev", "graph-dynamic",
     "graph-dynamic-count"};
 const char *const k_policy_names[MDR_ROWS_POLICY_COUNT] = {"seed", "all"};
 

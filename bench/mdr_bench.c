@@ -102,7 +102,7 @@ static void run_preset(bench_env *e, const char *preset, sweep *sw) {
   printf("\n%s: arena %.1f MB, M = %zu\n", preset, (double)mdr_arena_slab_bytes(a) / 1e6, o->m);
   write_plans(e, preset, a);
   runner r = {.b = e->b, .arena = a, .stream = e->stream, .ids = e->ids, .ids_upload = e->ids_upload,
-              .gpu = e->gpu.on};
+              .ids_dev = e->ids_dev, .gpu = e->gpu.on};
   for (int p = 0; p < MDR_ROWS_POLICY_COUNT; p++) {
     if (!o->policy_on[p]) continue;
     CHECK(e->b, mdr_arena_set_rows_policy(a, (mdr_rows_policy)p));
@@ -183,6 +183,9 @@ static void measure_graph_costs(bench_env *e, const char *preset, graph_costs *g
   CHECK(e->b, mdr_graph_cache_stats(c, &s));
   g->graphs_after = s.graphs;
   g->capture_all_us = s.capture_us;
+  g->graph_bytes = s.graph_bytes;
+  g->graph_nodes = s.graph_nodes;
+  g->memory_measured = s.memory_measured;
   mdr_graph_cache_destroy(c);
   free(every);
   mdr_arena_destroy(a);
@@ -203,9 +206,14 @@ static void alloc_ids(bench_env *e) {
     e->ids_upload = pinned;
   }
 #endif
+  /* graph-fused-dev's ids: in device memory, written once (an engine's
+   * sampling kernel would have left them there) */
+  CHECK(e->b, mdr_backend_alloc(e->b, m * sizeof *e->ids, &e->ids_dev));
+  CHECK(e->b, mdr_backend_copy_h2d(e->b, e->ids_dev, e->ids, m * sizeof *e->ids));
 }
 
 static void free_ids(bench_env *e) {
+  mdr_backend_free(e->b, e->ids_dev);
 #ifdef MDR_HAVE_CUDA
   if (e->gpu.on) cudaFreeHost(e->ids_upload);
 #endif
