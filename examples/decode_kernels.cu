@@ -1,5 +1,6 @@
-/* mdr example — the decode loop's kernels: embedding gather, RMSNorm and the
- * MoE-style accumulate (see decode_kernels.h for the contracts).
+/* mdr example — the decode loop's kernels: embedding gather, RMSNorm, the
+ * MoE-style accumulate, greedy sampling (argmax per row) and an empty kernel
+ * (see decode_kernels.h for the contracts).
  *
  * Memory layout: row-major BF16, one block per row, 16-byte accesses (8 BF16
  * per uint4), grid-stride over the row. Reductions are a fixed-order warp
@@ -16,6 +17,7 @@ namespace {
 constexpr int kGatherThreads = 128;
 constexpr int kNormThreads = 128; /* 4 warps; must be a multiple of 32, <= 1024 */
 constexpr int kMoeThreads = 128;
+constexpr int kSampleThreads = 256; /* 8 warps; must be a multiple of 32, <= 1024 */
 constexpr int kVec = 8;           /* BF16 per 16-byte access */
 constexpr int kWarpSize = 32;
 constexpr unsigned kFullWarp = 0xffffffffu;  /* shuffle mask: every lane */
@@ -120,6 +122,52 @@ __global__ void moe_accumulate_kernel(uint4 *moe_out, const uint4 *expert_out, c
   }
 }
 
+/* (value, index) of the argmax: a larger value wins, then a lower index.
+ * NaN is read as -inf by the caller, so the order is total and the block's
+ * result is the same whatever order the candidates meet in. */
+__device__ __forceinline__ bool better(float v, uint32_t i, float bv, uint32_t bi) {
+  return v > bv || (v == bv && i < bi);
+}
+
+__global__ void sample_argmax_kernel(uint32_t *next_ids, const uint4 *logits, size_t vecs_per_row) {
+  __shared__ float warp_v[kWarpSize];
+  __shared__ uint32_t warp_i[kWarpSize];
+  const size_t r = blockIdx.x;
+  const uint4 *row = logits + r * vecs_per_row;
+  float bv = -INFINITY;
+  uint32_t bi = UINT32_MAX;
+  for (size_t i = threadIdx.x; i < vecs_per_row; i += blockDim.x) {
+    Bf16x8 a;
+    a.raw = row[i];
+    for (int k = 0; k < kVec; ++k) {
+      float v = __bfloat162float(a.h[k]);
+      if (v != v) v = -INFINITY; /* NaN: the smallest */
+      const uint32_t idx = (uint32_t)(i * kVec + (size_t)k);
+      if (better(v, idx, bv, bi)) bv = v, bi = idx;
+    }
+  }
+  for (int o = kWarpSize / 2; o > 0; o >>= 1) {
+    const float ov = __shfl_xor_sync(kFullWarp, bv, o);
+    const uint32_t oi = __shfl_xor_sync(kFullWarp, bi, o);
+    if (better(ov, oi, bv, bi)) bv = ov, bi = oi;
+  }
+  const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize, nwarps = blockDim.x / kWarpSize;
+  if (lane == 0) warp_v[warp] = bv, warp_i[warp] = bi;
+  __syncthreads();
+  if (warp != 0) return;
+  bv = lane < nwarps ? warp_v[lane] : -INFINITY;
+  bi = lane < nwarps ? warp_i[lane] : UINT32_MAX;
+  for (int o = kWarpSize / 2; o > 0; o >>= 1) {
+    const float ov = __shfl_xor_sync(kFullWarp, bv, o);
+    const uint32_t oi = __shfl_xor_sync(kFullWarp, bi, o);
+    if (better(ov, oi, bv, bi)) bv = ov, bi = oi;
+  }
+  /* every value was -inf (all NaN or -inf): the lowest index, 0 */
+  if (lane == 0) next_ids[r] = bi == UINT32_MAX ? 0u : bi;
+}
+
+__global__ void empty_kernel() {}
+
 bool aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
 
 }  // namespace
@@ -161,5 +209,21 @@ extern "C" cudaError_t dk_moe_accumulate(void *moe_out, const void *expert_out, 
   moe_accumulate_kernel<<<(unsigned)tokens, kMoeThreads, 0, stream>>>(
       (uint4 *)moe_out, (const uint4 *)expert_out, ids, (uint32_t)slot, (uint32_t)slots,
       width / kVec);
+  return cudaGetLastError();
+}
+
+extern "C" cudaError_t dk_sample_argmax(uint32_t *next_ids, const void *logits, size_t tokens,
+                                        size_t vocab, cudaStream_t stream) {
+  if (!next_ids || !logits || tokens > kMaxGridX || vocab == 0 || vocab % kVec ||
+      vocab > UINT32_MAX || !aligned16(logits))
+    return cudaErrorInvalidValue;
+  if (tokens == 0) return cudaSuccess;
+  sample_argmax_kernel<<<(unsigned)tokens, kSampleThreads, 0, stream>>>(
+      next_ids, (const uint4 *)logits, vocab / kVec);
+  return cudaGetLastError();
+}
+
+extern "C" cudaError_t dk_empty(cudaStream_t stream) {
+  empty_kernel<<<1, 1, 0, stream>>>();
   return cudaGetLastError();
 }

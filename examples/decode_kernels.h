@@ -1,5 +1,5 @@
 /* mdr example — the decode loop's own device kernels (gather, RMSNorm, MoE
- * accumulate), with C-callable launchers.
+ * accumulate, greedy sampling, an empty kernel), with C-callable launchers.
  *
  * Layout: every activation is row-major BF16 [rows, width], one token per
  * row. `tokens` rows are real; rows tokens .. rows-1 are the GEMM padding up
@@ -41,6 +41,19 @@ cudaError_t dk_rmsnorm(void *out, const void *x, const void *add, const void *ga
 cudaError_t dk_moe_accumulate(void *moe_out, const void *expert_out, size_t slot, size_t slots,
                               const uint32_t *ids, size_t tokens, size_t width,
                               cudaStream_t stream);
+
+/* Greedy sampling on the device: next_ids[r] = argmax_j logits[r][j] for
+ * r < tokens (logits row-major BF16 [tokens, vocab]; the largest value,
+ * the lowest index among equal ones; NaN counts as the smallest value), so
+ * the result does not depend on the reduction order. Rows of next_ids at
+ * and past `tokens` are not written. vocab % 8 == 0, logits 16-byte
+ * aligned, vocab <= UINT32_MAX. */
+cudaError_t dk_sample_argmax(uint32_t *next_ids, const void *logits, size_t tokens, size_t vocab,
+                             cudaStream_t stream);
+
+/* One block of one thread that does nothing: padding for a body of a given
+ * kernel count (capture-cost measurements). */
+cudaError_t dk_empty(cudaStream_t stream);
 
 #ifdef __cplusplus
 }

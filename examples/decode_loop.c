@@ -9,6 +9,30 @@
  * same step without graphs: zero_all_rows, the id upload, the body. Every
  * step runs both ways and their logits are compared bit for bit.
  *
+ * Two ways to feed the ids:
+ *   host ids (default)  each step's ids are random ids made on the host from
+ *                       the seed: mdr_graph_cache_step(cache, ids, tokens);
+ *                       the eager path uploads them from a pinned buffer.
+ *   --device-fed        each step's ids are the previous step's sampled
+ *                       tokens, the argmax of its logits rows, computed on
+ *                       the device by the body's last kernel into a device
+ *                       buffer: mdr_graph_cache_step_device(cache, buffer,
+ *                       tokens). The eager path has a buffer of its own and
+ *                       does the same on the device (a device-to-device
+ *                       copy, the body, the sampling), so both chains stay
+ *                       bit-identical; the host never reads or writes ids
+ *                       inside the loop. Rows past a step's count (and
+ *                       past the first 160, which alone get logits) keep
+ *                       what they held (the seed's ids, or an older
+ *                       sample): a step with more tokens reads them.
+ *
+ * Measured and printed: the start-up prepare of counts 1..N (--prepare-all,
+ * default M; --max-tokens sizes the arena up to 8192, --pad-kernels pads the
+ * body, --zero picks the zeroing) in total ms, ms per graph, device memory
+ * and nodes per graph; per step the host time (enqueue + synchronize), the
+ * submit time (enqueue alone) and the GPU time (events) of both paths, as
+ * medians per token-count bucket and as p50 / p90 / p99 / max.
+ *
  * Elsewhere: the model (config, weights, cuBLASLt GEMMs, the body) in
  * decode_model.c, its kernels in decode_kernels.cu, the command line,
  * statistics, table and JSON in decode_report.c.
@@ -34,73 +58,26 @@
 #define MAX_PRINTED_MISMATCHES 10
 #define PROGRESS_EVERY 50 /* steps between progress lines */
 
+static mdr_dptr dptr(const void *p) { return (mdr_dptr)(uintptr_t)p; }
+
 static double now_us(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec * 1e-3;
 }
 
-/* ---- one step, two ways ------------------------------------------------ */
+/* ---- the loop's state ---------------------------------------------------- */
 
 typedef struct timing {
-  double host_us, gpu_us;
+  double host_us, submit_us, gpu_us;
 } timing;
-
-/* Close a timed step begun at host time h0 with ev0 recorded: record ev1,
- * wait for the stream, fill host and GPU microseconds. */
-static int finish_timing(model *m, cudaEvent_t ev0, cudaEvent_t ev1, double h0, timing *t) {
-  CUDA_OK(cudaEventRecord(ev1, m->stream));
-  CUDA_OK(cudaStreamSynchronize(m->stream));
-  double h1 = now_us();
-  float ms = 0;
-  CUDA_OK(cudaEventElapsedTime(&ms, ev0, ev1));
-  t->host_us = h1 - h0;
-  t->gpu_us = (double)ms * 1e3;
-  return 0;
-fail:
-  return -1;
-}
-
-/* Eager step: the seed's path. zero_all_rows (MDR_ZERO_MEMSET), copy the ids,
- * enqueue the body, then wait. zero = false skips the zeroing (the demo). */
-static int eager_step(model *m, uint32_t *ids_pinned, const uint32_t *ids, size_t tokens,
-                      bool zero, cudaEvent_t ev0, cudaEvent_t ev1, timing *t) {
-  memcpy(ids_pinned, ids, tokens * sizeof *ids); /* the previous step has finished */
-  double h0 = now_us();
-  CUDA_OK(cudaEventRecord(ev0, m->stream));
-  if (zero) MDR_OK_(m, mdr_arena_zero_all_rows(m->arena, m->stream, tokens));
-  CUDA_OK(cudaMemcpyAsync(arena_ptr(m, MDR_BUF_TOKEN_IDS), ids_pinned, tokens * sizeof *ids,
-                          cudaMemcpyHostToDevice, m->stream));
-  MDR_OK_(m, decode_body(m, m->stream, tokens));
-  return finish_timing(m, ev0, ev1, h0, t);
-fail:
-  return -1;
-}
-
-/* Graph step: what an engine's loop calls once per decode step. */
-static int graph_step(model *m, mdr_graph_cache *cache, const uint32_t *ids, size_t tokens,
-                      cudaEvent_t ev0, cudaEvent_t ev1, timing *t) {
-  double h0 = now_us();
-  CUDA_OK(cudaEventRecord(ev0, m->stream));
-  mdr_status st = mdr_graph_cache_step(cache, ids, tokens);
-  if (st == MDR_ERR_CAPTURE) {
-    /* The cache ran this step eagerly; the step's work is enqueued. */
-    fprintf(stderr, "decode_loop: warning: capture for %zu tokens failed, ran eagerly (%s)\n",
-            tokens, mdr_backend_last_error(m->backend));
-  } else {
-    MDR_OK_(m, st);
-  }
-  return finish_timing(m, ev0, ev1, h0, t);
-fail:
-  return -1;
-}
-
-/* ---- the loop's state and helpers -------------------------------------- */
 
 typedef struct loop {
   cudaEvent_t ev0, ev1;
-  uint32_t *ids_pinned, *ids;   /* the eager upload's source (pinned); the step's ids */
-  uint16_t *logits_a, *logits_b; /* M x V BF16 each: eager, graph */
+  bool device_fed;
+  uint32_t *ids_pinned, *ids;    /* the eager upload's source (pinned); the step's ids (host) */
+  uint32_t *fed_eager, *fed_graph; /* --device-fed: each chain's next ids, M each, device memory */
+  uint16_t *logits_a, *logits_b; /* logit_rows x V BF16 each: eager, graph */
   double *samples[SERIES_COUNT]; /* per step, µs */
   double *scratch;
   int *bucket;                   /* per step */
@@ -108,17 +85,84 @@ typedef struct loop {
   size_t mismatched_steps, printed, last_tokens;
 } loop;
 
+/* ---- one step, two ways ------------------------------------------------ */
+
+/* Close a timed step begun at host time h0 with ev0 recorded: note the
+ * submit time, record ev1, wait for the stream, fill host and GPU
+ * microseconds. */
+static int finish_timing(model *m, loop *L, double h0, timing *t) {
+  t->submit_us = now_us() - h0;
+  CUDA_OK(cudaEventRecord(L->ev1, m->stream));
+  CUDA_OK(cudaStreamSynchronize(m->stream));
+  double h1 = now_us();
+  float ms = 0;
+  CUDA_OK(cudaEventElapsedTime(&ms, L->ev0, L->ev1));
+  t->host_us = h1 - h0;
+  t->gpu_us = (double)ms * 1e3;
+  return 0;
+fail:
+  return -1;
+}
+
+/* Eager step: the seed's path. zero_all_rows (MDR_ZERO_MEMSET; --zero
+ * fused: MDR_ZERO_FUSED), the ids, the body, then wait. Host ids (fed =
+ * false): L->ids copied to the pinned buffer, then uploaded. Device-fed: the
+ * eager chain's ids copied on the device, and the body's logits sampled
+ * back into that chain's buffer. zero = false skips the zeroing (the
+ * demo). */
+static int eager_step(model *m, loop *L, size_t tokens, bool fed, bool zero, timing *t) {
+  const size_t id_bytes = tokens * sizeof *L->ids;
+  if (!fed) memcpy(L->ids_pinned, L->ids, id_bytes); /* the previous step has finished */
+  double h0 = now_us();
+  CUDA_OK(cudaEventRecord(L->ev0, m->stream));
+  if (zero) MDR_OK_(m, mdr_arena_zero_all_rows(m->arena, m->stream, tokens));
+  CUDA_OK(cudaMemcpyAsync(arena_ptr(m, MDR_BUF_TOKEN_IDS), fed ? (const void *)L->fed_eager : L->ids_pinned,
+                          id_bytes, fed ? cudaMemcpyDeviceToDevice : cudaMemcpyHostToDevice, m->stream));
+  MDR_OK_(m, decode_body(m, m->stream, tokens));
+  if (fed) MDR_OK_(m, decode_sample(m, m->stream, tokens, L->fed_eager));
+  return finish_timing(m, L, h0, t);
+fail:
+  return -1;
+}
+
+/* Graph step: what an engine's loop calls once per decode step. Host ids:
+ * mdr_graph_cache_step stages L->ids. Device-fed: the ids are where the
+ * previous step's body sampled them (L->fed_graph = m->sample_ids). */
+static int graph_step(model *m, loop *L, mdr_graph_cache *cache, size_t tokens, timing *t) {
+  double h0 = now_us();
+  CUDA_OK(cudaEventRecord(L->ev0, m->stream));
+  mdr_status st = L->device_fed ? mdr_graph_cache_step_device(cache, dptr(L->fed_graph), tokens)
+                                : mdr_graph_cache_step(cache, L->ids, tokens);
+  if (st == MDR_ERR_CAPTURE) {
+    /* The cache ran this step eagerly; the step's work is enqueued. */
+    fprintf(stderr, "decode_loop: warning: capture for %zu tokens failed, ran eagerly (%s)\n",
+            tokens, mdr_backend_last_error(m->backend));
+  } else {
+    MDR_OK_(m, st);
+  }
+  return finish_timing(m, L, h0, t);
+fail:
+  return -1;
+}
+
+/* ---- the loop's helpers ------------------------------------------------- */
+
 static int loop_init(loop *L, const model *m, const options *opt) {
-  CUDA_OK(cudaMallocHost((void **)&L->ids_pinned, m->max_tokens * sizeof *L->ids_pinned));
-  L->ids = malloc(m->max_tokens * sizeof *L->ids);
-  L->logits_a = malloc(m->max_tokens * m->vocab * sizeof *L->logits_a);
-  L->logits_b = malloc(m->max_tokens * m->vocab * sizeof *L->logits_b);
+  const size_t M = m->max_tokens;
+  L->device_fed = opt->device_fed;
+  CUDA_OK(cudaMallocHost((void **)&L->ids_pinned, M * sizeof *L->ids_pinned));
+  if (L->device_fed) {
+    CUDA_OK(cudaMalloc((void **)&L->fed_eager, M * sizeof *L->fed_eager));
+    CUDA_OK(cudaMalloc((void **)&L->fed_graph, M * sizeof *L->fed_graph));
+  }
+  L->ids = malloc(M * sizeof *L->ids);
+  L->logits_a = malloc(m->logit_rows * m->vocab * sizeof *L->logits_a);
+  L->logits_b = malloc(m->logit_rows * m->vocab * sizeof *L->logits_b);
   L->bucket = malloc(opt->steps * sizeof *L->bucket);
   L->scratch = malloc(opt->steps * sizeof *L->scratch);
-  for (int s = 0; s < SERIES_COUNT; ++s) L->samples[s] = malloc(opt->steps * sizeof(double));
-  if (!L->ids || !L->logits_a || !L->logits_b || !L->bucket || !L->scratch || !L->samples[0] ||
-      !L->samples[1] || !L->samples[2] || !L->samples[3])
-    goto fail;
+  if (!L->ids || !L->logits_a || !L->logits_b || !L->bucket || !L->scratch) goto fail;
+  for (int s = 0; s < SERIES_COUNT; ++s)
+    if (!(L->samples[s] = malloc(opt->steps * sizeof(double)))) goto fail;
   CUDA_OK(cudaEventCreate(&L->ev0));
   CUDA_OK(cudaEventCreate(&L->ev1));
   L->rng = opt->seed;
@@ -132,6 +176,8 @@ static void loop_fini(loop *L) {
   if (L->ev0) cudaEventDestroy(L->ev0);
   if (L->ev1) cudaEventDestroy(L->ev1);
   if (L->ids_pinned) cudaFreeHost(L->ids_pinned);
+  if (L->fed_eager) cudaFree(L->fed_eager);
+  if (L->fed_graph) cudaFree(L->fed_graph);
   free(L->ids);
   free(L->logits_a);
   free(L->logits_b);
@@ -140,8 +186,9 @@ static void loop_fini(loop *L) {
   for (int s = 0; s < SERIES_COUNT; ++s) free(L->samples[s]);
 }
 
+/* The logits of a step over `tokens` tokens: logit_tokens(m, tokens) rows. */
 static int read_logits(model *m, uint16_t *host, size_t tokens) {
-  CUDA_OK(cudaMemcpyAsync(host, arena_ptr(m, MDR_BUF_LOGITS), tokens * m->vocab * sizeof *host,
+  CUDA_OK(cudaMemcpyAsync(host, arena_ptr(m, MDR_BUF_LOGITS), logit_tokens(m, tokens) * m->vocab * sizeof *host,
                           cudaMemcpyDeviceToHost, m->stream));
   CUDA_OK(cudaStreamSynchronize(m->stream));
   return 0;
@@ -163,7 +210,7 @@ static size_t count_diffs(const uint16_t *a, const uint16_t *b, size_t n, size_t
 static size_t pick_tokens(uint64_t *rng, size_t max_tokens) {
   /* A bucket first, then a count inside it: short runs still cover all four. */
   int b = (int)(splitmix64(rng) % BUCKET_COUNT);
-  size_t lo = bucket_lo[b], hi = bucket_hi[b] < max_tokens ? bucket_hi[b] : max_tokens;
+  size_t lo = bucket_lo[b], hi = bucket_hi(b) < max_tokens ? bucket_hi(b) : max_tokens;
   if (lo > hi) lo = hi;
   return lo + (size_t)(splitmix64(rng) % (hi - lo + 1));
 }
@@ -173,51 +220,92 @@ static void fill_ids(uint64_t *rng, uint32_t *ids, size_t tokens, size_t vocab) 
 }
 
 /* Warm-up: one eager step per GEMM shape loads every kernel before the
- * first capture and before timing. */
+ * first capture and before timing (device-fed: the sampling kernel too). */
 static int warm_up(model *m, loop *L) {
   for (size_t rows = ROW_TILE; rows <= m->max_rows; rows += ROW_TILE) {
     size_t t = rows < m->max_tokens ? rows : m->max_tokens;
     timing tm;
     fill_ids(&L->rng, L->ids, t, m->vocab);
-    if (eager_step(m, L->ids_pinned, L->ids, t, true, L->ev0, L->ev1, &tm) != 0) return -1;
+    if (eager_step(m, L, t, false, true, &tm) != 0) return -1;
+    if (L->device_fed) {
+      MDR_OK_(m, decode_sample(m, m->stream, t, L->fed_eager)); /* seed_chains rewrites it */
+      CUDA_OK(cudaStreamSynchronize(m->stream));
+    }
   }
   return 0;
+fail:
+  return -1;
+}
+
+/* Device-fed: both chains start from the same M ids (made on the host from
+ * the seed, the last ids the host writes); from then on each step's ids
+ * are the previous step's samples. */
+static int seed_chains(model *m, loop *L) {
+  const size_t bytes = m->max_tokens * sizeof *L->ids;
+  fill_ids(&L->rng, L->ids, m->max_tokens, m->vocab);
+  CUDA_OK(cudaMemcpyAsync(L->fed_eager, L->ids, bytes, cudaMemcpyHostToDevice, m->stream));
+  CUDA_OK(cudaMemcpyAsync(L->fed_graph, L->ids, bytes, cudaMemcpyHostToDevice, m->stream));
+  CUDA_OK(cudaStreamSynchronize(m->stream));
+  return 0;
+fail:
+  return -1;
+}
+
+/* Device-fed, after the loop: the two chains' ids must be the same. */
+static int compare_chains(model *m, loop *L, bool *same) {
+  const size_t M = m->max_tokens;
+  uint32_t *a = malloc(M * sizeof *a), *b = malloc(M * sizeof *b);
+  if (!a || !b) goto fail;
+  CUDA_OK(cudaMemcpyAsync(a, L->fed_eager, M * sizeof *a, cudaMemcpyDeviceToHost, m->stream));
+  CUDA_OK(cudaMemcpyAsync(b, L->fed_graph, M * sizeof *b, cudaMemcpyDeviceToHost, m->stream));
+  CUDA_OK(cudaStreamSynchronize(m->stream));
+  *same = memcmp(a, b, M * sizeof *a) == 0;
+  printf("device-fed: the eager and graph chains' next ids (%zu) are %s\n", M,
+         *same ? "identical" : "DIFFERENT");
+  free(a);
+  free(b);
+  return 0;
+fail:
+  free(a);
+  free(b);
+  return -1;
 }
 
 /* The loop: each step eagerly and through the cache (alternating which goes
  * first), logits of the first `tokens` rows compared bit for bit. */
 static int run_steps(model *m, mdr_graph_cache *cache, loop *L, size_t steps) {
   const size_t V = m->vocab;
+  const bool fed = L->device_fed;
   for (size_t step = 0; step < steps; ++step) {
     size_t t = pick_tokens(&L->rng, m->max_tokens);
-    fill_ids(&L->rng, L->ids, t, V);
+    if (!fed) fill_ids(&L->rng, L->ids, t, V); /* device-fed: the ids are on the device already */
     timing te, tg;
     uint16_t *eager_out = L->logits_a, *graph_out = L->logits_b;
     if (step % 2 == 0) {
-      if (eager_step(m, L->ids_pinned, L->ids, t, true, L->ev0, L->ev1, &te) ||
-          read_logits(m, eager_out, t) || graph_step(m, cache, L->ids, t, L->ev0, L->ev1, &tg) ||
-          read_logits(m, graph_out, t))
+      if (eager_step(m, L, t, fed, true, &te) || read_logits(m, eager_out, t) ||
+          graph_step(m, L, cache, t, &tg) || read_logits(m, graph_out, t))
         return -1;
     } else {
-      if (graph_step(m, cache, L->ids, t, L->ev0, L->ev1, &tg) || read_logits(m, graph_out, t) ||
-          eager_step(m, L->ids_pinned, L->ids, t, true, L->ev0, L->ev1, &te) ||
-          read_logits(m, eager_out, t))
+      if (graph_step(m, L, cache, t, &tg) || read_logits(m, graph_out, t) ||
+          eager_step(m, L, t, fed, true, &te) || read_logits(m, eager_out, t))
         return -1;
     }
-    size_t first;
-    size_t diffs = count_diffs(eager_out, graph_out, t * V, &first);
+    size_t first, n = logit_tokens(m, t) * V;
+    size_t diffs = count_diffs(eager_out, graph_out, n, &first);
     if (diffs) {
       ++L->mismatched_steps;
       if (L->printed++ < MAX_PRINTED_MISMATCHES)
         printf("MISMATCH step %zu (%zu tokens): %zu of %zu logits differ; first at row %zu col "
                "%zu: eager 0x%04x graph 0x%04x\n",
-               step, t, diffs, t * V, first / V, first % V, eager_out[first], graph_out[first]);
+               step, t, diffs, n, first / V, first % V, eager_out[first], graph_out[first]);
     }
     L->bucket[step] = bucket_of(t);
     L->samples[SERIES_EAGER_HOST][step] = te.host_us;
     L->samples[SERIES_GRAPH_HOST][step] = tg.host_us;
     L->samples[SERIES_EAGER_GPU][step] = te.gpu_us;
     L->samples[SERIES_GRAPH_GPU][step] = tg.gpu_us;
+    L->samples[SERIES_EAGER_SUBMIT][step] = te.submit_us;
+    L->samples[SERIES_GRAPH_SUBMIT][step] = tg.submit_us;
     L->last_tokens = t;
     if ((step + 1) % PROGRESS_EVERY == 0 || step + 1 == steps) {
       summary so_far;
@@ -231,22 +319,53 @@ static int run_steps(model *m, mdr_graph_cache *cache, loop *L, size_t steps) {
   return 0;
 }
 
-/* Why the zeroing matters: the last step's ids once more, eagerly, with
- * zero_all_rows skipped. moe_output still holds that step's sums, the
- * accumulation adds on top of them, and the logits change. */
+/* Why the zeroing matters: the last step's count once more, eagerly with
+ * host ids (device-fed: the chains' seed ids), with zero_all_rows skipped.
+ * moe_output still holds that step's sums, the accumulation adds on top of
+ * them, and the logits change. */
 static int show_zeroing(model *m, loop *L, bool *shown) {
   timing tz;
   size_t first, t = L->last_tokens;
-  if (eager_step(m, L->ids_pinned, L->ids, t, true, L->ev0, L->ev1, &tz) ||
-      read_logits(m, L->logits_a, t) ||
-      eager_step(m, L->ids_pinned, L->ids, t, false, L->ev0, L->ev1, &tz) ||
-      read_logits(m, L->logits_b, t))
+  if (eager_step(m, L, t, false, true, &tz) || read_logits(m, L->logits_a, t) ||
+      eager_step(m, L, t, false, false, &tz) || read_logits(m, L->logits_b, t))
     return -1;
-  size_t diffs = count_diffs(L->logits_a, L->logits_b, t * m->vocab, &first);
+  const size_t n = logit_tokens(m, t) * m->vocab;
+  size_t diffs = count_diffs(L->logits_a, L->logits_b, n, &first);
   *shown = diffs > 0;
   printf("without zeroing (%zu tokens, moe_output not cleared): %zu of %zu logits differ%s\n", t,
-         diffs, t * m->vocab, *shown ? " -- the zeroed rows are required" : " -- UNEXPECTED");
+         diffs, n, *shown ? " -- the zeroed rows are required" : " -- UNEXPECTED");
   return 0;
+}
+
+/* Prepare: capture the graphs of counts 1..n up front (device-fed: the
+ * graphs of device steps with their ids at L->fed_graph), timed on the
+ * host's wall clock up to the stream's last upload; what they hold from the
+ * cache's stats. */
+static int prepare_graphs(model *m, loop *L, mdr_graph_cache *cache, size_t n, prepare_report *out,
+                          bool *disabled) {
+  int rc = -1;
+  size_t *counts = malloc(n * sizeof *counts);
+  if (!counts) return -1;
+  for (size_t i = 0; i < n; ++i) counts[i] = i + 1;
+  mdr_graph_stats g0, g1;
+  MDR_OK_(m, mdr_graph_cache_stats(cache, &g0));
+  double t0 = now_us();
+  if (L->device_fed)
+    MDR_OK_(m, mdr_graph_cache_prepare_device(cache, dptr(L->fed_graph), counts, n));
+  else
+    MDR_OK_(m, mdr_graph_cache_prepare(cache, counts, n));
+  CUDA_OK(cudaStreamSynchronize(m->stream));
+  double t1 = now_us();
+  MDR_OK_(m, mdr_graph_cache_stats(cache, &g1));
+  *out = (prepare_report){.counts = n, .wall_ms = (t1 - t0) / 1e3,
+                          .capture_ms = (g1.capture_us - g0.capture_us) / 1e3, .graphs = g1.graphs,
+                          .graph_bytes = g1.graph_bytes, .graph_nodes = g1.graph_nodes,
+                          .memory_measured = g1.memory_measured};
+  *disabled = g1.graphs_disabled != 0;
+  rc = 0;
+fail:
+  free(counts);
+  return rc;
 }
 
 /* ---- main --------------------------------------------------------------- */
@@ -270,7 +389,10 @@ int main(int argc, char **argv) {
   memset(&L, 0, sizeof L);
   mdr_graph_cache *cache = NULL;
   mdr_stream stream = NULL;
-  bool zeroing_shown = false;
+  bool zeroing_shown = false, chains_same = true, graphs_disabled = false;
+  prepare_report prep;
+  memset(&prep, 0, sizeof prep);
+  set_max_tokens(opt.max_tokens);
 
   /* ---- the mdr part: what an engine writes -------------------------------
    * A backend and a stream (mdr never uses the legacy default stream). */
@@ -290,46 +412,48 @@ int main(int argc, char **argv) {
     fprintf(stderr, "decode_loop: preset qwen3-next-80b missing\n");
     goto fail;
   }
-  mdr_limits lim = model_limits();
+  mdr_limits lim = model_limits(opt.max_tokens);
   mdr_sizes sizes;
   MDR_OK_(m, mdr_sizes_from_config(&cfg, &lim, &sizes));
   MDR_OK_(m, mdr_arena_create(m->backend, &sizes, &m->arena));
-  MDR_OK_(m, mdr_arena_set_zero_strategy(m->arena, MDR_ZERO_MEMSET));
+  MDR_OK_(m, mdr_arena_set_zero_strategy(m->arena, opt.zero)); /* --zero; memset by default */
 
   /* (the engine's own model on that arena: weights, cuBLASLt; then the
    * buffers of this example's loop and one eager step per GEMM shape) */
+  m->pad_kernels = opt.pad_kernels;
   if (model_init(m, &cfg, opt.seed) != 0 || loop_init(&L, m, &opt) != 0 || warm_up(m, &L) != 0)
     goto fail;
+  m->sample_ids = L.fed_graph; /* device-fed: where the graphs' body samples the next ids */
+  printf("decode_loop: %s ids%s\n", opt.device_fed ? "device-fed" : "host",
+         opt.device_fed ? ": each step's ids are the previous step's argmax, on the device "
+                          "(mdr_graph_cache_step_device)"
+                        : " (mdr_graph_cache_step; --device-fed for ids sampled on the device)");
 
   /* The graph cache: per token count, one graph of zeroing + token-id upload
-   * + the body callback (the step's kernels, decode_model.c). EXACT mode,
-   * memset zeroing. */
+   * + the body callback (the step's kernels, decode_model.c; device-fed:
+   * ending with the sampling of the next step's ids). EXACT mode, the
+   * arena's zeroing (memset nodes, or with --zero fused one kernel node). */
   mdr_graph_cache_options go;
   mdr_graph_cache_options_default(&go);
   go.mode = MDR_GRAPH_EXACT;
-  go.zero = MDR_ZERO_MEMSET;
-  go.body = decode_body;
+  go.zero = opt.zero;
+  go.body = opt.device_fed ? decode_body_sampled : decode_body;
   go.user = m;
   MDR_OK_(m, mdr_graph_cache_create(m->arena, stream, &go, &cache));
 
-  /* Prepare: capture every count 1..M up front, so that steps only replay. */
-  {
-    size_t counts[MAX_TOKENS];
-    for (size_t i = 0; i < m->max_tokens; ++i) counts[i] = i + 1;
-    MDR_OK_(m, mdr_graph_cache_prepare(cache, counts, m->max_tokens));
-    CUDA_OK(cudaStreamSynchronize(m->stream));
-    mdr_graph_stats gs;
-    MDR_OK_(m, mdr_graph_cache_stats(cache, &gs));
-    printf("decode_loop: %zu graphs captured in %.1f ms%s\n", gs.graphs, gs.capture_us / 1e3,
-           gs.graphs == 0 ? " (graphs disabled: MDR_DISABLE_GRAPHS=1, the graph path is eager)"
-                          : "");
-  }
+  /* Prepare: capture every count 1..N (--prepare-all, default M) up front,
+   * so that steps only replay. */
+  if (prepare_graphs(m, &L, cache, opt.prepare_all, &prep, &graphs_disabled) != 0) goto fail;
+  print_prepare(&prep, graphs_disabled);
 
   /* The decode loop: one mdr_graph_cache_step(cache, ids, tokens) per step
-   * (graph_step), each checked against the same step run eagerly. */
+   * (device-fed: mdr_graph_cache_step_device(cache, ids on the device,
+   * tokens)) in graph_step, each checked against the same step run eagerly. */
+  if (opt.device_fed && seed_chains(m, &L) != 0) goto fail;
   if (run_steps(m, cache, &L, opt.steps) != 0) goto fail;
   /* ---- end of the mdr part ------------------------------------------------ */
 
+  if (opt.device_fed && compare_chains(m, &L, &chains_same) != 0) goto fail;
   if (show_zeroing(m, &L, &zeroing_shown) != 0) goto fail;
 
   /* Report. */
@@ -338,16 +462,20 @@ int main(int argc, char **argv) {
   mdr_graph_stats gs;
   MDR_OK_(m, mdr_graph_cache_stats(cache, &gs));
   printf("graph cache: %zu graphs, %" PRIu64 " hits, %" PRIu64 " misses, %" PRIu64
-         " eager steps, %" PRIu64 " fallbacks\n",
-         gs.graphs, gs.hits, gs.misses, gs.eager_steps, gs.eager_fallbacks);
-  if (opt.json && write_json(opt.json, &opt, m, per, &all, L.mismatched_steps, &gs) != 0) goto fail;
+         " eager steps, %" PRIu64 " fallbacks, %" PRIu64 " device-id steps\n",
+         gs.graphs, gs.hits, gs.misses, gs.eager_steps, gs.eager_fallbacks, gs.device_steps);
+  if (opt.json && write_json(opt.json, &opt, m, per, &all, L.mismatched_steps, &gs, &prep) != 0)
+    goto fail;
 
   if (L.mismatched_steps) {
     printf("FAIL: %zu of %zu steps differ between eager and graph\n", L.mismatched_steps, opt.steps);
+  } else if (!chains_same) {
+    printf("FAIL: the eager and graph chains of sampled ids differ\n");
   } else if (!zeroing_shown) {
     printf("FAIL: skipping the zeroing did not change the logits\n");
   } else {
-    printf("OK: %zu steps bit-identical (eager vs graph)\n", opt.steps);
+    printf("OK: %zu steps bit-identical (eager vs graph, %s ids)\n", opt.steps,
+           opt.device_fed ? "device-fed" : "host");
     rc = 0;
   }
 

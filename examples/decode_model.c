@@ -3,8 +3,9 @@
  *
  * Sizes: the arena comes from mdr_sizes_from_config on the qwen3-next-80b
  * preset scaled down (H 1024, V 8192, 4 query heads of 256 with a gate + 1 KV
- * head → qkv_dim 2560, 64 experts with top-4, M = 64 tokens): big enough
- * for real GEMM shapes, small enough to start in well under a second.
+ * head → qkv_dim 2560, 64 experts with top-4, M = 64 tokens by default,
+ * --max-tokens up to 8192): big enough for real GEMM shapes, small enough
+ * to start in well under a second at M = 64.
  *
  * cuBLASLt workspace: the arena's gdn_fla_scratch (GDN chunked-prefill
  * scratch, ~22 MB here, capped at 32 MiB). It is idle in a decode step and it
@@ -13,9 +14,9 @@
  * cleared once at start-up so that no algorithm can read uninitialised bytes.
  *
  * Heuristics: one cublasLtMatmulAlgoGetHeuristic per GEMM and per padded row
- * count ceil16(t) ∈ {16, 32, 48, 64} (16 in all), chosen before the first
- * capture; eager steps and graphs use the same algorithm for the same count,
- * which is what makes their results bit-identical. */
+ * count ceil16(t) ∈ {16, 32, ..., ceil16(M)} (16 in all at M = 64), chosen
+ * before the first capture; eager steps and graphs use the same algorithm
+ * for the same count, which is what makes their results bit-identical. */
 #define _POSIX_C_SOURCE 200809L
 
 #include <math.h>
@@ -80,12 +81,20 @@ static mdr_status gemm_fits(const model *m, const gemm_def *g, size_t rows, char
  * with W read transposed (its column-major shape is k x n, ld k). */
 static int plan_gemms(model *m) {
   cublasLtMatmulPreference_t pref = NULL;
+  for (int gi = 0; gi < GEMM_COUNT; ++gi) {
+    m->plan[gi] = calloc(m->n_shapes, sizeof *m->plan[gi]);
+    if (!m->plan[gi]) {
+      fprintf(stderr, "decode_loop: out of host memory for %zu GEMM plans\n", m->n_shapes);
+      return -1;
+    }
+  }
   LT_OK(cublasLtMatmulPreferenceCreate(&pref));
   LT_OK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                                              &m->workspace_bytes, sizeof m->workspace_bytes));
   for (int gi = 0; gi < GEMM_COUNT; ++gi) {
     const gemm_def *g = &m->gemm[gi];
-    for (size_t rows = ROW_TILE; rows <= m->max_rows; rows += ROW_TILE) {
+    const size_t most = gi == GEMM_LM_HEAD ? m->logit_rows : m->max_rows;
+    for (size_t rows = ROW_TILE; rows <= most; rows += ROW_TILE) {
       gemm_plan *p = &m->plan[gi][rows / ROW_TILE - 1];
       char msg[256];
       if (gemm_fits(m, g, rows, msg, sizeof msg) != MDR_OK) {
@@ -126,7 +135,7 @@ static mdr_status run_gemm(model *m, int gi, size_t rows, cudaStream_t s) {
     fprintf(stderr, "decode_loop: %s\n", msg);
     return st;
   }
-  if (rows == 0 || rows % ROW_TILE || rows > m->max_rows) return MDR_ERR_OUT_OF_RANGE;
+  if (rows == 0 || rows % ROW_TILE || rows > m->max_rows || !m->plans_ready) return MDR_ERR_OUT_OF_RANGE;
   const gemm_plan *p = &m->plan[gi][rows / ROW_TILE - 1];
   const float alpha = 1.0f, beta = g->beta;
   const void *c = g->c == MDR_BUF_COUNT ? arena_ptr(m, g->d) : arena_ptr(m, g->c);
@@ -196,8 +205,23 @@ mdr_status decode_body(void *user, mdr_stream stream, size_t tokens) {
   BODY_OK(kernel_status(
       dk_rmsnorm(norm, residual, moe, m->gamma_final, tokens, rows, H, RMS_EPS, s),
       "rmsnorm (final)"));
-  BODY_OK(run_gemm(m, GEMM_LM_HEAD, rows, s));
+  BODY_OK(run_gemm(m, GEMM_LM_HEAD, rows < m->logit_rows ? rows : m->logit_rows, s));
+  for (size_t k = 0; k < m->pad_kernels; ++k) BODY_OK(kernel_status(dk_empty(s), "pad kernel"));
   return MDR_OK;
+}
+
+mdr_status decode_sample(model *m, cudaStream_t stream, size_t tokens, uint32_t *next_ids) {
+  if (tokens == 0 || tokens > m->max_tokens) return MDR_ERR_OUT_OF_RANGE;
+  const size_t rows = logit_tokens(m, tokens);
+  BODY_OK(kernel_fits(m, MDR_BUF_LOGITS, rows, m->vocab, "sample"));
+  return kernel_status(dk_sample_argmax(next_ids, arena_ptr(m, MDR_BUF_LOGITS), rows, m->vocab, stream),
+                       "sample");
+}
+
+mdr_status decode_body_sampled(void *user, mdr_stream stream, size_t tokens) {
+  model *m = user;
+  BODY_OK(decode_body(user, stream, tokens));
+  return decode_sample(m, (cudaStream_t)stream, tokens, m->sample_ids);
 }
 
 /* ---- weights ------------------------------------------------------------ */
@@ -254,8 +278,8 @@ int model_config(mdr_model_config *c) {
   return 0;
 }
 
-mdr_limits model_limits(void) {
-  mdr_limits lim = {.max_batch_tokens = MAX_TOKENS, .max_seq_len = MODEL_MAX_SEQ_LEN,
+mdr_limits model_limits(size_t max_tokens) {
+  mdr_limits lim = {.max_batch_tokens = max_tokens, .max_seq_len = MODEL_MAX_SEQ_LEN,
                     .kv_block_size = MODEL_KV_BLOCK, .max_batch_size = MODEL_MAX_BATCH};
   return lim;
 }
@@ -269,15 +293,23 @@ int model_init(model *m, const mdr_model_config *cfg, uint64_t seed) {
   m->experts = cfg->num_experts_per_tok;
   m->max_tokens = mdr_arena_max_batch_tokens(m->arena);
   m->max_rows = ceil16(m->max_tokens);
-  /* 16-byte accesses: widths are multiples of 8 BF16 */
-  if (m->max_tokens > MAX_TOKENS || m->hidden % 8 || m->qkv_dim % 8) {
-    fprintf(stderr, "decode_loop: unsupported shape\n");
+  m->n_shapes = m->max_rows / ROW_TILE;
+  {
+    size_t cap = m->vocab ? mdr_arena_bytes(m->arena, MDR_BUF_LOGITS) / (m->vocab * BF16_BYTES) : 0;
+    if (cap > m->max_rows) cap = m->max_rows;
+    m->logit_rows = cap / ROW_TILE * ROW_TILE;
+  }
+  /* 16-byte accesses: widths are multiples of 8 BF16; GEMMs on whole
+   * 16-row tiles of buffers with M rows: M % 16 == 0 */
+  if (m->max_tokens == 0 || m->max_tokens % ROW_TILE || m->max_tokens > MAX_TOKENS_LIMIT ||
+      m->hidden % 8 || m->qkv_dim % 8 || m->vocab % 8 || m->logit_rows == 0) {
+    fprintf(stderr, "decode_loop: unsupported shape (M %zu, logit rows %zu)\n", m->max_tokens, m->logit_rows);
     goto fail;
   }
   printf("decode_loop: arena %.1f MiB (qwen3-next-80b scaled: H %zu, V %zu, qkv_dim %zu, %zu "
-         "experts/token, M %zu)\n",
+         "experts/token, M %zu, logits for up to %zu rows)\n",
          (double)mdr_arena_slab_bytes(m->arena) / 1048576.0, m->hidden, m->vocab, m->qkv_dim,
-         m->experts, m->max_tokens);
+         m->experts, m->max_tokens, m->logit_rows);
 
   /* Weights: fixed seed, made before any capture. */
   const size_t H = m->hidden, V = m->vocab, Q = m->qkv_dim, K = m->experts;
@@ -299,7 +331,8 @@ int model_init(model *m, const mdr_model_config *cfg, uint64_t seed) {
   host_w = NULL;
 
   /* cuBLASLt: handle, one matmul descriptor (BF16 in/out, F32 compute,
-   * W transposed), the workspace in gdn_fla_scratch, 16 heuristics. */
+   * W transposed), the workspace in gdn_fla_scratch, 4 heuristics per
+   * 16-row shape. */
   LT_OK(cublasLtCreate(&m->lt));
   LT_OK(cublasLtMatmulDescCreate(&m->op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   {
@@ -321,9 +354,10 @@ int model_init(model *m, const mdr_model_config *cfg, uint64_t seed) {
   m->gemm[GEMM_LM_HEAD] = (gemm_def){"lm_head", MDR_BUF_NORM_OUTPUT, MDR_BUF_COUNT,
                                      MDR_BUF_LOGITS, m->w_lm, V, H, 0.0f};
   if (plan_gemms(m) != 0) goto fail;
-  printf("decode_loop: cuBLASLt workspace = gdn_fla_scratch, %zu bytes; %d heuristics "
-         "(4 GEMMs x rows 16..%zu)\n",
-         m->workspace_bytes, GEMM_COUNT * (int)(m->max_rows / ROW_TILE), m->max_rows);
+  printf("decode_loop: cuBLASLt workspace = gdn_fla_scratch, %zu bytes; %zu heuristics "
+         "(3 GEMMs x rows 16..%zu, lm_head x rows 16..%zu)\n",
+         m->workspace_bytes, (GEMM_COUNT - 1) * m->n_shapes + m->logit_rows / ROW_TILE, m->max_rows,
+         m->logit_rows);
   {
     /* The guard in action: one tile more than the logits buffer holds. */
     char msg[256];
@@ -342,14 +376,17 @@ fail:
 }
 
 void model_fini(model *m) {
-  for (int gi = 0; gi < GEMM_COUNT; ++gi)
-    for (int si = 0; si < MAX_SHAPES; ++si) {
+  for (int gi = 0; gi < GEMM_COUNT; ++gi) {
+    for (size_t si = 0; m->plan[gi] && si < m->n_shapes; ++si) {
       gemm_plan *p = &m->plan[gi][si];
       if (p->a) cublasLtMatrixLayoutDestroy(p->a);
       if (p->b) cublasLtMatrixLayoutDestroy(p->b);
       if (p->c) cublasLtMatrixLayoutDestroy(p->c);
       if (p->d) cublasLtMatrixLayoutDestroy(p->d);
     }
+    free(m->plan[gi]);
+    m->plan[gi] = NULL;
+  }
   if (m->op) cublasLtMatmulDescDestroy(m->op);
   if (m->lt) cublasLtDestroy(m->lt);
   void *weights[] = {m->emb, m->w_qkv, m->w_o, m->w_exp, m->w_lm,

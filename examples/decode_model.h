@@ -9,7 +9,9 @@
  *   hidden_states + qkv_output ─GEMM Wo (beta 1)─► residual    (attention is skipped)
  *   residual ─RMSNorm─► norm_output ─GEMM Wexp─► expert_down_out (rows x K*H: K experts)
  *   moe_output += w(id, k) * expert k, one launch per expert   (needs the zeroed rows)
- *   residual + moe_output ─RMSNorm─► norm_output ─GEMM Wlm─► logits (rows x V) */
+ *   residual + moe_output ─RMSNorm─► norm_output ─GEMM Wlm─► logits (rows x V; at most
+ *                                                               logit_rows rows, see logit_tokens)
+ * and, device-fed (--device-fed), logits ─argmax─► the next step's ids. */
 #ifndef MDR_EXAMPLE_DECODE_MODEL_H
 #define MDR_EXAMPLE_DECODE_MODEL_H
 
@@ -23,9 +25,9 @@
 
 #include <mdr/mdr.h>
 
-#define MAX_TOKENS 64                 /* M: token counts run 1 .. M */
+#define DEFAULT_MAX_TOKENS 64         /* M by default: token counts run 1 .. M */
+#define MAX_TOKENS_LIMIT 8192         /* the largest --max-tokens */
 #define ROW_TILE 16                   /* GEMMs run on ceil16(tokens) rows */
-#define MAX_SHAPES (MAX_TOKENS / ROW_TILE + 1)
 #define WORKSPACE_CAP (32u << 20)     /* cuBLASLt workspace cap, bytes */
 #define RMS_EPS 1e-6f
 
@@ -88,14 +90,19 @@ typedef struct model {
   cudaStream_t stream;
   size_t hidden, vocab, qkv_dim, experts; /* H, V, qkv_dim, K (expert slots per token) */
   size_t max_tokens, max_rows;            /* M, ceil16(M) */
+  size_t logit_rows;                      /* the most rows the LM head computes: the arena's
+                                             logits buffer holds min(M, 160) rows */
   void *emb, *w_qkv, *w_o, *w_exp, *w_lm, *gamma_in, *gamma_post, *gamma_final;
   cublasLtHandle_t lt;
   cublasLtMatmulDesc_t op;
   void *workspace;
   size_t workspace_bytes;
   gemm_def gemm[GEMM_COUNT];
-  gemm_plan plan[GEMM_COUNT][MAX_SHAPES]; /* [gemm][rows / 16 - 1] */
+  gemm_plan *plan[GEMM_COUNT]; /* [gemm][rows / 16 - 1], n_shapes each */
+  size_t n_shapes;             /* max_rows / 16 */
   bool plans_ready;
+  size_t pad_kernels;          /* empty kernels appended to the body (capture-cost runs) */
+  uint32_t *sample_ids;        /* decode_body_sampled's output: M ids, device memory */
 } model;
 
 /* The scaled-down Qwen3-Next-80B the arena is sized from: H 1024, V 8192, 4
@@ -103,8 +110,8 @@ typedef struct model {
  * with top-4. 0, or -1 when the preset is missing. */
 int model_config(mdr_model_config *c);
 
-/* The limits of that arena (M = MAX_TOKENS). */
-mdr_limits model_limits(void);
+/* The limits of that arena, with M = max_tokens (1 .. MAX_TOKENS_LIMIT). */
+mdr_limits model_limits(size_t max_tokens);
 
 /* Set m up on an arena made from model_config/model_limits: shapes, weights
  * (from `seed`, made before any capture), the cuBLASLt handle, descriptors,
@@ -119,8 +126,26 @@ void model_fini(model *m);
 
 /* The decode work of one step: what the eager path enqueues after zeroing +
  * id upload, and what each graph captures (an mdr_capture_fn). Only
- * enqueues on `stream`: capture-safe. */
+ * enqueues on `stream`: capture-safe. Ends with m->pad_kernels empty
+ * kernels (0 by default). */
 mdr_status decode_body(void *user, mdr_stream stream, size_t tokens);
+
+/* Greedy sampling: next_ids[r] = argmax of logits row r, r < tokens, on the
+ * device (dk_sample_argmax). Rows past `tokens` keep what they held. */
+mdr_status decode_sample(model *m, cudaStream_t stream, size_t tokens, uint32_t *next_ids);
+
+/* The device-fed body: decode_body, then decode_sample into m->sample_ids,
+ * where the next step's mdr_graph_cache_step_device finds its ids. */
+mdr_status decode_body_sampled(void *user, mdr_stream stream, size_t tokens);
+
+/* The rows of a step over `tokens` tokens that get logits (and, device-fed,
+ * a sampled id): the first min(tokens, logit_rows). All of them up to
+ * M = 160; past that the arena's logits buffer (sized for decode and
+ * verify, not prefill) holds 160 rows, as an engine computes logits for
+ * the last token of each sequence only. */
+static inline size_t logit_tokens(const model *m, size_t tokens) {
+  return tokens < m->logit_rows ? tokens : m->logit_rows;
+}
 
 /* The device address of arena buffer b. */
 void *arena_ptr(const model *m, mdr_buffer b);
