@@ -17,7 +17,7 @@ import math
 import os
 import sys
 
-MDR = ["eager-memset", "eager-fused", "graph-memset", "graph-fused", "graph-dynamic",
+MDR = ["eager-memset", "eager-fused", "graph-memset", "graph-fused", "graph-fused-dev", "graph-dynamic",
        "graph-dynamic-count"]
 PEER = ["torch-eager", "torch-foreach", "torch-graph", "torch-foreach-graph"]
 
@@ -202,11 +202,12 @@ def summarize(d):
         if ratios:
             rows.append((f">= 1.4x faster than {other} at tokens <= 64",
                          f"min {min(ratios):.2f}x, median {med(ratios):.2f}x", min(ratios) >= 1.4))
-    glm = [(t, get("glm-5.3-flash-tp2", "all", t, "graph-fused")) for t in (1, 2, 4, 8)]
-    glm = [(t, v) for t, v in glm if v is not None]
-    if glm:
-        rows.append(("ROWS_ALL on GLM-5.3 <= 4 us per step at tokens <= 8 (graph-fused)",
-                     ", ".join(f"t={t}: {v:.2f}" for t, v in glm), all(v <= 4 for _, v in glm)))
+    for strat in ("graph-fused", "graph-fused-dev"):
+        glm = [(t, get("glm-5.3-flash-tp2", "all", t, strat)) for t in (1, 2, 4, 8)]
+        glm = [(t, v) for t, v in glm if v is not None]
+        if glm:
+            rows.append((f"ROWS_ALL on GLM-5.3 <= 4 us per step at tokens <= 8 ({strat})",
+                         ", ".join(f"t={t}: {v:.2f}" for t, v in glm), all(v <= 4 for _, v in glm)))
     dyn = []
     for k, g in figs("graph-dynamic", "gpu_us_med"):
         if k[0] in ("glm-5.3-flash-tp2", "qwen3-next-80b") and k[2] in (1, 2, 8, 64, 512, 4096):

@@ -324,7 +324,8 @@ mdr_status mdr_graph_cache_graph_info(const mdr_graph_cache *c, size_t tokens, m
                           .bytes = e->exec ? e->bytes : 0,
                           .nodes = e->exec ? e->nodes : 0,
                           .device_cached = d->exec != NULL,
-                          .device_bytes = d->exec ? d->bytes : 0};
+                          .device_bytes = d->exec ? d->bytes : 0,
+                          .device_nodes = d->exec ? d->nodes : 0};
   return MDR_OK;
 }
 

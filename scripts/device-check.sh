@@ -5,7 +5,9 @@
 # benchmark, and print a short table last. Everything is logged under OUT.
 #
 # Usage: bash scripts/device-check.sh OUT [phase...]
-#   phases: build tests sanitize variants sweep probe ncu decode soak bench peer compare
+#   phases: build tests sanitize variants sweep probe ncu decode soak bench peer compare tp
+#   tp: the several-GPU phase (two GPUs or more): the comm and backend_cuda
+#     suites (and their memcheck), the TP=2 decode loop, mdr-bench-tp
 #   (default: build tests sanitize variants decode bench peer)
 #   env BENCH_ARGS: extra arguments for mdr-bench (default --quick)
 #   compare: the previous build side by side with this one. PREV names a
@@ -101,6 +103,9 @@ if has ncu; then
 fi
 if has decode; then
   run decode-loop $build/examples/mdr_decode_loop --steps 200 --json "$out/decode_loop.json"
+  run decode-loop-device-fed $build/examples/mdr_decode_loop --steps 200 --device-fed --json "$out/decode_loop_fed.json"
+  run decode-prepare-4096 $build/examples/mdr_decode_loop --max-tokens 4096 --prepare-all 4096 --pad-kernels 8 \
+    --zero fused --steps 20 --json "$out/decode_prepare_4096.json"
   run decode-loop-initcheck compute-sanitizer --error-exitcode 1 --tool initcheck $build/examples/mdr_decode_loop --steps 10
   run decode-loop-memcheck compute-sanitizer --error-exitcode 1 --tool memcheck $build/examples/mdr_decode_loop --steps 10
 fi
@@ -113,6 +118,20 @@ fi
 if has peer; then
   run peer env PYTHONUNBUFFERED=1 python3 bench/peer_torch.py --dir "$out/bench" ${PEER_ARGS:---quick}
   run plot python3 bench/plot.py --dir "$out/bench"
+fi
+if has tp; then
+  ngpu=$(nvidia-smi -L 2>/dev/null | wc -l)
+  if [ "$ngpu" -lt 2 ]; then
+    note "SKIP tp (needs two GPUs, found $ngpu)"
+  else
+    nvidia-smi topo -m >"$out/topo.txt" 2>&1
+    run tp-suites bash -c "$build/tests/test_comm --jobs 1 --verbose && $build/tests/test_backend_cuda --jobs 1 --verbose"
+    cs="compute-sanitizer --error-exitcode 1 --target-processes all"
+    run memcheck-comm $cs --tool memcheck --report-api-errors no $build/tests/test_comm --jobs 1
+    run memcheck-backend_cuda $cs --tool memcheck --report-api-errors no $build/tests/test_backend_cuda --jobs 1
+    run decode-tp $build/examples/mdr_decode_tp ${TP_DECODE_ARGS:---steps 240} --json "$out/decode_tp.json"
+    run bench-tp $build/bench/mdr-bench-tp ${TP_BENCH_ARGS:---quick} --out "$out/bench-tp" --force
+  fi
 fi
 if has compare; then
   prev=${PREV:-.device-prev}

@@ -291,6 +291,7 @@ typedef struct mdr_graph_info {
   size_t nodes;        /* its nodes */
   int device_cached;   /* a device-ids graph (step_device) of that count is live */
   uint64_t device_bytes;
+  size_t device_nodes;
 } mdr_graph_info;
 
 /* Fill *out for `tokens` (1 .. max_batch_tokens). MDR_ERR_OUT_OF_RANGE /
