@@ -1,0 +1,217 @@
+/* mdr_bench_tp.h — private header of mdr-bench-tp, the two-GPU all-reduce
+ * benchmark (bench/README.md, section "mdr-bench-tp"). Not installed, not
+ * part of the mdr API.
+ *
+ *   mdr_bench_tp.c          the driver: device check, communicators, the rank
+ *                           threads, the watchdog, main
+ *   mdr_bench_tp_options.c  command line (exit 2 on every refusal)
+ *   mdr_bench_tp_rank.c     one rank's thread: buffers, the four paths,
+ *                           validation, GPU / CPU / capture timing
+ *   mdr_bench_tp_report.c   legend, tables, floors, headline, results.json,
+ *                           results.csv, capture.csv, the output folder
+ *   mdr_bench_tp_cuda.cu    the blocker kernel
+ *
+ * Statistics, JSON/CSV number formatting, now_us and xmalloc come from
+ * bench_util.c (bench.h); the git revision and build type from
+ * bench_version.c. Failures never go through bench_util's die (exit): a
+ * failing rank thread calls tp_die, which flushes and _exits, so that the
+ * other rank, possibly waiting inside NCCL, cannot hold the process. */
+#ifndef MDR_BENCH_TP_H
+#define MDR_BENCH_TP_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "bench.h" /* summary, summarize, json_*, csv_num, fmt_num, now_us, xmalloc, mkdir_p, open_out */
+
+#if defined(MDR_HAVE_CUDA) && defined(MDR_BENCH_TP_HAVE_NCCL)
+#define TP_GPU 1 /* this build can run: CUDA and NCCL */
+#include <cuda_runtime.h>
+#include <nccl.h>
+#include <pthread.h>
+#endif
+
+enum {
+  TP_RANKS = 2,
+  TP_EXIT_USAGE = 2,       /* a refused command line (and --out holding results) */
+  TP_EXIT_SKIP = 77,       /* fewer than two GPUs, or no NCCL: CTest's "skipped" */
+  TP_DEFAULT_REPS = 200,
+  TP_QUICK_REPS = 30,
+  TP_MAX_REPS = 100000,
+  TP_WARMUP = 10,          /* untimed operations before each path's timing */
+  TP_K = 16,               /* all-reduces back to back in the "K-batch" figure */
+  TP_DRAIN_EVERY = 4,      /* blocked reps between two stream drains (mdr's 8 staging slots never fill) */
+  TP_CPU_DRAIN = 4,        /* CPU-timed steps between two drains */
+  TP_MAX_COUNTS = 64,
+  TP_SIZE_ROW_BYTES = 2048, /* the sizes sweep: rows of 1024 bf16 */
+  TP_MAX_TOKENS = 65536,
+  TP_FIRST_TOKEN_ID = 1000,
+  TP_WATCHDOG_S = 90,      /* no progress for this long: the run is declared stuck and ends (exit 1) */
+  TP_SYNC_TIMEOUT_S = 60,  /* one stream drain longer than this: exit 1, naming the rank and the phase */
+};
+#define TP_MAX_SIZE_BYTES ((size_t)512 << 20)
+#define TP_BLOCKER_TIMEOUT_NS 2000000000ull /* a blocker never holds a stream longer (2 s) */
+#define TP_PRESET "glm-5.3-flash-tp2"       /* the tokens sweep's hidden size */
+/* The arena buffer mdr reduces: M rows, bf16, and outside every zero plan,
+ * so a step's graph is the id upload and the all-reduce only (the graph
+ * cache clears hidden_states / residual / moe_output at the start of each
+ * step, which would leave nothing to validate). */
+#define TP_BUFFER MDR_BUF_LORA_DELTA
+
+typedef enum tp_path {
+  TP_NCCL_EAGER,  /* ncclAllReduce per op on cudaMalloc memory */
+  TP_NCCL_GRAPH,  /* the same captured in a CUDA graph, replayed */
+  TP_NCCL_WINDOW, /* ncclMemAlloc + ncclCommWindowRegister(SYMMETRIC), captured */
+  TP_MDR,         /* mdr_comm_all_reduce_rows in a graph cache body, mdr_graph_cache_step */
+  TP_PATH_COUNT
+} tp_path;
+extern const char *const k_tp_path_names[TP_PATH_COUNT];
+
+typedef enum tp_sweep_kind { TP_SWEEP_SIZES, TP_SWEEP_TOKENS, TP_SWEEP_COUNT } tp_sweep_kind;
+extern const char *const k_tp_sweep_names[TP_SWEEP_COUNT];
+
+/* ---- failure handling (mdr_bench_tp.c) ---- */
+
+/* "mdr-bench-tp: <message>" on stderr, stdout flushed, _exit(code). */
+BENCH_NORETURN void tp_exit(int code, const char *fmt, ...) BENCH_PRINTF(2, 3);
+#define tp_die(...) tp_exit(1, __VA_ARGS__)
+void tp_check_mdr(mdr_backend *b, mdr_status st, const char *call, const char *file, int line);
+#define TP_MDR(b, call) tp_check_mdr((b), (call), #call, __FILE__, __LINE__)
+#ifdef TP_GPU
+void tp_check_cuda(cudaError_t e, const char *call, const char *file, int line);
+void tp_check_nccl(ncclComm_t comm, ncclResult_t r, const char *call, const char *file, int line);
+#define TP_CUDA(call) tp_check_cuda((call), #call, __FILE__, __LINE__)
+#define TP_NCCL(comm, call) tp_check_nccl((comm), (call), #call, __FILE__, __LINE__)
+#endif
+/* The watchdog's view: bump on progress, name what runs now. */
+void tp_progress(const char *phase);
+
+/* ---- options (mdr_bench_tp_options.c) ---- */
+
+typedef struct tp_options {
+  size_t reps;
+  size_t sizes[TP_MAX_COUNTS], n_sizes;   /* bytes; n 0: sweep off */
+  size_t tokens[TP_MAX_COUNTS], n_tokens; /* rows; n 0: sweep off */
+  bool path_on[TP_PATH_COUNT];
+  const char *out_dir; /* NULL: a fresh bench-out/tp-<stamp>/ */
+  bool force, quick;
+  bool set_reps, set_sizes, set_tokens;
+  int argc;
+  char **argv;
+} tp_options;
+
+/* Read the command line and fill the defaults; --help / --version exit 0,
+ * every refusal exits TP_EXIT_USAGE with one line on stderr. */
+void tp_parse_options(int argc, char **argv, tp_options *o);
+
+/* ---- what was measured ---- */
+
+typedef struct tp_sweep {
+  tp_sweep_kind kind;
+  size_t row_bytes;           /* bytes of one row (bf16) */
+  size_t rows[TP_MAX_COUNTS]; /* the row counts of the sweep, in order */
+  size_t n;
+  size_t m;                   /* the largest row count: every buffer's rows */
+  /* filled by the ranks */
+  mdr_window mdr_window[TP_RANKS];
+  size_t mdr_buffer_offset;   /* TP_BUFFER's offset in the arena slab */
+  bool nccl_window[TP_RANKS]; /* ncclCommWindowRegister gave a window */
+} tp_sweep;
+
+typedef struct tp_case {
+  tp_sweep_kind sweep;
+  size_t rows, bytes;
+  tp_path path;
+  bool measured;
+  summary gpu;               /* µs, one all-reduce between events; per rep the slower rank */
+  double gpu_rank_med[TP_RANKS];
+  summary batch;             /* µs per all-reduce, TP_K back to back; per rep the slower rank, / TP_K */
+  summary cpu[TP_RANKS];     /* µs of the submitting call, per rank */
+  double build_us[TP_RANKS]; /* graph paths: capture + instantiate + upload of the 1-op graph, µs */
+  double floor_us, x_floor, floor_batch_us, x_floor_batch, gbps;
+  const char *floor_path;    /* the path that set the floor */
+  uint64_t eager_steps;      /* mdr: steps that ran eagerly (expected 0) */
+} tp_case;
+
+typedef struct tp_capture {
+  tp_sweep_kind sweep;
+  size_t rows, bytes;
+  double tp_us[TP_RANKS]; /* mdr_graph_stats.capture_us of prepare, body with the all-reduce */
+  double single_us;       /* the same body without it, one GPU (rank 0's), plain arena */
+} tp_capture;
+
+typedef struct tp_results {
+  tp_case *cases;
+  size_t n_cases, cap_cases;
+  tp_capture *captures;
+  size_t n_captures, cap_captures;
+} tp_results;
+
+typedef struct tp_run_info {
+  char timestamp[32];
+  char out_dir[4096];
+  char gpu_name[TP_RANKS][256];
+  int cc_major[TP_RANKS], cc_minor[TP_RANKS];
+  int driver, runtime, nccl_version;
+  int p2p[TP_RANKS]; /* cudaDeviceCanAccessPeer rank -> other */
+  size_t hidden;     /* the preset's hidden size */
+  double t_start_us; /* now_us() at the start */
+  double wall_s;
+  bool complete;     /* false while the files hold a run in progress (rewritten after every count) */
+} tp_run_info;
+
+/* ---- reports (mdr_bench_tp_report.c) ---- */
+
+/* Refuse (exit TP_EXIT_USAGE) an --out that holds an earlier run's files,
+ * unless --force; nothing is created. */
+void tp_check_out_dir(const tp_options *o);
+/* Create --out, or a fresh bench-out/tp-<stamp>/ (bench-out/tp-latest
+ * points to it); fills info->out_dir. */
+void tp_make_out_dir(const tp_options *o, tp_run_info *info, const char *stamp);
+void tp_print_legend(void);
+void tp_print_table_header(void);
+/* Floors and ratios of the cases of one (sweep, rows), then their rows. */
+void tp_finish_count(tp_case *c, size_t n);
+void tp_print_case(const tp_case *c);
+void tp_print_captures(const tp_results *r, tp_sweep_kind s);
+void tp_print_headline(const tp_options *o, const tp_run_info *info, const tp_sweep *sw, const tp_results *r);
+void tp_write_results(const tp_options *o, const tp_run_info *info, const tp_sweep *sw, const tp_results *r);
+
+/* ---- the run (mdr_bench_tp_rank.c) ---- */
+
+#ifdef TP_GPU
+typedef struct tp_shared {
+  const tp_options *o;
+  tp_sweep *sweeps;        /* TP_SWEEP_COUNT; n == 0: off */
+  tp_results *res;         /* written by rank 0 only */
+  tp_run_info *info;       /* rank 0 rewrites the files after every count */
+  mdr_backend *b[TP_RANKS];
+  mdr_comm *comm[TP_RANKS];
+  ncclComm_t nccl[TP_RANKS];
+  int device[TP_RANKS];
+  pthread_barrier_t barrier;
+  /* the blocker's words, mapped pinned memory seen by both GPUs: [0] the
+   * release generation, [1 + r] rank r's timed-out flag */
+  volatile uint32_t *words;
+  /* per rank, per rep: µs of the rep (the ranks' samples are combined by rank 0) */
+  double *samples[TP_RANKS];
+  double build_us[TP_RANKS];
+  uint64_t eager[TP_RANKS];
+  bool progress_in_place;
+} tp_shared;
+
+/* One rank's thread (pthread start routine); arg is a tp_rank_arg. */
+typedef struct tp_rank_arg {
+  tp_shared *sh;
+  int rank;
+} tp_rank_arg;
+void *tp_rank_main(void *arg);
+
+/* mdr_bench_tp_cuda.cu: one thread spinning until *release >= generation
+ * (mapped pinned memory) or timeout_ns of GPU time; then *timed_out = 1. */
+int tp_launch_blocker(cudaStream_t s, const volatile uint32_t *release, uint32_t generation, uint64_t timeout_ns,
+                      uint32_t *timed_out);
+#endif
+
+#endif

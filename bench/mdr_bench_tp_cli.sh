@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# CTest bench_tp_cli (label host): mdr-bench-tp's command line. Without two
+# GPUs (or without NCCL) a run exits 77 with a "skipped:" line; with them a
+# tiny run succeeds, writes its three files and ends with the headline.
+# Refusals exit 2 with a message: bad lists, unknown options and paths,
+# sizes that are not whole rows, an --out holding an earlier run's files
+# (accepted with --force). --help and --version exit 0.
+# Usage: bash bench/mdr_bench_tp_cli.sh PATH/TO/mdr-bench-tp WORK_DIR
+set -u
+bench=${1:?usage: mdr_bench_tp_cli.sh MDR_BENCH_TP WORK_DIR}
+work=${2:?usage: mdr_bench_tp_cli.sh MDR_BENCH_TP WORK_DIR}
+rm -rf "$work" && mkdir -p "$work" || exit 1
+failures=0
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+pass() { echo "ok: $*"; }
+
+# The smallest run: one size, one count, 3 reps (a few seconds on two GPUs).
+tiny=(--sizes 2K --tokens 1 --reps 3)
+
+# expect_exit NAME CODE PATTERN ARGS...: exit status CODE, stderr matches PATTERN.
+expect_exit() {
+  local name=$1 code=$2 pattern=$3; shift 3
+  "$bench" "$@" >"$work/$name.out" 2>"$work/$name.err"
+  local rc=$?
+  if [ "$rc" -ne "$code" ]; then fail "$name: exit $rc, expected $code: $*"; cat "$work/$name.err"; return; fi
+  if grep -Eq -- "$pattern" "$work/$name.err"; then pass "$name: exit $rc: $(tail -1 "$work/$name.err")"
+  else fail "$name: message does not match '$pattern':"; cat "$work/$name.err"; fi
+}
+
+# 1. a tiny run: skipped (77) without two GPUs, complete with them
+"$bench" "${tiny[@]}" --out "$work/run" >"$work/run.out" 2>"$work/run.err"
+rc=$?
+if [ "$rc" -eq 77 ]; then
+  if grep -q 'skipped:' "$work/run.err"; then pass "tiny run skipped (exit 77): $(tail -1 "$work/run.err")"
+  else fail "exit 77 without a 'skipped:' message"; cat "$work/run.err"; fi
+  [ -e "$work/run" ] && fail "a skipped run created its --out folder"
+  gpu=0
+elif [ "$rc" -eq 0 ]; then
+  pass "tiny run on two GPUs"
+  for f in results.json results.csv capture.csv; do [ -s "$work/run/$f" ] || fail "tiny run: $f missing"; done
+  grep -q '"schema_version"' "$work/run/results.json" || fail "results.json lacks schema_version"
+  grep -q '^== headline' "$work/run.out" || fail "no headline"
+  grep -q '^columns' "$work/run.out" || fail "no column legend"
+  tail -1 "$work/run.out" | grep -q '^mdr-graph vs floor' || { fail "last line is not 'mdr-graph vs floor':"; tail -3 "$work/run.out"; }
+  gpu=1
+else
+  fail "tiny run exited $rc (want 0 with two GPUs, 77 without)"; tail -5 "$work/run.err"
+  gpu=-1
+fi
+
+# 2. an --out holding an earlier run's files: refused (2) without --force
+mkdir -p "$work/held" && echo '{}' >"$work/held/results.json"
+expect_exit out-held 2 'refusing to overwrite .*--force' "${tiny[@]}" --out "$work/held"
+if [ "$gpu" -eq 0 ]; then
+  expect_exit out-held-force 77 'skipped:' "${tiny[@]}" --out "$work/held" --force
+elif [ "$gpu" -eq 1 ]; then
+  if "$bench" "${tiny[@]}" --out "$work/held" --force >/dev/null 2>"$work/force.err"; then pass "--force overwrites"
+  else fail "--force run exited non-zero"; cat "$work/force.err"; fi
+fi
+
+# 3. refusals: exit 2 and a message naming what is valid
+expect_exit unknown-option 2 "unknown option '--nope'" --nope
+expect_exit flag-with-value 2 'takes no value' --quick=yes
+expect_exit missing-value 2 '--reps needs a value' --reps
+expect_exit reps-zero 2 'positive integer' --reps 0
+expect_exit reps-word 2 'positive integer' --reps=many
+expect_exit empty-item 2 'item 2 .* is empty' --tokens 1,,8
+expect_exit trailing-comma 2 'is empty' --sizes=2K,8K,
+expect_exit size-not-rows 2 'not a multiple of 2048' --sizes 3000
+expect_exit size-too-big 2 'over 512 MiB' --sizes 1024M
+expect_exit tokens-too-big 2 'over 65536' --tokens 100000
+expect_exit tokens-twice 2 'given twice' --tokens 8,8
+expect_exit unknown-path 2 "unknown path 'fast'; valid: nccl-eager, nccl-graph, nccl-window, mdr-graph" --paths fast
+expect_exit nothing 2 'nothing to measure' --sizes none --tokens none
+expect_exit empty-out 2 'empty folder name' --out=
+
+# 4. --help and --version
+if "$bench" --help >"$work/help.out" 2>&1 && grep -q -- '--tokens' "$work/help.out"; then pass "--help"
+else fail "--help:"; cat "$work/help.out"; fi
+if "$bench" --version >"$work/version.out" 2>&1 && grep -Eq '^mdr-bench-tp [0-9]+\.[0-9]+\.[0-9]+' "$work/version.out"
+then pass "--version: $(head -1 "$work/version.out")"
+else fail "--version:"; cat "$work/version.out"; fi
+
+if [ "$failures" -ne 0 ]; then echo "$failures check(s) failed"; exit 1; fi
+echo "all mdr-bench-tp command-line checks passed"

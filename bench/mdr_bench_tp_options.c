@@ -1,0 +1,214 @@
+/* mdr_bench_tp_options.c — mdr-bench-tp's command line: --opt value and
+ * --opt=value, the defaults of a full and a --quick run, and a refusal
+ * (exit 2, one line on stderr saying what is valid) for anything else.
+ * bench/README.md (section mdr-bench-tp) lists every option. */
+#define _POSIX_C_SOURCE 200809L
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mdr_bench_tp.h"
+
+#define TP_COUNT_OF(a) (sizeof(a) / sizeof *(a))
+
+const char *const k_tp_path_names[TP_PATH_COUNT] = {"nccl-eager", "nccl-graph", "nccl-window", "mdr-graph"};
+const char *const k_tp_sweep_names[TP_SWEEP_COUNT] = {"sizes", "tokens"};
+
+/* Powers of 4 from 2 KiB to 8 MiB; quick: every other one. */
+static const size_t k_sizes[] = {2 << 10, 8 << 10, 32 << 10, 128 << 10, 512 << 10, 2 << 20, 8 << 20};
+static const size_t k_quick_sizes[] = {2 << 10, 32 << 10, 512 << 10, 8 << 20};
+static const size_t k_tokens[] = {1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096};
+static const size_t k_quick_tokens[] = {1, 8, 64, 512, 4096};
+
+BENCH_NORETURN static void tp_refuse(const char *fmt, ...) BENCH_PRINTF(1, 2);
+static void tp_refuse(const char *fmt, ...) {
+  char msg[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  tp_exit(TP_EXIT_USAGE, "%s (--help lists the options)", msg);
+}
+
+static void tp_usage(FILE *f) {
+  fprintf(f,
+          "usage: mdr-bench-tp [options]        (--opt value or --opt=value)\n"
+          "two GPUs, one thread each: bf16 sum all-reduce, in place, four ways side by side:\n"
+          "  nccl-eager, nccl-graph, nccl-window (symmetric window), mdr-graph (mdr's in-graph all-reduce)\n"
+          "  --reps N         timed operations per figure (default %d; --quick %d)\n"
+          "  --sizes a,b      message sizes in bytes, K / M suffixes allowed (KiB, MiB); multiples of %d,\n"
+          "                   at most %zu MiB (default 2K,8K,32K,128K,512K,2M,8M; --quick 2K,32K,512K,8M);\n"
+          "                   'none' skips the sizes sweep\n"
+          "  --tokens a,b     decode token counts at %s's hidden size, 1..%d\n"
+          "                   (default 1,2,4,...,4096; --quick 1,8,64,512,4096); 'none' skips the sweep\n"
+          "  --paths a,b      nccl-eager,nccl-graph,nccl-window,mdr-graph (default: all four)\n"
+          "  --out DIR        output folder; refused if it holds results, unless --force\n"
+          "                   (default: a fresh bench-out/tp-<UTC timestamp>/, bench-out/tp-latest points to it)\n"
+          "  --force          write into an --out folder that holds an earlier run's files\n"
+          "  --quick          reps %d and the short lists above (well under a minute on 2 x H200)\n"
+          "  --version        version, git revision and build type\n"
+          "  --help           this text\n"
+          "explicit options win over --quick whatever the order. Exit: 0 done, 1 a failure (validation,\n"
+          "CUDA, NCCL, mdr, watchdog), 2 a refused command line, 77 skipped (fewer than 2 GPUs, no NCCL).\n",
+          TP_DEFAULT_REPS, TP_QUICK_REPS, TP_SIZE_ROW_BYTES, TP_MAX_SIZE_BYTES >> 20, TP_PRESET, TP_MAX_TOKENS,
+          TP_QUICK_REPS);
+}
+
+static void tp_print_version(void) {
+  unsigned lib = mdr_version_number();
+  printf("mdr-bench-tp %d.%d.%d (built against mdr headers %d.%d.%d, libmdr %u.%u.%u at run time)\n",
+         MDR_VERSION_MAJOR, MDR_VERSION_MINOR, MDR_VERSION_PATCH, MDR_VERSION_MAJOR, MDR_VERSION_MINOR,
+         MDR_VERSION_PATCH, lib / 10000, lib / 100 % 100, lib % 100);
+  printf("git revision %s, build type %s, NCCL at build time: %s\n", bench_git_revision(), bench_build_type(),
+#ifdef TP_GPU
+         "yes"
+#else
+         "no"
+#endif
+  );
+}
+
+/* A positive integer; `suffixes`: K (1024) and M (1048576) allowed. */
+static size_t tp_parse_count(const char *opt, const char *s, bool suffixes) {
+  char *end = NULL;
+  if (s[0] < '0' || s[0] > '9') tp_refuse("%s: expected a positive integer, got '%s'", opt, s);
+  errno = 0;
+  unsigned long long v = strtoull(s, &end, 10);
+  unsigned long long mult = 1;
+  if (suffixes && end && (*end == 'K' || *end == 'k')) mult = 1024, end++;
+  else if (suffixes && end && (*end == 'M' || *end == 'm')) mult = 1024ull * 1024, end++;
+  if (errno || !end || *end || v == 0 || v > (unsigned long long)TP_MAX_SIZE_BYTES)
+    tp_refuse("%s: expected a positive integer%s, got '%s'", opt, suffixes ? " (K, M suffixes allowed)" : "", s);
+  return (size_t)(v * mult);
+}
+
+typedef void (*tp_item_fn)(tp_options *o, const char *item);
+
+/* Split a comma list and hand each item to fn; an empty item is refused. */
+static void tp_for_each_item(const char *opt, const char *list, tp_item_fn fn, tp_options *o) {
+  size_t len = strlen(list);
+  char *copy = xmalloc(len + 1);
+  memcpy(copy, list, len + 1);
+  size_t index = 1;
+  for (char *item = copy;; index++) {
+    char *comma = strchr(item, ',');
+    if (comma) *comma = '\0';
+    if (*item == '\0') tp_refuse("%s: item %zu of '%s' is empty (write a,b,c with no empty items)", opt, index, list);
+    fn(o, item);
+    if (!comma) break;
+    item = comma + 1;
+  }
+  free(copy);
+}
+
+static void tp_add_unique(const char *opt, size_t *list, size_t *n, size_t v) {
+  if (*n == TP_MAX_COUNTS) tp_refuse("%s: at most %d values", opt, TP_MAX_COUNTS);
+  for (size_t i = 0; i < *n; i++)
+    if (list[i] == v) tp_refuse("%s: %zu is given twice", opt, v);
+  list[(*n)++] = v;
+}
+
+static void tp_add_size(tp_options *o, const char *s) {
+  size_t v = tp_parse_count("--sizes", s, true);
+  if (v % TP_SIZE_ROW_BYTES != 0)
+    tp_refuse("--sizes: %s (%zu bytes) is not a multiple of %d bytes (rows of 1024 bf16)", s, v, TP_SIZE_ROW_BYTES);
+  if (v > TP_MAX_SIZE_BYTES) tp_refuse("--sizes: %s is over %zu MiB", s, TP_MAX_SIZE_BYTES >> 20);
+  tp_add_unique("--sizes", o->sizes, &o->n_sizes, v);
+}
+
+static void tp_add_tokens(tp_options *o, const char *s) {
+  size_t v = tp_parse_count("--tokens", s, false);
+  if (v > TP_MAX_TOKENS) tp_refuse("--tokens: %zu is over %d", v, TP_MAX_TOKENS);
+  tp_add_unique("--tokens", o->tokens, &o->n_tokens, v);
+}
+
+static void tp_add_path(tp_options *o, const char *s) {
+  for (int i = 0; i < TP_PATH_COUNT; i++)
+    if (strcmp(s, k_tp_path_names[i]) == 0) {
+      o->path_on[i] = true;
+      return;
+    }
+  tp_refuse("--paths: unknown path '%s'; valid: %s, %s, %s, %s", s, k_tp_path_names[0], k_tp_path_names[1],
+         k_tp_path_names[2], k_tp_path_names[3]);
+}
+
+typedef enum tp_opt_id {
+  TP_OPT_REPS, TP_OPT_SIZES, TP_OPT_TOKENS, TP_OPT_PATHS, TP_OPT_OUT, /* the options above take a value */
+  TP_OPT_FORCE, TP_OPT_QUICK, TP_OPT_VERSION, TP_OPT_HELP, TP_OPT_COUNT
+} tp_opt_id;
+static const char *const k_opt_names[TP_OPT_COUNT] = {"--reps",  "--sizes", "--tokens",  "--paths", "--out",
+                                                   "--force", "--quick", "--version", "--help"};
+static bool tp_takes_value(tp_opt_id id) { return id <= TP_OPT_OUT; }
+
+void tp_parse_options(int argc, char **argv, tp_options *o) {
+  memset(o, 0, sizeof *o);
+  o->argc = argc;
+  o->argv = argv;
+  for (int i = 1; i < argc; i++) {
+    const char *arg = argv[i];
+    char name[32];
+    const char *eq = strncmp(arg, "--", 2) == 0 ? strchr(arg, '=') : NULL;
+    size_t name_len = eq ? (size_t)(eq - arg) : strlen(arg);
+    if (name_len >= sizeof name) name_len = sizeof name - 1;
+    memcpy(name, arg, name_len);
+    name[name_len] = '\0';
+    if (strcmp(name, "-h") == 0) strcpy(name, "--help");
+    int id = 0;
+    while (id < TP_OPT_COUNT && strcmp(name, k_opt_names[id]) != 0) id++;
+    if (id == TP_OPT_COUNT) tp_refuse("unknown option '%s'", arg);
+    const char *value = NULL;
+    if (tp_takes_value((tp_opt_id)id)) {
+      if (eq) value = eq + 1;
+      else if (i + 1 < argc) value = argv[++i];
+      else tp_refuse("%s needs a value", name);
+    } else if (eq) {
+      tp_refuse("%s takes no value (got '%s')", name, arg);
+    }
+    switch ((tp_opt_id)id) {
+      case TP_OPT_REPS:
+        o->reps = tp_parse_count(name, value, false);
+        if (o->reps > TP_MAX_REPS) tp_refuse("--reps: at most %d", TP_MAX_REPS);
+        o->set_reps = true;
+        break;
+      case TP_OPT_SIZES:
+        if (o->set_sizes) tp_refuse("--sizes given twice");
+        o->set_sizes = true;
+        if (strcmp(value, "none") != 0) tp_for_each_item(name, value, tp_add_size, o);
+        break;
+      case TP_OPT_TOKENS:
+        if (o->set_tokens) tp_refuse("--tokens given twice");
+        o->set_tokens = true;
+        if (strcmp(value, "none") != 0) tp_for_each_item(name, value, tp_add_tokens, o);
+        break;
+      case TP_OPT_PATHS: tp_for_each_item(name, value, tp_add_path, o); break;
+      case TP_OPT_OUT:
+        if (!*value) tp_refuse("--out: empty folder name");
+        o->out_dir = value;
+        break;
+      case TP_OPT_FORCE: o->force = true; break;
+      case TP_OPT_QUICK: o->quick = true; break;
+      case TP_OPT_VERSION: tp_print_version(), exit(0);
+      case TP_OPT_HELP: tp_usage(stdout), exit(0);
+      case TP_OPT_COUNT: break;
+    }
+  }
+  /* Defaults; explicit options win over --quick, whatever the order. */
+  if (!o->set_reps) o->reps = o->quick ? TP_QUICK_REPS : TP_DEFAULT_REPS;
+  if (!o->set_sizes) {
+    const size_t *v = o->quick ? k_quick_sizes : k_sizes;
+    o->n_sizes = o->quick ? TP_COUNT_OF(k_quick_sizes) : TP_COUNT_OF(k_sizes);
+    memcpy(o->sizes, v, o->n_sizes * sizeof *v);
+  }
+  if (!o->set_tokens) {
+    const size_t *v = o->quick ? k_quick_tokens : k_tokens;
+    o->n_tokens = o->quick ? TP_COUNT_OF(k_quick_tokens) : TP_COUNT_OF(k_tokens);
+    memcpy(o->tokens, v, o->n_tokens * sizeof *v);
+  }
+  bool any_path = false;
+  for (int p = 0; p < TP_PATH_COUNT; p++) any_path |= o->path_on[p];
+  if (!any_path)
+    for (int p = 0; p < TP_PATH_COUNT; p++) o->path_on[p] = true;
+  if (o->n_sizes == 0 && o->n_tokens == 0) tp_refuse("--sizes none and --tokens none: nothing to measure");
+}
