@@ -1,9 +1,9 @@
 /* mdr_bench_tp.c — mdr-bench-tp: what one all-reduce costs a two-GPU
- * tensor-parallel decode step, four ways side by side in one run (NCCL
+ * tensor-parallel decode step, five ways side by side in one run (NCCL
  * eager, NCCL captured in a CUDA graph, NCCL on a symmetric window captured,
  * and mdr's all-reduce inside a graph cache body replayed by
- * mdr_graph_cache_step), over message sizes and over decode token counts at
- * the GLM preset's hidden size. bench/README.md (section mdr-bench-tp)
+ * mdr_graph_cache_step or by mdr_graph_cache_step_device), over message
+ * sizes and over decode token counts at the GLM preset's hidden size. bench/README.md (section mdr-bench-tp)
  * explains every option, column and file; mdr_bench_tp.h lists the files.
  *
  * This file: the failure helpers, the watchdog, the device check (exit 77
@@ -226,7 +226,7 @@ int main(int argc, char **argv) {
   fflush(stdout);
 
   /* One ncclComm_t per GPU, shared by every path (the same channels and
-   * tuning for all four); mdr adopts them, as an engine's would be. */
+   * tuning for all five); mdr adopts them, as an engine's would be. */
   const char *nvls = getenv("NCCL_NVLS_ENABLE");
   if (!nvls || strcmp(nvls, "0") != 0) tp_die("NCCL_NVLS_ENABLE is not 0 before ncclCommInitAll; refusing");
   tp_progress("ncclCommInitAll");

@@ -5,7 +5,7 @@
  *   mdr_bench_tp.c          the driver: device check, communicators, the rank
  *                           threads, the watchdog, main
  *   mdr_bench_tp_options.c  command line (exit 2 on every refusal)
- *   mdr_bench_tp_rank.c     one rank's thread: buffers, the four paths,
+ *   mdr_bench_tp_rank.c     one rank's thread: buffers, the five paths,
  *                           validation, GPU / CPU / capture timing
  *   mdr_bench_tp_report.c   legend, tables, floors, headline, results.json,
  *                           results.csv, capture.csv, the output folder
@@ -64,6 +64,7 @@ typedef enum tp_path {
   TP_NCCL_GRAPH,  /* the same captured in a CUDA graph, replayed */
   TP_NCCL_WINDOW, /* ncclMemAlloc + ncclCommWindowRegister(SYMMETRIC), captured */
   TP_MDR,         /* mdr_comm_all_reduce_rows in a graph cache body, mdr_graph_cache_step */
+  TP_MDR_DEV,     /* the same caches, mdr_graph_cache_step_device (ids already in token_ids: no host read) */
   TP_PATH_COUNT
 } tp_path;
 extern const char *const k_tp_path_names[TP_PATH_COUNT];

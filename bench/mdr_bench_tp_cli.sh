@@ -70,7 +70,8 @@ expect_exit size-not-rows 2 'not a multiple of 2048' --sizes 3000
 expect_exit size-too-big 2 'over 512 MiB' --sizes 1024M
 expect_exit tokens-too-big 2 'over 65536' --tokens 100000
 expect_exit tokens-twice 2 'given twice' --tokens 8,8
-expect_exit unknown-path 2 "unknown path 'fast'; valid: nccl-eager, nccl-graph, nccl-window, mdr-graph" --paths fast
+expect_exit unknown-path 2 "unknown path 'fast'; valid: nccl-eager, nccl-graph, nccl-window, mdr-graph, mdr-graph-dev" \
+  --paths fast
 expect_exit nothing 2 'nothing to measure' --sizes none --tokens none
 expect_exit empty-out 2 'empty folder name' --out=
 

@@ -13,7 +13,8 @@
 
 #define TP_COUNT_OF(a) (sizeof(a) / sizeof *(a))
 
-const char *const k_tp_path_names[TP_PATH_COUNT] = {"nccl-eager", "nccl-graph", "nccl-window", "mdr-graph"};
+const char *const k_tp_path_names[TP_PATH_COUNT] = {"nccl-eager", "nccl-graph", "nccl-window", "mdr-graph",
+                                                    "mdr-graph-dev"};
 const char *const k_tp_sweep_names[TP_SWEEP_COUNT] = {"sizes", "tokens"};
 
 /* Powers of 4 from 2 KiB to 8 MiB; quick: every other one. */
@@ -35,15 +36,16 @@ static void tp_refuse(const char *fmt, ...) {
 static void tp_usage(FILE *f) {
   fprintf(f,
           "usage: mdr-bench-tp [options]        (--opt value or --opt=value)\n"
-          "two GPUs, one thread each: bf16 sum all-reduce, in place, four ways side by side:\n"
-          "  nccl-eager, nccl-graph, nccl-window (symmetric window), mdr-graph (mdr's in-graph all-reduce)\n"
+          "two GPUs, one thread each: bf16 sum all-reduce, in place, five ways side by side:\n"
+          "  nccl-eager, nccl-graph, nccl-window (symmetric window), mdr-graph (mdr's in-graph all-reduce,\n"
+          "  mdr_graph_cache_step), mdr-graph-dev (the same, mdr_graph_cache_step_device)\n"
           "  --reps N         timed operations per figure (default %d; --quick %d)\n"
           "  --sizes a,b      message sizes in bytes, K / M suffixes allowed (KiB, MiB); multiples of %d,\n"
           "                   at most %zu MiB (default 2K,8K,32K,128K,512K,2M,8M; --quick 2K,32K,512K,8M);\n"
           "                   'none' skips the sizes sweep\n"
           "  --tokens a,b     decode token counts at %s's hidden size, 1..%d\n"
           "                   (default 1,2,4,...,4096; --quick 1,8,64,512,4096); 'none' skips the sweep\n"
-          "  --paths a,b      nccl-eager,nccl-graph,nccl-window,mdr-graph (default: all four)\n"
+          "  --paths a,b      nccl-eager,nccl-graph,nccl-window,mdr-graph,mdr-graph-dev (default: all five)\n"
           "  --out DIR        output folder; refused if it holds results, unless --force\n"
           "                   (default: a fresh bench-out/tp-<UTC timestamp>/, bench-out/tp-latest points to it)\n"
           "  --force          write into an --out folder that holds an earlier run's files\n"
@@ -130,8 +132,8 @@ static void tp_add_path(tp_options *o, const char *s) {
       o->path_on[i] = true;
       return;
     }
-  tp_refuse("--paths: unknown path '%s'; valid: %s, %s, %s, %s", s, k_tp_path_names[0], k_tp_path_names[1],
-         k_tp_path_names[2], k_tp_path_names[3]);
+  tp_refuse("--paths: unknown path '%s'; valid: %s, %s, %s, %s, %s", s, k_tp_path_names[0], k_tp_path_names[1],
+            k_tp_path_names[2], k_tp_path_names[3], k_tp_path_names[4]);
 }
 
 typedef enum tp_opt_id {

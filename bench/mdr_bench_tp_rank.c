@@ -13,9 +13,10 @@
  *
  * Per sweep (sizes, tokens): a cudaMalloc buffer (nccl-eager, nccl-graph),
  * an ncclMemAlloc buffer registered as a symmetric window (nccl-window), and
- * an mdr arena on the communicator (mdr-graph) whose slab is mdr's own
- * symmetric window, with two EXACT graph caches (bodies of 1 and TP_K
- * all-reduces). Per row count and path: build (capture the NCCL graphs, or
+ * an mdr arena on the communicator (mdr-graph, mdr-graph-dev) whose slab is
+ * mdr's own symmetric window, with two EXACT graph caches (bodies of 1 and
+ * TP_K all-reduces; host steps and device steps have graphs of their own
+ * in each). Per row count and path: build (capture the NCCL graphs, or
  * prepare the caches), validate the single op and the TP_K batch against
  * the sum of both ranks' patterns, warm up, then time. */
 #define _POSIX_C_SOURCE 200809L
@@ -148,22 +149,37 @@ static mdr_graph_cache *tp_make_cache(tp_rank *rk, mdr_arena *a, tp_body_ctx *bo
   return c;
 }
 
-#define TP_NCCL_ONLY_HINT "(mdr-graph failed: --paths nccl-eager,nccl-graph,nccl-window measures the NCCL paths alone)"
+#define TP_NCCL_ONLY_HINT \
+  "(an mdr path failed: --paths nccl-eager,nccl-graph,nccl-window measures the NCCL paths alone)"
 
-static void tp_mdr_step(tp_rank *rk, mdr_graph_cache *c) {
-  mdr_status st = mdr_graph_cache_step(c, rk->ids, rk->rows);
+static bool tp_is_mdr(tp_path p) { return p == TP_MDR || p == TP_MDR_DEV; }
+
+/* The ids of a device step: already in the arena's token_ids (nothing is
+ * read from host memory). Passed as token_ids' own address, not 0: the
+ * graph is the same, but prepare_device keys its graph by the address it
+ * is given while step_device turns 0 into token_ids' address, so a graph
+ * prepared with 0 would be captured again by the first step. */
+static mdr_dptr tp_device_ids(const tp_rank *rk) { return mdr_arena_token_ids(rk->arena); }
+
+/* One step of cache c: host ids (mdr-graph) or device ids (mdr-graph-dev). */
+static void tp_mdr_step(tp_rank *rk, mdr_graph_cache *c, bool device) {
+  mdr_status st = device ? mdr_graph_cache_step_device(c, tp_device_ids(rk), rk->rows)
+                         : mdr_graph_cache_step(c, rk->ids, rk->rows);
   if (st != MDR_OK)
-    tp_die("rank %d: mdr_graph_cache_step at %zu rows: %s%s: %s %s", rk->rank, rk->rows, mdr_status_string(st),
+    tp_die("rank %d: %s at %zu rows: %s%s: %s %s", rk->rank,
+           device ? "mdr_graph_cache_step_device" : "mdr_graph_cache_step", rk->rows, mdr_status_string(st),
            st == MDR_ERR_CAPTURE ? " (the capture failed, the step ran eagerly)" : "", mdr_backend_last_error(rk->b),
            TP_NCCL_ONLY_HINT);
 }
 
 /* Capture the graph of the case's rows in cache c (a body of k all-reduces). */
-static void tp_mdr_prepare(tp_rank *rk, mdr_graph_cache *c, int k) {
-  mdr_status st = mdr_graph_cache_prepare(c, &rk->rows, 1);
+static void tp_mdr_prepare(tp_rank *rk, mdr_graph_cache *c, int k, bool device) {
+  mdr_status st = device ? mdr_graph_cache_prepare_device(c, tp_device_ids(rk), &rk->rows, 1)
+                         : mdr_graph_cache_prepare(c, &rk->rows, 1);
   if (st != MDR_OK)
-    tp_die("rank %d: mdr_graph_cache_prepare of %zu rows, a body of %d all-reduce%s: %s: %s %s", rk->rank, rk->rows, k,
-           k == 1 ? "" : "s", mdr_status_string(st), mdr_backend_last_error(rk->b), TP_NCCL_ONLY_HINT);
+    tp_die("rank %d: %s of %zu rows, a body of %d all-reduce%s: %s: %s %s", rk->rank,
+           device ? "mdr_graph_cache_prepare_device" : "mdr_graph_cache_prepare", rk->rows, k, k == 1 ? "" : "s",
+           mdr_status_string(st), mdr_backend_last_error(rk->b), TP_NCCL_ONLY_HINT);
 }
 
 static void tp_nccl_all_reduce(tp_rank *rk, void *buf) {
@@ -178,7 +194,7 @@ static void tp_op(tp_rank *rk, tp_path p, bool batch) {
       break;
     case TP_NCCL_GRAPH:
     case TP_NCCL_WINDOW: TP_CUDA(cudaGraphLaunch(batch ? rk->exec_k : rk->exec1, rk->stream)); break;
-    default: tp_mdr_step(rk, batch ? rk->cache_k : rk->cache1); break;
+    default: tp_mdr_step(rk, batch ? rk->cache_k : rk->cache1, p == TP_MDR_DEV); break;
   }
 }
 
@@ -221,18 +237,18 @@ static void tp_build(tp_rank *rk, tp_path p) {
     tp_barrier(rk);
     rk->exec_k = tp_capture_nccl(rk, tp_buffer_of(rk, p), TP_K, NULL);
     tp_rank_sync(rk, "uploading the NCCL graphs");
-  } else if (p == TP_MDR) {
+  } else if (tp_is_mdr(p)) {
     mdr_graph_stats s0, s1;
     TP_MDR(rk->b, mdr_graph_cache_stats(rk->cache1, &s0));
     tp_barrier(rk);
-    tp_mdr_prepare(rk, rk->cache1, 1);
+    tp_mdr_prepare(rk, rk->cache1, 1, p == TP_MDR_DEV);
     TP_MDR(rk->b, mdr_graph_cache_stats(rk->cache1, &s1));
     if (s1.graphs != s0.graphs + 1)
       tp_die("rank %d: prepare of %zu rows left %zu graphs (expected %zu)", rk->rank, rk->rows, s1.graphs,
              s0.graphs + 1);
     sh->build_us[rk->rank] = s1.capture_us - s0.capture_us;
     tp_barrier(rk);
-    tp_mdr_prepare(rk, rk->cache_k, TP_K);
+    tp_mdr_prepare(rk, rk->cache_k, TP_K, p == TP_MDR_DEV);
     tp_rank_sync(rk, "preparing the mdr graphs");
   }
   tp_barrier(rk);
@@ -273,11 +289,11 @@ static void tp_validate(tp_rank *rk, tp_path p, bool batch) {
              rk->rank, k_tp_path_names[p], k_tp_sweep_names[rk->w->kind], rk->rows, rk->count_el * 2,
              batch ? "K-batch" : "single", i, i / row_el, (double)got, (double)want,
              i < reduced ? "sum of both ranks' patterns" : "guard row: must be untouched",
-             p == TP_MDR ? " " TP_NCCL_ONLY_HINT : "");
+             tp_is_mdr(p) ? " " TP_NCCL_ONLY_HINT : "");
   }
-  if (p == TP_MDR && rk->body1.calls + rk->body_k.calls != bodies)
-    tp_die("rank %d: mdr-graph validation: the body ran during a step (%zu calls): the step was not a replay",
-           rk->rank, rk->body1.calls + rk->body_k.calls - bodies);
+  if (tp_is_mdr(p) && rk->body1.calls + rk->body_k.calls != bodies)
+    tp_die("rank %d: %s validation: the body ran during a step (%zu calls): the step was not a replay", rk->rank,
+           k_tp_path_names[p], rk->body1.calls + rk->body_k.calls - bodies);
   TP_CUDA(cudaMemsetAsync(buf, 0, n_el * 2, rk->stream));
   tp_rank_sync(rk, "validation: clearing");
   tp_barrier(rk);
@@ -379,7 +395,7 @@ static void tp_run_case(tp_rank *rk, tp_path p, size_t index, size_t total) {
   tp_validate(rk, p, false);
   tp_validate(rk, p, true);
   mdr_graph_stats s0[2], s1[2];
-  if (p == TP_MDR) {
+  if (tp_is_mdr(p)) {
     TP_MDR(rk->b, mdr_graph_cache_stats(rk->cache1, &s0[0]));
     TP_MDR(rk->b, mdr_graph_cache_stats(rk->cache_k, &s0[1]));
   }
@@ -390,7 +406,7 @@ static void tp_run_case(tp_rank *rk, tp_path p, size_t index, size_t total) {
   tp_time_gpu(rk, p, true);
   tp_time_cpu(rk, p);
   uint64_t eager = 0;
-  if (p == TP_MDR) {
+  if (tp_is_mdr(p)) {
     TP_MDR(rk->b, mdr_graph_cache_stats(rk->cache1, &s1[0]));
     TP_MDR(rk->b, mdr_graph_cache_stats(rk->cache_k, &s1[1]));
     eager = (s1[0].eager_steps - s0[0].eager_steps) + (s1[1].eager_steps - s0[1].eager_steps);
@@ -521,7 +537,7 @@ static void tp_sweep_setup(tp_rank *rk, tp_sweep *w, mdr_sizes *sizes) {
   }
   w->nccl_window[rk->rank] = rk->win != NULL;
   TP_CUDA(cudaMemsetAsync(rk->winbuf, 0, rk->bytes, rk->stream));
-  /* mdr-graph: an arena on the communicator (collective), its slab one symmetric window */
+  /* mdr-graph, mdr-graph-dev: an arena on the communicator (collective), its slab one symmetric window */
   memset(sizes, 0, sizeof *sizes);
   sizes->max_batch_tokens = w->m;
   sizes->logits_rows = 1; /* no logits buffer */
@@ -612,7 +628,7 @@ static void tp_run_sweep(tp_rank *rk, tp_sweep *w, size_t *index, size_t total) 
     }
     tp_barrier(rk);
   }
-  if (rk->o->path_on[TP_MDR]) {
+  if (rk->o->path_on[TP_MDR] || rk->o->path_on[TP_MDR_DEV]) {
     tp_capture_costs(rk, &sizes);
     if (rk->rank == 0) tp_print_captures(sh->res, w->kind);
   }

@@ -76,19 +76,22 @@ static void tp_fmt_bytes(char *out, size_t n, size_t bytes) {
 void tp_print_legend(void) {
   printf("\ncolumns (one row per sweep, row count and path; us = microseconds):\n"
          "  rows        rows reduced (the token count); bytes = rows x row bytes, bf16, summed in place\n"
-         "  path        nccl-eager  ncclAllReduce per op, cudaMalloc buffer\n"
-         "              nccl-graph  the same captured in a CUDA graph, cudaGraphLaunch per op\n"
-         "              nccl-window ncclMemAlloc buffer registered once with ncclCommWindowRegister\n"
-         "                          (NCCL_WIN_COLL_SYMMETRIC), captured in a CUDA graph\n"
-         "              mdr-graph   mdr_comm_all_reduce_rows in a graph cache body (EXACT, fused), the arena on\n"
-         "                          the communicator (its slab one symmetric window); mdr_graph_cache_step per op:\n"
-         "                          the graph is the id-upload node + the all-reduce\n"
+         "  path        nccl-eager     ncclAllReduce per op, cudaMalloc buffer\n"
+         "              nccl-graph     the same captured in a CUDA graph, cudaGraphLaunch per op\n"
+         "              nccl-window    ncclMemAlloc buffer registered once with ncclCommWindowRegister\n"
+         "                             (NCCL_WIN_COLL_SYMMETRIC), captured in a CUDA graph\n"
+         "              mdr-graph      mdr_comm_all_reduce_rows in a graph cache body (EXACT, fused), the arena\n"
+         "                             on the communicator (its slab one symmetric window); mdr_graph_cache_step\n"
+         "                             per op: the graph is the id-upload node (it reads the staged ids from\n"
+         "                             pinned host memory) + the all-reduce\n"
+         "              mdr-graph-dev  the same caches, mdr_graph_cache_step_device, the ids already in\n"
+         "                             token_ids: the graph reads nothing from host memory\n"
          "  GPU us      one op between two events; both ranks' streams held by a blocker kernel until both have\n"
          "              enqueued, then released together; per rep the slower rank; median [p10-p90], p99, max\n"
          "  K-batch     GPU us per all-reduce of %d back to back (one graph of %d, %d eager calls, one mdr step\n"
          "              whose body holds %d), same method, / %d; median\n"
          "  CPU r0/r1   host us of the submitting call on each rank's thread (ncclAllReduce, cudaGraphLaunch,\n"
-         "              mdr_graph_cache_step), median; both ranks at once\n"
+         "              mdr_graph_cache_step[_device]), median; both ranks at once\n"
          "  GB/s        bytes / GPU us (algorithm bandwidth; the bus bandwidth of 2 ranks is the same)\n"
          "  xfloor      GPU us / floor; floor = the better GPU us of nccl-graph and nccl-window at that size, this run\n"
          "  xfloorK     the same for the K-batch figure\n"
@@ -97,7 +100,7 @@ void tp_print_legend(void) {
 }
 
 void tp_print_table_header(void) {
-  printf("%-6s %6s %9s %-11s | %22s %8s %8s | %8s | %7s %7s | %7s %6s %7s\n", "sweep", "rows", "bytes", "path",
+  printf("%-6s %6s %9s %-13s | %22s %8s %8s | %8s | %7s %7s | %7s %6s %7s\n", "sweep", "rows", "bytes", "path",
          "GPU us med [p10-p90]", "p99", "max", "K-batch", "CPU r0", "CPU r1", "GB/s", "xfloor", "xfloorK");
 }
 
@@ -134,7 +137,7 @@ void tp_print_case(const tp_case *c) {
   fmt_num(gbps, sizeof gbps, "%.1f", c->gbps);
   fmt_num(xf, sizeof xf, "%.2f", c->x_floor);
   fmt_num(xk, sizeof xk, "%.2f", c->x_floor_batch);
-  printf("%-6s %6zu %9s %-11s | %22s %8s %8s | %8s | %7s %7s | %7s %6s %7s%s\n", k_tp_sweep_names[c->sweep], c->rows,
+  printf("%-6s %6zu %9s %-13s | %22s %8s %8s | %8s | %7s %7s | %7s %6s %7s%s\n", k_tp_sweep_names[c->sweep], c->rows,
          bytes, k_tp_path_names[c->path], gpu, p99, mx, bt, c0, c1, gbps, xf, xk,
          c->eager_steps ? "  ** steps ran eagerly **" : "");
 }
@@ -225,9 +228,9 @@ static double tp_cpu1(const tp_case *c) { return c->cpu[1].med; }
 
 static void tp_print_cpu_line(const tp_options *o, const tp_results *r) {
   static const char *const call[TP_PATH_COUNT] = {"ncclAllReduce", "cudaGraphLaunch", "cudaGraphLaunch (window)",
-                                                  "mdr_graph_cache_step"};
+                                                  "mdr_graph_cache_step", "mdr_graph_cache_step_device"};
   printf("CPU us per call (median over the counts of each rank's median, r0 / r1):");
-  const tp_path order[TP_PATH_COUNT] = {TP_MDR, TP_NCCL_GRAPH, TP_NCCL_WINDOW, TP_NCCL_EAGER};
+  const tp_path order[TP_PATH_COUNT] = {TP_MDR, TP_MDR_DEV, TP_NCCL_GRAPH, TP_NCCL_WINDOW, TP_NCCL_EAGER};
   bool first = true;
   for (int k = 0; k < TP_PATH_COUNT; k++) {
     tp_path p = order[k];
@@ -257,7 +260,7 @@ void tp_print_headline(const tp_options *o, const tp_run_info *info, const tp_sw
   printf("\n== headline: GPU us per all-reduce (one op between events, median; per rep the slower rank); floor = "
          "the better of nccl-graph and nccl-window, this run; in brackets path / floor\n");
   printf("%-6s %9s  %-24s", "sweep", "bytes", "floor");
-  const tp_path cols[] = {TP_MDR, TP_NCCL_EAGER};
+  const tp_path cols[] = {TP_MDR, TP_MDR_DEV, TP_NCCL_EAGER};
   for (size_t k = 0; k < sizeof cols / sizeof *cols; k++)
     if (o->path_on[cols[k]]) printf("  %-18s", k_tp_path_names[cols[k]]);
   printf("\n");
@@ -295,9 +298,10 @@ void tp_print_headline(const tp_options *o, const tp_run_info *info, const tp_sw
          info->nccl_version / 100 % 100, info->nccl_version % 100, info->wall_s, mdr_window_name(w0->mdr_window[0]),
          mdr_window_name(w0->mdr_window[1]), w0->nccl_window[0] && w0->nccl_window[1] ? "symmetric" : "none");
   tp_print_cpu_line(o, r);
-  if (o->path_on[TP_MDR]) tp_print_capture_line(r);
-  for (int k = 0; k < 2; k++) {
-    const tp_path p = k == 0 ? TP_NCCL_EAGER : TP_MDR;
+  if (o->path_on[TP_MDR] || o->path_on[TP_MDR_DEV]) tp_print_capture_line(r);
+  const tp_path last[] = {TP_NCCL_EAGER, TP_MDR_DEV, TP_MDR}; /* mdr-graph's line is the run's last */
+  for (size_t k = 0; k < sizeof last / sizeof *last; k++) {
+    const tp_path p = last[k];
     if (!o->path_on[p]) continue;
     tp_ratio_stats single = tp_ratios(r, p, false), batch = tp_ratios(r, p, true);
     if (!single.n) {
