@@ -532,9 +532,14 @@ mdr_status mdr_graph_cache_prepare(mdr_graph_cache *c, const size_t *tokens, siz
   return prepare(c, tokens, n, (step_ids){IDS_HOST, 0});
 }
 
+/* Device ids given as 0 are the arena's token_ids: one address for both. */
+static step_ids device_ids_of(const mdr_graph_cache *c, mdr_dptr token_ids) {
+  return (step_ids){IDS_DEVICE, token_ids ? token_ids : mdr_arena_token_ids(c->arena)};
+}
+
 mdr_status mdr_graph_cache_prepare_device(mdr_graph_cache *c, mdr_dptr token_ids, const size_t *tokens, size_t n) {
   if (!c) return MDR_ERR_INVALID_ARGUMENT;
-  return prepare(c, tokens, n, (step_ids){IDS_DEVICE, token_ids});
+  return prepare(c, tokens, n, device_ids_of(c, token_ids));
 }
 
 /* Re-target the DYNAMIC exec's fused node to t when it holds another count
@@ -624,8 +629,7 @@ mdr_status mdr_graph_cache_step(mdr_graph_cache *c, const uint32_t *token_ids, s
 
 mdr_status mdr_graph_cache_step_device(mdr_graph_cache *c, mdr_dptr token_ids, size_t tokens) {
   if (!c) return MDR_ERR_INVALID_ARGUMENT;
-  const mdr_dptr in_place = mdr_arena_token_ids(c->arena);
-  return step(c, NULL, tokens, (step_ids){IDS_DEVICE, token_ids ? token_ids : in_place});
+  return step(c, NULL, tokens, device_ids_of(c, token_ids));
 }
 
 mdr_status mdr_graph_cache_stats(const mdr_graph_cache *c, mdr_graph_stats *out) {

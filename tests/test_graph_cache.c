@@ -1200,6 +1200,15 @@ Test(graph_cache, exact_device_steps_read_no_slot_and_follow_a_moved_buffer) {
   cr_assert_eq(st.captures, 2, "prepared with a, captured again for b");
   cr_assert_eq(st.hits, 3);
   cr_assert_eq(mdr_graph_cache_step_device(c, a, 0), MDR_ERR_OUT_OF_RANGE);
+  /* 0 names the arena's token_ids, for prepare and step alike: a hit */
+  const size_t seven = 7;
+  cr_assert_eq(mdr_graph_cache_prepare_device(c, 0, &seven, 1), MDR_OK);
+  cr_assert_eq(mdr_graph_cache_stats(c, &st), MDR_OK);
+  const uint64_t captures = st.captures;
+  cr_assert_eq(mdr_graph_cache_step_device(c, mdr_arena_token_ids(f.a), 7), MDR_OK);
+  cr_assert_eq(mdr_graph_cache_step_device(c, 0, 7), MDR_OK);
+  cr_assert_eq(mdr_graph_cache_stats(c, &st), MDR_OK);
+  cr_assert_eq(st.captures, captures, "prepared with 0, stepped with token_ids and 0: no new capture");
   cr_assert_eq(mdr_graph_cache_step_device(NULL, a, 1), MDR_ERR_INVALID_ARGUMENT);
   mdr_backend_free(f.b, a);
   mdr_backend_free(f.b, b);
