@@ -564,6 +564,21 @@ static cudaError_t zf_launch_table(const mdr_zero_seg *rules, size_t n, uint64_t
   return e != cudaSuccess ? e : last;
 }
 
+extern "C" int mdr_cuda_zero_preload(void) {
+  const void *kernels[] = {
+      (const void *)zero_static_kernel<ZF_SMALL_SEGS, true>, (const void *)zero_static_kernel<ZF_SMALL_SEGS, false>,
+      (const void *)zero_static_kernel<MDR_ZERO_MAX_SEGS, true>,
+      (const void *)zero_static_kernel<MDR_ZERO_MAX_SEGS, false>, (const void *)zero_table_kernel,
+      (const void *)zero_dynamic_kernel,
+  };
+  for (const void *k : kernels) {
+    cudaFuncAttributes at;
+    const cudaError_t e = cudaFuncGetAttributes(&at, k);
+    if (e != cudaSuccess) return (int)e;
+  }
+  return 0;
+}
+
 extern "C" int mdr_cuda_zero_and_stage(const mdr_zero_seg *segs, size_t n, uint64_t tokens,
                                        const mdr_stage_desc *stage, void *stream, int sm_count) {
   if (n == 0 && !stage) return 0;

@@ -33,6 +33,12 @@ extern "C" {
 int mdr_cuda_zero_and_stage(const mdr_zero_seg *segs, size_t n, uint64_t tokens,
                             const mdr_stage_desc *stage, void *stream, int sm_count);
 
+/* Load every kernel of this file on the current device now (CUDA loads
+ * modules lazily, at a kernel's first launch, and loading can wait for the
+ * whole device: better at backend creation than in an engine's first
+ * step). 0 or a cudaError_t. */
+int mdr_cuda_zero_preload(void);
+
 /* A kernel launch as a graph kernel node takes it: the function, the grid
  * and block, and the kernel's one by-value argument. */
 #define MDR_CUDA_LAUNCH_PARAM_BYTES 128

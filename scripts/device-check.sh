@@ -5,7 +5,8 @@
 # benchmark, and print a short table last. Everything is logged under OUT.
 #
 # Usage: bash scripts/device-check.sh OUT [phase...]
-#   phases: build tests sanitize variants sweep probe ncu decode soak bench peer compare tp
+#   phases: build tests sanitize variants sweep probe ncu decode soak bench peer compare tp overhead
+#   overhead: the host's cost of a step, piece by piece (dev/step_overhead_probe)
 #   tp: the several-GPU phase (two GPUs or more): the comm and backend_cuda
 #     suites (and their memcheck), the TP=2 decode loop, mdr-bench-tp
 #   (default: build tests sanitize variants decode bench peer)
@@ -132,6 +133,9 @@ if has tp; then
     run decode-tp $build/examples/mdr_decode_tp ${TP_DECODE_ARGS:---steps 240} --json "$out/decode_tp.json"
     run bench-tp $build/bench/mdr-bench-tp ${TP_BENCH_ARGS:---quick} --out "$out/bench-tp" --force
   fi
+fi
+if has overhead; then
+  run overhead $build/dev/step_overhead_probe
 fi
 if has compare; then
   prev=${PREV:-.device-prev}

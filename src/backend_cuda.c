@@ -387,9 +387,13 @@ mdr_status mdr_backend_cuda_create(int device, mdr_backend **out) {
     free(cb);
     return MDR_ERR_NO_DEVICE;
   }
+  /* the kernels are loaded here, not at an engine's first step (module
+   * loading can wait for the whole device) */
   if (cudaDeviceGetAttribute(&cb->sm_count, cudaDevAttrMultiProcessorCount, device) != cudaSuccess ||
-      cb->sm_count <= 0 || cudaStreamCreateWithFlags(&cb->blocking, cudaStreamNonBlocking) != cudaSuccess) {
+      cb->sm_count <= 0 || cudaStreamCreateWithFlags(&cb->blocking, cudaStreamNonBlocking) != cudaSuccess ||
+      mdr_cuda_zero_preload() != 0) {
     (void)cudaGetLastError();
+    if (cb->blocking) (void)cudaStreamDestroy(cb->blocking);
     device_leave(&scope_);
     free(cb);
     return MDR_ERR_NO_DEVICE;

@@ -3,9 +3,10 @@
  * Ranges in the "mdr" domain, so an engine's Nsight Systems trace shows
  * them beside its own: "mdr step <mode>", "mdr capture <mode>",
  * "mdr prepare <mode>" and "mdr zero <helper>", each carrying the token
- * count as its payload (int64). The names are registered once; a range
- * costs a few loads and a branch when no tool is attached (NVTX3's own
- * guarantee: its entry points are no-ops until a tool injects itself).
+ * count as its payload (int64). The names are registered once. Without a
+ * tool (NVTX_INJECTION64_PATH unset when mdr first traces, as Nsight
+ * Systems sets it in the programs it launches) a range is one load and a
+ * branch; NVTX itself is not called.
  * CMake option MDR_ENABLE_NVTX=OFF compiles them out entirely. */
 #ifndef MDR_TRACE_H
 #define MDR_TRACE_H

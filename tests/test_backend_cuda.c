@@ -43,13 +43,28 @@ static int device_of(mdr_dptr p) {
  * would still be waiting when the calls under test return. */
 #define BUSY_NS 3000000000ull
 
+/* After each call under test: the application's stream must still be
+ * busy; the first call after which it is not is the one that waited for
+ * the whole device, and is named. */
+#define STILL_BUSY(app, what)                                                                         \
+  do {                                                                                                \
+    const cudaError_t q_ = cudaStreamQuery(app);                                                      \
+    (void)cudaGetLastError();                                                                         \
+    cr_assert_eq(q_, cudaErrorNotReady, "the application's stream finished during %s: it waited for " \
+                 "the whole device", what);                                                           \
+  } while (0)
+
 /* An application stream busy with a long kernel: arena and cache creation
- * (fills and an upload) and the blocking calls return while it still runs. */
+ * (fills and an upload), the blocking calls, and a step (its capture too)
+ * return while it still runs. The backend is made first: it loads mdr's
+ * kernels at creation, as any program's would be before its decode loop. */
 Test(backend_cuda, creation_and_blocking_calls_do_not_wait_for_a_busy_unrelated_stream) {
   if (device_count() < 1) cr_skip_test("no CUDA device");
   cr_assert_eq(cudaSetDevice(0), cudaSuccess);
   cudaStream_t app = NULL;
   cr_assert_eq(cudaStreamCreateWithFlags(&app, cudaStreamNonBlocking), cudaSuccess);
+  cr_assert_eq(tb_cuda_sleep(app, 1000), 0); /* the application's own kernel, loaded */
+  cr_assert_eq(cudaStreamSynchronize(app), cudaSuccess);
   mdr_backend *b = tb_backend(TB_CUDA);
   mdr_stream s = tb_stream(b);
   cr_assert_eq(tb_cuda_sleep(app, BUSY_NS), 0);
@@ -57,23 +72,26 @@ Test(backend_cuda, creation_and_blocking_calls_do_not_wait_for_a_busy_unrelated_
   mdr_sizes sizes = tb_small_sizes();
   mdr_arena *a = NULL;
   cr_assert_eq(mdr_arena_create(b, &sizes, &a), MDR_OK, "%s", mdr_backend_last_error(b));
+  STILL_BUSY(app, "mdr_arena_create");
   mdr_graph_cache_options o;
   mdr_graph_cache_options_default(&o);
   o.mode = MDR_GRAPH_DYNAMIC; /* uploads its plan table at create */
   o.zero = MDR_ZERO_FUSED;
   mdr_graph_cache *c = NULL;
   cr_assert_eq(mdr_graph_cache_create(a, s, &o, &c), MDR_OK, "%s", mdr_backend_last_error(b));
+  STILL_BUSY(app, "mdr_graph_cache_create");
   unsigned char buf[64] = {1};
   cr_assert_eq(mdr_backend_fill(b, mdr_arena_hidden_states(a), 0, 64), MDR_OK);
+  STILL_BUSY(app, "mdr_backend_fill");
   cr_assert_eq(mdr_backend_copy_h2d(b, mdr_arena_hidden_states(a), buf, 64), MDR_OK);
+  STILL_BUSY(app, "mdr_backend_copy_h2d");
   cr_assert_eq(mdr_backend_copy_d2h(b, buf, mdr_arena_hidden_states(a), 64), MDR_OK);
+  STILL_BUSY(app, "mdr_backend_copy_d2h");
   const uint32_t ids[3] = {5, 6, 7};
   cr_assert_eq(mdr_graph_cache_step(c, ids, 3), MDR_OK, "%s", mdr_backend_last_error(b));
+  STILL_BUSY(app, "mdr_graph_cache_step (with its capture)");
   cr_assert_eq(mdr_backend_synchronize(b, s), MDR_OK);
-
-  cr_assert_eq(cudaStreamQuery(app), cudaErrorNotReady,
-               "the application's stream finished first: something waited for the whole device");
-  (void)cudaGetLastError();
+  STILL_BUSY(app, "mdr_backend_synchronize of the cache's stream");
   uint32_t got[3];
   cr_assert_eq(mdr_backend_copy_d2h(b, got, mdr_arena_token_ids(a), sizeof got), MDR_OK);
   cr_assert_eq(memcmp(got, ids, sizeof got), 0, "the step ran while the other stream was busy");
