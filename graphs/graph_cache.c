@@ -360,8 +360,15 @@ static int device_needs_header(const mdr_graph_cache *c) {
 /* The stage descriptor of a step of this kind: host ids come from the slot
  * (FETCH); device ids from ids.src, the count from the slot only when the
  * launch cannot carry it. */
+/* Whether a step of this kind uses a staging slot (and so advances the
+ * ring): host steps, and device steps that read their count from a slot.
+ * The others touch no host memory at all: no slot read, no ack written. */
+static int uses_slot(const mdr_graph_cache *c, step_ids ids) {
+  return ids.kind == IDS_HOST || device_needs_header(c);
+}
+
 static mdr_stage_desc stage_of(const mdr_graph_cache *c, step_ids ids, uint32_t extra) {
-  uint32_t flags = MDR_STAGE_ADVANCE | extra;
+  uint32_t flags = extra | (uses_slot(c, ids) ? MDR_STAGE_ADVANCE : 0u);
   if (ids.kind == IDS_HOST) {
     flags |= MDR_STAGE_FETCH;
   } else {
@@ -558,7 +565,8 @@ static mdr_status step_locked(mdr_graph_cache *c, const uint32_t *host_ids, size
   /* DYNAMIC copies the real count's ids (NODE_UPDATE's launch is at t too) */
   const size_t copy = c->o.mode == MDR_GRAPH_DYNAMIC ? tokens : g;
   mdr_status st;
-  if (ids.kind == IDS_HOST || device_needs_header(c)) { /* the step writes a slot */
+  const int slot = uses_slot(c, ids);
+  if (slot) { /* the step writes a slot */
     st = mdr_staging_wait(&c->staging, c->stream);
     if (st != MDR_OK) return st;
     mdr_staging_write(&c->staging, ids.kind == IDS_HOST ? host_ids : NULL, tokens, copy, c->o.pad_token_id);
@@ -594,12 +602,12 @@ static mdr_status step_locked(mdr_graph_cache *c, const uint32_t *host_ids, size
     st = mdr_be_graph_launch(c->b, e->exec, c->stream);
     if (st != MDR_OK) return st;
     e->last_used = ++c->tick;
-    mdr_staging_enqueued(&c->staging);
+    if (slot) mdr_staging_enqueued(&c->staging);
     c->stats.hits += hit;
   } else {
     int staged = 0;
     st = enqueue_step(c, c->o.mode == MDR_GRAPH_DYNAMIC ? tokens : g, ids, 0, &staged);
-    if (staged) mdr_staging_enqueued(&c->staging);
+    if (staged && slot) mdr_staging_enqueued(&c->staging);
     if (st != MDR_OK) return st;
     c->stats.eager_steps++;
   }

@@ -226,9 +226,9 @@ MDR_API mdr_status mdr_graph_cache_step(mdr_graph_cache *c, const uint32_t *toke
  * are in the arena's token_ids already (the previous step's body wrote
  * them). The graph copies them on the device: no host round trip, no
  * staging slot. EXACT and DYNAMIC by node update learn the count from the
- * launch itself, so such a step reads nothing from host memory; LADDER and
- * DYNAMIC by device count read the count (not the ids) from the staging
- * slot. Ids past `tokens`, up to the graph's count, are pad_token_id as for
+ * launch itself, so such a step touches no host memory at all (no slot
+ * read, no acknowledgement written); LADDER and DYNAMIC by device count
+ * read the count (not the ids) from a staging slot. Ids past `tokens`, up to the graph's count, are pad_token_id as for
  * host steps. The address is captured into the graph: a step with another
  * address captures that count again. Device steps have graphs of their
  * own (they may be mixed with host steps on one cache in any order; each
