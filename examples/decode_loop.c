@@ -115,11 +115,11 @@ static int eager_step(model *m, loop *L, size_t tokens, bool fed, bool zero, tim
   if (!fed) memcpy(L->ids_pinned, L->ids, id_bytes); /* the previous step has finished */
   double h0 = now_us();
   CUDA_OK(cudaEventRecord(L->ev0, m->stream));
-  if (zero) MDR_OK_(m, mdr_arena_zero_all_rows(m->arena, m->stream, tokens));
+  if (zero) MDR_CHECK_(m->backend, mdr_arena_zero_all_rows(m->arena, m->stream, tokens));
   CUDA_OK(cudaMemcpyAsync(arena_ptr(m, MDR_BUF_TOKEN_IDS), fed ? (const void *)L->fed_eager : L->ids_pinned,
                           id_bytes, fed ? cudaMemcpyDeviceToDevice : cudaMemcpyHostToDevice, m->stream));
-  MDR_OK_(m, decode_body(m, m->stream, tokens));
-  if (fed) MDR_OK_(m, decode_sample(m, m->stream, tokens, L->fed_eager));
+  MDR_CHECK_(m->backend, decode_body(m, m->stream, tokens));
+  if (fed) MDR_CHECK_(m->backend, decode_sample(m, m->stream, tokens, L->fed_eager));
   return finish_timing(m, L, h0, t);
 fail:
   return -1;
@@ -138,7 +138,7 @@ static int graph_step(model *m, loop *L, mdr_graph_cache *cache, size_t tokens, 
     fprintf(stderr, "decode_loop: warning: capture for %zu tokens failed, ran eagerly (%s)\n",
             tokens, mdr_backend_last_error(m->backend));
   } else {
-    MDR_OK_(m, st);
+    MDR_CHECK_(m->backend, st);
   }
   return finish_timing(m, L, h0, t);
 fail:
@@ -209,14 +209,14 @@ static size_t count_diffs(const uint16_t *a, const uint16_t *b, size_t n, size_t
 
 static size_t pick_tokens(uint64_t *rng, size_t max_tokens) {
   /* A bucket first, then a count inside it: short runs still cover all four. */
-  int b = (int)(splitmix64(rng) % BUCKET_COUNT);
+  int b = (int)(ex_splitmix64(rng) % BUCKET_COUNT);
   size_t lo = bucket_lo[b], hi = bucket_hi(b) < max_tokens ? bucket_hi(b) : max_tokens;
   if (lo > hi) lo = hi;
-  return lo + (size_t)(splitmix64(rng) % (hi - lo + 1));
+  return lo + (size_t)(ex_splitmix64(rng) % (hi - lo + 1));
 }
 
 static void fill_ids(uint64_t *rng, uint32_t *ids, size_t tokens, size_t vocab) {
-  for (size_t i = 0; i < tokens; ++i) ids[i] = (uint32_t)(splitmix64(rng) % vocab);
+  for (size_t i = 0; i < tokens; ++i) ids[i] = (uint32_t)(ex_splitmix64(rng) % vocab);
 }
 
 /* Warm-up: one eager step per GEMM shape loads every kernel before the
@@ -228,7 +228,7 @@ static int warm_up(model *m, loop *L) {
     fill_ids(&L->rng, L->ids, t, m->vocab);
     if (eager_step(m, L, t, false, true, &tm) != 0) return -1;
     if (L->device_fed) {
-      MDR_OK_(m, decode_sample(m, m->stream, t, L->fed_eager)); /* seed_chains rewrites it */
+      MDR_CHECK_(m->backend, decode_sample(m, m->stream, t, L->fed_eager)); /* seed_chains rewrites it */
       CUDA_OK(cudaStreamSynchronize(m->stream));
     }
   }
@@ -348,15 +348,15 @@ static int prepare_graphs(model *m, loop *L, mdr_graph_cache *cache, size_t n, p
   if (!counts) return -1;
   for (size_t i = 0; i < n; ++i) counts[i] = i + 1;
   mdr_graph_stats g0, g1;
-  MDR_OK_(m, mdr_graph_cache_stats(cache, &g0));
+  MDR_CHECK_(m->backend, mdr_graph_cache_stats(cache, &g0));
   double t0 = now_us();
   if (L->device_fed)
-    MDR_OK_(m, mdr_graph_cache_prepare_device(cache, dptr(L->fed_graph), counts, n));
+    MDR_CHECK_(m->backend, mdr_graph_cache_prepare_device(cache, dptr(L->fed_graph), counts, n));
   else
-    MDR_OK_(m, mdr_graph_cache_prepare(cache, counts, n));
+    MDR_CHECK_(m->backend, mdr_graph_cache_prepare(cache, counts, n));
   CUDA_OK(cudaStreamSynchronize(m->stream));
   double t1 = now_us();
-  MDR_OK_(m, mdr_graph_cache_stats(cache, &g1));
+  MDR_CHECK_(m->backend, mdr_graph_cache_stats(cache, &g1));
   *out = (prepare_report){.counts = n, .wall_ms = (t1 - t0) / 1e3,
                           .capture_ms = (g1.capture_us - g0.capture_us) / 1e3, .graphs = g1.graphs,
                           .graph_bytes = g1.graph_bytes, .graph_nodes = g1.graph_nodes,
@@ -401,8 +401,8 @@ int main(int argc, char **argv) {
     printf("decode_loop: needs a CUDA GPU (mdr: %s); skipping\n", mdr_status_string(st));
     return EXIT_SKIP;
   }
-  MDR_OK_(m, st);
-  MDR_OK_(m, mdr_backend_stream_create(m->backend, &stream));
+  MDR_CHECK_(m->backend, st);
+  MDR_CHECK_(m->backend, mdr_backend_stream_create(m->backend, &stream));
   m->stream = (cudaStream_t)stream;
 
   /* The arena: every activation buffer of a step in one allocation, sized
@@ -414,9 +414,9 @@ int main(int argc, char **argv) {
   }
   mdr_limits lim = model_limits(opt.max_tokens);
   mdr_sizes sizes;
-  MDR_OK_(m, mdr_sizes_from_config(&cfg, &lim, &sizes));
-  MDR_OK_(m, mdr_arena_create(m->backend, &sizes, &m->arena));
-  MDR_OK_(m, mdr_arena_set_zero_strategy(m->arena, opt.zero)); /* --zero; memset by default */
+  MDR_CHECK_(m->backend, mdr_sizes_from_config(&cfg, &lim, &sizes));
+  MDR_CHECK_(m->backend, mdr_arena_create(m->backend, &sizes, &m->arena));
+  MDR_CHECK_(m->backend, mdr_arena_set_zero_strategy(m->arena, opt.zero)); /* --zero; memset by default */
 
   /* (the engine's own model on that arena: weights, cuBLASLt; then the
    * buffers of this example's loop and one eager step per GEMM shape) */
@@ -439,7 +439,7 @@ int main(int argc, char **argv) {
   go.zero = opt.zero;
   go.body = opt.device_fed ? decode_body_sampled : decode_body;
   go.user = m;
-  MDR_OK_(m, mdr_graph_cache_create(m->arena, stream, &go, &cache));
+  MDR_CHECK_(m->backend, mdr_graph_cache_create(m->arena, stream, &go, &cache));
 
   /* Prepare: capture every count 1..N (--prepare-all, default M) up front,
    * so that steps only replay. */
@@ -460,7 +460,7 @@ int main(int argc, char **argv) {
   summary per[BUCKET_COUNT], all;
   print_report(L.samples, L.bucket, opt.steps, L.scratch, per, &all);
   mdr_graph_stats gs;
-  MDR_OK_(m, mdr_graph_cache_stats(cache, &gs));
+  MDR_CHECK_(m->backend, mdr_graph_cache_stats(cache, &gs));
   printf("graph cache: %zu graphs, %" PRIu64 " hits, %" PRIu64 " misses, %" PRIu64
          " eager steps, %" PRIu64 " fallbacks, %" PRIu64 " device-id steps\n",
          gs.graphs, gs.hits, gs.misses, gs.eager_steps, gs.eager_fallbacks, gs.device_steps);

@@ -226,30 +226,12 @@ mdr_status decode_body_sampled(void *user, mdr_stream stream, size_t tokens) {
 
 /* ---- weights ------------------------------------------------------------ */
 
-uint64_t splitmix64(uint64_t *state) {
-  uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-
-/* Uniform in [-1, 1): the top 24 bits of a draw, over 2^24, times 2, minus 1. */
-static float uniform_pm1(uint64_t *state) {
-  return (float)(splitmix64(state) >> 40) * (2.0f / 16777216.0f) - 1.0f;
-}
-
-static uint16_t float_to_bf16(float f) {
-  uint32_t u;
-  memcpy(&u, &f, sizeof u);
-  u += 0x7fffu + ((u >> 16) & 1u); /* round to nearest even; inputs are finite */
-  return (uint16_t)(u >> 16);
-}
 
 /* cudaMalloc `count` BF16 values: offset + scale * U[-1, 1), made on the host
  * from `state` and copied (blocking, before any capture). */
 static int make_weights(void **out, size_t count, float offset, float scale, uint64_t *state,
                         uint16_t *host) {
-  for (size_t i = 0; i < count; ++i) host[i] = float_to_bf16(offset + scale * uniform_pm1(state));
+  for (size_t i = 0; i < count; ++i) host[i] = ex_float_to_bf16(offset + scale * ex_uniform_pm1(state));
   CUDA_OK(cudaMalloc(out, count * sizeof(uint16_t)));
   CUDA_OK(cudaMemcpy(*out, host, count * sizeof(uint16_t), cudaMemcpyHostToDevice));
   return 0;

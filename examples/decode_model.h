@@ -25,6 +25,11 @@
 
 #include <mdr/mdr.h>
 
+#ifndef EXAMPLE_NAME
+#define EXAMPLE_NAME "decode_loop"
+#endif
+#include "example_util.h"
+
 #define DEFAULT_MAX_TOKENS 64         /* M by default: token counts run 1 .. M */
 #define MAX_TOKENS_LIMIT 8192         /* the largest --max-tokens */
 #define ROW_TILE 16                   /* GEMMs run on ceil16(tokens) rows */
@@ -32,38 +37,6 @@
 #define RMS_EPS 1e-6f
 
 static inline size_t ceil16(size_t x) { return (x + ROW_TILE - 1) / ROW_TILE * ROW_TILE; }
-
-/* ---- checks: print where and why, then `goto fail` ------------------------ */
-
-#define CUDA_OK(call)                                                                  \
-  do {                                                                                 \
-    cudaError_t e_ = (call);                                                           \
-    if (e_ != cudaSuccess) {                                                           \
-      fprintf(stderr, "decode_loop: %s:%d: %s: %s\n", __FILE__, __LINE__, #call,      \
-              cudaGetErrorString(e_));                                                 \
-      goto fail;                                                                       \
-    }                                                                                  \
-  } while (0)
-
-#define LT_OK(call)                                                                    \
-  do {                                                                                 \
-    cublasStatus_t s_ = (call);                                                        \
-    if (s_ != CUBLAS_STATUS_SUCCESS) {                                                 \
-      fprintf(stderr, "decode_loop: %s:%d: %s: %s\n", __FILE__, __LINE__, #call,      \
-              cublasLtGetStatusString(s_));                                            \
-      goto fail;                                                                       \
-    }                                                                                  \
-  } while (0)
-
-#define MDR_OK_(ctx, call)                                                             \
-  do {                                                                                 \
-    mdr_status m_ = (call);                                                            \
-    if (m_ != MDR_OK) {                                                                \
-      fprintf(stderr, "decode_loop: %s:%d: %s: %s (%s)\n", __FILE__, __LINE__, #call, \
-              mdr_status_string(m_), mdr_backend_last_error((ctx)->backend));          \
-      goto fail;                                                                       \
-    }                                                                                  \
-  } while (0)
 
 /* ---- the model ------------------------------------------------------------ */
 
@@ -150,7 +123,5 @@ static inline size_t logit_tokens(const model *m, size_t tokens) {
 /* The device address of arena buffer b. */
 void *arena_ptr(const model *m, mdr_buffer b);
 
-/* splitmix64: the example's one random generator (weights, counts, ids). */
-uint64_t splitmix64(uint64_t *state);
 
 #endif

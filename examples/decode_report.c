@@ -140,20 +140,7 @@ int bucket_of(size_t tokens) {
   return BUCKET_COUNT - 1;
 }
 
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
 
-/* Percentile q in [0, 1] of k sorted values, linear between ranks (as
- * mdr-bench computes it); with fewer than 100 steps the p99 lies between the
- * two largest. */
-static double sorted_percentile(const double *v, size_t k, double q) {
-  double pos = q * (double)(k - 1);
-  size_t lo = (size_t)pos;
-  if (lo + 1 >= k) return v[k - 1];
-  return v[lo] + (pos - (double)lo) * (v[lo + 1] - v[lo]);
-}
 
 void summarize(double *const samples[SERIES_COUNT], const int *bucket, size_t n, int which,
                double *scratch, summary *out) {
@@ -168,16 +155,15 @@ void summarize(double *const samples[SERIES_COUNT], const int *bucket, size_t n,
       }
     out->steps = k;
     if (k == 0) continue;
-    qsort(scratch, k, sizeof *scratch, cmp_double);
+    qsort(scratch, k, sizeof *scratch, ex_cmp_double);
     out->median[s] = k % 2 ? scratch[k / 2] : 0.5 * (scratch[k / 2 - 1] + scratch[k / 2]);
     out->mean[s] = sum / (double)k;
-    out->p90[s] = sorted_percentile(scratch, k, 0.90);
-    out->p99[s] = sorted_percentile(scratch, k, 0.99);
+    out->p90[s] = ex_percentile(scratch, k, 0.90);
+    out->p99[s] = ex_percentile(scratch, k, 0.99);
     out->max[s] = scratch[k - 1];
   }
 }
 
-static double ratio(double a, double b) { return b > 0 ? a / b : 0.0; }
 
 /* ---- report ------------------------------------------------------------- */
 
@@ -191,9 +177,9 @@ void print_report(double *const samples[SERIES_COUNT], const int *bucket, size_t
     printf("%-7s %6zu | %9.1f us %9.1f us %7.2fx | %9.1f us %9.1f us %7.2fx\n",
            b < BUCKET_COUNT ? bucket_name[b] : "all", s->steps, s->median[SERIES_EAGER_HOST],
            s->median[SERIES_GRAPH_HOST],
-           ratio(s->median[SERIES_EAGER_HOST], s->median[SERIES_GRAPH_HOST]),
+           ex_ratio(s->median[SERIES_EAGER_HOST], s->median[SERIES_GRAPH_HOST]),
            s->median[SERIES_EAGER_GPU], s->median[SERIES_GRAPH_GPU],
-           ratio(s->median[SERIES_EAGER_GPU], s->median[SERIES_GRAPH_GPU]));
+           ex_ratio(s->median[SERIES_EAGER_GPU], s->median[SERIES_GRAPH_GPU]));
   }
   printf("(medians per step; host = wall time to enqueue + synchronize, GPU = events)\n");
 
@@ -281,8 +267,8 @@ int write_json(const char *path, const options *o, const model *m, const summary
               series_name[k], s->median[k], series_name[k], s->mean[k], series_name[k], s->p90[k],
               series_name[k], s->p99[k], series_name[k], s->max[k]);
     fprintf(f, ", \"host_speedup\": %.3f, \"gpu_speedup\": %.3f}%s\n",
-            ratio(s->median[SERIES_EAGER_HOST], s->median[SERIES_GRAPH_HOST]),
-            ratio(s->median[SERIES_EAGER_GPU], s->median[SERIES_GRAPH_GPU]),
+            ex_ratio(s->median[SERIES_EAGER_HOST], s->median[SERIES_GRAPH_HOST]),
+            ex_ratio(s->median[SERIES_EAGER_GPU], s->median[SERIES_GRAPH_GPU]),
             i < BUCKET_COUNT ? "," : "");
   }
   fprintf(f, "  ]\n}\n");

@@ -114,7 +114,7 @@ static int engine_open(engine *e, mdr_backend *b, mdr_arena *arena, int tp, int 
   e->failed = failed;
   e->m.backend = b;
   e->m.arena = arena;
-  MDR_OK_(b, mdr_backend_stream_create(b, &e->stream));
+  MDR_CHECK_(b, mdr_backend_stream_create(b, &e->stream));
   e->m.stream = (cudaStream_t)e->stream;
   if (tp_model_init(&e->m, w, tp, rank) != 0) goto fail;
   CUDA_OK(cudaEventCreate(&e->ev0));
@@ -183,10 +183,10 @@ static int eager_step(engine *e, const uint32_t *ids, size_t tokens, timing *t) 
   memcpy(e->ids_pinned, ids, tokens * sizeof *ids); /* the previous step has finished */
   CUDA_OK(cudaEventRecord(e->ev0, e->m.stream));
   const double h0 = now_us();
-  MDR_OK_(e->m.backend, mdr_arena_zero_all_rows(e->m.arena, e->stream, tokens));
+  MDR_CHECK_(e->m.backend, mdr_arena_zero_all_rows(e->m.arena, e->stream, tokens));
   CUDA_OK(cudaMemcpyAsync(tp_arena_ptr(&e->m, MDR_BUF_TOKEN_IDS), e->ids_pinned, tokens * sizeof *ids,
                           cudaMemcpyHostToDevice, e->m.stream));
-  MDR_OK_(e->m.backend, tp_body(&e->m, e->stream, tokens));
+  MDR_CHECK_(e->m.backend, tp_body(&e->m, e->stream, tokens));
   t->cpu_us = now_us() - h0;
   return finish_timing(e, t);
 fail:
@@ -204,7 +204,7 @@ static int graph_step(engine *e, const uint32_t *ids, size_t tokens, timing *t) 
     fprintf(stderr, "decode_tp: %s: warning: capture for %zu tokens failed, ran eagerly (%s)\n",
             e->m.name, tokens, mdr_backend_last_error(e->m.backend));
   } else {
-    MDR_OK_(e->m.backend, st);
+    MDR_CHECK_(e->m.backend, st);
   }
   return finish_timing(e, t);
 fail:
@@ -224,9 +224,9 @@ fail:
 static int prepare_every_count(engine *e, double capture_us[TP_MAX_TOKENS]) {
   for (size_t t = 1; t <= TP_MAX_TOKENS; ++t) {
     mdr_graph_stats before, after;
-    MDR_OK_(e->m.backend, mdr_graph_cache_stats(e->cache, &before));
-    MDR_OK_(e->m.backend, mdr_graph_cache_prepare(e->cache, &t, 1));
-    MDR_OK_(e->m.backend, mdr_graph_cache_stats(e->cache, &after));
+    MDR_CHECK_(e->m.backend, mdr_graph_cache_stats(e->cache, &before));
+    MDR_CHECK_(e->m.backend, mdr_graph_cache_prepare(e->cache, &t, 1));
+    MDR_CHECK_(e->m.backend, mdr_graph_cache_stats(e->cache, &after));
     capture_us[t - 1] = after.capture_us - before.capture_us;
   }
   return wait_stream(e);
@@ -260,14 +260,14 @@ struct rank_ctx {
 /* Token counts: a bucket first, then a count inside it; the same sequence
  * on every rank (same seed), so both ranks step with the same counts. */
 static size_t pick_tokens(uint64_t *rng) {
-  int b = (int)(tp_splitmix64(rng) % BUCKET_COUNT);
+  int b = (int)(ex_splitmix64(rng) % BUCKET_COUNT);
   size_t lo = bucket_lo[b], hi = bucket_hi[b] < TP_MAX_TOKENS ? bucket_hi[b] : TP_MAX_TOKENS;
   if (lo > hi) lo = hi;
-  return lo + (size_t)(tp_splitmix64(rng) % (hi - lo + 1));
+  return lo + (size_t)(ex_splitmix64(rng) % (hi - lo + 1));
 }
 
 static void fill_ids(uint64_t *rng, uint32_t *ids, size_t tokens) {
-  for (size_t i = 0; i < tokens; ++i) ids[i] = (uint32_t)(tp_splitmix64(rng) % TP_VOCAB);
+  for (size_t i = 0; i < tokens; ++i) ids[i] = (uint32_t)(ex_splitmix64(rng) % TP_VOCAB);
 }
 
 /* Warm-up: one eager step per token count 1..M on every rank (each GEMM
@@ -400,10 +400,10 @@ static void *rank_main(void *arg) {
   go.rows = MDR_ROWS_ALL;
   go.body = tp_body;
   go.user = &tp2.m;
-  MDR_OK_(r->backend, mdr_graph_cache_create(r->arena, tp2.stream, &go, &tp2.cache));
+  MDR_CHECK_(r->backend, mdr_graph_cache_create(r->arena, tp2.stream, &go, &tp2.cache));
   if (lead) { /* the reference's cache: the same options, its own arena */
     go.user = &tp1.m;
-    MDR_OK_(r->backend, mdr_graph_cache_create(r->arena_tp1, tp1.stream, &go, &tp1.cache));
+    MDR_CHECK_(r->backend, mdr_graph_cache_create(r->arena_tp1, tp1.stream, &go, &tp1.cache));
   }
 
   /* Prepare: every count 1..M captured up front, the same counts in the
@@ -416,8 +416,8 @@ static void *rank_main(void *arg) {
   if (run_steps(r, &tp2, lead ? &tp1 : NULL) != 0) goto fail;
   /* ---- end of the mdr part, per rank ------------------------------------------ */
 
-  MDR_OK_(r->backend, mdr_graph_cache_stats(tp2.cache, &R->rep->stats[lead ? RUN_TP2_R0 : RUN_TP2_R1]));
-  if (lead) MDR_OK_(r->backend, mdr_graph_cache_stats(tp1.cache, &R->rep->stats[RUN_TP1]));
+  MDR_CHECK_(r->backend, mdr_graph_cache_stats(tp2.cache, &R->rep->stats[lead ? RUN_TP2_R0 : RUN_TP2_R1]));
+  if (lead) MDR_CHECK_(r->backend, mdr_graph_cache_stats(tp1.cache, &R->rep->stats[RUN_TP1]));
   /* Every rank's work on the communicator has finished before any tears down. */
   if (lockstep_wait(&R->ls) != 0) goto fail;
   r->ok = true;
@@ -494,30 +494,30 @@ int main(int argc, char **argv) {
       rc = EXIT_SKIP;
       goto fail;
     }
-    MDR_OK_(backends[i], st);
+    MDR_CHECK_(backends[i], st);
   }
 
   /* The communicator: mdr creates NCCL's over both GPUs in one call
    * (ncclCommInitAll); comms[i] is rank i, on backends[i]. */
-  MDR_OK_(backends[0], mdr_comm_create_local(backends, TP_RANKS, comms));
+  MDR_CHECK_(backends[0], mdr_comm_create_local(backends, TP_RANKS, comms));
 
   /* The arenas, made together: the same sizes on every rank (mdr compares
    * the layouts), each slab registered once, whole, as a symmetric NCCL
    * window. The all-reduce works in place on their buffers. */
   mdr_sizes sizes;
   tp_sizes(TP_RANKS, &sizes);
-  MDR_OK_(backends[0], mdr_arena_create_on_comms(comms, TP_RANKS, &sizes, arenas));
+  MDR_CHECK_(backends[0], mdr_arena_create_on_comms(comms, TP_RANKS, &sizes, arenas));
   for (int i = 0; i < TP_RANKS; ++i) { /* the eager path zeroes as the graphs do */
-    MDR_OK_(backends[i], mdr_arena_set_zero_strategy(arenas[i], MDR_ZERO_FUSED));
-    MDR_OK_(backends[i], mdr_arena_set_rows_policy(arenas[i], MDR_ROWS_ALL));
+    MDR_CHECK_(backends[i], mdr_arena_set_zero_strategy(arenas[i], MDR_ZERO_FUSED));
+    MDR_CHECK_(backends[i], mdr_arena_set_rows_policy(arenas[i], MDR_ROWS_ALL));
   }
 
   /* The TP=1 reference: the same weights unsharded on GPU 0, in an arena of
    * its own (no communicator). */
   tp_sizes(1, &sizes);
-  MDR_OK_(backends[0], mdr_arena_create(backends[0], &sizes, &arena_tp1));
-  MDR_OK_(backends[0], mdr_arena_set_zero_strategy(arena_tp1, MDR_ZERO_FUSED));
-  MDR_OK_(backends[0], mdr_arena_set_rows_policy(arena_tp1, MDR_ROWS_ALL));
+  MDR_CHECK_(backends[0], mdr_arena_create(backends[0], &sizes, &arena_tp1));
+  MDR_CHECK_(backends[0], mdr_arena_set_zero_strategy(arena_tp1, MDR_ZERO_FUSED));
+  MDR_CHECK_(backends[0], mdr_arena_set_rows_policy(arena_tp1, MDR_ROWS_ALL));
   rep.window = mdr_window_name(mdr_arena_window(arenas[0]));
   printf("decode_tp: TP=%d over GPUs 0-%d, NCCL communicator via mdr; arenas %.1f MiB per rank "
          "(window: %s), TP=1 arena %.1f MiB on GPU 0\n",

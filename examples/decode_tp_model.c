@@ -28,30 +28,12 @@ _Static_assert(TP_QKV % (8 * TP_RANKS) == 0 && TP_FFN % (8 * TP_RANKS) == 0,
 
 /* ---- weights on the host ---------------------------------------------------- */
 
-uint64_t tp_splitmix64(uint64_t *state) {
-  uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-
-/* Uniform in [-1, 1): the top 24 bits of a draw, over 2^24, times 2, minus 1. */
-static float uniform_pm1(uint64_t *state) {
-  return (float)(tp_splitmix64(state) >> 40) * (2.0f / 16777216.0f) - 1.0f;
-}
-
-static uint16_t float_to_bf16(float f) {
-  uint32_t u;
-  memcpy(&u, &f, sizeof u);
-  u += 0x7fffu + ((u >> 16) & 1u); /* round to nearest even; inputs are finite */
-  return (uint16_t)(u >> 16);
-}
 
 /* `count` BF16 values offset + scale * U[-1, 1), or NULL when out of memory. */
 static uint16_t *make_host(size_t count, float offset, float scale, uint64_t *state) {
   uint16_t *w = malloc(count * sizeof *w);
   if (w)
-    for (size_t i = 0; i < count; ++i) w[i] = float_to_bf16(offset + scale * uniform_pm1(state));
+    for (size_t i = 0; i < count; ++i) w[i] = ex_float_to_bf16(offset + scale * ex_uniform_pm1(state));
   return w;
 }
 

@@ -36,6 +36,11 @@
 
 #include <mdr/mdr.h>
 
+#ifndef EXAMPLE_NAME
+#define EXAMPLE_NAME "decode_tp"
+#endif
+#include "example_util.h"
+
 /* ---- the shape (a test build may shrink it with -D) -------------------------- */
 
 #define TP_RANKS 2            /* the tensor-parallel width of decode_tp.c */
@@ -61,39 +66,6 @@
 #define TP_RMS_EPS 1e-6f
 
 static inline size_t tp_ceil16(size_t x) { return (x + TP_ROW_TILE - 1) / TP_ROW_TILE * TP_ROW_TILE; }
-
-/* ---- checks: print where and why, then `goto fail` ------------------------ */
-
-#define CUDA_OK(call)                                                                  \
-  do {                                                                                 \
-    cudaError_t e_ = (call);                                                           \
-    if (e_ != cudaSuccess) {                                                           \
-      fprintf(stderr, "decode_tp: %s:%d: %s: %s\n", __FILE__, __LINE__, #call,        \
-              cudaGetErrorString(e_));                                                 \
-      goto fail;                                                                       \
-    }                                                                                  \
-  } while (0)
-
-#define LT_OK(call)                                                                    \
-  do {                                                                                 \
-    cublasStatus_t s_ = (call);                                                        \
-    if (s_ != CUBLAS_STATUS_SUCCESS) {                                                 \
-      fprintf(stderr, "decode_tp: %s:%d: %s: %s\n", __FILE__, __LINE__, #call,        \
-              cublasLtGetStatusString(s_));                                            \
-      goto fail;                                                                       \
-    }                                                                                  \
-  } while (0)
-
-/* `b`: the backend whose last error (this thread's) explains a failure. */
-#define MDR_OK_(b, call)                                                               \
-  do {                                                                                 \
-    mdr_status m_ = (call);                                                            \
-    if (m_ != MDR_OK) {                                                                \
-      fprintf(stderr, "decode_tp: %s:%d: %s: %s (%s)\n", __FILE__, __LINE__, #call,   \
-              mdr_status_string(m_), mdr_backend_last_error(b));                       \
-      goto fail;                                                                       \
-    }                                                                                  \
-  } while (0)
 
 /* ---- weights on the host (full size, shared read-only by every model) ------ */
 
@@ -184,7 +156,5 @@ mdr_status tp_body(void *user, mdr_stream stream, size_t tokens);
 /* The device address of arena buffer b. */
 void *tp_arena_ptr(const tp_model *m, mdr_buffer b);
 
-/* splitmix64: the example's one random generator (weights, counts, ids). */
-uint64_t tp_splitmix64(uint64_t *state);
 
 #endif

@@ -125,18 +125,7 @@ int bucket_of(size_t tokens) {
   return BUCKET_COUNT - 1;
 }
 
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
 
-/* The p-quantile (0 < p <= 1) of k sorted values, nearest rank. */
-static double nearest_rank(const double *sorted, size_t k, double p) {
-  size_t rank = (size_t)ceil(p * (double)k);
-  if (rank < 1) rank = 1;
-  if (rank > k) rank = k;
-  return sorted[rank - 1];
-}
 
 void quantiles_of(const double *x, const int *bucket, size_t n, int which, double *scratch,
                   quantiles *q) {
@@ -147,10 +136,10 @@ void quantiles_of(const double *x, const int *bucket, size_t n, int which, doubl
     if (which < 0 || bucket[i] == which) scratch[k++] = x[i];
   q->n = k;
   if (k == 0) return;
-  qsort(scratch, k, sizeof *scratch, cmp_double);
+  qsort(scratch, k, sizeof *scratch, ex_cmp_double);
   q->median = k % 2 ? scratch[k / 2] : 0.5 * (scratch[k / 2 - 1] + scratch[k / 2]);
-  q->p90 = nearest_rank(scratch, k, 0.90);
-  q->p99 = nearest_rank(scratch, k, 0.99);
+  q->p90 = ex_percentile(scratch, k, 0.90);
+  q->p99 = ex_percentile(scratch, k, 0.99);
   q->max = scratch[k - 1];
 }
 
@@ -177,7 +166,6 @@ void report_free(tp_report *r) {
     }
 }
 
-static double ratio(double a, double b) { return b > 0 ? a / b : 0.0; }
 
 /* Quantiles of the per-count capture µs of one run (counts 1..M). */
 static void capture_quantiles(const tp_report *r, int run, quantiles *q, double *total) {
@@ -217,7 +205,7 @@ void print_report(const tp_report *r, double *scratch) {
     quantiles_of(r->samples[RUN_TP2_R1][SERIES_GRAPH_GPU], r->bucket, r->steps, which, scratch, &q1);
     quantiles_of(r->samples[RUN_TP1][SERIES_GRAPH_GPU], r->bucket, r->steps, which, scratch, &qt);
     printf("%-7s %6zu | %10.1f %10.1f %10.1f | %11.2fx\n", b < BUCKET_COUNT ? bucket_name[b] : "all",
-           q0.n, q0.median, q1.median, qt.median, ratio(q0.median, qt.median));
+           q0.n, q0.median, q1.median, qt.median, ex_ratio(q0.median, qt.median));
   }
 
   printf("\ncapture per token count, us (mdr_graph_stats.capture_us: capture + instantiate + upload; "
@@ -243,7 +231,7 @@ void print_report(const tp_report *r, double *scratch) {
     capture_quantiles(r, RUN_TP2_R0, &q0, &t0);
     capture_quantiles(r, RUN_TP1, &qt, &tt);
     printf("capture with the all-reduces inside vs TP=1 (rank 0, medians): %.2fx\n",
-           ratio(q0.median, qt.median));
+           ex_ratio(q0.median, qt.median));
   }
 
   printf("\ngraph caches (steps / replays / eager steps / graphs):");
@@ -304,7 +292,7 @@ int write_json(const char *path, const tp_report *r, double *scratch) {
             "\"tp2_rank1_graph_gpu_us_median\": %.2f, \"tp1_graph_gpu_us_median\": %.2f, "
             "\"tp2_rank0_over_tp1\": %.3f}%s\n",
             b < BUCKET_COUNT ? bucket_name[b] : "all", q[0].n, q[RUN_TP2_R0].median, q[RUN_TP2_R1].median,
-            q[RUN_TP1].median, ratio(q[RUN_TP2_R0].median, q[RUN_TP1].median), b < BUCKET_COUNT ? "," : "");
+            q[RUN_TP1].median, ex_ratio(q[RUN_TP2_R0].median, q[RUN_TP1].median), b < BUCKET_COUNT ? "," : "");
   }
   fprintf(f, "  ],\n  \"capture_us\": {\n");
   for (int run = 0; run < RUN_COUNT; ++run) {
