@@ -74,7 +74,7 @@ typedef struct quantiles {
 } quantiles;
 
 /* Quantiles of x[i] for the i < n with bucket[i] == which (which < 0: every
- * i; bucket may then be NULL); nearest-rank percentiles. scratch holds n
+ * i; bucket may then be NULL); percentiles linear between ranks. scratch holds n
  * doubles. */
 void quantiles_of(const double *x, const int *bucket, size_t n, int which, double *scratch,
                   quantiles *q);
