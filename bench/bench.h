@@ -89,6 +89,10 @@ void check_cuda(cudaError_t e, const char *call, const char *file, int line);
 #define CUDA_CHECK(call) check_cuda((call), #call, __FILE__, __LINE__)
 #endif
 void *xmalloc(size_t n);
+/* Split a comma list and call fn(ctx, item) for each item in order; an
+ * empty item ("1,,8", a leading or trailing comma, an empty list) stops
+ * the walk: returns its 1-based index, or 0 when every item was handed on. */
+size_t bench_each_item(const char *list, void (*fn)(void *ctx, const char *item), void *ctx);
 
 /* ---- statistics ---- */
 

@@ -69,22 +69,21 @@ static size_t parse_size(const char *opt, const char *s) {
   return (size_t)v;
 }
 
-/* Split a comma list and hand each item to fn; an empty item ("1,,8", a
- * leading or trailing comma, an empty list) is refused. */
+/* Hand each item of a comma list to fn; an empty item is refused. */
+typedef struct item_call {
+  void (*fn)(options *, const char *);
+  options *o;
+} item_call;
+
+static void call_item(void *ctx, const char *item) {
+  const item_call *ic = ctx;
+  ic->fn(ic->o, item);
+}
+
 static void for_each_item(const char *opt, const char *list, void (*fn)(options *, const char *), options *o) {
-  size_t len = strlen(list);
-  char *copy = xmalloc(len + 1);
-  memcpy(copy, list, len + 1);
-  size_t index = 1;
-  for (char *item = copy;; index++) {
-    char *comma = strchr(item, ',');
-    if (comma) *comma = '\0';
-    if (*item == '\0') die("%s: item %zu of '%s' is empty (write a,b,c with no empty items)", opt, index, list);
-    fn(o, item);
-    if (!comma) break;
-    item = comma + 1;
-  }
-  free(copy);
+  item_call ic = {fn, o};
+  const size_t bad = bench_each_item(list, call_item, &ic);
+  if (bad) die("%s: item %zu of '%s' is empty (write a,b,c with no empty items)", opt, bad, list);
 }
 
 /* die: "<opt>: unknown <what> '<s>'; valid: a, b, c". */

@@ -144,3 +144,23 @@ void fmt_num(char *out, size_t n, const char *f, double x) {
   if (isfinite(x)) snprintf(out, n, f, x);
   else snprintf(out, n, "-");
 }
+
+size_t bench_each_item(const char *list, void (*fn)(void *ctx, const char *item), void *ctx) {
+  size_t len = strlen(list);
+  char *copy = xmalloc(len + 1);
+  memcpy(copy, list, len + 1);
+  size_t index = 1, bad = 0;
+  for (char *item = copy;; index++) {
+    char *comma = strchr(item, ',');
+    if (comma) *comma = '\0';
+    if (*item == '\0') {
+      bad = index;
+      break;
+    }
+    fn(ctx, item);
+    if (!comma) break;
+    item = comma + 1;
+  }
+  free(copy);
+  return bad;
+}

@@ -88,21 +88,21 @@ static size_t tp_parse_count(const char *opt, const char *s, bool suffixes) {
 
 typedef void (*tp_item_fn)(tp_options *o, const char *item);
 
-/* Split a comma list and hand each item to fn; an empty item is refused. */
+/* Hand each item of a comma list to fn (bench_each_item); an empty item is refused. */
+typedef struct tp_item_call {
+  tp_item_fn fn;
+  tp_options *o;
+} tp_item_call;
+
+static void tp_call_item(void *ctx, const char *item) {
+  const tp_item_call *ic = ctx;
+  ic->fn(ic->o, item);
+}
+
 static void tp_for_each_item(const char *opt, const char *list, tp_item_fn fn, tp_options *o) {
-  size_t len = strlen(list);
-  char *copy = xmalloc(len + 1);
-  memcpy(copy, list, len + 1);
-  size_t index = 1;
-  for (char *item = copy;; index++) {
-    char *comma = strchr(item, ',');
-    if (comma) *comma = '\0';
-    if (*item == '\0') tp_refuse("%s: item %zu of '%s' is empty (write a,b,c with no empty items)", opt, index, list);
-    fn(o, item);
-    if (!comma) break;
-    item = comma + 1;
-  }
-  free(copy);
+  tp_item_call ic = {fn, o};
+  const size_t bad = bench_each_item(list, tp_call_item, &ic);
+  if (bad) tp_refuse("%s: item %zu of '%s' is empty (write a,b,c with no empty items)", opt, bad, list);
 }
 
 static void tp_add_unique(const char *opt, size_t *list, size_t *n, size_t v) {
