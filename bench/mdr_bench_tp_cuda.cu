@@ -1,5 +1,5 @@
 /* mdr_bench_tp_cuda.cu — the blocker kernel of mdr-bench-tp (declared in
- * mdr_bench_tp.h): one thread that holds its stream until the host-mapped
+ * bench_tp.h): one thread that holds its stream until the host-mapped
  * word *release reaches `generation`, or until timeout_ns of GPU time have
  * passed (then it sets *timed_out = 1 and returns, so a stuck host never
  * hangs the GPU). Both GPUs poll the same word, so one store releases both.

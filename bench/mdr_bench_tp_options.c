@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "mdr_bench_tp.h"
+#include "bench_tp.h"
 
 #define TP_COUNT_OF(a) (sizeof(a) / sizeof *(a))
 

@@ -26,7 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "mdr_bench_tp.h"
+#include "bench_tp.h"
 
 #ifdef TP_GPU
 

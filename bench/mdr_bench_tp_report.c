@@ -13,7 +13,7 @@
 #include <sys/utsname.h>
 #include <unistd.h>
 
-#include "mdr_bench_tp.h"
+#include "bench_tp.h"
 
 #define TP_SCHEMA_VERSION 1
 #define TP_OUT_BASE "bench-out"

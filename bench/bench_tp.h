@@ -1,4 +1,4 @@
-/* mdr_bench_tp.h — private header of mdr-bench-tp, the two-GPU all-reduce
+/* bench_tp.h — private header of mdr-bench-tp, the two-GPU all-reduce
  * benchmark (bench/README.md, section "mdr-bench-tp"). Not installed, not
  * part of the mdr API.
  *
@@ -7,6 +7,7 @@
  *   mdr_bench_tp_options.c  command line (exit 2 on every refusal)
  *   mdr_bench_tp_rank.c     one rank's thread: buffers, the five paths,
  *                           validation, GPU / CPU / capture timing
+ *   mdr_bench_tp_fail.c     failure handling (one line, then _exit) and the watchdog
  *   mdr_bench_tp_report.c   legend, tables, floors, headline, results.json,
  *                           results.csv, capture.csv, the output folder
  *   mdr_bench_tp_cuda.cu    the blocker kernel
@@ -77,6 +78,10 @@ extern const char *const k_tp_sweep_names[TP_SWEEP_COUNT];
 /* "mdr-bench-tp: <message>" on stderr, stdout flushed, _exit(code). */
 BENCH_NORETURN void tp_exit(int code, const char *fmt, ...) BENCH_PRINTF(2, 3);
 #define tp_die(...) tp_exit(1, __VA_ARGS__)
+#ifdef TP_GPU
+/* The watchdog thread (mdr_bench_tp_fail.c): ends a run that stops making progress. */
+void *tp_watchdog_main(void *arg);
+#endif
 void tp_check_mdr(mdr_backend *b, mdr_status st, const char *call, const char *file, int line);
 #define TP_MDR(b, call) tp_check_mdr((b), (call), #call, __FILE__, __LINE__)
 #ifdef TP_GPU
