@@ -300,6 +300,11 @@ typedef struct graph_costs {
   uint64_t graph_bytes;  /* device memory of those graphs (mdr_graph_stats.graph_bytes) */
   size_t graph_nodes;    /* their nodes */
   int memory_measured;   /* the backend measured graph_bytes */
+  /* the same for a LADDER cache prepared at every rung (default ladder) and
+   * for the one graph of a DYNAMIC cache (node update) */
+  size_t ladder_graphs;
+  uint64_t ladder_bytes, dynamic_bytes;
+  size_t ladder_nodes, dynamic_nodes;
 } graph_costs;
 
 /* ---- reports (bench_report.c) ---- */

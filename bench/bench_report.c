@@ -412,6 +412,13 @@ void print_graph_costs(const bench_env *e, const graph_costs *g, const sweep *sw
       printf("  those graphs: %.1f nodes per graph (device memory not measured by this backend)\n",
              (double)g->graph_nodes / n);
   }
+  if (g->ladder_graphs)
+    printf("  LADDER, every rung: %zu graphs, %.1f MiB (%.1f KiB per graph), %.1f nodes per graph; DYNAMIC: 1 graph, "
+           "%.1f KiB, %zu nodes%s\n",
+           g->ladder_graphs, (double)g->ladder_bytes / (double)MIB,
+           (double)g->ladder_bytes / (double)KIB / (double)g->ladder_graphs,
+           (double)g->ladder_nodes / (double)g->ladder_graphs, (double)g->dynamic_bytes / (double)KIB,
+           g->dynamic_nodes, g->memory_measured ? "" : " (device memory not measured by this backend)");
 }
 
 /* ---- plans.json: what the PyTorch peer zeroes ---- */
@@ -559,8 +566,12 @@ void write_results_json(const bench_env *e, const sweep *sw, const graph_costs *
     for (size_t t = 0; t < o->n_tokens; t++) fprintf(f, "%s\"%zu\": %.1f", t ? ", " : "", o->tokens[t], gc[i].capture_us[t]);
     fprintf(f, "}, \"prepare_all_s\": %.4f, \"graphs_after\": %zu, \"capture_all_us\": %.0f", gc[i].prepare_all_s,
             gc[i].graphs_after, gc[i].capture_all_us);
-    fprintf(f, ", \"graph_bytes\": %llu, \"graph_nodes\": %zu, \"memory_measured\": %s}",
+    fprintf(f, ", \"graph_bytes\": %llu, \"graph_nodes\": %zu, \"memory_measured\": %s",
             (unsigned long long)gc[i].graph_bytes, gc[i].graph_nodes, gc[i].memory_measured ? "true" : "false");
+    fprintf(f, ", \"ladder_graphs\": %zu, \"ladder_bytes\": %llu, \"ladder_nodes\": %zu, \"dynamic_bytes\": %llu, "
+               "\"dynamic_nodes\": %zu}",
+            gc[i].ladder_graphs, (unsigned long long)gc[i].ladder_bytes, gc[i].ladder_nodes,
+            (unsigned long long)gc[i].dynamic_bytes, gc[i].dynamic_nodes);
   }
   fprintf(f, "],\n  \"cases\": [\n");
   for (size_t i = 0; i < sw->n; i++) {

@@ -187,6 +187,27 @@ static void measure_graph_costs(bench_env *e, const char *preset, graph_costs *g
   g->graph_nodes = s.graph_nodes;
   g->memory_measured = s.memory_measured;
   mdr_graph_cache_destroy(c);
+
+  /* LADDER: every rung (preparing every count captures each rung once);
+   * DYNAMIC: its one graph */
+  mdr_graph_cache_options o;
+  mdr_graph_cache_options_default(&o);
+  o.zero = MDR_ZERO_FUSED;
+  o.mode = MDR_GRAPH_LADDER;
+  CHECK(e->b, mdr_graph_cache_create(a, e->stream, &o, &c));
+  CHECK(e->b, mdr_graph_cache_prepare(c, every, m));
+  CHECK(e->b, mdr_graph_cache_stats(c, &s));
+  g->ladder_graphs = s.graphs;
+  g->ladder_bytes = s.graph_bytes;
+  g->ladder_nodes = s.graph_nodes;
+  mdr_graph_cache_destroy(c);
+  o.mode = MDR_GRAPH_DYNAMIC;
+  CHECK(e->b, mdr_graph_cache_create(a, e->stream, &o, &c));
+  CHECK(e->b, mdr_graph_cache_prepare(c, every, 1));
+  CHECK(e->b, mdr_graph_cache_stats(c, &s));
+  g->dynamic_bytes = s.graph_bytes;
+  g->dynamic_nodes = s.graph_nodes;
+  mdr_graph_cache_destroy(c);
   free(every);
   mdr_arena_destroy(a);
 }
