@@ -43,6 +43,8 @@ typedef struct world {
   int cache_arena[CACHES];
   mdr_graph_mode cache_mode[CACHES];
   size_t cache_max_graphs[CACHES];
+  uint64_t cache_max_bytes[CACHES];
+  mdr_dptr ids_dev; /* an engine's own id buffer in "device" memory (MAX_M ids) */
   body_ctx user;
 } world;
 
@@ -136,7 +138,8 @@ static void check_stats(world *w, int i) {
   FUZZ_CHECK(mdr_graph_cache_stats(w->caches[i], &st) == MDR_OK);
   FUZZ_CHECK(st.captures - st.evictions == st.graphs);
   if (w->cache_max_graphs[i]) FUZZ_CHECK(st.graphs <= w->cache_max_graphs[i]);
-  if (w->cache_mode[i] == MDR_GRAPH_DYNAMIC) FUZZ_CHECK(st.graphs <= 1);
+  if (w->cache_mode[i] == MDR_GRAPH_DYNAMIC) FUZZ_CHECK(st.graphs <= 2); /* one per kind of ids */
+  if (w->cache_max_bytes[i]) FUZZ_CHECK(st.graph_bytes <= w->cache_max_bytes[i] || st.graphs <= 1);
   /* a fallback is a miss whose capture failed; the step then runs eagerly
    * (counted in steps and eager_steps only if that succeeds) */
   FUZZ_CHECK(st.eager_fallbacks <= st.misses && st.eager_steps <= st.steps);
@@ -173,6 +176,9 @@ static void op_cache_create(world *w, fuzz_in *in) {
   }
   o.max_graphs = fuzz_u8(in) % 5;
   o.pad_token_id = (uint32_t)fuzz_bytes(in, 4);
+  const uint8_t extra = fuzz_u8(in);
+  o.poison = extra & 1;
+  o.max_graph_bytes = (extra >> 1) % 4 == 1 ? 1 + fuzz_bytes(in, 2) : 0; /* sometimes a byte cap */
   uint8_t b = fuzz_u8(in);
   if (b % 4 == 1) o.body = body;
   if (b % 4 == 2) o.body_dynamic = body_dynamic;
@@ -199,9 +205,11 @@ static void op_cache_create(world *w, fuzz_in *in) {
   w->cache_arena[slot] = ai;
   w->cache_mode[slot] = o.mode;
   w->cache_max_graphs[slot] = o.max_graphs;
+  w->cache_max_bytes[slot] = o.max_graph_bytes;
 }
 
-/* A step, and what it must have done when it reports success. */
+/* A step (host ids, device ids from the engine's buffer, or device ids in
+ * place), and what it must have done when it reports success. */
 static void op_step(world *w, fuzz_in *in) {
   int slot;
   mdr_graph_cache *c = cache_arg(w, in, &slot);
@@ -209,14 +217,23 @@ static void op_step(world *w, fuzz_in *in) {
   uint32_t ids[MAX_M];
   uint8_t seed = fuzz_u8(in);
   for (size_t i = 0; i < MAX_M; i++) ids[i] = (uint32_t)(seed * 2654435761u + i * 40503u);
-  int null_ids = fuzz_u8(in) >= 0xF0;
-  mdr_status st = mdr_graph_cache_step(c, null_ids ? NULL : ids, t);
+  const uint8_t how = fuzz_u8(in);
+  const int null_ids = how >= 0xF0, device = !null_ids && how % 3 != 0, in_place = device && how % 3 == 2;
+  mdr_arena *a = c ? w->arenas[w->cache_arena[slot]] : NULL;
+  mdr_status st;
+  if (device) {
+    const size_t n = t <= MAX_M ? t : MAX_M;
+    const mdr_dptr dst = in_place ? mdr_arena_token_ids(a) : w->ids_dev;
+    if (dst && n) FUZZ_CHECK(mdr_backend_copy_h2d(w->host, dst, ids, n * 4) == MDR_OK);
+    st = mdr_graph_cache_step_device(c, in_place ? 0 : w->ids_dev, t);
+  } else {
+    st = mdr_graph_cache_step(c, null_ids ? NULL : ids, t);
+  }
   VALID(st);
   if (!c) {
     FUZZ_CHECK(st == MDR_ERR_INVALID_ARGUMENT);
     return;
   }
-  mdr_arena *a = w->arenas[w->cache_arena[slot]];
   size_t m = mdr_arena_max_batch_tokens(a);
   if (null_ids) FUZZ_CHECK(st == MDR_ERR_INVALID_ARGUMENT);
   else if (t == 0 || t > m) FUZZ_CHECK(st == MDR_ERR_OUT_OF_RANGE);
@@ -325,6 +342,14 @@ static void run_op(world *w, fuzz_in *in) {
         FUZZ_CHECK(t >= 1 && t <= m && g >= t && g <= m);
       }
       FUZZ_CHECK((mdr_graph_cache_count_ptr(c) == 0) == (c == NULL));
+      mdr_graph_info gi;
+      st = mdr_graph_cache_graph_info(c, t, (nulls & 4) ? NULL : &gi);
+      VALID(st);
+      if (st == MDR_OK) {
+        if (!(nulls & 2)) FUZZ_CHECK(gi.graph_tokens == g);
+        if (!gi.cached) FUZZ_CHECK(gi.bytes == 0 && gi.nodes == 0);
+        if (gi.cached) FUZZ_CHECK(gi.bytes <= gs.graph_bytes || (nulls & 1));
+      }
       break;
     }
     case 14: { /* faults: fail the k-th call from now, or every call of a kind */
@@ -350,6 +375,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   FUZZ_CHECK(fault_backend_create(w.host, &w.fb) == MDR_OK);
   for (int i = 0; i < STREAMS; i++) FUZZ_CHECK(mdr_backend_stream_create(w.fb, &w.streams[i]) == MDR_OK);
   FUZZ_CHECK(mdr_backend_alloc(w.host, MARK_BYTES, &w.user.mark) == MDR_OK);
+  FUZZ_CHECK(mdr_backend_alloc(w.host, MAX_M * sizeof(uint32_t), &w.ids_dev) == MDR_OK);
   w.user.b = w.fb;
   for (int n = 0; n < MAX_OPS && fuzz_more(&in); n++) run_op(&w, &in);
   fault_backend_fail_at(w.fb, 0);
@@ -359,6 +385,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   for (int i = 0; i < STREAMS; i++) mdr_backend_stream_destroy(w.fb, w.streams[i]);
   FUZZ_CHECK(fault_backend_live(w.fb) == 0);
   mdr_backend_free(w.host, w.user.mark);
+  mdr_backend_free(w.host, w.ids_dev);
   mdr_backend_destroy(w.fb);
   mdr_backend_destroy(w.host);
   return 0;

@@ -526,7 +526,10 @@ static mdr_status prepare(mdr_graph_cache *c, const size_t *tokens, size_t n, st
     size_t g = graph_tokens_of(c, tokens[i]);
     graph_entry *e = &c->sets[ids.kind].entries[g];
     if (e->exec && e->ids_src == ids.src) continue;
-    if (e->exec) drop_graph(c, e); /* captured with other ids */
+    if (e->exec) { /* captured with other ids */
+      drop_graph(c, e);
+      c->stats.evictions++;
+    }
     st = capture(c, g, ids);
   }
   c->busy = 0;
@@ -574,7 +577,10 @@ static mdr_status step_locked(mdr_graph_cache *c, const uint32_t *host_ids, size
 
   mdr_status outcome = MDR_OK;
   graph_entry *e = &c->sets[ids.kind].entries[g];
-  if (e->exec && e->ids_src != ids.src) drop_graph(c, e); /* device ids moved: capture again */
+  if (e->exec && e->ids_src != ids.src) { /* device ids moved: capture again */
+    drop_graph(c, e);
+    c->stats.evictions++;
+  }
   const int hit = e->exec != NULL;
   if (!c->graphs_disabled && !hit && !e->eager_only) {
     c->stats.misses++;

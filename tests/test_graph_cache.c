@@ -1198,6 +1198,8 @@ Test(graph_cache, exact_device_steps_read_no_slot_and_follow_a_moved_buffer) {
   mdr_graph_stats st;
   cr_assert_eq(mdr_graph_cache_stats(c, &st), MDR_OK);
   cr_assert_eq(st.captures, 2, "prepared with a, captured again for b");
+  cr_assert_eq(st.evictions, 1, "the graph captured with a was dropped");
+  cr_assert_eq(st.graphs, 1);
   cr_assert_eq(st.hits, 3);
   cr_assert_eq(mdr_graph_cache_step_device(c, a, 0), MDR_ERR_OUT_OF_RANGE);
   /* 0 names the arena's token_ids, for prepare and step alike: a hit */

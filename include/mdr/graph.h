@@ -261,7 +261,8 @@ typedef struct mdr_graph_stats {
   uint64_t hits;            /* steps replayed from a graph already cached */
   uint64_t misses;          /* steps that found no graph and tried to capture one */
   uint64_t captures;        /* graphs captured, by steps and by prepare */
-  uint64_t evictions;       /* graphs dropped by the LRU cap */
+  uint64_t evictions;       /* graphs dropped: by the LRU caps (count or bytes), or
+                               because a device step's ids moved */
   uint64_t eager_fallbacks; /* captures that failed in a step (it then ran eagerly) */
   uint64_t padded_tokens;   /* sum over steps of (graph tokens - real tokens) */
   double capture_us;        /* total time spent capturing, instantiating and uploading graphs */
