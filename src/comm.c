@@ -1,27 +1,81 @@
-/* comm.c — the public face of communicators (include/mdr/comm.h): creation
- * checks, queries, abort, the arena on a communicator and the all-reduce
- * of an arena buffer's rows. The transports are comm_nccl.c and
- * comm_host.c, behind struct mdr_comm_ops (comm_impl.h); what they and this
- * file share (groups, liveness, teardown) is in comm_group.c. */
+/* comm.c — what every communicator shares, whatever its transport
+ * (include/mdr/comm.h): the group of ranks made together (abort flag, the
+ * lockstep record of graph-cache options), liveness, teardown, queries,
+ * the arena on a communicator and the all-reduce of an arena buffer's
+ * rows, all through struct mdr_comm_ops (comm_impl.h). Each transport
+ * defines its own constructors and builds on this file (comm_nccl.c:
+ * adopt, create_local; comm_host.c: create_host); nothing here calls into
+ * a transport but through its ops. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "comm_impl.h"
 
-/* ---- creation, queries, teardown ---- */
+/* ---- groups, liveness, teardown ---- */
 
-int mdr_comm_nccl_available(void) { return mdr_comm_nccl_built(); }
-
-mdr_status mdr_comm_adopt_nccl(mdr_backend *b, void *nccl_comm, mdr_comm **out) {
-  if (!out) return MDR_ERR_INVALID_ARGUMENT;
-  *out = NULL;
-  if (!b) return MDR_ERR_INVALID_ARGUMENT;
-  if (!nccl_comm) return mdr_backend_fail(b, MDR_ERR_INVALID_ARGUMENT, "comm: NULL ncclComm_t");
-  return mdr_comm_nccl_adopt(b, nccl_comm, out);
+mdr_comm_group *mdr_comm_group_new(int n) {
+  mdr_comm_group *g = calloc(1, sizeof *g);
+  if (!g) return NULL;
+  atomic_init(&g->aborted, 0);
+  atomic_init(&g->refs, n);
+  atomic_flag_clear(&g->lock);
+  return g;
 }
 
-/* Common checks of the array constructors; out[] cleared first. */
-static mdr_status check_backends(mdr_backend *const *backends, int n, mdr_comm **out) {
+void mdr_comm_group_release(mdr_comm_group *g) {
+  if (!g || atomic_fetch_sub(&g->refs, 1) != 1) return;
+  if (g->impl_free) g->impl_free(g->impl);
+  free(g);
+}
+
+mdr_status mdr_comm_check_alive(const mdr_comm *c, const char *what) {
+  if (!atomic_load(&c->group->aborted)) return MDR_OK;
+  return mdr_backend_fail(c->b, MDR_ERR_STATE, "comm: %s on rank %d of an aborted communicator", what,
+                          c->rank);
+}
+
+mdr_status mdr_comm_note_cache(mdr_comm *c, uint64_t h) {
+  const int k = c->caches;
+  if (k >= MDR_COMM_CACHES_CHECKED) { /* past what is tracked: not checked */
+    c->caches++;
+    return MDR_OK;
+  }
+  mdr_comm_group *g = c->group;
+  while (atomic_flag_test_and_set(&g->lock)) {
+  }
+  const uint64_t first = g->cache_options[k];
+  if (!first) g->cache_options[k] = h;
+  atomic_flag_clear(&g->lock);
+  if (first && first != h)
+    return mdr_backend_fail(c->b, MDR_ERR_INVALID_ARGUMENT,
+                            "graph cache: rank %d's cache #%d has other options than another rank's: caches of "
+                            "a tensor-parallel step must be made alike on every rank (lockstep)",
+                            c->rank, k);
+  c->caches++;
+  return MDR_OK;
+}
+
+size_t mdr_dtype_bytes(mdr_dtype dt) {
+  switch (dt) {
+    case MDR_DTYPE_BF16:
+    case MDR_DTYPE_FP16: return 2;
+    case MDR_DTYPE_FP32: return 4;
+    default: return 0;
+  }
+}
+
+void mdr_comm_mark_aborted(mdr_comm *c) {
+  atomic_store(&c->group->aborted, 1);
+  c->ops->abort(c);
+}
+
+void mdr_comm_free(mdr_comm *c) {
+  c->ops->destroy(c);
+  mdr_comm_group_release(c->group);
+  free(c);
+}
+
+mdr_status mdr_comm_check_backends(mdr_backend *const *backends, int n, mdr_comm **out) {
   if (!out || n <= 0) return MDR_ERR_INVALID_ARGUMENT;
   for (int i = 0; i < n; i++) out[i] = NULL;
   if (!backends) return MDR_ERR_INVALID_ARGUMENT;
@@ -30,17 +84,7 @@ static mdr_status check_backends(mdr_backend *const *backends, int n, mdr_comm *
   return MDR_OK;
 }
 
-mdr_status mdr_comm_create_local(mdr_backend *const *backends, int n, mdr_comm **out) {
-  mdr_status st = check_backends(backends, n, out);
-  if (st != MDR_OK) return st;
-  return mdr_comm_nccl_make_local(backends, n, out);
-}
-
-mdr_status mdr_comm_create_host(mdr_backend *const *backends, int n, mdr_comm **out) {
-  mdr_status st = check_backends(backends, n, out);
-  if (st != MDR_OK) return st;
-  return mdr_comm_host_make(backends, n, out);
-}
+/* ---- queries ---- */
 
 int mdr_comm_rank(const mdr_comm *c) { return c ? c->rank : -1; }
 int mdr_comm_size(const mdr_comm *c) { return c ? c->size : -1; }

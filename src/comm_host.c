@@ -275,7 +275,9 @@ static long timeout_ms(void) {
   return t > 0 ? t : DEFAULT_TIMEOUT_MS;
 }
 
-mdr_status mdr_comm_host_make(mdr_backend *const *backends, int n, mdr_comm **out) {
+mdr_status mdr_comm_create_host(mdr_backend *const *backends, int n, mdr_comm **out) {
+  mdr_status st = mdr_comm_check_backends(backends, n, out);
+  if (st != MDR_OK) return st;
   for (int i = 0; i < n; i++)
     if (!mdr_be_has_host_fn(backends[i]))
       return mdr_backend_fail(backends[i], MDR_ERR_INVALID_ARGUMENT,

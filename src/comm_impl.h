@@ -1,11 +1,12 @@
 /* comm_impl.h — the communicator seam (private).
  *
  * A communicator is one rank's handle; its ops are the NCCL implementation
- * (comm_nccl.c) or the host one (comm_host.c). comm.c is the public face:
- * queries, argument checks of the all-reduce, the arena on a communicator
- * (layout check, slab allocation). comm_group.c is what both
- * implementations and comm.c share: ranks made together share a group
- * (abort flag, the options a lockstep cache was made with). */
+ * (comm_nccl.c) or the host one (comm_host.c), each with its public
+ * constructors; both build on comm.c, which holds what every communicator
+ * shares: the group of ranks made together (abort flag, the options a
+ * lockstep cache was made with), queries, argument checks of the
+ * all-reduce, the arena on a communicator (layout check, slab
+ * allocation). */
 #ifndef MDR_COMM_IMPL_H
 #define MDR_COMM_IMPL_H
 
@@ -78,10 +79,9 @@ mdr_status mdr_comm_note_cache(mdr_comm *c, uint64_t h);
 /* Bytes per element. */
 size_t mdr_dtype_bytes(mdr_dtype dt);
 
-/* The implementations' constructors (comm_host.c, comm_nccl.c). */
-mdr_status mdr_comm_host_make(mdr_backend *const *backends, int n, mdr_comm **out);
-mdr_status mdr_comm_nccl_adopt(mdr_backend *b, void *nccl_comm, mdr_comm **out);
-mdr_status mdr_comm_nccl_make_local(mdr_backend *const *backends, int n, mdr_comm **out);
-int mdr_comm_nccl_built(void);
+/* The common checks of the array constructors (create_local,
+ * create_host): out[0..n-1] cleared first, then MDR_ERR_INVALID_ARGUMENT
+ * for a NULL array, n <= 0 or a NULL backend. */
+mdr_status mdr_comm_check_backends(mdr_backend *const *backends, int n, mdr_comm **out);
 
 #endif

@@ -325,9 +325,13 @@ static mdr_status make_rank(mdr_backend *b, ncclComm_t comm, int owned, mdr_comm
   return MDR_OK;
 }
 
-int mdr_comm_nccl_built(void) { return 1; }
+int mdr_comm_nccl_available(void) { return 1; }
 
-mdr_status mdr_comm_nccl_adopt(mdr_backend *b, void *nccl_comm, mdr_comm **out) {
+mdr_status mdr_comm_adopt_nccl(mdr_backend *b, void *nccl_comm, mdr_comm **out) {
+  if (!out) return MDR_ERR_INVALID_ARGUMENT;
+  *out = NULL;
+  if (!b) return MDR_ERR_INVALID_ARGUMENT;
+  if (!nccl_comm) return mdr_backend_fail(b, MDR_ERR_INVALID_ARGUMENT, "comm: NULL ncclComm_t");
   mdr_comm_group *g = mdr_comm_group_new(1);
   if (!g) return mdr_backend_fail(b, MDR_ERR_OUT_OF_MEMORY, "nccl: group");
   mdr_status st = make_rank(b, (ncclComm_t)nccl_comm, 0, g, out);
@@ -335,7 +339,9 @@ mdr_status mdr_comm_nccl_adopt(mdr_backend *b, void *nccl_comm, mdr_comm **out) 
   return st;
 }
 
-mdr_status mdr_comm_nccl_make_local(mdr_backend *const *backends, int n, mdr_comm **out) {
+mdr_status mdr_comm_create_local(mdr_backend *const *backends, int n, mdr_comm **out) {
+  mdr_status st0 = mdr_comm_check_backends(backends, n, out);
+  if (st0 != MDR_OK) return st0;
   int devs[n];
   for (int i = 0; i < n; i++) {
     devs[i] = mdr_be_cuda_device(backends[i]);
@@ -376,17 +382,19 @@ mdr_status mdr_comm_nccl_make_local(mdr_backend *const *backends, int n, mdr_com
 
 #else /* no NCCL in this build */
 
-int mdr_comm_nccl_built(void) { return 0; }
+int mdr_comm_nccl_available(void) { return 0; }
 
-mdr_status mdr_comm_nccl_adopt(mdr_backend *b, void *nccl_comm, mdr_comm **out) {
-  (void)nccl_comm;
-  (void)out;
+mdr_status mdr_comm_adopt_nccl(mdr_backend *b, void *nccl_comm, mdr_comm **out) {
+  if (!out) return MDR_ERR_INVALID_ARGUMENT;
+  *out = NULL;
+  if (!b) return MDR_ERR_INVALID_ARGUMENT;
+  if (!nccl_comm) return mdr_backend_fail(b, MDR_ERR_INVALID_ARGUMENT, "comm: NULL ncclComm_t");
   return mdr_backend_fail(b, MDR_ERR_UNSUPPORTED, "nccl: this build of mdr has no NCCL");
 }
 
-mdr_status mdr_comm_nccl_make_local(mdr_backend *const *backends, int n, mdr_comm **out) {
-  (void)n;
-  (void)out;
+mdr_status mdr_comm_create_local(mdr_backend *const *backends, int n, mdr_comm **out) {
+  mdr_status st = mdr_comm_check_backends(backends, n, out);
+  if (st != MDR_OK) return st;
   return mdr_backend_fail(backends[0], MDR_ERR_UNSUPPORTED, "nccl: this build of mdr has no NCCL");
 }
 
