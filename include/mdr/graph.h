@@ -267,7 +267,7 @@ typedef struct mdr_graph_stats {
   uint64_t padded_tokens;   /* sum over steps of (graph tokens - real tokens) */
   double capture_us;        /* total time spent capturing, instantiating and uploading graphs */
   size_t graphs;            /* live graphs */
-  uint64_t eager_steps;     /* steps enqueued eagerly (graphs disabled, or fallbacks) */
+  uint64_t eager_steps;     /* steps enqueued eagerly (graphs disabled, fallbacks, eager-only counts) */
   uint64_t uncapturable;    /* graph counts marked eager-only after a failed capture */
   int graphs_disabled;      /* 1: MDR_DISABLE_GRAPHS was set at create; every step is eager */
   uint64_t device_steps;    /* steps whose ids were in device memory (step_device) */
