@@ -12,8 +12,8 @@
  * threads, and the report at the end.
  *
  * Safety on shared machines: NCCL_NVLS_ENABLE=0 is set before any NCCL call
- * and checked before the communicators are made; nothing here calls
- * cuMulticastCreate. */
+ * and checked before the communicators are made; nothing here creates an
+ * NVLink multicast object. */
 #define _POSIX_C_SOURCE 200809L
 #include <stdarg.h>
 #include <stdatomic.h>

@@ -195,13 +195,6 @@ size_t mdr_arena_rules(const mdr_arena *a, mdr_coverage which, mdr_rows_policy p
   return n;
 }
 
-size_t mdr_arena_static_plan(const mdr_arena *a, mdr_coverage which, mdr_rows_policy policy,
-                             size_t tokens, mdr_zero_seg *out) {
-  mdr_zero_seg rules[MDR_ZERO_PLAN_MAX];
-  size_t nr = mdr_arena_rules(a, which, policy, rules);
-  return mdr_zero_plan_at(rules, nr, tokens, out);
-}
-
 mdr_status mdr_arena_run_rules(mdr_arena *a, mdr_stream s, const mdr_zero_seg *rules, size_t n,
                                size_t tokens, mdr_zero_strategy z) {
   if (z == MDR_ZERO_FUSED) return n ? mdr_be_zero_fused(a->backend, rules, n, tokens, NULL, s, NULL) : MDR_OK;
@@ -262,7 +255,9 @@ mdr_status mdr_arena_zero_plan(const mdr_arena *a, size_t tokens, mdr_segment *o
                                size_t *n) {
   if (!a || !n || (cap && !out)) return MDR_ERR_INVALID_ARGUMENT;
   mdr_zero_seg plan[MDR_ZERO_PLAN_MAX];
-  size_t count = mdr_arena_static_plan(a, MDR_COVER_ROWS, a->rows, tokens, plan);
+  mdr_zero_seg rules[MDR_ZERO_PLAN_MAX];
+  const size_t nr = mdr_arena_rules(a, MDR_COVER_ROWS, a->rows, rules);
+  const size_t count = mdr_zero_plan_at(rules, nr, tokens, plan);
   for (size_t i = 0; i < count && i < cap; i++)
     out[i] = (mdr_segment){.ptr = plan[i].ptr, .bytes = (size_t)plan[i].bytes};
   *n = count;

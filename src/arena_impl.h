@@ -45,10 +45,6 @@ typedef enum mdr_coverage {
 size_t mdr_arena_rules(const mdr_arena *a, mdr_coverage which, mdr_rows_policy policy,
                        mdr_zero_seg *out);
 
-/* The rules evaluated at `tokens`: FIXED entries, empty ones left out. */
-size_t mdr_arena_static_plan(const mdr_arena *a, mdr_coverage which, mdr_rows_policy policy,
-                             size_t tokens, mdr_zero_seg *out);
-
 /* Enqueue, on `s` with strategy z, the n rules evaluated at `tokens`:
  * memsets of the plan (first failure returned, later segments not
  * enqueued), or one fused launch that evaluates the rules itself. The one

@@ -66,7 +66,7 @@ size_t mdr_dtype_bytes(mdr_dtype dt) {
 
 void mdr_comm_mark_aborted(mdr_comm *c) {
   atomic_store(&c->group->aborted, 1);
-  c->ops->abort(c);
+  c->ops->cancel(c);
 }
 
 void mdr_comm_free(mdr_comm *c) {

@@ -250,7 +250,7 @@ static mdr_status host_slab_alloc(mdr_comm *const *cs, int n, size_t bytes, mdr_
 
 static void host_slab_free(mdr_comm *c, mdr_dptr slab) { mdr_be_free_device(c->b, slab); }
 
-static void host_abort(mdr_comm *c) {
+static void host_cancel(mdr_comm *c) {
   host_shared *sh = shared_of(c);
   pthread_mutex_lock(&sh->m);
   pthread_cond_broadcast(&sh->cv);
@@ -265,7 +265,7 @@ static const struct mdr_comm_ops host_comm_ops = {
     .exchange = host_exchange,
     .slab_alloc = host_slab_alloc,
     .slab_free = host_slab_free,
-    .abort = host_abort,
+    .cancel = host_cancel,
     .destroy = host_destroy,
 };
 

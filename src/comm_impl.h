@@ -46,7 +46,9 @@ struct mdr_comm_ops {
    * nothing is left allocated. */
   mdr_status (*slab_alloc)(mdr_comm *const *cs, int n, size_t bytes, mdr_dptr *slab, int *kind);
   void (*slab_free)(mdr_comm *c, mdr_dptr slab);
-  void (*abort)(mdr_comm *c);
+  /* Stop this rank's transport after a failure: wake its waiters (host),
+   * or ncclCommAbort a communicator mdr owns. Never ends the process. */
+  void (*cancel)(mdr_comm *c);
   void (*destroy)(mdr_comm *c);
 };
 

@@ -265,7 +265,7 @@ static void nccl_slab_free(mdr_comm *c, mdr_dptr slab) {
   }
 }
 
-static void nccl_abort(mdr_comm *c) {
+static void nccl_cancel(mdr_comm *c) {
   nccl_rank *nr = rank_of(c);
   if (nr->owned && !nr->dead) {
     int prev;
@@ -294,7 +294,7 @@ static const struct mdr_comm_ops nccl_comm_ops = {
     .exchange = nccl_exchange,
     .slab_alloc = nccl_slab_alloc,
     .slab_free = nccl_slab_free,
-    .abort = nccl_abort,
+    .cancel = nccl_cancel,
     .destroy = nccl_destroy,
 };
 

@@ -752,3 +752,36 @@ Test(comm, two_processes_sharing_a_unique_id_adopt_their_communicators, .timeout
   for (int r = 0; r < 2; r++) cr_assert_eq(code[r], 0, "rank %d failed at step %d", r, code[r]);
 }
 #endif
+
+/* The arena and constructor entry points refuse bad input with a clear
+ * status, leave *out NULL and leak nothing (a one-rank host communicator:
+ * its collectives need no peer). */
+Test(comm, bad_arena_and_constructor_input_is_refused_and_leaks_nothing) {
+  team t;
+  team_init(&t, 1, 1);
+  rank_ctx *rc = &t.r[0];
+  mdr_arena *a = (mdr_arena *)0x1;
+  cr_assert_eq(mdr_arena_create_on_comm(NULL, &t.sizes[0], &a), MDR_ERR_INVALID_ARGUMENT);
+  cr_assert_null(a);
+  cr_assert_eq(mdr_arena_create_on_comm(rc->comm, &t.sizes[0], NULL), MDR_ERR_INVALID_ARGUMENT);
+  a = (mdr_arena *)0x1;
+  cr_assert_eq(mdr_arena_create_on_comm(rc->comm, NULL, &a), MDR_ERR_INVALID_ARGUMENT);
+  cr_assert_null(a);
+  cr_assert_not_null(strstr(mdr_backend_last_error(rc->b), "NULL sizes"), "%s", mdr_backend_last_error(rc->b));
+  mdr_arena *as[1] = {(mdr_arena *)0x1};
+  mdr_comm *none[1] = {NULL};
+  cr_assert_eq(mdr_arena_create_on_comms(none, 1, &t.sizes[0], as), MDR_ERR_INVALID_ARGUMENT);
+  cr_assert_null(as[0]);
+  cr_assert_eq(mdr_arena_create_on_comms(&rc->comm, 0, &t.sizes[0], as), MDR_ERR_INVALID_ARGUMENT);
+  cr_assert_eq(mdr_arena_window(NULL), MDR_WINDOW_NONE);
+  cr_assert_null(mdr_arena_comm(NULL));
+  cr_assert_eq(fault_backend_live(rc->b), 1, "only the rank's stream is alive");
+  /* create_local takes CUDA backends on distinct devices only */
+  mdr_comm *out[1] = {(mdr_comm *)0x1};
+  mdr_status st = mdr_comm_create_local(&rc->b, 1, out);
+  cr_assert(st == MDR_ERR_INVALID_ARGUMENT || st == MDR_ERR_UNSUPPORTED, "%s", mdr_status_string(st));
+  cr_assert_null(out[0]);
+  cr_assert_eq(mdr_comm_create_local(NULL, 1, out), MDR_ERR_INVALID_ARGUMENT);
+  cr_assert_eq(mdr_comm_create_local(&rc->b, 0, out), MDR_ERR_INVALID_ARGUMENT);
+  team_fini(&t);
+}

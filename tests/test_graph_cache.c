@@ -1212,6 +1212,14 @@ Test(graph_cache, exact_device_steps_read_no_slot_and_follow_a_moved_buffer) {
   cr_assert_eq(mdr_graph_cache_stats(c, &st), MDR_OK);
   cr_assert_eq(st.captures, captures, "prepared with 0, stepped with token_ids and 0: no new capture");
   cr_assert_eq(mdr_graph_cache_step_device(NULL, a, 1), MDR_ERR_INVALID_ARGUMENT);
+  cr_assert_eq(mdr_graph_cache_prepare_device(NULL, a, &five, 1), MDR_ERR_INVALID_ARGUMENT);
+  cr_assert_eq(mdr_graph_cache_prepare_device(c, a, NULL, 1), MDR_ERR_INVALID_ARGUMENT);
+  const size_t too_many = M + 1;
+  cr_assert_eq(mdr_graph_cache_stats(c, &st), MDR_OK);
+  const uint64_t before = st.captures;
+  cr_assert_eq(mdr_graph_cache_prepare_device(c, a, &too_many, 1), MDR_ERR_OUT_OF_RANGE);
+  cr_assert_eq(mdr_graph_cache_stats(c, &st), MDR_OK);
+  cr_assert_eq(st.captures, before, "a refused prepare captured nothing");
   mdr_backend_free(f.b, a);
   mdr_backend_free(f.b, b);
   mdr_graph_cache_destroy(c);
