@@ -43,6 +43,7 @@
 #define MDR_COMM_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "mdr/arena.h"
 #include "mdr/backend.h"
@@ -152,6 +153,109 @@ MDR_API const char *mdr_window_name(mdr_window w);
  * aborts the communicator (see Faults). */
 MDR_API mdr_status mdr_comm_all_reduce_rows(mdr_arena *a, mdr_buffer buf, mdr_dtype dt, size_t tokens,
                                             mdr_stream stream);
+
+/* ---- the all-reduce with options: device-read counts, the fused residual
+ * add, the algorithm (docs/TP.md, "mdr's all-reduce kernels") ----
+ *
+ * Algorithms. On an arena whose slab is a symmetric window (MDR_WINDOW_
+ * SYMMETRIC, all ranks in one NVLink domain), mdr has its own kernels on
+ * NCCL's device API: peers' memory through load/store-accessible (LSA)
+ * pointers of the window, no host involvement, no NVLink multicast.
+ *   one-shot  every rank stores its rows into a slot of every peer's
+ *             scratch (in the window); each element carries its own
+ *             arrival flag (a value no input has: all-ones bits, inputs
+ *             with those bits are sent as another NaN), so one NVLink trip
+ *             and no barrier; each rank then sums the slots locally and
+ *             clears them. Scratch: MDR_AR_ONE_SHOT_MAX_BYTES per rank and
+ *             buffer, two buffers alternating call by call.
+ *   two-shot  reduce-scatter then all-gather in place through the window:
+ *             rank r sums its 1/n of the rows from every peer and writes
+ *             the sum into every peer; two barriers.
+ * Barriers and the alternation use a call counter (epoch) in each rank's
+ * window, advanced by every call on the device; it wraps at 2^32 safely.
+ *
+ * Summation order, every algorithm and the host communicator alike (so
+ * results are deterministic, bit-identical between graph and eager, equal
+ * on every rank): acc = 0.0f; for r = 0 .. n-1: acc += (float)x_r; the
+ * result is acc rounded once to the element type (round to nearest even;
+ * fp32 sums in fp32). NCCL's own kernels (MDR_AR_NCCL) give the same bits
+ * for two ranks (one rounded addition); for more ranks NCCL's order is
+ * NCCL's. The fused residual add is residual = round((float)residual +
+ * (float)sum), after the sum is rounded. */
+typedef enum mdr_ar_algo {
+  MDR_AR_AUTO,     /* the measured table (mdr_comm_all_reduce_choice) */
+  MDR_AR_NCCL,     /* ncclAllReduce; its count is fixed at enqueue */
+  MDR_AR_ONE_SHOT, /* mdr's one-shot kernel (flags carried in the data) */
+  MDR_AR_TWO_SHOT, /* mdr's two-shot kernel (reduce-scatter, all-gather) */
+  MDR_AR_ALGO_COUNT
+} mdr_ar_algo;
+
+/* The one-shot kernel's scratch per rank and buffer: larger messages are
+ * refused by MDR_AR_ONE_SHOT and never chosen by MDR_AR_AUTO. */
+#define MDR_AR_ONE_SHOT_MAX_BYTES ((size_t)2 << 20)
+
+/* "auto", "nccl", "one-shot", "two-shot"; "unknown" out of range. */
+MDR_API const char *mdr_ar_algo_name(mdr_ar_algo a);
+
+/* One all-reduce of an arena buffer's first rows. */
+typedef struct mdr_all_reduce_desc {
+  mdr_buffer buf;    /* the rows to sum in place (as mdr_comm_all_reduce_rows) */
+  mdr_dtype dtype;
+  size_t tokens;     /* rows; with count_ptr, the most rows a call may have */
+  /* 0: `tokens` rows. Else the device address of a uint32 row count, read
+   * by the kernel each time it runs: min(*count_ptr, tokens) rows (a
+   * DYNAMIC graph body passes the count_ptr it is given, and
+   * max_batch_tokens). mdr's kernels then reduce exactly those rows;
+   * MDR_AR_NCCL, whose count is fixed at enqueue, reduces all `tokens`
+   * rows (the fused residual add still covers the counted rows only). */
+  mdr_dptr count_ptr;
+  /* MDR_BUF_COUNT: no residual. Else a buffer of the same dtype and row
+   * bytes: after the sum, residual row i += summed row i for the reduced
+   * rows (the usual next op of a decode layer, fused: no extra launch for
+   * mdr's kernels; one small kernel after MDR_AR_NCCL). */
+  mdr_buffer residual;
+  mdr_ar_algo algo;
+} mdr_all_reduce_desc;
+
+/* A descriptor of `tokens` rows of buf: no count_ptr, no residual, AUTO. */
+MDR_API mdr_all_reduce_desc mdr_all_reduce_desc_make(mdr_buffer buf, mdr_dtype dt, size_t tokens);
+
+/* Enqueue the all-reduce `d` on `stream` (capture-safe; collective: every
+ * rank the same descriptor, with its own count word holding the same
+ * count). EXACT, LADDER and DYNAMIC graphs hold it. Returns, with nothing
+ * enqueued, what mdr_comm_all_reduce_rows returns and also:
+ * MDR_ERR_INVALID_ARGUMENT for a NULL d, an unknown algo, a residual that
+ * is the buffer itself or has other row bytes, or a count_ptr with
+ * tokens == 0; MDR_ERR_UNSUPPORTED for MDR_AR_ONE_SHOT / TWO_SHOT where
+ * mdr's kernels cannot run (a plain window, ranks outside one NVLink
+ * domain, rows not a multiple of 16 bytes, a one-shot message over
+ * MDR_AR_ONE_SHOT_MAX_BYTES; mdr_comm_all_reduce_kernels says which).
+ * AUTO never fails for those reasons: it falls back to NCCL. On the host
+ * communicator every algorithm runs the host sum (MDR_AR_NCCL reducing all
+ * `tokens` rows, as on a GPU). */
+MDR_API mdr_status mdr_comm_all_reduce(mdr_arena *a, const mdr_all_reduce_desc *d, mdr_stream stream);
+
+/* The algorithm AUTO takes for `bytes` (rows x row bytes) on this arena:
+ * counted != 0 for a count read on the device (then the kernel picks
+ * one-shot or two-shot at run time from the real bytes, and this returns
+ * MDR_AR_AUTO when mdr's kernels can run). MDR_AR_NCCL where mdr's
+ * kernels cannot run; MDR_AR_ALGO_COUNT for a NULL arena or one not on a
+ * communicator. The table: docs/TP.md. */
+MDR_API mdr_ar_algo mdr_comm_all_reduce_choice(const mdr_arena *a, size_t bytes, int counted);
+
+/* 1 when mdr's own all-reduce kernels can run on this arena, else 0 (and
+ * why, in the backend's last error of the arena's create: no symmetric
+ * window, ranks outside one NVLink domain, an NCCL library other than the
+ * headers mdr was built with). The host communicator: 1 (its twin). */
+MDR_API int mdr_comm_all_reduce_kernels(const mdr_arena *a);
+
+/* The call counter (epoch) of this rank's kernels: read it, or set it
+ * (every rank the same value, with nothing in flight: e.g. near 2^32 to
+ * exercise the wrap-around). Blocking, not capture-safe. MDR_ERR_
+ * UNSUPPORTED where mdr's kernels do not run (on the host communicator the
+ * counter is the host twin's, advanced by every all-reduce it runs). */
+MDR_API mdr_status mdr_comm_all_reduce_epoch(mdr_arena *a, uint32_t *epoch);
+MDR_API mdr_status mdr_comm_all_reduce_set_epoch(mdr_arena *a, uint32_t epoch);
 
 #ifdef __cplusplus
 }
