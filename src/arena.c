@@ -128,6 +128,8 @@ void mdr_arena_destroy(mdr_arena *a) {
 
 const mdr_arena_slab_owner *mdr_arena_slab_owner_of(const mdr_arena *a) { return &a->owner; }
 
+mdr_dptr mdr_arena_slab_base(const mdr_arena *a) { return a->slab; }
+
 static int buffer_ok(mdr_buffer buf) { return (int)buf >= 0 && buf < MDR_BUF_COUNT; }
 
 mdr_dptr mdr_arena_ptr(const mdr_arena *a, mdr_buffer buf) {

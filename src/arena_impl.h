@@ -26,6 +26,9 @@ mdr_status mdr_arena_layout(mdr_backend *b, const mdr_sizes *s, size_t offset[MD
 mdr_status mdr_arena_create_on_slab(mdr_backend *b, const mdr_sizes *s, mdr_dptr slab,
                                     const mdr_arena_slab_owner *owner, mdr_arena **out);
 const mdr_arena_slab_owner *mdr_arena_slab_owner_of(const mdr_arena *a);
+/* The slab's first byte (buffers sit at offsets from it; a communicator's
+ * region follows mdr_arena_slab_bytes, 256-byte aligned). */
+mdr_dptr mdr_arena_slab_base(const mdr_arena *a);
 
 /* Poison mode: fill, on `s`, what the n rules leave at `tokens` past the
  * bytes they clear (each HEAD or ROWS buffer from its zeroed head to its

@@ -13,7 +13,11 @@
  * are deterministic, bit-identical between graph and eager, and equal on
  * every rank): acc = 0.0f; for r = 0 .. n-1: acc += (float)x_r; the result
  * is acc rounded once to the element type (round to nearest even). fp32
- * sums in fp32.
+ * sums in fp32. The same as mdr's kernels (kernels/all_reduce.cu), whose
+ * twin this is: the row count read from the count word when the op runs
+ * (MDR_AR_NCCL: the bound, as NCCL's fixed count), the residual add after
+ * the sum, residual = round((float)residual + (float)sum), and an epoch
+ * word in the arena's comm region advanced by every run.
  *
  * Barriers wait on a condition variable; an aborted group wakes them with
  * MDR_ERR_STATE, and a peer missing for MDR_HOST_COMM_TIMEOUT_MS (env, ms;
@@ -176,45 +180,83 @@ static void store_elem(mdr_dptr p, size_t i, mdr_dtype dt, float v) {
 
 typedef struct ar_arg {
   mdr_comm *c;
-  mdr_dptr ptr;
-  size_t count;
-  mdr_dtype dt;
+  mdr_ar_call call;
 } ar_arg;
+
+/* The rows this run reduces: NCCL's count is fixed at enqueue (the bound);
+ * mdr's kernels read the count word when they run. */
+static size_t rows_now(const mdr_ar_call *k, int reduce) {
+  if (!k->count_ptr || (reduce && k->algo == MDR_AR_NCCL)) return k->rows;
+  const size_t counted = *(const uint32_t *)(uintptr_t)k->count_ptr;
+  return counted < k->rows ? counted : k->rows;
+}
 
 /* Runs when the rank's stream reaches the op (eagerly or in a replay). */
 static mdr_status run_all_reduce(mdr_backend *b, void *p) {
   (void)b;
   const ar_arg *a = p;
   mdr_comm *c = a->c;
+  const mdr_ar_call *k = &a->call;
   host_shared *sh = shared_of(c);
   mdr_status st = mdr_comm_check_alive(c, "all-reduce");
   if (st != MDR_OK) return st;
+  const size_t esize = mdr_dtype_bytes(k->dt), count = rows_now(k, 1) * k->row_bytes / esize;
   pthread_mutex_lock(&sh->m);
-  sh->bufs[c->rank] = a->ptr;
-  sh->counts[c->rank] = a->count;
+  sh->bufs[c->rank] = k->ptr;
+  sh->counts[c->rank] = count;
   pthread_mutex_unlock(&sh->m);
   st = barrier(c);
   if (st != MDR_OK) return st;
   for (int r = 0; r < sh->n; r++)
-    if (sh->counts[r] != a->count) {
+    if (sh->counts[r] != count) {
       mdr_comm_mark_aborted(c);
       return mdr_backend_fail(c->b, MDR_ERR_STATE,
                               "host comm: rank %d all-reduces %zu elements, rank %d %zu: ranks out of lockstep",
-                              c->rank, a->count, r, sh->counts[r]);
+                              c->rank, count, r, sh->counts[r]);
     }
-  const size_t lo = a->count * (size_t)c->rank / (size_t)sh->n;
-  const size_t hi = a->count * (size_t)(c->rank + 1) / (size_t)sh->n;
+  const size_t lo = count * (size_t)c->rank / (size_t)sh->n;
+  const size_t hi = count * (size_t)(c->rank + 1) / (size_t)sh->n;
   for (size_t i = lo; i < hi; i++) {
     float acc = 0.0f;
-    for (int r = 0; r < sh->n; r++) acc += load_elem(sh->bufs[r], i, a->dt);
-    for (int r = 0; r < sh->n; r++) store_elem(sh->bufs[r], i, a->dt, acc);
+    for (int r = 0; r < sh->n; r++) acc += load_elem(sh->bufs[r], i, k->dt);
+    for (int r = 0; r < sh->n; r++) store_elem(sh->bufs[r], i, k->dt, acc);
   }
-  return barrier(c);
+  st = barrier(c);
+  if (st != MDR_OK) return st;
+  if (k->residual) { /* residual = round(residual + sum) over the counted rows */
+    const size_t n = rows_now(k, 0) * k->row_bytes / esize;
+    for (size_t i = 0; i < n; i++)
+      store_elem(k->residual, i, k->dt, load_elem(k->residual, i, k->dt) + load_elem(k->ptr, i, k->dt));
+  }
+  uint32_t *epoch = (uint32_t *)(uintptr_t)(k->slab + k->region_off);
+  (*epoch)++;
+  return MDR_OK;
 }
 
-static mdr_status host_all_reduce(mdr_comm *c, mdr_dptr ptr, size_t count, mdr_dtype dt, mdr_stream s) {
-  const ar_arg arg = {.c = c, .ptr = ptr, .count = count, .dt = dt};
+static mdr_status host_all_reduce(mdr_comm *c, const mdr_ar_call *call, mdr_stream s) {
+  const ar_arg arg = {.c = c, .call = *call};
   return mdr_be_host_fn(c->b, run_all_reduce, &arg, sizeof arg, s);
+}
+
+/* The host twin's comm region: its epoch word. */
+static size_t host_region_bytes(const mdr_comm *c) {
+  (void)c;
+  return 256;
+}
+
+static int host_kernels(const mdr_comm *c, mdr_dptr slab) {
+  (void)c;
+  (void)slab;
+  return 1;
+}
+
+static mdr_status host_epoch(mdr_comm *c, mdr_dptr slab, size_t region_off, uint32_t *get, const uint32_t *set) {
+  mdr_status st = mdr_be_synchronize(c->b, NULL); /* no op of the stream in flight */
+  if (st != MDR_OK) return st;
+  uint32_t *epoch = (uint32_t *)(uintptr_t)(slab + region_off);
+  if (set) *epoch = *set;
+  if (get) *get = *epoch;
+  return MDR_OK;
 }
 
 /* ---- exchange, slabs, teardown ---- */
@@ -235,12 +277,15 @@ static mdr_status host_exchange(mdr_comm *const *cs, int n, const void *mine, si
   return barrier(c); /* nobody writes a record again before everyone read them */
 }
 
-static mdr_status host_slab_alloc(mdr_comm *const *cs, int n, size_t bytes, mdr_dptr *slab, int *kind) {
+static mdr_status host_slab_alloc(mdr_comm *const *cs, int n, size_t bytes, size_t region_off, mdr_dptr *slab,
+                                  int *kind) {
   for (int i = 0; i < n; i++) {
     slab[i] = 0;
     mdr_status st = mdr_be_alloc_device(cs[i]->b, bytes, &slab[i]);
+    if (st == MDR_OK) st = mdr_be_fill(cs[i]->b, slab[i] + region_off, 0, bytes - region_off);
     if (st != MDR_OK) {
-      for (int j = 0; j < i; j++) mdr_be_free_device(cs[j]->b, slab[j]);
+      for (int j = 0; j <= i; j++)
+        if (slab[j]) mdr_be_free_device(cs[j]->b, slab[j]);
       return st;
     }
     kind[i] = MDR_WINDOW_HOST;
@@ -262,6 +307,9 @@ static void host_destroy(mdr_comm *c) { (void)c; }
 static const struct mdr_comm_ops host_comm_ops = {
     .name = "host",
     .all_reduce = host_all_reduce,
+    .region_bytes = host_region_bytes,
+    .kernels = host_kernels,
+    .epoch = host_epoch,
     .exchange = host_exchange,
     .slab_alloc = host_slab_alloc,
     .slab_free = host_slab_free,

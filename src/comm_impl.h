@@ -30,11 +30,32 @@ typedef struct mdr_comm_group {
   void (*impl_free)(void *impl);
 } mdr_comm_group;
 
+/* One all-reduce, checked and resolved by comm.c. */
+typedef struct mdr_ar_call {
+  mdr_dptr slab;       /* the arena's slab (a window) */
+  size_t region_off;   /* the transport's comm region in it */
+  mdr_dptr ptr;        /* the rows: slab + buf_off */
+  mdr_dptr residual;   /* 0: none; else slab + res_off */
+  size_t buf_off, res_off;
+  size_t row_bytes;
+  size_t rows;         /* rows, or the bound when count_ptr is set */
+  mdr_dptr count_ptr;  /* 0, or the device uint32 row count */
+  mdr_dtype dt;
+  mdr_ar_algo algo;    /* MDR_AR_NCCL, ONE_SHOT, TWO_SHOT; AUTO: counted, mdr's kernel picks */
+} mdr_ar_call;
+
 struct mdr_comm_ops {
   const char *name;
-  /* Sum `count` elements of type dt at ptr across the ranks, in place,
-   * enqueued on s. */
-  mdr_status (*all_reduce)(mdr_comm *c, mdr_dptr ptr, size_t count, mdr_dtype dt, mdr_stream s);
+  /* Enqueue the all-reduce on s (the arithmetic of include/mdr/comm.h). */
+  mdr_status (*all_reduce)(mdr_comm *c, const mdr_ar_call *call, mdr_stream s);
+  /* Bytes the transport keeps at the end of an arena's slab (its comm
+   * region, inside the window); 0 for none. */
+  size_t (*region_bytes)(const mdr_comm *c);
+  /* 1 when mdr's kernels run on this slab (every rank agrees). */
+  int (*kernels)(const mdr_comm *c, mdr_dptr slab);
+  /* Read (set == NULL) or write the epoch of the slab's kernels; blocking.
+   * MDR_ERR_UNSUPPORTED where there are none. */
+  mdr_status (*epoch)(mdr_comm *c, mdr_dptr slab, size_t region_off, uint32_t *get, const uint32_t *set);
   /* All-gather of a small host record: ranks cs[0..n-1] (n == 1: the
    * calling rank alone, one thread per rank; n == size: every rank, one
    * thread) give mine[i * bytes ...]; all gets size * bytes, rank order.
@@ -42,9 +63,10 @@ struct mdr_comm_ops {
   mdr_status (*exchange)(mdr_comm *const *cs, int n, const void *mine, size_t bytes, void *all);
   /* Allocate each rank's slab of `bytes` and register it once as a
    * symmetric window when the implementation can (collective when it
-   * registers). kind[i]: MDR_WINDOW_SYMMETRIC, PLAIN or HOST. On failure
+   * registers); the comm region (region_bytes at region_off) is set up
+   * there. kind[i]: MDR_WINDOW_SYMMETRIC, PLAIN or HOST. On failure
    * nothing is left allocated. */
-  mdr_status (*slab_alloc)(mdr_comm *const *cs, int n, size_t bytes, mdr_dptr *slab, int *kind);
+  mdr_status (*slab_alloc)(mdr_comm *const *cs, int n, size_t bytes, size_t region_off, mdr_dptr *slab, int *kind);
   void (*slab_free)(mdr_comm *c, mdr_dptr slab);
   /* Stop this rank's transport after a failure: wake its waiters (host),
    * or ncclCommAbort a communicator mdr owns. Never ends the process. */
@@ -77,6 +99,16 @@ mdr_status mdr_comm_check_alive(const mdr_comm *c, const char *what);
  * MDR_ERR_INVALID_ARGUMENT otherwise. Ranks of other processes cannot be
  * checked here. */
 mdr_status mdr_comm_note_cache(mdr_comm *c, uint64_t h);
+
+/* The table behind MDR_AR_AUTO (docs/TP.md): mdr's one-shot up to
+ * one_shot_max bytes, two-shot up to two_shot_max, NCCL above. */
+typedef struct mdr_ar_table {
+  size_t one_shot_max, two_shot_max;
+} mdr_ar_table;
+extern const mdr_ar_table mdr_ar_auto_table;
+
+/* Where a communicator arena's comm region starts (after its buffers). */
+size_t mdr_comm_region_off(const mdr_arena *a);
 
 /* Bytes per element. */
 size_t mdr_dtype_bytes(mdr_dtype dt);

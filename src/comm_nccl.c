@@ -12,7 +12,16 @@
  * several ranks). When NCCL cannot (no symmetric support: it then returns
  * success with no window; or an error), every rank falls back to plain
  * memory, decided together so that the ranks agree. A slab is deregistered
- * and freed when its arena is destroyed. */
+ * and freed when its arena is destroyed.
+ *
+ * mdr's kernels (kernels/all_reduce.cu). On a symmetric slab every rank
+ * also makes a device communicator (ncclDevCommCreate), resolves each
+ * rank's window base through LSA pointers once, and sets up its comm
+ * region (zeroed counters and flags, the one-shot scratch all-ones). The
+ * kernels run when every rank could (one LSA team holding every rank, an
+ * NCCL library of the headers' major.minor: the kernels read NCCL's window
+ * records inline); otherwise every rank falls back to NCCL, with the
+ * reason in the backend's last error. */
 #include "comm_impl.h"
 
 #if defined(MDR_HAVE_NCCL)
@@ -22,11 +31,19 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "all_reduce.h"
+
 typedef struct nccl_slab {
   struct nccl_slab *next;
   mdr_dptr ptr;
   ncclWindow_t win; /* NULL: plain */
   int from_nccl;    /* ncclMemAlloc (else cudaMalloc) */
+  /* mdr's kernels */
+  void *devcomm;    /* mdr_cuda_ar_devcomm_create's, or NULL */
+  int kernels;      /* 1: they run on this slab (every rank agreed) */
+  int max_blocks;   /* grid cap: SMs of the communicator's smallest GPU */
+  size_t region_off;
+  char *peer[MDR_AR_MAX_RANKS];
 } nccl_slab;
 
 typedef struct nccl_rank {
@@ -85,15 +102,94 @@ static mdr_status check_rank(const mdr_comm *c, const char *what) {
   return mdr_comm_check_alive(c, what);
 }
 
-static mdr_status nccl_all_reduce(mdr_comm *c, mdr_dptr ptr, size_t count, mdr_dtype dt, mdr_stream s) {
+static nccl_slab *slab_of(const mdr_comm *c, mdr_dptr slab) {
+  for (nccl_slab *sl = rank_of(c)->slabs; sl; sl = sl->next)
+    if (sl->ptr == slab) return sl;
+  return NULL;
+}
+
+static mdr_status nccl_all_reduce(mdr_comm *c, const mdr_ar_call *k, mdr_stream s) {
   mdr_status st = check_rank(c, "all-reduce");
   if (st != MDR_OK) return st;
   int prev;
   if (!enter_device(c->device, &prev)) return cuda_fail(c->b, cudaGetLastError(), "cudaSetDevice");
-  void *p = (void *)(uintptr_t)ptr;
-  ncclResult_t r = ncclAllReduce(p, p, count, nccl_type(dt), ncclSum, rank_of(c)->comm, (cudaStream_t)s);
+  void *p = (void *)(uintptr_t)k->ptr;
+  const uint32_t *count = (const uint32_t *)(uintptr_t)k->count_ptr;
+  if (k->algo == MDR_AR_NCCL) {
+    const size_t n = k->rows * k->row_bytes / mdr_dtype_bytes(k->dt);
+    ncclResult_t r = ncclAllReduce(p, p, n, nccl_type(k->dt), ncclSum, rank_of(c)->comm, (cudaStream_t)s);
+    if (r != ncclSuccess) {
+      leave_device(prev);
+      return nccl_fail(c->b, rank_of(c)->comm, r, "ncclAllReduce");
+    }
+    int e = k->residual ? mdr_cuda_ar_residual_add((void *)(uintptr_t)k->residual, p, k->row_bytes, k->rows, count,
+                                                   (int)k->dt, s)
+                        : 0;
+    leave_device(prev);
+    return e ? cuda_fail(c->b, (cudaError_t)e, "residual add after ncclAllReduce") : MDR_OK;
+  }
+  const nccl_slab *sl = slab_of(c, k->slab);
+  if (!sl || !sl->kernels) {
+    leave_device(prev);
+    return mdr_backend_fail(c->b, MDR_ERR_UNSUPPORTED, "all-reduce: mdr's kernels do not run on this slab");
+  }
+  mdr_ar_launch l;
+  memset(&l, 0, sizeof l);
+  for (int r = 0; r < c->size; r++) l.peer[r] = sl->peer[r];
+  l.rank = c->rank;
+  l.nranks = c->size;
+  l.buf_off = k->buf_off;
+  l.res_off = k->residual ? k->res_off : SIZE_MAX;
+  l.region_off = k->region_off;
+  l.row_bytes = k->row_bytes;
+  l.rows = k->rows;
+  l.count_ptr = count;
+  l.one_shot_max = mdr_ar_auto_table.one_shot_max;
+  l.dtype = (int)k->dt;
+  l.algo = (int)k->algo;
+  l.max_blocks = sl->max_blocks;
+  const int e = mdr_cuda_ar_launch(&l, s);
   leave_device(prev);
-  return r == ncclSuccess ? MDR_OK : nccl_fail(c->b, rank_of(c)->comm, r, "ncclAllReduce");
+  return e ? cuda_fail(c->b, (cudaError_t)e, "mdr all-reduce kernel") : MDR_OK;
+}
+
+static size_t nccl_region_bytes(const mdr_comm *c) { return MDR_AR_REGION_BYTES(c->size); }
+
+static int nccl_kernels(const mdr_comm *c, mdr_dptr slab) {
+  const nccl_slab *sl = slab_of(c, slab);
+  return sl && sl->kernels;
+}
+
+static mdr_status nccl_epoch(mdr_comm *c, mdr_dptr slab, size_t region_off, uint32_t *get, const uint32_t *set) {
+  const nccl_slab *sl = slab_of(c, slab);
+  if (!sl || !sl->kernels)
+    return mdr_backend_fail(c->b, MDR_ERR_UNSUPPORTED, "all-reduce epoch: mdr's kernels do not run on this arena");
+  int prev;
+  if (!enter_device(c->device, &prev)) return cuda_fail(c->b, cudaGetLastError(), "cudaSetDevice");
+  cudaStream_t q = NULL;
+  cudaError_t e = cudaStreamCreateWithFlags(&q, cudaStreamNonBlocking);
+  char *region = (char *)(uintptr_t)(slab + region_off);
+  const size_t words = (MDR_AR_FLAGS_OFF + MDR_AR_FLAGS_BYTES(c->size)) / 4;
+  uint32_t *img = NULL;
+  if (e == cudaSuccess && set) {
+    /* the epoch, no block done, and every barrier flag at 2E: barriers
+     * 2E+1 and 2E+2 of the next call then wait for the peers */
+    img = calloc(words, 4);
+    if (!img) {
+      (void)cudaStreamDestroy(q);
+      leave_device(prev);
+      return mdr_backend_fail(c->b, MDR_ERR_OUT_OF_MEMORY, "all-reduce epoch: image");
+    }
+    img[0] = *set;
+    for (size_t w = MDR_AR_FLAGS_OFF / 4; w < words; w++) img[w] = 2u * *set;
+    e = cudaMemcpyAsync(region, img, words * 4, cudaMemcpyHostToDevice, q);
+  }
+  if (e == cudaSuccess && get) e = cudaMemcpyAsync(get, region, 4, cudaMemcpyDeviceToHost, q);
+  if (e == cudaSuccess) e = cudaStreamSynchronize(q);
+  if (q) (void)cudaStreamDestroy(q);
+  free(img);
+  leave_device(prev);
+  return e == cudaSuccess ? MDR_OK : cuda_fail(c->b, e, "all-reduce epoch");
 }
 
 /* All-gather of small records through device memory (arena creation only:
@@ -155,6 +251,91 @@ static mdr_status nccl_exchange(mdr_comm *const *cs, int n, const void *mine, si
   return st;
 }
 
+/* Why this rank cannot run mdr's kernels on a symmetric slab (NULL: it
+ * can); records what it set up in *sl. Not collective except for the
+ * device communicator, made in the caller's group. */
+static const char *rank_ready(mdr_comm *c, nccl_slab *sl, size_t bytes, size_t region_off, cudaStream_t q,
+                              int *sms) {
+  int v = 0;
+  if (ncclGetVersion(&v) != ncclSuccess) return "ncclGetVersion failed";
+  /* NCCL_VERSION_CODE is major*10000 + minor*100 + patch from 2.9 on */
+  if (v != NCCL_VERSION_CODE) return "the NCCL library is another release than the headers mdr was built with";
+  if (c->size > MDR_AR_MAX_RANKS) return "more ranks than mdr's kernels take (MDR_AR_MAX_RANKS)";
+  if (!sl->devcomm) return "ncclDevCommCreate failed (no device API on this communicator)";
+  int rank, nranks, lsa_rank, lsa_size;
+  mdr_cuda_ar_devcomm_info(sl->devcomm, &rank, &nranks, &lsa_rank, &lsa_size);
+  if (lsa_size != nranks || lsa_rank != rank) return "the ranks are not all in one LSA (NVLink) team";
+  if (region_off + MDR_AR_REGION_BYTES(c->size) > bytes) return "no comm region in the slab";
+  if (mdr_cuda_ar_resolve_peers(sl->win, c->size, sl->peer, q) != 0) return "resolving the peers' LSA pointers failed";
+  char *region = (char *)(uintptr_t)(sl->ptr + region_off);
+  const size_t lam = MDR_AR_LAMPORT_OFF(c->size);
+  if (cudaMemsetAsync(region, 0, lam, q) != cudaSuccess ||
+      cudaMemsetAsync(region + lam, 0xff, MDR_AR_REGION_BYTES(c->size) - lam, q) != cudaSuccess ||
+      cudaStreamSynchronize(q) != cudaSuccess)
+    return "setting up the comm region failed";
+  if (cudaDeviceGetAttribute(sms, cudaDevAttrMultiProcessorCount, c->device) != cudaSuccess) return "no SM count";
+  sl->region_off = region_off;
+  return NULL;
+}
+
+/* Set mdr's kernels up on every rank's symmetric slab, or on none. */
+static mdr_status setup_kernels(mdr_comm *const *cs, int n, nccl_slab **sl, size_t bytes, size_t region_off) {
+  /* the device communicators: a group task each */
+  if (n > 1) ncclGroupStart();
+  int made[n];
+  for (int i = 0; i < n; i++) {
+    int prev;
+    enter_device(cs[i]->device, &prev);
+    made[i] = mdr_cuda_ar_devcomm_create(rank_of(cs[i])->comm, &sl[i]->devcomm) == 0;
+    leave_device(prev);
+  }
+  if (n > 1 && ncclGroupEnd() != ncclSuccess)
+    for (int i = 0; i < n; i++) made[i] = 0;
+  for (int i = 0; i < n; i++)
+    if (!made[i] && sl[i]->devcomm) {
+      int prev;
+      enter_device(cs[i]->device, &prev);
+      mdr_cuda_ar_devcomm_destroy(rank_of(cs[i])->comm, sl[i]->devcomm);
+      leave_device(prev);
+      sl[i]->devcomm = NULL;
+    }
+  /* each rank: ready (and its SM count), or why not; then all agree */
+  const int size = cs[0]->size;
+  int mine[n][2], got[size][2];
+  for (int i = 0; i < n; i++) {
+    int prev, sms = 0;
+    cudaStream_t q = NULL;
+    const char *why = NULL;
+    if (!enter_device(cs[i]->device, &prev) || cudaStreamCreateWithFlags(&q, cudaStreamNonBlocking) != cudaSuccess) {
+      why = "no stream";
+      (void)cudaGetLastError();
+    } else {
+      why = rank_ready(cs[i], sl[i], bytes, region_off, q, &sms);
+      (void)cudaStreamDestroy(q);
+    }
+    leave_device(prev);
+    if (why)
+      mdr_backend_fail(cs[i]->b, MDR_ERR_UNSUPPORTED, "nccl: mdr's all-reduce kernels off (NCCL fallback): %s", why);
+    mine[i][0] = why == NULL;
+    mine[i][1] = sms;
+  }
+  mdr_status st = nccl_exchange(cs, n, mine, sizeof mine[0], got);
+  if (st != MDR_OK) return st;
+  int ready = 1, min_sms = MDR_AR_MAX_BLOCKS;
+  for (int r = 0; r < size; r++) {
+    ready &= got[r][0];
+    if (got[r][1] < min_sms) min_sms = got[r][1];
+  }
+  for (int i = 0; i < n; i++) {
+    sl[i]->kernels = ready && min_sms > 0;
+    sl[i]->max_blocks = min_sms;
+    if (!sl[i]->kernels && mine[i][0])
+      mdr_backend_fail(cs[i]->b, MDR_ERR_UNSUPPORTED,
+                       "nccl: mdr's all-reduce kernels off (NCCL fallback): a peer rank cannot run them");
+  }
+  return MDR_OK;
+}
+
 static void free_slab_memory(int device, nccl_slab *sl) {
   int prev;
   enter_device(device, &prev);
@@ -167,7 +348,8 @@ static void free_slab_memory(int device, nccl_slab *sl) {
   leave_device(prev);
 }
 
-static mdr_status nccl_slab_alloc(mdr_comm *const *cs, int n, size_t bytes, mdr_dptr *slab, int *kind) {
+static mdr_status nccl_slab_alloc(mdr_comm *const *cs, int n, size_t bytes, size_t region_off, mdr_dptr *slab,
+                                  int *kind) {
   nccl_slab *sl[n];
   mdr_status st = MDR_OK;
   for (int i = 0; i < n; i++) sl[i] = NULL;
@@ -224,9 +406,16 @@ static mdr_status nccl_slab_alloc(mdr_comm *const *cs, int n, size_t bytes, mdr_
         mdr_backend_fail(cs[i]->b, MDR_ERR_UNSUPPORTED,
                          "nccl: a peer could not register its slab symmetrically: plain memory on every rank");
       }
+  if (st == MDR_OK && all_registered) st = setup_kernels(cs, n, sl, bytes, region_off);
   if (st != MDR_OK) {
     for (int i = 0; i < n; i++)
       if (sl[i]) {
+        if (sl[i]->devcomm) {
+          int prev;
+          enter_device(cs[i]->device, &prev);
+          mdr_cuda_ar_devcomm_destroy(rank_of(cs[i])->comm, sl[i]->devcomm);
+          leave_device(prev);
+        }
         if (sl[i]->win) {
           int prev;
           enter_device(cs[i]->device, &prev);
@@ -253,10 +442,11 @@ static void nccl_slab_free(mdr_comm *c, mdr_dptr slab) {
     nccl_slab *sl = *p;
     if (sl->ptr != slab) continue;
     *p = sl->next;
-    if (sl->win && !nr->dead) {
+    if (!nr->dead && (sl->devcomm || sl->win)) {
       int prev;
       enter_device(c->device, &prev);
-      (void)ncclCommWindowDeregister(nr->comm, sl->win);
+      if (sl->devcomm) mdr_cuda_ar_devcomm_destroy(nr->comm, sl->devcomm);
+      if (sl->win) (void)ncclCommWindowDeregister(nr->comm, sl->win);
       leave_device(prev);
     }
     free_slab_memory(c->device, sl);
@@ -291,6 +481,9 @@ static void nccl_destroy(mdr_comm *c) {
 static const struct mdr_comm_ops nccl_comm_ops = {
     .name = "nccl",
     .all_reduce = nccl_all_reduce,
+    .region_bytes = nccl_region_bytes,
+    .kernels = nccl_kernels,
+    .epoch = nccl_epoch,
     .exchange = nccl_exchange,
     .slab_alloc = nccl_slab_alloc,
     .slab_free = nccl_slab_free,
