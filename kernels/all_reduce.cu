@@ -53,7 +53,8 @@
 namespace {
 
 struct ar_params {
-  char *peer[MDR_AR_MAX_RANKS];
+  char *peer[MDR_AR_MAX_RANKS]; /* peers' windows (LSA pointers) */
+  char *self;                   /* this rank's window at its own address */
   int rank, nranks;
   size_t buf_off, res_off, region_off;
   size_t row_bytes, rows;
@@ -207,7 +208,7 @@ __device__ __forceinline__ void block_barrier(const ar_params &p, uint32_t value
   if ((int)threadIdx.x < p.nranks) {
     const int r = threadIdx.x;
     st_release_sys(flag_slot(p.peer[r] + p.region_off, blockIdx.x, p.nranks, p.rank), value);
-    const uint32_t *mine = flag_slot(p.peer[p.rank] + p.region_off, blockIdx.x, p.nranks, r);
+    const uint32_t *mine = flag_slot(p.self + p.region_off, blockIdx.x, p.nranks, r);
     while ((int32_t)(ld_acquire_sys(mine) - value) < 0) {
     }
   }
@@ -219,15 +220,15 @@ template <int DT> __device__ void one_shot(const ar_params &p, size_t nvec, uint
   const size_t lam = p.region_off + MDR_AR_LAMPORT_OFF(p.nranks) + (size_t)(epoch & 1u) * p.nranks * slot_bytes;
   const size_t stride = (size_t)gridDim.x * blockDim.x;
   const size_t first = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-  const uint4 *rows = (const uint4 *)(p.peer[p.rank] + p.buf_off);
+  const uint4 *rows = (const uint4 *)(p.self + p.buf_off);
   for (size_t i = first; i < nvec; i += stride) {
     const uint4 v = canonical<DT>(rows[i]);
     for (int r = 0; r < p.nranks; r++)
       st_volatile((uint4 *)(p.peer[r] + lam + (size_t)p.rank * slot_bytes) + i, v);
   }
-  char *local = p.peer[p.rank] + lam;
-  uint4 *out = (uint4 *)(p.peer[p.rank] + p.buf_off);
-  uint4 *res = p.res_off == kNoResidual ? nullptr : (uint4 *)(p.peer[p.rank] + p.res_off);
+  char *local = p.self + lam;
+  uint4 *out = (uint4 *)(p.self + p.buf_off);
+  uint4 *res = p.res_off == kNoResidual ? nullptr : (uint4 *)(p.self + p.res_off);
   const uint4 clear = make_uint4(0xffffffffu, 0xffffffffu, 0xffffffffu, 0xffffffffu);
   for (size_t i = first; i < nvec; i += stride) {
     float acc[elems<DT>::N];
@@ -262,8 +263,8 @@ template <int DT> __device__ void two_shot(const ar_params &p, size_t nvec, uint
   }
   block_barrier(p, 2u * epoch + 2u);
   if (p.res_off == kNoResidual) return;
-  uint4 *res = (uint4 *)(p.peer[p.rank] + p.res_off);
-  const uint4 *out = (const uint4 *)(p.peer[p.rank] + p.buf_off);
+  uint4 *res = (uint4 *)(p.self + p.res_off);
+  const uint4 *out = (const uint4 *)(p.self + p.buf_off);
   for (int r = 0; r < p.nranks; r++) { /* the vectors rank r's block b wrote */
     const size_t rlo = nvec * (size_t)r / (size_t)p.nranks, rhi = nvec * (size_t)(r + 1) / (size_t)p.nranks;
     for (size_t i = rlo + first; i < rhi; i += stride) res[i] = add_residual<DT>(res[i], ld_volatile(out + i));
@@ -271,7 +272,7 @@ template <int DT> __device__ void two_shot(const ar_params &p, size_t nvec, uint
 }
 
 template <int DT> __global__ void __launch_bounds__(MDR_AR_THREADS) all_reduce_kernel(ar_params p) {
-  char *region = p.peer[p.rank] + p.region_off;
+  char *region = p.self + p.region_off;
   uint32_t *epoch_word = (uint32_t *)region, *done = (uint32_t *)region + 1;
   const uint32_t epoch = ld_volatile_u32(epoch_word);
   size_t rows = p.rows;
@@ -321,6 +322,7 @@ __global__ void resolve_peers_kernel(ncclWindow_t win, int n, char **out) {
 extern "C" int mdr_cuda_ar_launch(const mdr_ar_launch *l, void *stream) {
   ar_params p = {};
   for (int r = 0; r < l->nranks && r < MDR_AR_MAX_RANKS; r++) p.peer[r] = l->peer[r];
+  p.self = l->self;
   p.rank = l->rank;
   p.nranks = l->nranks;
   p.buf_off = l->buf_off;

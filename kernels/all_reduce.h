@@ -48,6 +48,7 @@ enum {
  * rank). */
 typedef struct mdr_ar_launch {
   char *peer[MDR_AR_MAX_RANKS]; /* window base of each rank, as this GPU reaches it */
+  char *self;                   /* this rank's slab at its own address */
   int rank, nranks;
   size_t buf_off;               /* the rows */
   size_t res_off;               /* the residual rows; SIZE_MAX: none */

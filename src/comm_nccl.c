@@ -136,6 +136,7 @@ static mdr_status nccl_all_reduce(mdr_comm *c, const mdr_ar_call *k, mdr_stream 
   mdr_ar_launch l;
   memset(&l, 0, sizeof l);
   for (int r = 0; r < c->size; r++) l.peer[r] = sl->peer[r];
+  l.self = (char *)(uintptr_t)sl->ptr;
   l.rank = c->rank;
   l.nranks = c->size;
   l.buf_off = k->buf_off;

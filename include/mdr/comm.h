@@ -150,7 +150,9 @@ MDR_API const char *mdr_window_name(mdr_window w);
  * with no rows (NULL, or a size that is not max_batch_tokens whole rows of
  * dt); MDR_ERR_OUT_OF_RANGE for tokens > max_batch_tokens; MDR_ERR_STATE on
  * an aborted communicator. tokens == 0 enqueues nothing. A failed enqueue
- * aborts the communicator (see Faults). */
+ * aborts the communicator (see Faults). The same as mdr_comm_all_reduce
+ * with mdr_all_reduce_desc_make(buf, dt, tokens): the algorithm is AUTO
+ * (mdr's kernels where they run and win, NCCL elsewhere). */
 MDR_API mdr_status mdr_comm_all_reduce_rows(mdr_arena *a, mdr_buffer buf, mdr_dtype dt, size_t tokens,
                                             mdr_stream stream);
 
