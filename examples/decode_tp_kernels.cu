@@ -1,5 +1,5 @@
-/* mdr example — the TP decode loop's kernels: residual add and SiLU (see
- * decode_tp_kernels.h for the contracts).
+/* mdr example — the TP decode loop's kernels: residual add, SiLU and the
+ * counted gather (see decode_tp_kernels.h for the contracts).
  *
  * One block per row, 16-byte accesses (8 BF16 per uint4), grid-stride over
  * the row; element-wise F32 math rounded once to BF16, so a launch gives
@@ -47,6 +47,19 @@ __global__ void silu_kernel(uint4 *x, size_t vecs_per_row) {
   }
 }
 
+__global__ void gather_counted_kernel(uint4 *hidden, const uint4 *emb, const uint32_t *ids,
+                                      const uint32_t *count, size_t vecs_per_row, size_t vocab) {
+  const size_t r = blockIdx.x;
+  uint4 *dst = hidden + r * vecs_per_row;
+  if (r < (size_t)*count) { /* rows >= gridDim.x never run: min(*count, rows) */
+    const uint4 *src = emb + (size_t)(ids[r] % vocab) * vecs_per_row;
+    for (size_t i = threadIdx.x; i < vecs_per_row; i += blockDim.x) dst[i] = src[i];
+  } else {
+    const uint4 zero = make_uint4(0, 0, 0, 0);
+    for (size_t i = threadIdx.x; i < vecs_per_row; i += blockDim.x) dst[i] = zero;
+  }
+}
+
 bool aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
 
 }  // namespace
@@ -67,5 +80,17 @@ extern "C" cudaError_t dtp_silu(void *x, size_t rows, size_t width, cudaStream_t
     return cudaErrorInvalidValue;
   if (rows == 0) return cudaSuccess;
   silu_kernel<<<(unsigned)rows, kThreads, 0, stream>>>((uint4 *)x, width / kVec);
+  return cudaGetLastError();
+}
+
+extern "C" cudaError_t dtp_gather_counted(void *hidden, const void *emb, const uint32_t *ids,
+                                          const uint32_t *count, size_t rows, size_t width,
+                                          size_t vocab, cudaStream_t stream) {
+  if (!hidden || !emb || !ids || !count || rows > kMaxGridX || width == 0 || width % kVec ||
+      vocab == 0 || !aligned16(hidden) || !aligned16(emb))
+    return cudaErrorInvalidValue;
+  if (rows == 0) return cudaSuccess;
+  gather_counted_kernel<<<(unsigned)rows, kThreads, 0, stream>>>(
+      (uint4 *)hidden, (const uint4 *)emb, ids, count, width / kVec, vocab);
   return cudaGetLastError();
 }
