@@ -1,28 +1,38 @@
 /* mdr example — a tensor-parallel (TP=2) decode loop on two GPUs: mdr's
- * communicator, arenas registered as one symmetric NCCL window each, and a
- * graph cache per rank whose graphs hold the all-reduces. Each step runs
- * eagerly and as one graph replay per GPU; a TP=1 reference with the same
+ * communicator, arenas registered as one symmetric NCCL window each, and
+ * graph caches per rank whose graphs hold the all-reduces. Each step runs
+ * eagerly and as one graph replay per GPU, once per all-reduce variant
+ * (NCCL's kernel, and mdr's own kernels with the residual add fused; with
+ * --dynamic also one DYNAMIC graph); a TP=1 reference with the same
  * weights, unsharded, runs on GPU 0.
  *
  * This file is the engine's side of mdr. main() reads top to bottom as an
  * engine writes it ("the mdr part"): one CUDA backend per GPU; the
  * communicator over both (mdr_comm_create_local); the ranks' arenas, made
- * together (mdr_arena_create_on_comms); then one thread per rank
- * (rank_main): its device, stream and model, a graph cache with the same
- * options as the other rank's, prepare, and one mdr_graph_cache_step per
- * decode step. The ranks make the same calls in the same order (the
- * lockstep contract of include/mdr/comm.h; docs/TP.md).
+ * together (mdr_arena_create_on_comms); which all-reduce variants can run
+ * there (mdr_comm_all_reduce_kernels); then one thread per rank
+ * (rank_main): its device, stream and model, one graph cache per variant
+ * with the same options as the other rank's, prepare, and one
+ * mdr_graph_cache_step per decode step and variant. The ranks make the
+ * same calls in the same order (the lockstep contract of
+ * include/mdr/comm.h; docs/TP.md).
  *
- * Checks (any failure: exit 1):
+ * Checks, per variant (any failure: exit 1):
  *   (a) every step's logits, graph replay vs eager, bit-identical on each rank;
  *   (b) TP=2 logits within a BF16 tolerance of TP=1 (decode_tp_report.h
  *       says which and why);
- *   (c) both ranks' logits bit-identical (the LM head is replicated).
+ *   (c) both ranks' logits bit-identical (the LM head is replicated);
+ *   (d) the mdr variant's logits (graph and eager) bit-identical to the
+ *       nccl variant's on each rank: for two ranks both round one F32
+ *       addition per element to BF16, and the fused residual add rounds
+ *       h + sum as the separate kernel does;
+ *   (e) --dynamic: the DYNAMIC graph's logits bit-identical to its EXACT
+ *       twin's (the same all-reduce choice).
  *
- * Elsewhere: the model (weights and their slices, cuBLASLt GEMMs, the body
- * with its all-reduces) in decode_tp_model.c, its own kernels in
+ * Elsewhere: the model (weights and their slices, cuBLASLt GEMMs, the
+ * bodies with their all-reduces) in decode_tp_model.c, its own kernels in
  * decode_tp_kernels.cu (gather and RMSNorm from decode_kernels.cu), the
- * command line, statistics, table and JSON in decode_tp_report.c.
+ * command line, statistics, tables and JSON in decode_tp_report.c.
  *
  * Exit codes: 0 ok, 1 mismatch or failure, 2 bad usage, 77 fewer than two
  * GPUs or no NCCL in this build (CTest skip). */
@@ -88,17 +98,27 @@ static void lockstep_fail(lockstep *ls) {
   pthread_mutex_unlock(&ls->mu);
 }
 
-/* ---- one model with its stream, cache and step buffers ------------------------ */
+/* ---- one model with its stream, and a graph cache per variant ------------------ */
+
+/* One way of running a rank's step (a variant): the body's user (the
+ * all-reduce choice), its graph cache and the step's logits on the host. */
+typedef struct vpath {
+  bool on;
+  bool dynamic;           /* a DYNAMIC cache (tp_body_dynamic); no eager path */
+  tp_body_user u;         /* u.m: the engine's model */
+  mdr_graph_cache *cache;
+  uint16_t *logits;       /* pinned, M x V: the step's graph logits */
+  uint16_t *logits_eager; /* pinned, M x V: the step's eager logits (NULL: no eager path) */
+} vpath;
 
 typedef struct engine {
   tp_model m;             /* m.backend, m.arena, m.stream: borrowed from here */
-  mdr_stream stream;      /* == m.stream */
-  mdr_graph_cache *cache;
+  mdr_stream stream;      /* == m.stream; every cache of the engine steps on it, in turn */
   cudaEvent_t ev0, ev1;
   uint32_t *ids_pinned;   /* the eager id upload's source */
-  uint16_t *logits;       /* pinned, M x V: the step's graph logits */
-  uint16_t *logits_eager; /* pinned, M x V: the step's eager logits */
   atomic_int *failed;     /* the run's failure flag: waits give up when it is set */
+  char name[48];          /* the model's name: "tp2 rank 0", "tp1" */
+  vpath v[VAR_COUNT];     /* TP=1: v[VAR_NCCL] only (it has no all-reduce) */
 } engine;
 
 typedef struct timing {
@@ -109,30 +129,46 @@ typedef struct timing {
  * own stream, events and pinned buffers. The calling thread's device must
  * be the arena's. 0 or -1; engine_close either way. */
 static int engine_open(engine *e, mdr_backend *b, mdr_arena *arena, int tp, int rank,
-                       const tp_host_weights *w, atomic_int *failed) {
-  const size_t logits_bytes = (size_t)TP_MAX_TOKENS * TP_VOCAB * sizeof(uint16_t);
+                       const tp_host_weights *w, atomic_int *failed, bool one_algo_per_gemm) {
   e->failed = failed;
   e->m.backend = b;
   e->m.arena = arena;
+  e->m.one_algo_per_gemm = one_algo_per_gemm;
   MDR_CHECK_(b, mdr_backend_stream_create(b, &e->stream));
   e->m.stream = (cudaStream_t)e->stream;
   if (tp_model_init(&e->m, w, tp, rank) != 0) goto fail;
+  snprintf(e->name, sizeof e->name, "%s", e->m.name);
   CUDA_OK(cudaEventCreate(&e->ev0));
   CUDA_OK(cudaEventCreate(&e->ev1));
   CUDA_OK(cudaMallocHost((void **)&e->ids_pinned, TP_MAX_TOKENS * sizeof *e->ids_pinned));
-  CUDA_OK(cudaMallocHost((void **)&e->logits, logits_bytes));
-  CUDA_OK(cudaMallocHost((void **)&e->logits_eager, logits_bytes));
   return 0;
 fail:
   return -1;
 }
 
-/* Release in reverse order; waits for the stream first (the cache does). */
+/* Variant `vi` of the engine: its body's user and host logits (no cache yet). */
+static int path_open(engine *e, int vi, mdr_ar_algo algo, bool fuse_residual, bool dynamic) {
+  const size_t logits_bytes = (size_t)TP_MAX_TOKENS * TP_VOCAB * sizeof(uint16_t);
+  vpath *p = &e->v[vi];
+  p->on = true;
+  p->dynamic = dynamic;
+  p->u = (tp_body_user){.m = &e->m, .algo = algo, .fuse_residual = fuse_residual};
+  CUDA_OK(cudaMallocHost((void **)&p->logits, logits_bytes));
+  if (!dynamic) CUDA_OK(cudaMallocHost((void **)&p->logits_eager, logits_bytes));
+  return 0;
+fail:
+  return -1;
+}
+
+/* Release in reverse order; waits for the stream first (the caches do). */
 static void engine_close(engine *e) {
   if (e->stream) (void)cudaStreamSynchronize(e->m.stream);
-  mdr_graph_cache_destroy(e->cache);
-  if (e->logits_eager) cudaFreeHost(e->logits_eager);
-  if (e->logits) cudaFreeHost(e->logits);
+  for (int vi = VAR_COUNT - 1; vi >= 0; --vi) { /* the graphs before the arena, in reverse */
+    vpath *p = &e->v[vi];
+    mdr_graph_cache_destroy(p->cache);
+    if (p->logits_eager) cudaFreeHost(p->logits_eager);
+    if (p->logits) cudaFreeHost(p->logits);
+  }
   if (e->ids_pinned) cudaFreeHost(e->ids_pinned);
   if (e->ev1) cudaEventDestroy(e->ev1);
   if (e->ev0) cudaEventDestroy(e->ev0);
@@ -152,13 +188,13 @@ static int wait_stream(engine *e) {
     if (q == cudaErrorNotReady) {
       (void)cudaGetLastError(); /* "not ready" is no error: leave none behind for later checks */
     } else {
-      fprintf(stderr, "decode_tp: %s: stream: %s\n", e->m.name, cudaGetErrorString(q));
+      fprintf(stderr, "decode_tp: %s: stream: %s\n", e->name, cudaGetErrorString(q));
       return -1;
     }
     if (atomic_load(e->failed)) return -1;
     if (now_us() - t0 > WAIT_LIMIT_S * 1e6) {
       fprintf(stderr, "decode_tp: %s: the stream made no progress in %.0f s (a peer rank stuck?)\n",
-              e->m.name, WAIT_LIMIT_S);
+              e->name, WAIT_LIMIT_S);
       return -1;
     }
     sched_yield();
@@ -177,16 +213,16 @@ fail:
   return -1;
 }
 
-/* Eager step: what the graph holds, enqueued call by call: zero_all_rows,
- * the id upload, the body (with its all-reduces on NCCL, eagerly). */
-static int eager_step(engine *e, const uint32_t *ids, size_t tokens, timing *t) {
+/* Eager step of variant p: what its graphs hold, enqueued call by call:
+ * zero_all_rows, the id upload, the body (with its all-reduces, eagerly). */
+static int eager_step(engine *e, vpath *p, const uint32_t *ids, size_t tokens, timing *t) {
   memcpy(e->ids_pinned, ids, tokens * sizeof *ids); /* the previous step has finished */
   CUDA_OK(cudaEventRecord(e->ev0, e->m.stream));
   const double h0 = now_us();
   MDR_CHECK_(e->m.backend, mdr_arena_zero_all_rows(e->m.arena, e->stream, tokens));
   CUDA_OK(cudaMemcpyAsync(tp_arena_ptr(&e->m, MDR_BUF_TOKEN_IDS), e->ids_pinned, tokens * sizeof *ids,
                           cudaMemcpyHostToDevice, e->m.stream));
-  MDR_CHECK_(e->m.backend, tp_body(&e->m, e->stream, tokens));
+  MDR_CHECK_(e->m.backend, tp_body(&p->u, e->stream, tokens));
   t->cpu_us = now_us() - h0;
   return finish_timing(e, t);
 fail:
@@ -194,15 +230,15 @@ fail:
 }
 
 /* Graph step: what an engine's loop calls once per decode step. */
-static int graph_step(engine *e, const uint32_t *ids, size_t tokens, timing *t) {
+static int graph_step(engine *e, vpath *p, const uint32_t *ids, size_t tokens, timing *t) {
   CUDA_OK(cudaEventRecord(e->ev0, e->m.stream));
   const double h0 = now_us();
-  mdr_status st = mdr_graph_cache_step(e->cache, ids, tokens);
+  mdr_status st = mdr_graph_cache_step(p->cache, ids, tokens);
   t->cpu_us = now_us() - h0;
   if (st == MDR_ERR_CAPTURE) {
     /* The cache ran this step eagerly (the same collectives); its work is enqueued. */
     fprintf(stderr, "decode_tp: %s: warning: capture for %zu tokens failed, ran eagerly (%s)\n",
-            e->m.name, tokens, mdr_backend_last_error(e->m.backend));
+            e->name, tokens, mdr_backend_last_error(e->m.backend));
   } else {
     MDR_CHECK_(e->m.backend, st);
   }
@@ -219,14 +255,38 @@ fail:
   return -1;
 }
 
-/* Capture every count 1..M, one prepare per count, keeping each count's
- * capture µs (the growth of mdr_graph_stats.capture_us). */
-static int prepare_every_count(engine *e, double capture_us[TP_MAX_TOKENS]) {
-  for (size_t t = 1; t <= TP_MAX_TOKENS; ++t) {
+/* The graph cache of variant p on the engine's arena and stream. Every
+ * rank makes its caches in the same order with the same options (mdr
+ * compares them): EXACT (or DYNAMIC), fused zeroing, logits cleared for
+ * the step's rows only. */
+static int path_cache(engine *e, vpath *p) {
+  mdr_graph_cache_options go;
+  mdr_graph_cache_options_default(&go);
+  go.mode = p->dynamic ? MDR_GRAPH_DYNAMIC : MDR_GRAPH_EXACT;
+  go.zero = MDR_ZERO_FUSED;
+  go.rows = MDR_ROWS_ALL;
+  if (p->dynamic) {
+    go.body_dynamic = tp_body_dynamic; /* reads the count at count_ptr; all M rows */
+  } else {
+    go.body = tp_body;
+  }
+  go.user = &p->u;
+  MDR_CHECK_(e->m.backend, mdr_graph_cache_create(e->m.arena, e->stream, &go, &p->cache));
+  return 0;
+fail:
+  return -1;
+}
+
+/* Capture every count 1..M (a DYNAMIC cache: its one graph), one prepare
+ * per count, keeping each count's capture µs (the growth of
+ * mdr_graph_stats.capture_us). */
+static int prepare_every_count(engine *e, vpath *p, double capture_us[TP_MAX_TOKENS]) {
+  const size_t last = p->dynamic ? 1 : TP_MAX_TOKENS;
+  for (size_t t = 1; t <= last; ++t) {
     mdr_graph_stats before, after;
-    MDR_CHECK_(e->m.backend, mdr_graph_cache_stats(e->cache, &before));
-    MDR_CHECK_(e->m.backend, mdr_graph_cache_prepare(e->cache, &t, 1));
-    MDR_CHECK_(e->m.backend, mdr_graph_cache_stats(e->cache, &after));
+    MDR_CHECK_(e->m.backend, mdr_graph_cache_stats(p->cache, &before));
+    MDR_CHECK_(e->m.backend, mdr_graph_cache_prepare(p->cache, &t, 1));
+    MDR_CHECK_(e->m.backend, mdr_graph_cache_stats(p->cache, &after));
     capture_us[t - 1] = after.capture_us - before.capture_us;
   }
   return wait_stream(e);
@@ -253,7 +313,8 @@ struct rank_ctx {
   mdr_comm *comm;          /* owned once the thread runs: it destroys it, then sets NULL */
   mdr_arena *arena;        /* the same: on the communicator */
   mdr_arena *arena_tp1;    /* borrowed, rank 0 only: the TP=1 reference's */
-  const uint16_t *logits, *logits_eager; /* this rank's step logits, for rank 0's check (c) */
+  /* this rank's step logits per variant, for rank 0's check (c) */
+  const uint16_t *logits[VAR_COUNT], *logits_eager[VAR_COUNT];
   bool ok;
 };
 
@@ -270,109 +331,181 @@ static void fill_ids(uint64_t *rng, uint32_t *ids, size_t tokens) {
   for (size_t i = 0; i < tokens; ++i) ids[i] = (uint32_t)(ex_splitmix64(rng) % TP_VOCAB);
 }
 
-/* Warm-up: one eager step per token count 1..M on every rank (each GEMM
- * shape's kernels loaded, and every all-reduce size run once by NCCL, which
- * connects lazily) before the first capture and before timing. */
+/* Warm-up: one eager step per token count 1..M and variant on every rank
+ * (each GEMM shape's kernels loaded, and every all-reduce size run once by
+ * each algorithm: NCCL connects lazily) before the first capture and before
+ * timing. The DYNAMIC variant has no eager path; its kernels are the EXACT
+ * twin's. */
 static int warm_up(engine *e, uint64_t seed) {
-  uint32_t ids[TP_MAX_TOKENS];
-  uint64_t rng = seed ^ 0x77a4b1d5ull;
-  for (size_t t = 1; t <= TP_MAX_TOKENS; ++t) {
-    timing tm;
-    fill_ids(&rng, ids, t);
-    if (eager_step(e, ids, t, &tm) != 0) return -1;
+  for (int vi = 0; vi < VAR_COUNT; ++vi) {
+    vpath *p = &e->v[vi];
+    if (!p->on || p->dynamic) continue;
+    uint32_t ids[TP_MAX_TOKENS];
+    uint64_t rng = seed ^ 0x77a4b1d5ull;
+    for (size_t t = 1; t <= TP_MAX_TOKENS; ++t) {
+      timing tm;
+      fill_ids(&rng, ids, t);
+      if (eager_step(e, p, ids, t, &tm) != 0) return -1;
+    }
   }
   return 0;
 }
 
 /* ---- one rank's loop ----------------------------------------------------------- */
 
-/* Every step, on both ranks in lockstep: eager and graph (alternating which
- * goes first), each started together and timed, logits read back; then
- * (a) on each rank; then rank 0 checks (c) against rank 1's host copy and
- * runs the TP=1 step for (b) while rank 1 waits at the next step. */
+/* One timed run of a step: variant vi, eager or graph. */
+typedef struct item {
+  int vi;
+  bool eager;
+} item;
+
+/* Count differing logits of a step; print the first few mismatches. */
+static bool differ(const uint16_t *want, const uint16_t *got, size_t t, size_t *printed, const char *what,
+                   const char *who, size_t step) {
+  const size_t V = TP_VOCAB;
+  size_t first, diffs = count_diffs(want, got, t * V, &first);
+  if (diffs && (*printed)++ < MAX_PRINTED_MISMATCHES)
+    printf("MISMATCH %s %s step %zu (%zu tokens): %zu of %zu logits differ; first at row %zu col %zu: "
+           "0x%04x vs 0x%04x\n",
+           what, who, step, t, diffs, t * V, first / V, first % V, want[first], got[first]);
+  return diffs != 0;
+}
+
+/* Every step, on both ranks in lockstep: each variant's eager and graph
+ * runs (the order rotated and reversed step by step), each started
+ * together and timed, logits read back; then (a), (d) and (e) on each
+ * rank; then rank 0 checks (c) against rank 1's host copies and runs the
+ * TP=1 step for (b) while rank 1 waits at the next step. */
 static int run_steps(rank_ctx *r, engine *tp2, engine *tp1) {
   run *R = r->run;
   tp_report *rep = R->rep;
-  tp_checks *ck = &rep->checks;
   const bool lead = r->rank == 0;
-  const int me = lead ? RUN_TP2_R0 : RUN_TP2_R1;
+  const int me = r->rank;
   const size_t V = TP_VOCAB;
   uint64_t rng = R->opt->seed; /* the schedule: the same on every rank */
   uint32_t ids[TP_MAX_TOKENS];
   size_t printed = 0;
+  item items[2 * VAR_COUNT];
+  int n = 0;
+  for (int vi = 0; vi < VAR_COUNT; ++vi) {
+    if (!tp2->v[vi].on) continue;
+    if (!tp2->v[vi].dynamic) items[n++] = (item){vi, true};
+    items[n++] = (item){vi, false};
+  }
+  const vpath *nccl = tp2->v[VAR_NCCL].on ? &tp2->v[VAR_NCCL] : NULL;
   for (size_t step = 0; step < rep->steps; ++step) {
     const size_t t = pick_tokens(&rng);
     fill_ids(&rng, ids, t);
-    timing te = {0, 0}, tg = {0, 0};
-    const bool eager_first = step % 2 == 0;
-    for (int k = 0; k < 2; ++k) {
-      if (lockstep_wait(&R->ls) != 0) return -1; /* both ranks start the timed step together */
-      if ((k == 0) == eager_first) {
-        if (eager_step(tp2, ids, t, &te) || read_logits(tp2, tp2->logits_eager, t)) return -1;
+    timing te[VAR_COUNT], tg[VAR_COUNT];
+    memset(te, 0, sizeof te);
+    memset(tg, 0, sizeof tg);
+    const int start = (int)((step / 2) % (size_t)n), dir = step % 2 ? -1 : 1;
+    for (int k = 0; k < n; ++k) {
+      const item it = items[((start + dir * k) % n + n) % n];
+      vpath *p = &tp2->v[it.vi];
+      if (lockstep_wait(&R->ls) != 0) return -1; /* both ranks start the timed run together */
+      if (it.eager) {
+        if (eager_step(tp2, p, ids, t, &te[it.vi]) || read_logits(tp2, p->logits_eager, t)) return -1;
       } else {
-        if (graph_step(tp2, ids, t, &tg) || read_logits(tp2, tp2->logits, t)) return -1;
+        if (graph_step(tp2, p, ids, t, &tg[it.vi]) || read_logits(tp2, p->logits, t)) return -1;
       }
     }
     if (lockstep_wait(&R->ls) != 0) return -1; /* every rank's logits of this step are on the host */
 
-    size_t first, diffs = count_diffs(tp2->logits_eager, tp2->logits, t * V, &first); /* (a) */
-    if (diffs) {
-      ++ck->eager_mismatched[r->rank];
-      if (printed++ < MAX_PRINTED_MISMATCHES)
-        printf("MISMATCH (a) %s step %zu (%zu tokens): %zu of %zu logits differ, graph vs eager; first "
-               "at row %zu col %zu: eager 0x%04x graph 0x%04x\n",
-               tp2->m.name, step, t, diffs, t * V, first / V, first % V, tp2->logits_eager[first],
-               tp2->logits[first]);
+    for (int vi = 0; vi < VAR_COUNT; ++vi) {
+      const vpath *p = &tp2->v[vi];
+      if (!p->on) continue;
+      tp_checks *ck = &rep->checks[vi];
+      char who[112];
+      snprintf(who, sizeof who, "%s %s", variant_name[vi], tp2->name);
+      if (p->logits_eager && differ(p->logits_eager, p->logits, t, &printed, "(a) eager vs graph", who, step))
+        ++ck->eager_mismatched[me];
+      if (nccl && p != nccl) { /* (d): the graph, and the eager step where there is one */
+        bool d = differ(nccl->logits, p->logits, t, &printed, "(d) nccl vs this, graph", who, step);
+        if (p->logits_eager)
+          d = differ(nccl->logits_eager, p->logits_eager, t, &printed, "(d) nccl vs this, eager", who, step) || d;
+        if (d) ++ck->nccl_mismatched[me];
+      }
+      if (p->dynamic && differ(tp2->v[rep->twin].logits, p->logits, t, &printed, "(e) EXACT twin vs DYNAMIC", who,
+                               step))
+        ++ck->exact_mismatched[me];
     }
     if (lead) {
       const rank_ctx *peer = &R->ranks[1];
-      size_t dg = count_diffs(tp2->logits, peer->logits, t * V, &first); /* (c) */
-      size_t de = count_diffs(tp2->logits_eager, peer->logits_eager, t * V, &first);
-      if (dg || de) {
-        ++ck->rank_mismatched;
-        if (printed++ < MAX_PRINTED_MISMATCHES)
-          printf("MISMATCH (c) step %zu (%zu tokens): rank 0 vs rank 1 differ in %zu graph and %zu eager "
-                 "logits\n",
-                 step, t, dg, de);
+      for (int vi = 0; vi < VAR_COUNT; ++vi) { /* (c) */
+        const vpath *p = &tp2->v[vi];
+        if (!p->on) continue;
+        size_t first, dg = count_diffs(p->logits, peer->logits[vi], t * V, &first);
+        size_t de = p->logits_eager ? count_diffs(p->logits_eager, peer->logits_eager[vi], t * V, &first) : 0;
+        if (dg || de) {
+          ++rep->checks[vi].rank_mismatched;
+          if (printed++ < MAX_PRINTED_MISMATCHES)
+            printf("MISMATCH (c) %s step %zu (%zu tokens): rank 0 vs rank 1 differ in %zu graph and %zu eager "
+                   "logits\n",
+                   variant_name[vi], step, t, dg, de);
+        }
       }
       timing t1;
-      if (graph_step(tp1, ids, t, &t1) || read_logits(tp1, tp1->logits, t)) return -1;
-      double rel, absr;
-      compare_rows(tp2->logits, tp1->logits, t, V, &rel, &absr); /* (b) */
-      if (rel > ck->worst_rel_l2) ck->worst_rel_l2 = rel;
-      if (absr > ck->worst_abs_over_rms) ck->worst_abs_over_rms = absr;
-      if (!(rel <= TOL_REL_L2 && absr <= TOL_ABS_OVER_RMS)) {
-        ++ck->tol_failed;
-        if (printed++ < MAX_PRINTED_MISMATCHES)
-          printf("OUT OF TOLERANCE (b) step %zu (%zu tokens): TP=2 vs TP=1 relative L2 %.5f (limit %.5f), "
-                 "max |diff| / rms %.4f (limit %.4f)\n",
-                 step, t, rel, TOL_REL_L2, absr, TOL_ABS_OVER_RMS);
+      vpath *ref = &tp1->v[VAR_NCCL];
+      if (graph_step(tp1, ref, ids, t, &t1) || read_logits(tp1, ref->logits, t)) return -1;
+      for (int vi = 0; vi < VAR_COUNT; ++vi) { /* (b) */
+        const vpath *p = &tp2->v[vi];
+        if (!p->on) continue;
+        tp_checks *ck = &rep->checks[vi];
+        double rel, absr;
+        compare_rows(p->logits, ref->logits, t, V, &rel, &absr);
+        if (rel > ck->worst_rel_l2) ck->worst_rel_l2 = rel;
+        if (absr > ck->worst_abs_over_rms) ck->worst_abs_over_rms = absr;
+        if (!(rel <= TOL_REL_L2 && absr <= TOL_ABS_OVER_RMS)) {
+          ++ck->tol_failed;
+          if (printed++ < MAX_PRINTED_MISMATCHES)
+            printf("OUT OF TOLERANCE (b) %s step %zu (%zu tokens): TP=2 vs TP=1 relative L2 %.5f (limit "
+                   "%.5f), max |diff| / rms %.4f (limit %.4f)\n",
+                   variant_name[vi], step, t, rel, TOL_REL_L2, absr, TOL_ABS_OVER_RMS);
+        }
       }
       rep->samples[RUN_TP1][SERIES_GRAPH_GPU][step] = t1.gpu_us;
       rep->samples[RUN_TP1][SERIES_GRAPH_CPU][step] = t1.cpu_us;
       rep->bucket[step] = bucket_of(t);
     }
-    rep->samples[me][SERIES_GRAPH_GPU][step] = tg.gpu_us;
-    rep->samples[me][SERIES_GRAPH_CPU][step] = tg.cpu_us;
-    rep->samples[me][SERIES_EAGER_GPU][step] = te.gpu_us;
-    rep->samples[me][SERIES_EAGER_CPU][step] = te.cpu_us;
+    for (int vi = 0; vi < VAR_COUNT; ++vi) {
+      if (!tp2->v[vi].on) continue;
+      double **smp = rep->samples[RUN_OF(vi, me)];
+      smp[SERIES_GRAPH_GPU][step] = tg[vi].gpu_us;
+      smp[SERIES_GRAPH_CPU][step] = tg[vi].cpu_us;
+      if (smp[SERIES_EAGER_GPU]) {
+        smp[SERIES_EAGER_GPU][step] = te[vi].gpu_us;
+        smp[SERIES_EAGER_CPU][step] = te[vi].cpu_us;
+      }
+    }
     if (lead && ((step + 1) % PROGRESS_EVERY == 0 || step + 1 == rep->steps)) {
-      printf("step %zu/%zu: mismatched steps (a) %zu + %zu, (c) %zu; out of tolerance (b) %zu; worst "
-             "relative L2 vs TP=1 %.5f\n",
-             step + 1, rep->steps, ck->eager_mismatched[0], ck->eager_mismatched[1], ck->rank_mismatched,
-             ck->tol_failed, ck->worst_rel_l2);
+      printf("step %zu/%zu:", step + 1, rep->steps);
+      for (int vi = 0; vi < VAR_COUNT; ++vi) {
+        if (!tp2->v[vi].on) continue;
+        const tp_checks *ck = &rep->checks[vi];
+        printf(" %s: (a) %zu+%zu (b) %zu (c) %zu (d) %zu+%zu%s worst rel L2 %.5f;", variant_name[vi],
+               ck->eager_mismatched[0], ck->eager_mismatched[1], ck->tol_failed, ck->rank_mismatched,
+               ck->nccl_mismatched[0], ck->nccl_mismatched[1],
+               vi == VAR_DYNAMIC ? (ck->exact_mismatched[0] + ck->exact_mismatched[1] ? " (e) MISMATCHED" : " (e) 0")
+                                 : "",
+               ck->worst_rel_l2);
+      }
+      printf(" (mismatched steps)\n");
       fflush(stdout);
     }
   }
   return 0;
 }
 
-/* One rank: its GPU, its stream, its model and graph cache, then the loop.
- * Rank 0 also owns the TP=1 reference on the same GPU. */
+/* One rank: its GPU, its stream, its model and one graph cache per
+ * variant, then the loop. Rank 0 also owns the TP=1 reference on the same
+ * GPU. */
 static void *rank_main(void *arg) {
   rank_ctx *r = arg;
   run *R = r->run;
+  tp_report *rep = R->rep;
   const bool lead = r->rank == 0;
+  const bool one_algo = R->opt->dynamic; /* a row's GEMM result independent of the GEMM's rows */
   engine tp2, tp1;
   memset(&tp2, 0, sizeof tp2);
   memset(&tp1, 0, sizeof tp1);
@@ -381,43 +514,49 @@ static void *rank_main(void *arg) {
    * cudaMalloc, cuBLASLt handle, kernels, events and pinned copies all go
    * to the rank's GPU. (mdr's calls switch to their backend's device.) */
   CUDA_OK(cudaSetDevice(r->rank));
-  if (engine_open(&tp2, r->backend, r->arena, TP_RANKS, r->rank, R->w, &R->ls.failed) != 0) goto fail;
-  if (lead && engine_open(&tp1, r->backend, r->arena_tp1, 1, 0, R->w, &R->ls.failed) != 0) goto fail;
-  r->logits = tp2.logits;
-  r->logits_eager = tp2.logits_eager;
+  if (engine_open(&tp2, r->backend, r->arena, TP_RANKS, r->rank, R->w, &R->ls.failed, one_algo) != 0) goto fail;
+  for (int vi = 0; vi < VAR_COUNT; ++vi)
+    if (rep->enabled[vi] && path_open(&tp2, vi, rep->algo[vi], rep->fused_residual[vi], vi == VAR_DYNAMIC) != 0)
+      goto fail;
+  if (lead) {
+    if (engine_open(&tp1, r->backend, r->arena_tp1, 1, 0, R->w, &R->ls.failed, one_algo) != 0 ||
+        path_open(&tp1, VAR_NCCL, MDR_AR_NCCL, false, false) != 0)
+      goto fail;
+    rep->gemm_one_algo_tiles = tp2.m.one_algo_tiles;
+    rep->gemm_tiles = TPG_COUNT * TP_MAX_SHAPES;
+  }
+  for (int vi = 0; vi < VAR_COUNT; ++vi) {
+    r->logits[vi] = tp2.v[vi].logits;
+    r->logits_eager[vi] = tp2.v[vi].logits_eager;
+  }
   if (warm_up(&tp2, R->opt->seed) != 0 || (lead && warm_up(&tp1, R->opt->seed) != 0)) goto fail;
   if (lockstep_wait(&R->ls) != 0) goto fail;
 
   /* ---- the mdr part, per rank ----------------------------------------------
-   * The graph cache: one graph per token count of zeroing + id upload + the
-   * body (the layers, with the all-reduces). The options must be the same
-   * on every rank (mdr compares them at create): EXACT, fused zeroing,
-   * logits cleared for the step's rows only. */
-  mdr_graph_cache_options go;
-  mdr_graph_cache_options_default(&go);
-  go.mode = MDR_GRAPH_EXACT;
-  go.zero = MDR_ZERO_FUSED;
-  go.rows = MDR_ROWS_ALL;
-  go.body = tp_body;
-  go.user = &tp2.m;
-  MDR_CHECK_(r->backend, mdr_graph_cache_create(r->arena, tp2.stream, &go, &tp2.cache));
-  if (lead) { /* the reference's cache: the same options, its own arena */
-    go.user = &tp1.m;
-    MDR_CHECK_(r->backend, mdr_graph_cache_create(r->arena_tp1, tp1.stream, &go, &tp1.cache));
-  }
+   * The graph caches, one per variant, all on the rank's arena and stream
+   * (their steps are ordered): one graph per token count (DYNAMIC: one for
+   * every count) of zeroing + id upload + the body (the layers, with the
+   * all-reduces). Made in the same order with the same options on every
+   * rank (mdr compares them at create). */
+  for (int vi = 0; vi < VAR_COUNT; ++vi)
+    if (tp2.v[vi].on && path_cache(&tp2, &tp2.v[vi]) != 0) goto fail;
+  if (lead && path_cache(&tp1, &tp1.v[VAR_NCCL]) != 0) goto fail; /* the reference's, on its own arena */
 
   /* Prepare: every count 1..M captured up front, the same counts in the
    * same order on both ranks (a capture records the all-reduces; nothing
    * runs), so that steps only replay. */
-  if (prepare_every_count(&tp2, R->rep->capture_us[lead ? RUN_TP2_R0 : RUN_TP2_R1]) != 0) goto fail;
-  if (lead && prepare_every_count(&tp1, R->rep->capture_us[RUN_TP1]) != 0) goto fail;
+  for (int vi = 0; vi < VAR_COUNT; ++vi)
+    if (tp2.v[vi].on && prepare_every_count(&tp2, &tp2.v[vi], rep->capture_us[RUN_OF(vi, r->rank)]) != 0)
+      goto fail;
+  if (lead && prepare_every_count(&tp1, &tp1.v[VAR_NCCL], rep->capture_us[RUN_TP1]) != 0) goto fail;
 
-  /* The decode loop: one mdr_graph_cache_step per step per GPU. */
+  /* The decode loop: one mdr_graph_cache_step per step, GPU and variant. */
   if (run_steps(r, &tp2, lead ? &tp1 : NULL) != 0) goto fail;
   /* ---- end of the mdr part, per rank ------------------------------------------ */
 
-  MDR_CHECK_(r->backend, mdr_graph_cache_stats(tp2.cache, &R->rep->stats[lead ? RUN_TP2_R0 : RUN_TP2_R1]));
-  if (lead) MDR_CHECK_(r->backend, mdr_graph_cache_stats(tp1.cache, &R->rep->stats[RUN_TP1]));
+  for (int vi = 0; vi < VAR_COUNT; ++vi)
+    if (tp2.v[vi].on) MDR_CHECK_(r->backend, mdr_graph_cache_stats(tp2.v[vi].cache, &rep->stats[RUN_OF(vi, r->rank)]));
+  if (lead) MDR_CHECK_(r->backend, mdr_graph_cache_stats(tp1.v[VAR_NCCL].cache, &rep->stats[RUN_TP1]));
   /* Every rank's work on the communicator has finished before any tears down. */
   if (lockstep_wait(&R->ls) != 0) goto fail;
   r->ok = true;
@@ -507,6 +646,19 @@ int main(int argc, char **argv) {
   mdr_sizes sizes;
   tp_sizes(TP_RANKS, &sizes);
   MDR_CHECK_(backends[0], mdr_arena_create_on_comms(comms, TP_RANKS, &sizes, arenas));
+  /* Can mdr's own all-reduce kernels run on these arenas (a symmetric
+   * window, both GPUs in one NVLink domain)? If not, the reason is the
+   * backends' last error of the create: keep it before anything else fails. */
+  rep.mdr_kernels = 1;
+  for (int i = 0; i < TP_RANKS; ++i) {
+    if (mdr_comm_all_reduce_kernels(arenas[i])) continue;
+    const char *why = mdr_backend_last_error(backends[i]);
+    if (rep.mdr_kernels)
+      snprintf(rep.ar_note, sizeof rep.ar_note,
+               "mdr_comm_all_reduce_kernels is 0 on rank %d's arena (window: %s%s%s)", i,
+               mdr_window_name(mdr_arena_window(arenas[i])), why[0] ? "; " : "", why);
+    rep.mdr_kernels = 0;
+  }
   for (int i = 0; i < TP_RANKS; ++i) { /* the eager path zeroes as the graphs do */
     MDR_CHECK_(backends[i], mdr_arena_set_zero_strategy(arenas[i], MDR_ZERO_FUSED));
     MDR_CHECK_(backends[i], mdr_arena_set_rows_policy(arenas[i], MDR_ROWS_ALL));
@@ -524,9 +676,51 @@ int main(int argc, char **argv) {
          TP_RANKS, TP_RANKS - 1, (double)mdr_arena_slab_bytes(arenas[0]) / 1048576.0, rep.window,
          (double)mdr_arena_slab_bytes(arena_tp1) / 1048576.0);
   printf("decode_tp: model: %d layers, H %d, qkv %d, ffn %d, V %d, M %d; per rank qkv %d, ffn %d; "
-         "%d all-reduces per step (BF16, in place)\n",
+         "%d all-reduces per step and variant (BF16, in place)\n",
          TP_LAYERS, TP_HIDDEN, TP_QKV, TP_FFN, TP_VOCAB, TP_MAX_TOKENS, TP_QKV / TP_RANKS,
          TP_FFN / TP_RANKS, 2 * TP_LAYERS);
+
+  /* The all-reduce variants: NCCL's kernel and mdr's (MDR_AR_AUTO, which
+   * takes mdr's kernels where they run, with the residual add fused into
+   * the all-reduce) side by side when mdr's kernels run here; else NCCL's
+   * alone unless asked for (AUTO then falls back to NCCL). */
+  rep.requested = opt.all_reduce;
+  rep.algo[VAR_NCCL] = MDR_AR_NCCL;
+  rep.algo[VAR_MDR] = MDR_AR_AUTO;
+  rep.fused_residual[VAR_MDR] = true;
+  switch (opt.all_reduce) {
+  case AR_OPT_DEFAULT:
+    rep.enabled[VAR_NCCL] = true;
+    rep.enabled[VAR_MDR] = rep.mdr_kernels != 0;
+    break;
+  case AR_OPT_NCCL: rep.enabled[VAR_NCCL] = true; break;
+  case AR_OPT_MDR: rep.enabled[VAR_MDR] = true; break;
+  case AR_OPT_BOTH: rep.enabled[VAR_NCCL] = rep.enabled[VAR_MDR] = true; break;
+  }
+  if (!rep.mdr_kernels) {
+    const size_t used = strlen(rep.ar_note);
+    snprintf(rep.ar_note + used, sizeof rep.ar_note - used, "%s",
+             rep.enabled[VAR_MDR] ? ": MDR_AR_AUTO falls back to NCCL, so the mdr variant runs NCCL's kernel "
+                                    "(and a separate residual add)"
+             : opt.all_reduce == AR_OPT_DEFAULT ? ": running the nccl variant only"
+                                                : "");
+  }
+  rep.enabled[VAR_DYNAMIC] = opt.dynamic;
+  rep.twin = rep.enabled[VAR_MDR] ? VAR_MDR : VAR_NCCL;
+  rep.algo[VAR_DYNAMIC] = rep.algo[rep.twin];
+  rep.fused_residual[VAR_DYNAMIC] = rep.fused_residual[rep.twin];
+  for (size_t t = 1; t <= TP_MAX_TOKENS; ++t)
+    rep.auto_choice[t - 1] = mdr_comm_all_reduce_choice(arenas[0], t * TP_HIDDEN * sizeof(uint16_t), 0);
+  rep.auto_choice_counted =
+      mdr_comm_all_reduce_choice(arenas[0], (size_t)TP_MAX_TOKENS * TP_HIDDEN * sizeof(uint16_t), 1);
+  printf("decode_tp: all-reduce variants (--all-reduce %s%s):", ar_option_name(opt.all_reduce),
+         opt.dynamic ? ", --dynamic" : "");
+  for (int v = 0; v < VAR_COUNT; ++v)
+    if (rep.enabled[v])
+      printf(" %s (%s %s%s)", variant_name[v], v == VAR_DYNAMIC ? "DYNAMIC" : "EXACT",
+             mdr_ar_algo_name(rep.algo[v]), rep.fused_residual[v] ? ", residual add fused" : "");
+  printf("; mdr's kernels %s\n", rep.mdr_kernels ? "run here" : "do not run here");
+  if (rep.ar_note[0]) printf("decode_tp: note: %s\n", rep.ar_note);
 
   /* (the engine's weights, made once on the host; each rank uploads its slices) */
   if (tp_host_weights_make(&w, opt.seed) != 0 || report_alloc(&rep, opt.steps) != 0) goto fail;
@@ -568,34 +762,16 @@ int main(int argc, char **argv) {
   print_report(&rep, scratch);
   if (opt.json && write_json(opt.json, &rep, scratch) != 0) goto fail;
 
-  const tp_checks *ck = &rep.checks;
-  /* (a) compares graph replays with eager steps only if every step replayed */
-  bool replays = true, disabled = false;
-  for (int run_i = 0; run_i < RUN_COUNT; ++run_i) {
-    const mdr_graph_stats *s = &rep.stats[run_i];
-    disabled = disabled || s->graphs_disabled;
-    if (!s->graphs_disabled && (s->steps != opt.steps || s->hits != s->steps || s->eager_steps != 0))
-      replays = false;
-  }
-  if (disabled) printf("NOTE: MDR_DISABLE_GRAPHS is set: the graph path ran eagerly\n");
-  printf("\nchecks over %zu steps:\n", opt.steps);
-  printf("  (a) graph replay vs eager, bit for bit: rank 0 %zu, rank 1 %zu mismatched steps\n",
-         ck->eager_mismatched[0], ck->eager_mismatched[1]);
-  printf("  (b) TP=2 vs TP=1: worst relative L2 %.5f (limit %.5f = 8 BF16 unit roundoffs), worst "
-         "max|diff|/rms %.4f (limit %.4f); %zu steps out of tolerance\n"
-         "      (TP=2 rounds each rank's partial sum and their sum to BF16: ~2 roundoffs expected)\n",
-         ck->worst_rel_l2, TOL_REL_L2, ck->worst_abs_over_rms, TOL_ABS_OVER_RMS, ck->tol_failed);
-  printf("  (c) rank 0 vs rank 1, bit for bit: %zu mismatched steps\n", ck->rank_mismatched);
-  printf("  every step one graph replay per GPU: %s\n",
-         disabled ? "n/a (graphs disabled)" : replays ? "yes" : "NO");
-  if (ck->eager_mismatched[0] || ck->eager_mismatched[1] || ck->rank_mismatched || ck->tol_failed ||
-      !replays) {
-    printf("FAIL\n");
-  } else {
-    printf("OK: %zu steps; graph == eager on both ranks, rank 0 == rank 1, TP=2 within tolerance of "
-           "TP=1\n",
-           opt.steps);
+  if (print_checks(&rep)) {
+    printf("OK: %zu steps;", opt.steps);
+    for (int v = 0; v < VAR_COUNT; ++v)
+      if (rep.enabled[v]) printf(" %s", variant_name[v]);
+    printf(": graph == eager on both ranks, rank 0 == rank 1, TP=2 within tolerance of TP=1%s%s\n",
+           rep.enabled[VAR_NCCL] && (rep.enabled[VAR_MDR] || rep.enabled[VAR_DYNAMIC]) ? ", == nccl" : "",
+           rep.enabled[VAR_DYNAMIC] ? ", DYNAMIC == EXACT" : "");
     rc = 0;
+  } else {
+    printf("FAIL\n");
   }
 
 fail:

@@ -1,6 +1,6 @@
 /* mdr example — the TP decode loop's model (decode_tp_model.h): weights,
- * their slices, cuBLASLt GEMMs and the body with its two all-reduces per
- * layer.
+ * their slices, cuBLASLt GEMMs and the bodies (EXACT and DYNAMIC) with
+ * their two all-reduces per layer.
  *
  * GEMMs run BF16 in and out with F32 accumulation, on ceil16(tokens) rows,
  * with one algorithm per (GEMM, row tile) chosen once at init: a given row
@@ -138,21 +138,40 @@ static bool holds(const tp_model *m, mdr_buffer b, size_t rows, size_t width, bo
 /* ---- cuBLASLt --------------------------------------------------------------- */
 
 /* Column-major view: Yᵀ[n, rows] = op(W)[n, k] · Xᵀ[k, rows] with W read
- * transposed (its column-major shape is k x n, ld k). */
+ * transposed (its column-major shape is k x n, ld k). One heuristic per
+ * (GEMM, row tile); with one_algo_per_gemm, the M-row tile's algorithm for
+ * every tile that cuBLASLt accepts it for (cublasLtMatmulAlgoCheck, within
+ * the workspace), the tile's own heuristic for the others. */
 static int plan_gemms(tp_model *m) {
   cublasLtMatmulPreference_t pref = NULL;
+  const size_t tiles = m->max_tokens / TP_ROW_TILE;
   LT_OK(cublasLtMatmulPreferenceCreate(&pref));
   LT_OK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                                              &m->workspace_bytes, sizeof m->workspace_bytes));
+  m->one_algo_tiles = 0;
   for (int gi = 0; gi < TPG_COUNT; ++gi) {
     const tp_gemm_def *g = &m->gemm[gi];
     if (!holds(m, g->x, m->max_tokens, g->k, false) || !holds(m, g->d, m->max_tokens, g->n, false))
       goto fail;
-    for (size_t rows = TP_ROW_TILE; rows <= m->max_tokens; rows += TP_ROW_TILE) {
-      tp_gemm_plan *p = &m->plan[gi][rows / TP_ROW_TILE - 1];
+    /* the M-row tile first: with one_algo_per_gemm the others try its algorithm */
+    for (size_t i = 0; i < tiles; ++i) {
+      const size_t ti = tiles - 1 - i, rows = (ti + 1) * TP_ROW_TILE;
+      tp_gemm_plan *p = &m->plan[gi][ti];
       LT_OK(cublasLtMatrixLayoutCreate(&p->a, CUDA_R_16BF, g->k, g->n, g->k));
       LT_OK(cublasLtMatrixLayoutCreate(&p->b, CUDA_R_16BF, g->k, rows, g->k));
       LT_OK(cublasLtMatrixLayoutCreate(&p->d, CUDA_R_16BF, g->n, rows, g->n));
+      if (m->one_algo_per_gemm && i > 0) {
+        const tp_gemm_plan *full = &m->plan[gi][tiles - 1];
+        cublasLtMatmulHeuristicResult_t chk;
+        memset(&chk, 0, sizeof chk);
+        if (cublasLtMatmulAlgoCheck(m->lt, m->op, p->a, p->b, p->d, p->d, &full->algo, &chk) ==
+                CUBLAS_STATUS_SUCCESS &&
+            chk.workspaceSize <= m->workspace_bytes) {
+          p->algo = full->algo;
+          ++m->one_algo_tiles;
+          continue;
+        }
+      }
       cublasLtMatmulHeuristicResult_t r;
       int found = 0;
       memset(&r, 0, sizeof r);
@@ -163,6 +182,7 @@ static int plan_gemms(tp_model *m) {
         goto fail;
       }
       p->algo = r.algo;
+      if (m->one_algo_per_gemm && i == 0) ++m->one_algo_tiles; /* the M-row tile: its own */
     }
   }
   cublasLtMatmulPreferenceDestroy(pref);
@@ -196,15 +216,34 @@ static mdr_status kernel_status(const tp_model *m, cudaError_t e, const char *wh
   return MDR_ERR_BACKEND;
 }
 
-/* The all-reduce of a row-parallel GEMM's partial sums: the first `tokens`
- * rows of `buf`, on every rank; nothing at TP=1. */
-static mdr_status all_reduce(tp_model *m, mdr_buffer buf, size_t tokens, mdr_stream s) {
-  if (m->tp == 1) return MDR_OK;
-  mdr_status st = mdr_comm_all_reduce_rows(m->arena, buf, MDR_DTYPE_BF16, tokens, s);
-  if (st != MDR_OK)
-    fprintf(stderr, "decode_tp: %s: all-reduce of %s (%zu rows): %s (%s)\n", m->name,
-            mdr_buffer_name(buf), tokens, mdr_status_string(st), mdr_backend_last_error(m->backend));
-  return st;
+/* After a row-parallel GEMM: sum its partial sums in `buf` over the ranks
+ * (tp > 1) and add them to the residual stream h, for `tokens` rows (with
+ * count_ptr: the first min(*count_ptr, tokens) rows are summed by mdr's
+ * kernels, all `tokens` by NCCL's; the add covers the counted rows when
+ * fused, all `tokens` rows otherwise, where the rows past the count are
+ * zero). The descriptor's residual does the add inside the all-reduce;
+ * otherwise dtp_residual_add after it. Both: h = round(h + round(sum)). */
+static mdr_status reduce_and_add(const tp_body_user *u, mdr_buffer buf, size_t tokens, mdr_dptr count_ptr,
+                                 mdr_stream s) {
+  tp_model *m = u->m;
+  const bool fused = m->tp > 1 && u->fuse_residual;
+  if (m->tp > 1) {
+    mdr_all_reduce_desc d = mdr_all_reduce_desc_make(buf, MDR_DTYPE_BF16, tokens);
+    d.algo = u->algo;
+    d.count_ptr = count_ptr;
+    if (fused) d.residual = MDR_BUF_HIDDEN_STATES;
+    mdr_status st = mdr_comm_all_reduce(m->arena, &d, s);
+    if (st != MDR_OK) {
+      fprintf(stderr, "decode_tp: %s: all-reduce (%s%s) of %s (%zu rows%s): %s (%s)\n", m->name,
+              mdr_ar_algo_name(u->algo), fused ? ", fused residual" : "", mdr_buffer_name(buf), tokens,
+              count_ptr ? ", counted" : "", mdr_status_string(st), mdr_backend_last_error(m->backend));
+      return st;
+    }
+  }
+  if (fused) return MDR_OK;
+  return kernel_status(m, dtp_residual_add(tp_arena_ptr(m, MDR_BUF_HIDDEN_STATES), tp_arena_ptr(m, buf),
+                                           tokens, TP_HIDDEN, (cudaStream_t)s),
+                       buf == MDR_BUF_ATTN_OUTPUT ? "residual add (attention)" : "residual add (mlp)");
 }
 
 #define BODY_OK(expr)            \
@@ -213,39 +252,62 @@ static mdr_status all_reduce(tp_model *m, mdr_buffer buf, size_t tokens, mdr_str
     if (b_ != MDR_OK) return b_; \
   } while (0)
 
-mdr_status tp_body(void *user, mdr_stream stream, size_t tokens) {
-  tp_model *m = user;
+/* The layers over `rows` rows (a multiple of 16), `tokens` of them real
+ * (rows past it are zero on entry); the gather is the caller's. */
+static mdr_status layers(const tp_body_user *u, mdr_stream stream, size_t tokens, size_t rows,
+                         mdr_dptr count_ptr) {
+  tp_model *m = u->m;
   cudaStream_t s = (cudaStream_t)stream;
-  const size_t rows = tp_ceil16(tokens), H = TP_HIDDEN;
-  if (tokens == 0 || tokens > m->max_tokens) return MDR_ERR_OUT_OF_RANGE;
-
-  const uint32_t *ids = tp_arena_ptr(m, MDR_BUF_TOKEN_IDS);
+  const size_t H = TP_HIDDEN;
   void *h = tp_arena_ptr(m, MDR_BUF_HIDDEN_STATES), *norm = tp_arena_ptr(m, MDR_BUF_NORM_OUTPUT);
-  void *attn = tp_arena_ptr(m, MDR_BUF_ATTN_OUTPUT), *mlp = tp_arena_ptr(m, MDR_BUF_MOE_OUTPUT);
   void *ffn = tp_arena_ptr(m, MDR_BUF_FFN_GATE_UP_FUSED);
-
-  BODY_OK(kernel_status(m, dk_gather_embeddings(h, m->emb, ids, tokens, rows, H, TP_VOCAB, s), "gather"));
   for (int l = 0; l < TP_LAYERS; ++l) {
     const tp_layer *L = &m->layer[l];
-    /* attention block: column-parallel QKV, row-parallel O, one all-reduce */
+    /* attention block: column-parallel QKV, row-parallel O, one all-reduce + residual add */
     BODY_OK(kernel_status(m, dk_rmsnorm(norm, h, NULL, L->gamma_attn, tokens, rows, H, TP_RMS_EPS, s),
                           "rmsnorm (attention)"));
     BODY_OK(run_gemm(m, TPG_QKV, L->qkv, rows, s));
     BODY_OK(run_gemm(m, TPG_O, L->o, rows, s));
-    BODY_OK(all_reduce(m, MDR_BUF_ATTN_OUTPUT, tokens, stream));
-    BODY_OK(kernel_status(m, dtp_residual_add(h, attn, tokens, H, s), "residual add (attention)"));
-    /* MLP block: column-parallel up, SiLU, row-parallel down, one all-reduce */
+    BODY_OK(reduce_and_add(u, MDR_BUF_ATTN_OUTPUT, tokens, count_ptr, stream));
+    /* MLP block: column-parallel up, SiLU, row-parallel down, one all-reduce + residual add */
     BODY_OK(kernel_status(m, dk_rmsnorm(norm, h, NULL, L->gamma_mlp, tokens, rows, H, TP_RMS_EPS, s),
                           "rmsnorm (mlp)"));
     BODY_OK(run_gemm(m, TPG_UP, L->up, rows, s));
     BODY_OK(kernel_status(m, dtp_silu(ffn, rows, m->ffn_local, s), "silu"));
     BODY_OK(run_gemm(m, TPG_DOWN, L->down, rows, s));
-    BODY_OK(all_reduce(m, MDR_BUF_MOE_OUTPUT, tokens, stream));
-    BODY_OK(kernel_status(m, dtp_residual_add(h, mlp, tokens, H, s), "residual add (mlp)"));
+    BODY_OK(reduce_and_add(u, MDR_BUF_MOE_OUTPUT, tokens, count_ptr, stream));
   }
   BODY_OK(kernel_status(m, dk_rmsnorm(norm, h, NULL, m->gamma_final, tokens, rows, H, TP_RMS_EPS, s),
                         "rmsnorm (final)"));
   return run_gemm(m, TPG_LM, m->lm, rows, s);
+}
+
+mdr_status tp_body(void *user, mdr_stream stream, size_t tokens) {
+  const tp_body_user *u = user;
+  tp_model *m = u->m;
+  const size_t rows = tp_ceil16(tokens);
+  if (tokens == 0 || tokens > m->max_tokens) return MDR_ERR_OUT_OF_RANGE;
+  BODY_OK(kernel_status(m,
+                        dk_gather_embeddings(tp_arena_ptr(m, MDR_BUF_HIDDEN_STATES), m->emb,
+                                             tp_arena_ptr(m, MDR_BUF_TOKEN_IDS), tokens, rows, TP_HIDDEN,
+                                             TP_VOCAB, (cudaStream_t)stream),
+                        "gather"));
+  return layers(u, stream, tokens, rows, 0);
+}
+
+mdr_status tp_body_dynamic(void *user, mdr_stream stream, mdr_dptr count_ptr, size_t max_tokens) {
+  const tp_body_user *u = user;
+  tp_model *m = u->m;
+  if (!count_ptr || max_tokens == 0 || max_tokens > m->max_tokens || max_tokens % TP_ROW_TILE)
+    return MDR_ERR_OUT_OF_RANGE;
+  /* rows past the count: zero from the gather on, through every layer */
+  BODY_OK(kernel_status(m,
+                        dtp_gather_counted(tp_arena_ptr(m, MDR_BUF_HIDDEN_STATES), m->emb,
+                                           tp_arena_ptr(m, MDR_BUF_TOKEN_IDS),
+                                           (const uint32_t *)(uintptr_t)count_ptr, max_tokens, TP_HIDDEN,
+                                           TP_VOCAB, (cudaStream_t)stream),
+                        "gather (counted)"));
+  return layers(u, stream, max_tokens, max_tokens, count_ptr);
 }
 
 /* ---- setup and teardown ------------------------------------------------------ */

@@ -16,6 +16,15 @@
  *     all-reduce moe_output (t rows) ; h += moe_output
  *   h ─RMSNorm─► norm_output ─GEMM Wlm (replicated)─► logits       (rows x V, every rank)
  *
+ * The all-reduce and the residual add after it are one call,
+ * mdr_comm_all_reduce, whose descriptor carries the algorithm (NCCL's
+ * kernel, or mdr's where they run) and, when asked, the residual add fused
+ * into it (desc.residual = hidden_states): residual = round(residual +
+ * round(sum)), the same two roundings as the separate dtp_residual_add.
+ * A DYNAMIC graph's body (tp_body_dynamic) runs every layer on all M rows,
+ * gathers the first *count rows (the rest are zero, and stay zero through
+ * every layer), and hands the count word to the all-reduces.
+ *
  * Column-parallel: rank r holds rows [r*n/tp, (r+1)*n/tp) of W[n, k] and
  * writes its slice of the output. Row-parallel: rank r holds columns
  * [r*k/tp, (r+1)*k/tp) of W[n, k], reads its slice of the input and writes
@@ -127,7 +136,24 @@ typedef struct tp_model {
   size_t workspace_bytes;
   tp_gemm_def gemm[TPG_COUNT];
   tp_gemm_plan plan[TPG_COUNT][TP_MAX_SHAPES]; /* [gemm][rows / 16 - 1] */
+  /* Set before tp_model_init (default false): every row tile of a GEMM runs
+   * the algorithm cuBLASLt picks for M rows (where it accepts the tile), so
+   * a row's result does not depend on how many rows the GEMM ran on: what
+   * a DYNAMIC graph (all M rows) needs to match an EXACT one (ceil16(t)). */
+  bool one_algo_per_gemm;
+  int one_algo_tiles;   /* set by init: (GEMM, row tile) pairs that run the M-row algorithm
+                           (of TPG_COUNT * M / 16; 0 without one_algo_per_gemm) */
 } tp_model;
+
+/* The user pointer of the body: a model and how its all-reduces run. Each
+ * graph cache (and eager path) of a rank gets its own, over the rank's one
+ * model. At tp == 1 there is no all-reduce; algo and fuse_residual are
+ * ignored. */
+typedef struct tp_body_user {
+  tp_model *m;
+  mdr_ar_algo algo;   /* desc.algo: MDR_AR_NCCL, or MDR_AR_AUTO (mdr's kernels where they run) */
+  bool fuse_residual; /* desc.residual = hidden_states, instead of dtp_residual_add after it */
+} tp_body_user;
 
 /* The arena sizes of one rank of a `tp`-way split (1 or TP_RANKS): only the
  * buffers the model uses, M = TP_MAX_TOKENS rows each; hidden_states,
@@ -147,11 +173,17 @@ int tp_model_init(tp_model *m, const tp_host_weights *w, int tp, int rank);
 /* Release what tp_model_init made (not the arena, stream or backend). */
 void tp_model_fini(tp_model *m);
 
-/* The decode work of one step (an mdr_capture_fn): the eager path enqueues
- * it after zeroing + id upload, each graph captures it. With tp > 1 it
- * calls mdr_comm_all_reduce_rows twice per layer. Only enqueues on
- * `stream`: capture-safe. */
+/* The decode work of one step (an mdr_capture_fn; user: a tp_body_user):
+ * the eager path enqueues it after zeroing + id upload, each EXACT graph
+ * captures it. With tp > 1 it calls mdr_comm_all_reduce twice per layer
+ * (`tokens` rows). Only enqueues on `stream`: capture-safe. */
 mdr_status tp_body(void *user, mdr_stream stream, size_t tokens);
+
+/* The same for a DYNAMIC graph (an mdr_capture_dynamic_fn): every kernel
+ * and GEMM runs on max_tokens (= M) rows; the gather and the all-reduces
+ * read the step's count at count_ptr (desc.count_ptr). Rows at and past the
+ * count are zero at every layer and are never results. */
+mdr_status tp_body_dynamic(void *user, mdr_stream stream, mdr_dptr count_ptr, size_t max_tokens);
 
 /* The device address of arena buffer b. */
 void *tp_arena_ptr(const tp_model *m, mdr_buffer b);

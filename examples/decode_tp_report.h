@@ -5,6 +5,7 @@
 #ifndef MDR_EXAMPLE_DECODE_TP_REPORT_H
 #define MDR_EXAMPLE_DECODE_TP_REPORT_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -14,15 +15,40 @@
 
 enum { EXIT_FAIL = 1, EXIT_USAGE = 2, EXIT_SKIP = 77 }; /* 77: CTest's "skipped" */
 
+/* --all-reduce: which TP=2 variants run (AR_OPT_DEFAULT: both when mdr's
+ * kernels run on the arenas, else NCCL alone, with the reason printed). */
+typedef enum ar_option { AR_OPT_DEFAULT, AR_OPT_NCCL, AR_OPT_MDR, AR_OPT_BOTH } ar_option;
+
 typedef struct options {
   size_t steps;
   uint64_t seed;
   const char *json;
+  ar_option all_reduce;
+  bool dynamic; /* --dynamic: also a DYNAMIC graph cache (body_dynamic, counted all-reduces) */
 } options;
 
 /* Read the command line (--help exits 0). 0, or -1 after a message and the
  * usage on stderr. */
 int parse_options(int argc, char **argv, options *o);
+const char *ar_option_name(ar_option a); /* "default", "nccl", "mdr", "both" */
+
+/* ---- the TP=2 variants ------------------------------------------------------
+ *
+ * How a step's all-reduces run; each enabled variant is a graph cache of
+ * its own on every rank (all on the rank's one arena, model and stream),
+ * and every step runs on each of them:
+ *   VAR_NCCL     EXACT graphs; mdr_comm_all_reduce with MDR_AR_NCCL, then
+ *                the example's residual-add kernel;
+ *   VAR_MDR      EXACT graphs; MDR_AR_AUTO (mdr's one-shot / two-shot
+ *                kernels where they run) with the residual add fused
+ *                (desc.residual = hidden_states);
+ *   VAR_DYNAMIC  one MDR_GRAPH_DYNAMIC graph (tp_body_dynamic): the
+ *                all-reduces read the count at count_ptr; the algorithm and
+ *                residual handling of VAR_MDR when it runs, else VAR_NCCL's
+ *                (its "EXACT twin", whose logits it must equal). No eager
+ *                path. */
+enum { VAR_NCCL, VAR_MDR, VAR_DYNAMIC, VAR_COUNT };
+extern const char *const variant_name[VAR_COUNT]; /* "nccl", "mdr", "dynamic" */
 
 /* ---- the TP=1 tolerance (check b) -----------------------------------------
  *
@@ -61,9 +87,10 @@ extern const size_t bucket_lo[BUCKET_COUNT];
 extern const size_t bucket_hi[BUCKET_COUNT];
 int bucket_of(size_t tokens);
 
-/* Who ran: TP=2 rank 0 (GPU 0), TP=2 rank 1 (GPU 1), the TP=1 reference
- * (GPU 0, no eager series). */
-enum { RUN_TP2_R0, RUN_TP2_R1, RUN_TP1, RUN_COUNT };
+/* Who ran: variant v on rank r is run RUN_OF(v, r) (GPU r); the TP=1
+ * reference (GPU 0, graphs only) is RUN_TP1. */
+#define RUN_OF(v, r) ((v) * TP_RANKS + (r))
+enum { RUN_TP1 = VAR_COUNT * TP_RANKS, RUN_COUNT };
 /* Per step, µs: GPU by events around the step, CPU = the enqueue (the
  * mdr_graph_cache_step call; for eager, zeroing + id copy + body). */
 enum { SERIES_GRAPH_GPU, SERIES_GRAPH_CPU, SERIES_EAGER_GPU, SERIES_EAGER_CPU, SERIES_COUNT };
@@ -79,35 +106,60 @@ typedef struct quantiles {
 void quantiles_of(const double *x, const int *bucket, size_t n, int which, double *scratch,
                   quantiles *q);
 
+/* The checks of one variant (any nonzero count fails the run). */
 typedef struct tp_checks {
   size_t eager_mismatched[TP_RANKS]; /* (a) steps whose graph logits differ from eager, per rank */
   size_t rank_mismatched;            /* (c) steps whose logits differ between the ranks */
   size_t tol_failed;                 /* (b) steps with a row out of tolerance of TP=1 */
   double worst_rel_l2, worst_abs_over_rms;
+  size_t nccl_mismatched[TP_RANKS];  /* (d) steps whose logits (graph, and eager where run)
+                                        differ from VAR_NCCL's on the same rank */
+  size_t exact_mismatched[TP_RANKS]; /* (e) VAR_DYNAMIC: steps whose logits differ from its EXACT twin's */
 } tp_checks;
 
-/* What a run leaves for the report; filled by the rank threads. */
+/* What a run leaves for the report; filled by main and the rank threads. */
 typedef struct tp_report {
   size_t steps;
   uint64_t seed;
-  const char *window;                                /* the arenas' window kind */
-  double *samples[RUN_COUNT][SERIES_COUNT];          /* [step]; NULL: not sampled */
-  int *bucket;                                       /* [step] */
-  double capture_us[RUN_COUNT][TP_MAX_TOKENS];       /* per count (index count - 1) */
+  const char *window;                          /* the arenas' window kind */
+  ar_option requested;                         /* --all-reduce as given */
+  int mdr_kernels;                             /* mdr_comm_all_reduce_kernels on every rank's arena */
+  char ar_note[320];                           /* why not both / why mdr's falls back; "" if nothing */
+  bool enabled[VAR_COUNT];
+  mdr_ar_algo algo[VAR_COUNT];                 /* the descriptors' algo */
+  bool fused_residual[VAR_COUNT];
+  int twin;                                    /* VAR_DYNAMIC's EXACT twin (VAR_MDR or VAR_NCCL) */
+  mdr_ar_algo auto_choice[TP_MAX_TOKENS];      /* AUTO's pick at t rows (index t - 1) */
+  mdr_ar_algo auto_choice_counted;             /* ... with a device-read count */
+  int gemm_one_algo_tiles, gemm_tiles;         /* --dynamic: GEMM row tiles on the M-row algorithm */
+  double *samples[RUN_COUNT][SERIES_COUNT];    /* [step]; NULL: not sampled */
+  int *bucket;                                 /* [step] */
+  double capture_us[RUN_COUNT][TP_MAX_TOKENS]; /* per count (index count - 1); DYNAMIC: [0] only */
   mdr_graph_stats stats[RUN_COUNT];
-  tp_checks checks;
+  tp_checks checks[VAR_COUNT];
 } tp_report;
 
-/* Allocate the per-step arrays (TP1 has no eager series). 0 or -1. */
+/* 1 when run `run` took part (an enabled variant, or TP=1). */
+int report_has_run(const tp_report *r, int run);
+/* Every check of every enabled variant passed, and every step of every run
+ * was a graph replay (*graphs_disabled, may be NULL: MDR_DISABLE_GRAPHS
+ * made the graph path eager; the replay check is then moot). */
+bool report_ok(const tp_report *r, bool *graphs_disabled);
+
+/* Allocate the per-step arrays of the enabled variants (set r->enabled
+ * first; TP1 and VAR_DYNAMIC have no eager series). 0 or -1. */
 int report_alloc(tp_report *r, size_t steps);
 void report_free(tp_report *r);
 
 /* The tables on stdout. scratch holds steps doubles. */
 void print_report(const tp_report *r, double *scratch);
 
-/* --json: settings, model shape, checks, per-step quantiles per run and
- * series, per-bucket medians, capture µs per count, cache stats. 0 or -1
- * (message on stderr). */
+/* The checks' lines on stdout; returns report_ok. */
+bool print_checks(const tp_report *r);
+
+/* --json: settings, model shape, the all-reduce variants (their summary
+ * row, checks), per-step quantiles per run and series, per-bucket medians,
+ * capture µs per count, cache stats. 0 or -1 (message on stderr). */
 int write_json(const char *path, const tp_report *r, double *scratch);
 
 #endif
