@@ -220,7 +220,7 @@ mdr_status mdr_arena_create_on_comm(mdr_comm *c, const mdr_sizes *s, mdr_arena *
 size_t mdr_comm_region_off(const mdr_arena *a) { return (mdr_arena_slab_bytes(a) + 255u) & ~(size_t)255u; }
 
 /* Measured on 2xH200 (NVLink NV18), K-batch figures of mdr-bench-tp:
- * bench/results/h200x2-2026-12-01-session4/ and docs/TP.md. */
+ * bench/results/h200x2-2026-11-30-session4/ and docs/TP.md. */
 const mdr_ar_table mdr_ar_auto_table = {
     .one_shot_max = (size_t)512 << 10,
     .two_shot_max = (size_t)64 << 20,
