@@ -16,11 +16,11 @@
  *
  * One-shot (flags in the data). Each thread stores its 16-byte vectors of
  * the rows, canonicalised so that no element has all-ones bits, into slot
- * [E&1][rank] of every rank's scratch; then, for the same vectors, polls
- * slot [E&1][r] of its own scratch for r = 0 .. n-1 until no element is
+ * [E&1][rank] of every peer's scratch; then, for the same vectors, polls
+ * slot [E&1][r] of its own scratch for every peer r until no element is
  * all-ones (a vector may land in pieces: every element is checked), sums
- * in rank order, stores the sum (and the residual), and writes the
- * sentinel back. A peer reuses a parity only two calls later, after it has
+ * in rank order (its own vector, as sent, in its place), stores the sum
+ * (and the residual), and writes the sentinel back. A peer reuses a parity only two calls later, after it has
  * seen this rank's next call's data, which this rank sends only after this
  * call's clears completed, so a slot is always clear when written.
  *
@@ -220,30 +220,35 @@ template <int DT> __device__ void one_shot(const ar_params &p, size_t nvec, uint
   const size_t lam = p.region_off + MDR_AR_LAMPORT_OFF(p.nranks) + (size_t)(epoch & 1u) * p.nranks * slot_bytes;
   const size_t stride = (size_t)gridDim.x * blockDim.x;
   const size_t first = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-  const uint4 *rows = (const uint4 *)(p.self + p.buf_off);
+  uint4 *rows = (uint4 *)(p.self + p.buf_off);
+  /* send: this rank's slot of every peer's scratch (its own rows it keeps) */
   for (size_t i = first; i < nvec; i += stride) {
     const uint4 v = canonical<DT>(rows[i]);
     for (int r = 0; r < p.nranks; r++)
-      st_volatile((uint4 *)(p.peer[r] + lam + (size_t)p.rank * slot_bytes) + i, v);
+      if (r != p.rank) st_volatile((uint4 *)(p.peer[r] + lam + (size_t)p.rank * slot_bytes) + i, v);
   }
   char *local = p.self + lam;
-  uint4 *out = (uint4 *)(p.self + p.buf_off);
   uint4 *res = p.res_off == kNoResidual ? nullptr : (uint4 *)(p.self + p.res_off);
   const uint4 clear = make_uint4(0xffffffffu, 0xffffffffu, 0xffffffffu, 0xffffffffu);
   for (size_t i = first; i < nvec; i += stride) {
+    const uint4 own = rows[i]; /* summed as sent: the same bits on every rank */
     float acc[elems<DT>::N];
 #pragma unroll
     for (int k = 0; k < elems<DT>::N; k++) acc[k] = 0.0f;
     for (int r = 0; r < p.nranks; r++) {
+      if (r == p.rank) {
+        accumulate<DT>(acc, canonical<DT>(own));
+        continue;
+      }
       uint4 *slot = (uint4 *)(local + (size_t)r * slot_bytes) + i;
       uint4 v = ld_volatile(slot);
       while (pending<DT>(v)) v = ld_volatile(slot);
       accumulate<DT>(acc, v);
+      st_volatile(slot, clear);
     }
     const uint4 sum = pack<DT>(acc);
-    out[i] = sum;
+    rows[i] = sum;
     if (res) res[i] = add_residual<DT>(res[i], sum);
-    for (int r = 0; r < p.nranks; r++) st_volatile((uint4 *)(local + (size_t)r * slot_bytes) + i, clear);
   }
 }
 
