@@ -5,12 +5,14 @@
  *   mdr_bench_tp.c          the driver: device check, communicators, the rank
  *                           threads, the watchdog, main
  *   mdr_bench_tp_options.c  command line (exit 2 on every refusal)
- *   mdr_bench_tp_rank.c     one rank's thread: buffers, the five paths,
- *                           validation, GPU / CPU / capture timing
+ *   mdr_bench_tp_rank.c     one rank's thread: buffers, the eight paths,
+ *                           validation, GPU / CPU / capture timing, the soak
  *   mdr_bench_tp_fail.c     failure handling (one line, then _exit) and the watchdog
- *   mdr_bench_tp_report.c   legend, tables, floors, headline, results.json,
- *                           results.csv, capture.csv, the output folder
- *   mdr_bench_tp_cuda.cu    the blocker kernel
+ *   mdr_bench_tp_report.c   legend, tables, floors, best mdr path, xexact,
+ *                           crossover, headline, the closing table,
+ *                           results.json, results.csv, capture.csv,
+ *                           soak.json, the output folder
+ *   mdr_bench_tp_cuda.cu    the blocker kernel; the soak's fill / check kernels
  *
  * Statistics, JSON/CSV number formatting, now_us and xmalloc come from
  * bench_util.c (bench.h); the git revision and build type from
@@ -50,10 +52,15 @@ enum {
   TP_FIRST_TOKEN_ID = 1000,
   TP_WATCHDOG_S = 90,      /* no progress for this long: the run is declared stuck and ends (exit 1) */
   TP_SYNC_TIMEOUT_S = 60,  /* one stream drain longer than this: exit 1, naming the rank and the phase */
+  TP_SOAK_CHECK_EVERY = 1000, /* --soak: replays between two host checks (drain, read back, epoch) */
+  TP_SOAK_MAX = 1000000000,   /* --soak: at most this many replays (well under 2^32: the epoch check is mod 2^32) */
 };
 #define TP_MAX_SIZE_BYTES ((size_t)512 << 20)
 #define TP_BLOCKER_TIMEOUT_NS 2000000000ull /* a blocker never holds a stream longer (2 s) */
 #define TP_PRESET "glm-5.3-flash-tp2"       /* the tokens sweep's hidden size */
+#define TP_SOAK_DEFAULT_BYTES ((size_t)8 << 10) /* --soak-size default: 4 rows of 2 KiB */
+#define TP_XEXACT_GOAL 1.15                 /* mdr-dyn / the EXACT path: the goal at TP_XEXACT_TOKENS */
+#define TP_XEXACT_TOKENS {1, 2, 8, 64, 512, 4096}
 /* The arena buffer mdr reduces: M rows, bf16, and outside every zero plan,
  * so a step's graph is the id upload and the all-reduce only (the graph
  * cache clears hidden_states / residual / moe_output at the start of each
@@ -64,11 +71,17 @@ typedef enum tp_path {
   TP_NCCL_EAGER,  /* ncclAllReduce per op on cudaMalloc memory */
   TP_NCCL_GRAPH,  /* the same captured in a CUDA graph, replayed */
   TP_NCCL_WINDOW, /* ncclMemAlloc + ncclCommWindowRegister(SYMMETRIC), captured */
-  TP_MDR,         /* mdr_comm_all_reduce_rows in a graph cache body, mdr_graph_cache_step */
+  TP_MDR,         /* mdr_comm_all_reduce_rows (AUTO) in an EXACT graph cache body, mdr_graph_cache_step */
   TP_MDR_DEV,     /* the same caches, mdr_graph_cache_step_device (ids already in token_ids: no host read) */
+  TP_MDR_1SHOT,   /* mdr_comm_all_reduce, MDR_AR_ONE_SHOT, EXACT cache, device steps */
+  TP_MDR_2SHOT,   /* mdr_comm_all_reduce, MDR_AR_TWO_SHOT, EXACT cache, device steps */
+  TP_MDR_DYN,     /* a DYNAMIC cache: mdr_comm_all_reduce, AUTO, count_ptr, max_batch_tokens; device steps */
   TP_PATH_COUNT
 } tp_path;
 extern const char *const k_tp_path_names[TP_PATH_COUNT];
+/* Paths of mdr (a graph cache), and those of mdr's exact counts (the "best mdr path" of a size). */
+static inline bool tp_is_mdr(tp_path p) { return p >= TP_MDR; }
+static inline bool tp_is_mdr_exact(tp_path p) { return p >= TP_MDR && p <= TP_MDR_2SHOT; }
 
 typedef enum tp_sweep_kind { TP_SWEEP_SIZES, TP_SWEEP_TOKENS, TP_SWEEP_COUNT } tp_sweep_kind;
 extern const char *const k_tp_sweep_names[TP_SWEEP_COUNT];
@@ -102,7 +115,13 @@ typedef struct tp_options {
   bool path_on[TP_PATH_COUNT];
   const char *out_dir; /* NULL: a fresh bench-out/tp-<stamp>/ */
   bool force, quick;
-  bool set_reps, set_sizes, set_tokens;
+  bool set_reps, set_sizes, set_tokens, set_paths;
+  /* --soak N: N replays of one EXACT graph holding one mdr all-reduce
+   * (instead of the sweeps); 0: off */
+  size_t soak;
+  mdr_ar_algo soak_algo; /* --soak-algo: MDR_AR_AUTO, _ONE_SHOT or _TWO_SHOT */
+  size_t soak_bytes;     /* --soak-size */
+  bool set_soak_algo, set_soak_size;
   int argc;
   char **argv;
 } tp_options;
@@ -122,6 +141,8 @@ typedef struct tp_sweep {
   /* filled by the ranks */
   mdr_window mdr_window[TP_RANKS];
   size_t mdr_buffer_offset;   /* TP_BUFFER's offset in the arena slab */
+  bool ar_kernels;            /* mdr_comm_all_reduce_kernels(arena) on both ranks */
+  char ar_kernels_note[512];  /* why not (the backend's last error after the arena's create) */
   bool nccl_window[TP_RANKS]; /* ncclCommWindowRegister gave a window */
 } tp_sweep;
 
@@ -130,6 +151,10 @@ typedef struct tp_case {
   size_t rows, bytes;
   tp_path path;
   bool measured;
+  bool skipped;              /* not run: skip_reason says why (the same on both ranks) */
+  char skip_reason[160];
+  mdr_ar_algo auto_algo;     /* mdr_comm_all_reduce_choice(arena, bytes, 0): what AUTO runs at this size */
+  mdr_ar_algo auto_counted;  /* the same with counted = 1 (mdr-dyn): MDR_AR_AUTO = mdr's kernel picks on the device */
   summary gpu;               /* µs, one all-reduce between events; per rep the slower rank */
   double gpu_rank_med[TP_RANKS];
   summary batch;             /* µs per all-reduce, TP_K back to back; per rep the slower rank, / TP_K */
@@ -137,6 +162,9 @@ typedef struct tp_case {
   double build_us[TP_RANKS]; /* graph paths: capture + instantiate + upload of the 1-op graph, µs */
   double floor_us, x_floor, floor_batch_us, x_floor_batch, gbps;
   const char *floor_path;    /* the path that set the floor */
+  /* mdr-dyn only: GPU us / the EXACT path's of the same rows (x_exact_batch: K-batch) */
+  double x_exact, x_exact_batch;
+  const char *exact_path;    /* mdr-graph-dev (device steps, as mdr-dyn), else mdr-graph */
   uint64_t eager_steps;      /* mdr: steps that ran eagerly (expected 0) */
 } tp_case;
 
@@ -167,6 +195,21 @@ typedef struct tp_run_info {
   bool complete;     /* false while the files hold a run in progress (rewritten after every count) */
 } tp_run_info;
 
+/* What a soak found (rank 0 fills it; mdr_bench_tp_report.c prints and writes it). */
+typedef struct tp_soak_result {
+  size_t replays, rows, bytes;
+  mdr_ar_algo algo;          /* as asked (--soak-algo) */
+  mdr_ar_algo resolved;      /* AUTO: mdr_comm_all_reduce_choice at the soak's bytes; else algo */
+  uint32_t epoch_start, epoch_end[TP_RANKS];
+  uint64_t calls;            /* all-reduce calls made (one per replay) */
+  bool wrapped;              /* an epoch read at a check was below the one before it */
+  uint64_t checks;           /* host checks (drain, read back every element, read both epochs) */
+  uint64_t wrong;            /* wrong elements: the device checker's count (every replay) + the host checks' */
+  uint64_t wrong_device, wrong_host, epoch_mismatches;
+  double wall_s, us_per_replay;
+  bool ok;
+} tp_soak_result;
+
 /* ---- reports (mdr_bench_tp_report.c) ---- */
 
 /* Refuse (exit TP_EXIT_USAGE) an --out that holds an earlier run's files,
@@ -177,12 +220,17 @@ void tp_check_out_dir(const tp_options *o);
 void tp_make_out_dir(const tp_options *o, tp_run_info *info, const char *stamp);
 void tp_print_legend(void);
 void tp_print_table_header(void);
-/* Floors and ratios of the cases of one (sweep, rows), then their rows. */
+/* Floors and ratios of the cases of one (sweep, rows), then their rows and
+ * the count's summary line (what AUTO picks, the best mdr path / floor,
+ * mdr-dyn / exact). */
 void tp_finish_count(tp_case *c, size_t n);
 void tp_print_case(const tp_case *c);
+void tp_print_count_summary(const tp_case *c, size_t n);
 void tp_print_captures(const tp_results *r, tp_sweep_kind s);
 void tp_print_headline(const tp_options *o, const tp_run_info *info, const tp_sweep *sw, const tp_results *r);
 void tp_write_results(const tp_options *o, const tp_run_info *info, const tp_sweep *sw, const tp_results *r);
+void tp_print_soak(const tp_soak_result *s);
+void tp_write_soak(const tp_options *o, const tp_run_info *info, const tp_soak_result *s);
 
 /* ---- the run (mdr_bench_tp_rank.c) ---- */
 
@@ -205,6 +253,13 @@ typedef struct tp_shared {
   double build_us[TP_RANKS];
   uint64_t eager[TP_RANKS];
   bool progress_in_place;
+  /* both ranks' answers where they must agree (each rank writes its own, reads after a barrier) */
+  bool flag[TP_RANKS];
+  char note[TP_RANKS][256];
+  uint32_t epoch[TP_RANKS];
+  uint64_t soak_wrong[TP_RANKS];     /* the last check's wrong elements on the host */
+  uint64_t soak_dev_wrong[TP_RANKS]; /* the device checker's count so far */
+  tp_soak_result *soak;    /* --soak: rank 0 fills it */
 } tp_shared;
 
 /* One rank's thread (pthread start routine); arg is a tp_rank_arg. */
@@ -218,6 +273,28 @@ void *tp_rank_main(void *arg);
  * (mapped pinned memory) or timeout_ns of GPU time; then *timed_out = 1. */
 int tp_launch_blocker(cudaStream_t s, const volatile uint32_t *release, uint32_t generation, uint64_t timeout_ns,
                       uint32_t *timed_out);
+
+/* The soak's device state, one per rank (device memory). */
+typedef struct tp_soak_state {
+  uint32_t gen;       /* replays whose check has run (the fill of the next one uses it) */
+  uint32_t wrong;     /* elements the check found wrong, over every replay */
+  uint32_t first_bad; /* 1 + the first wrong element's index seen; 0: none */
+  uint32_t first_gen; /* gen of that replay */
+} tp_soak_state;
+/* Rank r's soak input at element i of replay g: an integer in -14..14
+ * (sums exact in bf16); shifts by 13 (mod 29) every replay, so a stale
+ * result does not pass. mdr_bench_tp_cuda.cu computes the same. */
+static inline int tp_soak_value(int r, size_t i, uint32_t g) {
+  return (int)((i * 7 + (size_t)r * 11 + (size_t)g * 13) % 29) - 14;
+}
+/* mdr_bench_tp_cuda.cu, each one launch on s; 0 or a cudaError_t:
+ * (st: a tp_soak_state in device memory)
+ * fill   buf[0..n_el) = bf16(tp_soak_value(rank, i, st->gen))
+ * check  buf[i] == sum over both ranks of tp_soak_value(r, i, st->gen), else
+ *        st->wrong++ (and first_bad, first_gen); then st->gen++ (a second,
+ *        one-thread launch, after every block has checked) */
+int tp_launch_soak_fill(cudaStream_t s, uint16_t *buf, size_t n_el, int rank, const void *st);
+int tp_launch_soak_check(cudaStream_t s, const uint16_t *buf, size_t n_el, void *st); /* st: a tp_soak_state */
 #endif
 
 #endif

@@ -1,10 +1,14 @@
 /* mdr_bench_tp.c — mdr-bench-tp: what one all-reduce costs a two-GPU
- * tensor-parallel decode step, five ways side by side in one run (NCCL
- * eager, NCCL captured in a CUDA graph, NCCL on a symmetric window captured,
- * and mdr's all-reduce inside a graph cache body replayed by
- * mdr_graph_cache_step or by mdr_graph_cache_step_device), over message
- * sizes and over decode token counts at the GLM preset's hidden size. bench/README.md (section mdr-bench-tp)
- * explains every option, column and file; bench_tp.h lists the files.
+ * tensor-parallel decode step, eight ways side by side in one run (NCCL
+ * eager, NCCL captured in a CUDA graph, NCCL on a symmetric window captured;
+ * mdr's all-reduce inside a graph cache body: AUTO replayed by
+ * mdr_graph_cache_step or by mdr_graph_cache_step_device, one-shot and
+ * two-shot forced, and AUTO in one DYNAMIC graph reading the row count on
+ * the device), over message sizes and over decode token counts at the GLM
+ * preset's hidden size; or (--soak N) N replays of one graph holding mdr's
+ * all-reduce, checked, across the wrap of its 32-bit epoch. bench/README.md
+ * (section mdr-bench-tp) explains every option, column and file;
+ * bench_tp.h lists the files.
  *
  * This file: the device check (exit 77
  * without two GPUs or NCCL), the communicators (one ncclComm_t per GPU from
@@ -42,6 +46,13 @@ static int tp_gpu_count(void) {
 }
 
 static void tp_print_sweeps(const tp_options *o, const tp_sweep *sw) {
+  if (o->soak) {
+    printf("soak: %zu replays of one EXACT graph: fill (a new input each replay), mdr_comm_all_reduce (%s) of %zu B "
+           "(%zu rows of %d B), check on the device; host checks every %d replays\n",
+           o->soak, mdr_ar_algo_name(o->soak_algo), o->soak_bytes, o->soak_bytes / TP_SIZE_ROW_BYTES,
+           TP_SIZE_ROW_BYTES, TP_SOAK_CHECK_EVERY);
+    return;
+  }
   for (int s = 0; s < TP_SWEEP_COUNT; s++) {
     const tp_sweep *w = &sw[s];
     if (!w->n) {
@@ -155,7 +166,7 @@ int main(int argc, char **argv) {
   fflush(stdout);
 
   /* One ncclComm_t per GPU, shared by every path (the same channels and
-   * tuning for all five); mdr adopts them, as an engine's would be. */
+   * tuning for every path); mdr adopts them, as an engine's would be. */
   const char *nvls = getenv("NCCL_NVLS_ENABLE");
   if (!nvls || strcmp(nvls, "0") != 0) tp_die("NCCL_NVLS_ENABLE is not 0 before ncclCommInitAll; refusing");
   tp_progress("ncclCommInitAll");
@@ -181,6 +192,9 @@ int main(int argc, char **argv) {
   memset(&res, 0, sizeof res);
   sh.res = &res;
   sh.info = &info;
+  tp_soak_result soak;
+  memset(&soak, 0, sizeof soak);
+  sh.soak = &soak;
   size_t n_counts = o.n_sizes + o.n_tokens;
   size_t n_paths = 0;
   for (int p = 0; p < TP_PATH_COUNT; p++) n_paths += o.path_on[p];
@@ -189,7 +203,7 @@ int main(int argc, char **argv) {
   res.cap_captures = n_counts;
   res.captures = xmalloc(res.cap_captures * sizeof *res.captures);
 
-  tp_print_legend();
+  if (!o.soak) tp_print_legend();
   fflush(stdout);
   if (pthread_barrier_init(&sh.barrier, NULL, TP_RANKS) != 0) tp_die("pthread_barrier_init failed");
   pthread_t th[TP_RANKS];
@@ -206,9 +220,20 @@ int main(int argc, char **argv) {
 
   /* results first: a teardown that hangs (the watchdog ends it) loses nothing */
   tp_progress("writing results");
-  tp_write_results(&o, &info, sweeps, &res);
-  printf("\nwrote %s/results.json, %s/results.csv, %s/capture.csv\n", info.out_dir, info.out_dir, info.out_dir);
-  tp_print_headline(&o, &info, sweeps, &res); /* the last lines */
+  if (o.soak) {
+    tp_write_soak(&o, &info, &soak);
+    printf("\nwrote %s/soak.json\n", info.out_dir);
+    tp_print_soak(&soak); /* the last lines */
+    /* a failed soak ends here (exit 1), before the teardown */
+    if (!soak.ok)
+      tp_exit(1, "soak failed: %llu wrong value%s, %llu epoch mismatch%s (the lines above say where)",
+              (unsigned long long)soak.wrong, soak.wrong == 1 ? "" : "s", (unsigned long long)soak.epoch_mismatches,
+              soak.epoch_mismatches == 1 ? "" : "es");
+  } else {
+    tp_write_results(&o, &info, sweeps, &res);
+    printf("\nwrote %s/results.json, %s/results.csv, %s/capture.csv\n", info.out_dir, info.out_dir, info.out_dir);
+    tp_print_headline(&o, &info, sweeps, &res); /* the last lines */
+  }
   fflush(stdout);
 
   tp_progress("teardown");

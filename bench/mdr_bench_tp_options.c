@@ -14,14 +14,23 @@
 #define TP_COUNT_OF(a) (sizeof(a) / sizeof *(a))
 
 const char *const k_tp_path_names[TP_PATH_COUNT] = {"nccl-eager", "nccl-graph", "nccl-window", "mdr-graph",
-                                                    "mdr-graph-dev"};
+                                                    "mdr-graph-dev", "mdr-1shot", "mdr-2shot", "mdr-dyn"};
 const char *const k_tp_sweep_names[TP_SWEEP_COUNT] = {"sizes", "tokens"};
 
-/* Powers of 4 from 2 KiB to 8 MiB; quick: every other one. */
+/* Powers of 4 from 2 KiB to 8 MiB (1, 4, ..., 4096 rows of 2 KiB), in a
+ * full run and a quick one alike (the one-shot / two-shot crossover and the
+ * closing table need every one); the tokens sweep holds the counts of the
+ * DYNAMIC goal (TP_XEXACT_TOKENS: 1, 2, 8, 64, 512, 4096) in both. */
 static const size_t k_sizes[] = {2 << 10, 8 << 10, 32 << 10, 128 << 10, 512 << 10, 2 << 20, 8 << 20};
-static const size_t k_quick_sizes[] = {2 << 10, 32 << 10, 512 << 10, 8 << 20};
 static const size_t k_tokens[] = {1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096};
-static const size_t k_quick_tokens[] = {1, 8, 64, 512, 4096};
+static const size_t k_quick_tokens[] = {1, 2, 8, 64, 512, 4096};
+
+/* --soak-algo values (mdr_ar_algo_name's, and the path names' short forms) */
+static const struct {
+  const char *name;
+  mdr_ar_algo algo;
+} k_soak_algos[] = {{"auto", MDR_AR_AUTO},     {"one-shot", MDR_AR_ONE_SHOT}, {"two-shot", MDR_AR_TWO_SHOT},
+                    {"1shot", MDR_AR_ONE_SHOT}, {"2shot", MDR_AR_TWO_SHOT}};
 
 BENCH_NORETURN static void tp_refuse(const char *fmt, ...) BENCH_PRINTF(1, 2);
 static void tp_refuse(const char *fmt, ...) {
@@ -36,26 +45,43 @@ static void tp_refuse(const char *fmt, ...) {
 static void tp_usage(FILE *f) {
   fprintf(f,
           "usage: mdr-bench-tp [options]        (--opt value or --opt=value)\n"
-          "two GPUs, one thread each: bf16 sum all-reduce, in place, five ways side by side:\n"
-          "  nccl-eager, nccl-graph, nccl-window (symmetric window), mdr-graph (mdr's in-graph all-reduce,\n"
-          "  mdr_graph_cache_step), mdr-graph-dev (the same, mdr_graph_cache_step_device)\n"
+          "two GPUs, one thread each: bf16 sum all-reduce, in place, eight ways side by side:\n"
+          "  nccl-eager     ncclAllReduce per op\n"
+          "  nccl-graph     the same captured in a CUDA graph\n"
+          "  nccl-window    a symmetric NCCL window, captured\n"
+          "  mdr-graph      mdr_comm_all_reduce_rows (AUTO) in an EXACT graph cache body, mdr_graph_cache_step\n"
+          "  mdr-graph-dev  the same caches, mdr_graph_cache_step_device (ids already on the device)\n"
+          "  mdr-1shot      mdr_comm_all_reduce, MDR_AR_ONE_SHOT, EXACT cache, device steps (skipped over\n"
+          "                 MDR_AR_ONE_SHOT_MAX_BYTES, %zu KiB)\n"
+          "  mdr-2shot      mdr_comm_all_reduce, MDR_AR_TWO_SHOT, EXACT cache, device steps\n"
+          "  mdr-dyn        one DYNAMIC graph: mdr_comm_all_reduce, AUTO, the row count read on the device\n"
+          "                 (count_ptr), device steps; reported against the EXACT path (xexact)\n"
+          "  (mdr-1shot and mdr-2shot are skipped, with the reason, where mdr's kernels cannot run)\n"
           "  --reps N         timed operations per figure (default %d; --quick %d)\n"
           "  --sizes a,b      message sizes in bytes, K / M suffixes allowed (KiB, MiB); multiples of %d,\n"
-          "                   at most %zu MiB (default 2K,8K,32K,128K,512K,2M,8M; --quick 2K,32K,512K,8M);\n"
+          "                   at most %zu MiB (default and --quick 2K,8K,32K,128K,512K,2M,8M);\n"
           "                   'none' skips the sizes sweep\n"
           "  --tokens a,b     decode token counts at %s's hidden size, 1..%d\n"
-          "                   (default 1,2,4,...,4096; --quick 1,8,64,512,4096); 'none' skips the sweep\n"
-          "  --paths a,b      nccl-eager,nccl-graph,nccl-window,mdr-graph,mdr-graph-dev (default: all five)\n"
+          "                   (default 1,2,4,...,4096; --quick 1,2,8,64,512,4096); 'none' skips the sweep\n"
+          "  --paths a,b      any of nccl-eager,nccl-graph,nccl-window,mdr-graph,mdr-graph-dev,mdr-1shot,\n"
+          "                   mdr-2shot,mdr-dyn (default: all eight)\n"
+          "  --soak N         instead of the sweeps: N back-to-back replays (1..%d) of one EXACT graph\n"
+          "                   holding one mdr all-reduce, the epoch set to 0xFFFFFFFF - N/2 first so that\n"
+          "                   it wraps half-way; every replay checked on the device, every %d and the last\n"
+          "                   on the host; exit 1 on any wrong value or epoch; writes soak.json\n"
+          "  --soak-algo A    the soak's algorithm: auto (default), one-shot (1shot), two-shot (2shot)\n"
+          "  --soak-size B    the soak's message, bytes (K / M suffixes), multiples of %d (default 8K)\n"
           "  --out DIR        output folder; refused if it holds results, unless --force\n"
           "                   (default: a fresh bench-out/tp-<UTC timestamp>/, bench-out/tp-latest points to it)\n"
           "  --force          write into an --out folder that holds an earlier run's files\n"
-          "  --quick          reps %d and the short lists above (well under a minute on 2 x H200)\n"
+          "  --quick          reps %d and the lists above (about a minute on 2 x H200)\n"
           "  --version        version, git revision and build type\n"
           "  --help           this text\n"
           "explicit options win over --quick whatever the order. Exit: 0 done, 1 a failure (validation,\n"
-          "CUDA, NCCL, mdr, watchdog), 2 a refused command line, 77 skipped (fewer than 2 GPUs, no NCCL).\n",
-          TP_DEFAULT_REPS, TP_QUICK_REPS, TP_SIZE_ROW_BYTES, TP_MAX_SIZE_BYTES >> 20, TP_PRESET, TP_MAX_TOKENS,
-          TP_QUICK_REPS);
+          "CUDA, NCCL, mdr, watchdog; the soak: a wrong value or epoch), 2 a refused command line, 77 skipped\n"
+          "(fewer than 2 GPUs, no NCCL; the soak: mdr's kernels cannot run here).\n",
+          MDR_AR_ONE_SHOT_MAX_BYTES >> 10, TP_DEFAULT_REPS, TP_QUICK_REPS, TP_SIZE_ROW_BYTES, TP_MAX_SIZE_BYTES >> 20,
+          TP_PRESET, TP_MAX_TOKENS, TP_SOAK_MAX, TP_SOAK_CHECK_EVERY, TP_SIZE_ROW_BYTES, TP_QUICK_REPS);
 }
 
 static void tp_print_version(void) {
@@ -72,7 +98,8 @@ static void tp_print_version(void) {
   );
 }
 
-/* A positive integer; `suffixes`: K (1024) and M (1048576) allowed. */
+/* A positive integer (at most TP_MAX_SIZE_BYTES before its suffix);
+ * `suffixes`: K (1024) and M (1048576) allowed. */
 static size_t tp_parse_count(const char *opt, const char *s, bool suffixes) {
   char *end = NULL;
   if (s[0] < '0' || s[0] > '9') tp_refuse("%s: expected a positive integer, got '%s'", opt, s);
@@ -132,17 +159,41 @@ static void tp_add_path(tp_options *o, const char *s) {
       o->path_on[i] = true;
       return;
     }
-  tp_refuse("--paths: unknown path '%s'; valid: %s, %s, %s, %s, %s", s, k_tp_path_names[0], k_tp_path_names[1],
-            k_tp_path_names[2], k_tp_path_names[3], k_tp_path_names[4]);
+  char valid[256] = "";
+  for (int i = 0; i < TP_PATH_COUNT; i++) {
+    strcat(valid, i ? ", " : "");
+    strcat(valid, k_tp_path_names[i]);
+  }
+  tp_refuse("--paths: unknown path '%s'; valid: %s", s, valid);
+}
+
+/* --soak N: 1 .. TP_SOAK_MAX, digits only */
+static size_t tp_parse_soak(const char *s) {
+  char *end = NULL;
+  if (s[0] < '0' || s[0] > '9') tp_refuse("--soak: expected a positive integer (replays), got '%s'", s);
+  errno = 0;
+  unsigned long long v = strtoull(s, &end, 10);
+  if (errno || !end || *end || v == 0) tp_refuse("--soak: expected a positive integer (replays), got '%s'", s);
+  if (v > (unsigned long long)TP_SOAK_MAX) tp_refuse("--soak: %s is over %d replays", s, TP_SOAK_MAX);
+  return (size_t)v;
+}
+
+static mdr_ar_algo tp_parse_soak_algo(const char *s) {
+  for (size_t i = 0; i < TP_COUNT_OF(k_soak_algos); i++)
+    if (strcmp(s, k_soak_algos[i].name) == 0) return k_soak_algos[i].algo;
+  tp_refuse("--soak-algo: unknown algorithm '%s'; valid: auto, one-shot, two-shot (or 1shot, 2shot)%s", s,
+            strcmp(s, "nccl") == 0 ? "; nccl's all-reduce has no epoch to soak" : "");
 }
 
 typedef enum tp_opt_id {
-  TP_OPT_REPS, TP_OPT_SIZES, TP_OPT_TOKENS, TP_OPT_PATHS, TP_OPT_OUT, /* the options above take a value */
+  TP_OPT_REPS, TP_OPT_SIZES, TP_OPT_TOKENS, TP_OPT_PATHS, TP_OPT_OUT, TP_OPT_SOAK, TP_OPT_SOAK_ALGO,
+  TP_OPT_SOAK_SIZE, /* the options above take a value */
   TP_OPT_FORCE, TP_OPT_QUICK, TP_OPT_VERSION, TP_OPT_HELP, TP_OPT_COUNT
 } tp_opt_id;
-static const char *const k_opt_names[TP_OPT_COUNT] = {"--reps",  "--sizes", "--tokens",  "--paths", "--out",
-                                                   "--force", "--quick", "--version", "--help"};
-static bool tp_takes_value(tp_opt_id id) { return id <= TP_OPT_OUT; }
+static const char *const k_opt_names[TP_OPT_COUNT] = {"--reps",      "--sizes",     "--tokens", "--paths",
+                                                   "--out",       "--soak",      "--soak-algo", "--soak-size",
+                                                   "--force",     "--quick",     "--version", "--help"};
+static bool tp_takes_value(tp_opt_id id) { return id <= TP_OPT_SOAK_SIZE; }
 
 void tp_parse_options(int argc, char **argv, tp_options *o) {
   memset(o, 0, sizeof *o);
@@ -184,7 +235,28 @@ void tp_parse_options(int argc, char **argv, tp_options *o) {
         o->set_tokens = true;
         if (strcmp(value, "none") != 0) tp_for_each_item(name, value, tp_add_tokens, o);
         break;
-      case TP_OPT_PATHS: tp_for_each_item(name, value, tp_add_path, o); break;
+      case TP_OPT_PATHS:
+        o->set_paths = true;
+        tp_for_each_item(name, value, tp_add_path, o);
+        break;
+      case TP_OPT_SOAK:
+        if (o->soak) tp_refuse("--soak given twice");
+        o->soak = tp_parse_soak(value);
+        break;
+      case TP_OPT_SOAK_ALGO:
+        if (o->set_soak_algo) tp_refuse("--soak-algo given twice");
+        o->soak_algo = tp_parse_soak_algo(value);
+        o->set_soak_algo = true;
+        break;
+      case TP_OPT_SOAK_SIZE:
+        if (o->set_soak_size) tp_refuse("--soak-size given twice");
+        o->soak_bytes = tp_parse_count(name, value, true);
+        if (o->soak_bytes % TP_SIZE_ROW_BYTES != 0)
+          tp_refuse("--soak-size: %s (%zu bytes) is not a multiple of %d bytes (rows of 1024 bf16)", value,
+                    o->soak_bytes, TP_SIZE_ROW_BYTES);
+        if (o->soak_bytes > TP_MAX_SIZE_BYTES) tp_refuse("--soak-size: %s is over %zu MiB", value, TP_MAX_SIZE_BYTES >> 20);
+        o->set_soak_size = true;
+        break;
       case TP_OPT_OUT:
         if (!*value) tp_refuse("--out: empty folder name");
         o->out_dir = value;
@@ -196,12 +268,27 @@ void tp_parse_options(int argc, char **argv, tp_options *o) {
       case TP_OPT_COUNT: break;
     }
   }
+  /* The soak runs alone: the sweeps' options have no meaning there. */
+  if (o->soak) {
+    const char *sweep_opt = o->set_sizes ? "--sizes" : o->set_tokens ? "--tokens" : o->set_paths ? "--paths"
+                          : o->set_reps ? "--reps" : o->quick ? "--quick" : NULL;
+    if (sweep_opt) tp_refuse("--soak runs the soak alone: %s belongs to the sweeps; leave it out", sweep_opt);
+    if (!o->set_soak_size) o->soak_bytes = TP_SOAK_DEFAULT_BYTES;
+    if (!o->set_soak_algo) o->soak_algo = MDR_AR_AUTO;
+    if (o->soak_algo == MDR_AR_ONE_SHOT && o->soak_bytes > MDR_AR_ONE_SHOT_MAX_BYTES)
+      tp_refuse("--soak-size: %zu bytes is over MDR_AR_ONE_SHOT_MAX_BYTES (%zu) for --soak-algo one-shot",
+                o->soak_bytes, MDR_AR_ONE_SHOT_MAX_BYTES);
+    o->reps = 1; /* unused */
+    for (int p = 0; p < TP_PATH_COUNT; p++) o->path_on[p] = false;
+    return;
+  }
+  if (o->set_soak_algo) tp_refuse("--soak-algo needs --soak N");
+  if (o->set_soak_size) tp_refuse("--soak-size needs --soak N");
   /* Defaults; explicit options win over --quick, whatever the order. */
   if (!o->set_reps) o->reps = o->quick ? TP_QUICK_REPS : TP_DEFAULT_REPS;
   if (!o->set_sizes) {
-    const size_t *v = o->quick ? k_quick_sizes : k_sizes;
-    o->n_sizes = o->quick ? TP_COUNT_OF(k_quick_sizes) : TP_COUNT_OF(k_sizes);
-    memcpy(o->sizes, v, o->n_sizes * sizeof *v);
+    o->n_sizes = TP_COUNT_OF(k_sizes);
+    memcpy(o->sizes, k_sizes, sizeof k_sizes);
   }
   if (!o->set_tokens) {
     const size_t *v = o->quick ? k_quick_tokens : k_tokens;

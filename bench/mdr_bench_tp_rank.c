@@ -13,12 +13,19 @@
  *
  * Per sweep (sizes, tokens): a cudaMalloc buffer (nccl-eager, nccl-graph),
  * an ncclMemAlloc buffer registered as a symmetric window (nccl-window), and
- * an mdr arena on the communicator (mdr-graph, mdr-graph-dev) whose slab is
- * mdr's own symmetric window, with two EXACT graph caches (bodies of 1 and
- * TP_K all-reduces; host steps and device steps have graphs of their own
- * in each). Per row count and path: build (capture the NCCL graphs, or
- * prepare the caches), validate the single op and the TP_K batch against
- * the sum of both ranks' patterns, warm up, then time. */
+ * an mdr arena on the communicator whose slab is mdr's own symmetric
+ * window, with a pair of graph caches (bodies of 1 and TP_K all-reduces)
+ * per mdr variant: AUTO (mdr-graph with host steps and mdr-graph-dev with
+ * device steps; they have graphs of their own in each cache), one-shot,
+ * two-shot (EXACT, device steps) and DYNAMIC (mdr-dyn: one graph, the row
+ * count read on the device, device steps). Per row count and path: build
+ * (capture the NCCL graphs, or prepare the caches), validate the single op
+ * and the TP_K batch against the sum of both ranks' patterns (mdr-dyn: and
+ * every row past the count untouched), warm up, then time. A path mdr
+ * cannot run at a size (one-shot over its scratch, mdr's kernels absent)
+ * is recorded as skipped, with the reason.
+ *
+ * --soak N instead: tp_soak, at the end of this file. */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
 #include <sched.h>
@@ -30,10 +37,29 @@
 
 #ifdef TP_GPU
 
+/* The mdr variants: each has its pair of caches (1 and TP_K all-reduces). */
+typedef enum tp_variant { TP_V_AUTO, TP_V_1SHOT, TP_V_2SHOT, TP_V_DYN, TP_V_COUNT } tp_variant;
+
+static tp_variant tp_variant_of(tp_path p) {
+  switch (p) {
+    case TP_MDR_1SHOT: return TP_V_1SHOT;
+    case TP_MDR_2SHOT: return TP_V_2SHOT;
+    case TP_MDR_DYN: return TP_V_DYN;
+    default: return TP_V_AUTO;
+  }
+}
+
+/* Steps with the ids already in token_ids (mdr_graph_cache_step_device):
+ * every mdr path but mdr-graph, so that the one-shot, two-shot, AUTO
+ * (mdr-graph-dev) and DYNAMIC figures hold the same step around the
+ * all-reduce. */
+static bool tp_device_steps(tp_path p) { return tp_is_mdr(p) && p != TP_MDR; }
+
 typedef struct tp_body_ctx {
   mdr_arena *arena;
-  int k;         /* all-reduces per body; 0: none (the single-GPU capture) */
-  size_t calls;  /* bodies enqueued (validation: the body really ran) */
+  int k;          /* all-reduces per body; 0: none (the single-GPU capture) */
+  tp_variant v;   /* AUTO: mdr_comm_all_reduce_rows; else mdr_comm_all_reduce with its algo / count_ptr */
+  size_t calls;   /* bodies enqueued (validation: the body really ran) */
 } tp_body_ctx;
 
 typedef struct tp_rank {
@@ -57,8 +83,9 @@ typedef struct tp_rank {
   bool winbuf_nccl;
   ncclWindow_t win;   /* NULL: no window */
   mdr_arena *arena;
-  mdr_graph_cache *cache1, *cache_k;
-  tp_body_ctx body1, body_k;
+  bool kernels;       /* mdr's all-reduce kernels run on the arena, both ranks */
+  mdr_graph_cache *cache[TP_V_COUNT][2]; /* [variant][0: 1 all-reduce, 1: TP_K]; NULL: path off */
+  tp_body_ctx body[TP_V_COUNT][2];
   uint32_t *ids;      /* w->m ids */
   uint16_t *own;      /* pinned: this rank's pattern, every element of a buffer (bf16) */
   int8_t *sum;        /* both ranks' patterns summed (small integers) */
@@ -127,23 +154,56 @@ static void *tp_buffer_of(tp_rank *rk, tp_path p) {
   }
 }
 
+/* EXACT bodies: AUTO through mdr_comm_all_reduce_rows (mdr-graph,
+ * mdr-graph-dev), one-shot and two-shot through mdr_comm_all_reduce. */
 static mdr_status tp_body_fn(void *user, mdr_stream stream, size_t tokens) {
   tp_body_ctx *c = user;
   c->calls++;
   for (int i = 0; i < c->k; i++) {
-    mdr_status st = mdr_comm_all_reduce_rows(c->arena, TP_BUFFER, MDR_DTYPE_BF16, tokens, stream);
+    mdr_status st;
+    if (c->v == TP_V_AUTO) {
+      st = mdr_comm_all_reduce_rows(c->arena, TP_BUFFER, MDR_DTYPE_BF16, tokens, stream);
+    } else {
+      mdr_all_reduce_desc d = mdr_all_reduce_desc_make(TP_BUFFER, MDR_DTYPE_BF16, tokens);
+      d.algo = c->v == TP_V_1SHOT ? MDR_AR_ONE_SHOT : MDR_AR_TWO_SHOT;
+      st = mdr_comm_all_reduce(c->arena, &d, stream);
+    }
     if (st != MDR_OK) return st;
   }
   return MDR_OK;
 }
 
+/* The DYNAMIC body (mdr-dyn): max_tokens (= max_batch_tokens) rows at most,
+ * the step's count read by the kernel from count_ptr; AUTO. */
+static mdr_status tp_body_dynamic_fn(void *user, mdr_stream stream, mdr_dptr count_ptr, size_t max_tokens) {
+  tp_body_ctx *c = user;
+  c->calls++;
+  for (int i = 0; i < c->k; i++) {
+    mdr_all_reduce_desc d = mdr_all_reduce_desc_make(TP_BUFFER, MDR_DTYPE_BF16, max_tokens);
+    d.count_ptr = count_ptr;
+    d.algo = MDR_AR_AUTO;
+    mdr_status st = mdr_comm_all_reduce(c->arena, &d, stream);
+    if (st != MDR_OK) return st;
+  }
+  return MDR_OK;
+}
+
+/* A cache over arena a: EXACT (body) or DYNAMIC (body_dynamic), fused
+ * zeroing. TP_BUFFER is outside every zero plan, so a step's zeroing leaves
+ * it alone and the graph is the id upload + the body. */
 static mdr_graph_cache *tp_make_cache(tp_rank *rk, mdr_arena *a, tp_body_ctx *body) {
   mdr_graph_cache_options o;
   mdr_graph_cache_options_default(&o);
-  o.mode = MDR_GRAPH_EXACT;
-  o.zero = MDR_ZERO_FUSED; /* the product setting: zeroing (nothing here) + id upload in one node */
-  o.body = tp_body_fn;
+  o.zero = MDR_ZERO_FUSED; /* the product setting: zeroing (nothing here) + id upload in one node; DYNAMIC needs it */
   o.user = body;
+  if (body->v == TP_V_DYN) {
+    o.mode = MDR_GRAPH_DYNAMIC;
+    o.dynamic_impl = MDR_DYNAMIC_NODE_UPDATE; /* device steps of it read no host memory */
+    o.body_dynamic = tp_body_dynamic_fn;
+  } else {
+    o.mode = MDR_GRAPH_EXACT;
+    o.body = tp_body_fn;
+  }
   mdr_graph_cache *c = NULL;
   TP_MDR(rk->b, mdr_graph_cache_create(a, rk->stream, &o, &c));
   return c;
@@ -152,7 +212,11 @@ static mdr_graph_cache *tp_make_cache(tp_rank *rk, mdr_arena *a, tp_body_ctx *bo
 #define TP_NCCL_ONLY_HINT \
   "(an mdr path failed: --paths nccl-eager,nccl-graph,nccl-window measures the NCCL paths alone)"
 
-static bool tp_is_mdr(tp_path p) { return p == TP_MDR || p == TP_MDR_DEV; }
+static size_t tp_body_calls(const tp_rank *rk) {
+  size_t n = 0;
+  for (int v = 0; v < TP_V_COUNT; v++) n += rk->body[v][0].calls + rk->body[v][1].calls;
+  return n;
+}
 
 /* The ids of a device step: already in the arena's token_ids (nothing is
  * read from host memory). Passed as token_ids' own address, not 0: the
@@ -194,7 +258,7 @@ static void tp_op(tp_rank *rk, tp_path p, bool batch) {
       break;
     case TP_NCCL_GRAPH:
     case TP_NCCL_WINDOW: TP_CUDA(cudaGraphLaunch(batch ? rk->exec_k : rk->exec1, rk->stream)); break;
-    default: tp_mdr_step(rk, batch ? rk->cache_k : rk->cache1, p == TP_MDR_DEV); break;
+    default: tp_mdr_step(rk, rk->cache[tp_variant_of(p)][batch], tp_device_steps(p)); break;
   }
 }
 
@@ -238,17 +302,21 @@ static void tp_build(tp_rank *rk, tp_path p) {
     rk->exec_k = tp_capture_nccl(rk, tp_buffer_of(rk, p), TP_K, NULL);
     tp_rank_sync(rk, "uploading the NCCL graphs");
   } else if (tp_is_mdr(p)) {
+    const tp_variant v = tp_variant_of(p);
+    const bool dev = tp_device_steps(p);
     mdr_graph_stats s0, s1;
-    TP_MDR(rk->b, mdr_graph_cache_stats(rk->cache1, &s0));
+    TP_MDR(rk->b, mdr_graph_cache_stats(rk->cache[v][0], &s0));
     tp_barrier(rk);
-    tp_mdr_prepare(rk, rk->cache1, 1, p == TP_MDR_DEV);
-    TP_MDR(rk->b, mdr_graph_cache_stats(rk->cache1, &s1));
-    if (s1.graphs != s0.graphs + 1)
-      tp_die("rank %d: prepare of %zu rows left %zu graphs (expected %zu)", rk->rank, rk->rows, s1.graphs,
-             s0.graphs + 1);
-    sh->build_us[rk->rank] = s1.capture_us - s0.capture_us;
+    tp_mdr_prepare(rk, rk->cache[v][0], 1, dev);
+    TP_MDR(rk->b, mdr_graph_cache_stats(rk->cache[v][0], &s1));
+    /* EXACT: one graph more per count; DYNAMIC: its one graph, captured at the sweep's first count */
+    const size_t want = v == TP_V_DYN ? 1 : s0.graphs + 1;
+    if (s1.graphs != want)
+      tp_die("rank %d: %s: prepare of %zu rows left %zu graphs (expected %zu)", rk->rank, k_tp_path_names[p],
+             rk->rows, s1.graphs, want);
+    sh->build_us[rk->rank] = s1.captures > s0.captures ? s1.capture_us - s0.capture_us : NAN;
     tp_barrier(rk);
-    tp_mdr_prepare(rk, rk->cache_k, TP_K, p == TP_MDR_DEV);
+    tp_mdr_prepare(rk, rk->cache[v][1], TP_K, dev);
     tp_rank_sync(rk, "preparing the mdr graphs");
   }
   tp_barrier(rk);
@@ -261,17 +329,29 @@ static void tp_unbuild(tp_rank *rk) {
   rk->exec1 = rk->exec_k = NULL;
 }
 
-/* Fill the case's rows (and one guard row when there is one) with this
- * rank's pattern, run the op once, and check every element: the first
- * `rows` rows hold the sum of both patterns times 2^(k-1) (k in-place
- * all-reduces), the guard row this rank's pattern. Then zero them, so the
- * timed ops sum zeros. */
+/* The rows an op of path p reduces at the case's count: rows, except for
+ * mdr-dyn where mdr's kernels cannot run (AUTO then falls back to NCCL,
+ * whose count is fixed at enqueue: every row of the buffer, as
+ * include/mdr/comm.h says). */
+static size_t tp_reduced_rows(const tp_rank *rk, tp_path p) {
+  if (p == TP_MDR_DYN &&
+      mdr_comm_all_reduce_choice(rk->arena, rk->rows * rk->w->row_bytes, 1) == MDR_AR_NCCL)
+    return rk->w->m;
+  return rk->rows;
+}
+
+/* Fill the case's rows (and one guard row when there is one; mdr-dyn: every
+ * row of the buffer) with this rank's pattern, run the op once, and check
+ * every element: the reduced rows hold the sum of both patterns times
+ * 2^(k-1) (k in-place all-reduces), the rows after them this rank's
+ * pattern (untouched). Then zero them, so the timed ops sum zeros. */
 static void tp_validate(tp_rank *rk, tp_path p, bool batch) {
   const size_t row_el = rk->w->row_bytes / 2;
-  const size_t n_rows = rk->rows < rk->w->m ? rk->rows + 1 : rk->rows;
-  const size_t n_el = n_rows * row_el, reduced = rk->count_el;
+  const size_t n_rows = p == TP_MDR_DYN ? rk->w->m : rk->rows < rk->w->m ? rk->rows + 1 : rk->rows;
+  const size_t reduced_rows = tp_reduced_rows(rk, p);
+  const size_t n_el = n_rows * row_el, reduced = reduced_rows * row_el;
   void *buf = tp_buffer_of(rk, p);
-  const size_t bodies = rk->body1.calls + rk->body_k.calls;
+  const size_t bodies = tp_body_calls(rk);
   TP_CUDA(cudaMemcpyAsync(buf, rk->own, n_el * 2, cudaMemcpyHostToDevice, rk->stream));
   tp_rank_sync(rk, "validation: filling");
   tp_barrier(rk);
@@ -288,12 +368,14 @@ static void tp_validate(tp_rank *rk, tp_path p, bool batch) {
              "(%s)%s",
              rk->rank, k_tp_path_names[p], k_tp_sweep_names[rk->w->kind], rk->rows, rk->count_el * 2,
              batch ? "K-batch" : "single", i, i / row_el, (double)got, (double)want,
-             i < reduced ? "sum of both ranks' patterns" : "guard row: must be untouched",
+             i < reduced ? "sum of both ranks' patterns"
+             : p == TP_MDR_DYN ? "a row past the step's count: a DYNAMIC all-reduce must leave it untouched"
+                               : "guard row: must be untouched",
              tp_is_mdr(p) ? " " TP_NCCL_ONLY_HINT : "");
   }
-  if (tp_is_mdr(p) && rk->body1.calls + rk->body_k.calls != bodies)
+  if (tp_is_mdr(p) && tp_body_calls(rk) != bodies)
     tp_die("rank %d: %s validation: the body ran during a step (%zu calls): the step was not a replay", rk->rank,
-           k_tp_path_names[p], rk->body1.calls + rk->body_k.calls - bodies);
+           k_tp_path_names[p], tp_body_calls(rk) - bodies);
   TP_CUDA(cudaMemsetAsync(buf, 0, n_el * 2, rk->stream));
   tp_rank_sync(rk, "validation: clearing");
   tp_barrier(rk);
@@ -372,8 +454,24 @@ static void tp_time_cpu(tp_rank *rk, tp_path p) {
   tp_barrier(rk);
 }
 
+/* Why path p does not run at the case's count ("": it runs). Decided from
+ * what both ranks share (the sweep's kernels flag, the bytes), so both
+ * skip alike. */
+static void tp_skip_reason(const tp_rank *rk, tp_path p, char *out, size_t n) {
+  out[0] = '\0';
+  const size_t bytes = rk->count_el * 2;
+  if ((p == TP_MDR_1SHOT || p == TP_MDR_2SHOT) && !rk->kernels)
+    snprintf(out, n, "mdr's all-reduce kernels cannot run on this arena (mdr_comm_all_reduce_kernels 0; the "
+                     "sweep's line says why)");
+  else if (p == TP_MDR_1SHOT && bytes > MDR_AR_ONE_SHOT_MAX_BYTES)
+    snprintf(out, n, "%zu B > MDR_AR_ONE_SHOT_MAX_BYTES (%zu B): one-shot refuses it", bytes,
+             MDR_AR_ONE_SHOT_MAX_BYTES);
+}
+
 static void tp_run_case(tp_rank *rk, tp_path p, size_t index, size_t total) {
   tp_shared *sh = rk->sh;
+  char skip[sizeof ((tp_case *)0)->skip_reason];
+  tp_skip_reason(rk, p, skip, sizeof skip);
   tp_barrier(rk);
   if (rk->rank == 0) {
     if (sh->res->n_cases == sh->res->cap_cases) tp_die("internal: more cases than counted");
@@ -384,20 +482,29 @@ static void tp_run_case(tp_rank *rk, tp_path p, size_t index, size_t total) {
     c->bytes = rk->count_el * 2;
     c->path = p;
     c->gpu = c->batch = c->cpu[0] = c->cpu[1] = k_no_summary;
-    fprintf(stderr, "%s[%zu/%zu] %s %zu rows %zu B %s%s", sh->progress_in_place ? "\r\033[K" : "", index, total,
-            k_tp_sweep_names[rk->w->kind], rk->rows, c->bytes, k_tp_path_names[p],
+    c->build_us[0] = c->build_us[1] = NAN;
+    c->auto_algo = mdr_comm_all_reduce_choice(rk->arena, c->bytes, 0);
+    c->auto_counted = mdr_comm_all_reduce_choice(rk->arena, c->bytes, 1);
+    if (skip[0]) {
+      c->skipped = true;
+      snprintf(c->skip_reason, sizeof c->skip_reason, "%s", skip);
+    }
+    fprintf(stderr, "%s[%zu/%zu] %s %zu rows %zu B %s%s%s", sh->progress_in_place ? "\r\033[K" : "", index, total,
+            k_tp_sweep_names[rk->w->kind], rk->rows, c->bytes, k_tp_path_names[p], skip[0] ? " (skipped)" : "",
             sh->progress_in_place ? "" : "\n");
     fflush(stderr);
   }
   tp_progress(k_tp_path_names[p]);
   tp_barrier(rk);
+  if (skip[0]) return;
   tp_build(rk, p);
   tp_validate(rk, p, false);
   tp_validate(rk, p, true);
   mdr_graph_stats s0[2], s1[2];
+  const tp_variant v = tp_variant_of(p);
   if (tp_is_mdr(p)) {
-    TP_MDR(rk->b, mdr_graph_cache_stats(rk->cache1, &s0[0]));
-    TP_MDR(rk->b, mdr_graph_cache_stats(rk->cache_k, &s0[1]));
+    TP_MDR(rk->b, mdr_graph_cache_stats(rk->cache[v][0], &s0[0]));
+    TP_MDR(rk->b, mdr_graph_cache_stats(rk->cache[v][1], &s0[1]));
   }
   for (int i = 0; i < TP_WARMUP; i++) tp_op(rk, p, false);
   tp_op(rk, p, true);
@@ -407,8 +514,8 @@ static void tp_run_case(tp_rank *rk, tp_path p, size_t index, size_t total) {
   tp_time_cpu(rk, p);
   uint64_t eager = 0;
   if (tp_is_mdr(p)) {
-    TP_MDR(rk->b, mdr_graph_cache_stats(rk->cache1, &s1[0]));
-    TP_MDR(rk->b, mdr_graph_cache_stats(rk->cache_k, &s1[1]));
+    TP_MDR(rk->b, mdr_graph_cache_stats(rk->cache[v][0], &s1[0]));
+    TP_MDR(rk->b, mdr_graph_cache_stats(rk->cache[v][1], &s1[1]));
     eager = (s1[0].eager_steps - s0[0].eager_steps) + (s1[1].eager_steps - s0[1].eager_steps);
   }
   tp_unbuild(rk);
@@ -547,6 +654,22 @@ static void tp_sweep_setup(tp_rank *rk, tp_sweep *w, mdr_sizes *sizes) {
   tp_barrier(rk);
   TP_MDR(rk->b, mdr_arena_create_on_comm(rk->comm, sizes, &rk->arena));
   w->mdr_window[rk->rank] = mdr_arena_window(rk->arena);
+  /* mdr's own kernels (one-shot, two-shot): both ranks must have them; the
+   * reason when not is the backend's last error of the arena's create */
+  sh->flag[rk->rank] = mdr_comm_all_reduce_kernels(rk->arena) != 0;
+  if (!sh->flag[rk->rank])
+    snprintf(sh->note[rk->rank], sizeof sh->note[rk->rank], "%s", mdr_backend_last_error(rk->b));
+  tp_barrier(rk);
+  rk->kernels = sh->flag[0] && sh->flag[1];
+  if (rk->rank == 0) {
+    w->ar_kernels = rk->kernels;
+    w->ar_kernels_note[0] = '\0';
+    for (int r = 0; r < TP_RANKS; r++)
+      if (!sh->flag[r] && !w->ar_kernels_note[0])
+        snprintf(w->ar_kernels_note, sizeof w->ar_kernels_note, "rank %d: mdr_backend_last_error: \"%s\"", r,
+                 sh->note[r][0] ? sh->note[r] : "(empty)");
+  }
+  tp_barrier(rk);
   /* token_ids is the slab's first buffer (enum order, every other entry 0) */
   if (rk->rank == 0)
     w->mdr_buffer_offset = (size_t)(mdr_arena_ptr(rk->arena, TP_BUFFER) - mdr_arena_token_ids(rk->arena));
@@ -554,10 +677,20 @@ static void tp_sweep_setup(tp_rank *rk, tp_sweep *w, mdr_sizes *sizes) {
   TP_MDR(rk->b, mdr_arena_zero_plan(rk->arena, w->m, NULL, 0, &plan));
   if (plan != 0) tp_die("internal: the arena's zero plan is not empty (%zu segments)", plan);
   TP_CUDA(cudaMemsetAsync((void *)(uintptr_t)mdr_arena_ptr(rk->arena, TP_BUFFER), 0, rk->bytes, rk->stream));
-  rk->body1 = (tp_body_ctx){.arena = rk->arena, .k = 1};
-  rk->body_k = (tp_body_ctx){.arena = rk->arena, .k = TP_K};
-  rk->cache1 = tp_make_cache(rk, rk->arena, &rk->body1);
-  rk->cache_k = tp_make_cache(rk, rk->arena, &rk->body_k);
+  /* the caches of each variant whose path is on (one-shot, two-shot: where
+   * mdr's kernels run), made in the same order on both ranks (lockstep) */
+  const tp_options *o = rk->o;
+  const bool want[TP_V_COUNT] = {
+      [TP_V_AUTO] = o->path_on[TP_MDR] || o->path_on[TP_MDR_DEV],
+      [TP_V_1SHOT] = o->path_on[TP_MDR_1SHOT] && rk->kernels,
+      [TP_V_2SHOT] = o->path_on[TP_MDR_2SHOT] && rk->kernels,
+      [TP_V_DYN] = o->path_on[TP_MDR_DYN],
+  };
+  for (int v = 0; v < TP_V_COUNT; v++)
+    for (int k = 0; k < 2; k++) {
+      rk->body[v][k] = (tp_body_ctx){.arena = rk->arena, .k = k ? TP_K : 1, .v = (tp_variant)v};
+      rk->cache[v][k] = want[v] ? tp_make_cache(rk, rk->arena, &rk->body[v][k]) : NULL;
+    }
   /* warm-up: one eager all-reduce of the whole buffer (NCCL sets up its connections) */
   rk->rows = w->m;
   rk->count_el = n_el;
@@ -572,6 +705,13 @@ static void tp_sweep_setup(tp_rank *rk, tp_sweep *w, mdr_sizes *sizes) {
            "slab offset %zu B, outside every zero plan\n",
            mdr_window_name(w->mdr_window[0]), mdr_window_name(w->mdr_window[1]), mdr_buffer_name(TP_BUFFER),
            w->mdr_buffer_offset);
+    if (w->ar_kernels)
+      printf("mdr's all-reduce kernels: yes on both ranks (mdr_comm_all_reduce_kernels 1): mdr-1shot, mdr-2shot run; "
+             "AUTO may pick them\n");
+    else
+      printf("mdr's all-reduce kernels: NO (mdr_comm_all_reduce_kernels 0; %s): mdr-1shot and mdr-2shot skipped, "
+             "AUTO and mdr-dyn run NCCL (mdr-dyn then reduces all %zu rows)\n",
+             w->ar_kernels_note, w->m);
     printf("nccl-window: %s\n", w->nccl_window[0] && w->nccl_window[1]
                                     ? "ncclMemAlloc + ncclCommWindowRegister(NCCL_WIN_COLL_SYMMETRIC): a window on both ranks"
                                 : both ? "ncclCommWindowRegister gave no window (NCCL has no symmetric support here): "
@@ -586,9 +726,11 @@ static void tp_sweep_setup(tp_rank *rk, tp_sweep *w, mdr_sizes *sizes) {
 static void tp_sweep_teardown(tp_rank *rk) {
   tp_progress("sweep teardown");
   tp_rank_sync(rk, "sweep teardown");
-  mdr_graph_cache_destroy(rk->cache1);
-  mdr_graph_cache_destroy(rk->cache_k);
-  rk->cache1 = rk->cache_k = NULL;
+  for (int v = 0; v < TP_V_COUNT; v++)
+    for (int k = 0; k < 2; k++) {
+      mdr_graph_cache_destroy(rk->cache[v][k]);
+      rk->cache[v][k] = NULL;
+    }
   tp_barrier(rk);
   mdr_arena_destroy(rk->arena); /* deregisters mdr's window: both ranks together */
   rk->arena = NULL;
@@ -621,6 +763,7 @@ static void tp_run_sweep(tp_rank *rk, tp_sweep *w, size_t *index, size_t total) 
       if (sh->progress_in_place) fprintf(stderr, "\r\033[K");
       tp_finish_count(&sh->res->cases[first], sh->res->n_cases - first);
       for (size_t c = first; c < sh->res->n_cases; c++) tp_print_case(&sh->res->cases[c]);
+      tp_print_count_summary(&sh->res->cases[first], sh->res->n_cases - first);
       fflush(stdout);
       /* the files so far (complete: false), so that a later failure loses nothing measured */
       sh->info->wall_s = (now_us() - sh->info->t_start_us) / 1e6;
@@ -628,11 +771,243 @@ static void tp_run_sweep(tp_rank *rk, tp_sweep *w, size_t *index, size_t total) 
     }
     tp_barrier(rk);
   }
-  if (rk->o->path_on[TP_MDR] || rk->o->path_on[TP_MDR_DEV]) {
+  bool any_mdr = false;
+  for (int p = 0; p < TP_PATH_COUNT; p++) any_mdr |= rk->o->path_on[p] && tp_is_mdr((tp_path)p);
+  if (any_mdr) {
     tp_capture_costs(rk, &sizes);
     if (rk->rank == 0) tp_print_captures(sh->res, w->kind);
   }
   tp_sweep_teardown(rk);
+}
+
+/* ---- the soak (--soak N) ----
+ *
+ * One arena on the communicator (TP_BUFFER of --soak-size bytes, rows of
+ * TP_SIZE_ROW_BYTES), one EXACT cache whose body is: fill this rank's
+ * input for replay g (tp_soak_value(rank, i, g), g a device counter), the
+ * all-reduce (--soak-algo), check every element against both ranks' sum
+ * for g on the device (wrong ones counted), g++. Both ranks set mdr's
+ * epoch to 0xFFFFFFFF - N/2 first, then replay the graph N times back to
+ * back with device steps (no staging slot: the host never waits for the
+ * GPU but at the checks). Every TP_SOAK_CHECK_EVERY replays and after the
+ * last: drain, read the device's count of wrong values and its replay
+ * counter, read the whole buffer back and check it on the host (the result
+ * of the last replay), read both ranks' epochs (each must be the start +
+ * the calls so far, mod 2^32). The soak passes with no wrong value, every
+ * epoch as expected, and the epoch wrapped. */
+
+typedef struct tp_soak_ctx {
+  mdr_arena *arena;
+  mdr_ar_algo algo;
+  uint16_t *buf;      /* TP_BUFFER */
+  size_t n_el;
+  int rank;
+  tp_soak_state *state; /* device */
+  size_t calls;
+} tp_soak_ctx;
+
+static mdr_status tp_soak_body(void *user, mdr_stream stream, size_t tokens) {
+  tp_soak_ctx *c = user;
+  c->calls++;
+  if (tp_launch_soak_fill((cudaStream_t)stream, c->buf, c->n_el, c->rank, c->state) != 0) return MDR_ERR_BACKEND;
+  mdr_all_reduce_desc d = mdr_all_reduce_desc_make(TP_BUFFER, MDR_DTYPE_BF16, tokens);
+  d.algo = c->algo;
+  mdr_status st = mdr_comm_all_reduce(c->arena, &d, stream);
+  if (st != MDR_OK) return st;
+  if (tp_launch_soak_check((cudaStream_t)stream, c->buf, c->n_el, c->state) != 0) return MDR_ERR_BACKEND;
+  return MDR_OK;
+}
+
+static uint32_t tp_soak_epoch(tp_rank *rk) {
+  uint32_t e = 0;
+  TP_MDR(rk->b, mdr_comm_all_reduce_epoch(rk->arena, &e));
+  return e;
+}
+
+/* One check after `done` replays; both ranks. Returns nothing: rank 0
+ * accumulates into sh->soak and prints. */
+static void tp_soak_check(tp_rank *rk, tp_soak_ctx *ctx, tp_soak_state *host_state, size_t done, uint32_t *last_epoch,
+                          double t0, int *decile) {
+  tp_shared *sh = rk->sh;
+  tp_soak_result *res = sh->soak;
+  tp_rank_sync(rk, "soak: draining for a check");
+  TP_CUDA(cudaMemcpyAsync(host_state, ctx->state, sizeof *host_state, cudaMemcpyDeviceToHost, rk->stream));
+  TP_CUDA(cudaMemcpyAsync(rk->back, ctx->buf, ctx->n_el * 2, cudaMemcpyDeviceToHost, rk->stream));
+  tp_rank_sync(rk, "soak: reading back");
+  if (host_state->gen != (uint32_t)done)
+    tp_die("soak: rank %d: the device checked %u replays, %zu were stepped (a replay's kernels did not run)", rk->rank,
+           host_state->gen, done);
+  /* the host check of the last replay's result, every element */
+  const uint32_t g = (uint32_t)done - 1;
+  uint64_t wrong_host = 0;
+  size_t first = SIZE_MAX;
+  for (size_t i = 0; i < ctx->n_el; i++) {
+    const float want = (float)(tp_soak_value(0, i, g) + tp_soak_value(1, i, g));
+    if (tp_from_bf16(rk->back[i]) != want) {
+      if (!wrong_host) first = i;
+      wrong_host++;
+    }
+  }
+  if (wrong_host)
+    fprintf(stderr, "soak: rank %d: WRONG: %llu of %zu elements of replay %u wrong on the host check; element %zu "
+                    "is %g, expected %d\n",
+            rk->rank, (unsigned long long)wrong_host, ctx->n_el, g, first, (double)tp_from_bf16(rk->back[first]),
+            tp_soak_value(0, first, g) + tp_soak_value(1, first, g));
+  if (host_state->wrong && host_state->first_bad)
+    fprintf(stderr, "soak: rank %d: WRONG: the device check counts %u wrong elements so far; the first seen: element "
+                    "%u of replay %u\n",
+            rk->rank, host_state->wrong, host_state->first_bad - 1, host_state->first_gen);
+  sh->epoch[rk->rank] = tp_soak_epoch(rk);
+  sh->soak_wrong[rk->rank] = wrong_host;
+  sh->soak_dev_wrong[rk->rank] = host_state->wrong;
+  tp_barrier(rk);
+  if (rk->rank == 0) {
+    const uint32_t want = res->epoch_start + (uint32_t)done; /* mod 2^32 */
+    res->checks++;
+    res->wrong_host += sh->soak_wrong[0] + sh->soak_wrong[1];
+    res->wrong_device = sh->soak_dev_wrong[0] + sh->soak_dev_wrong[1]; /* cumulative on the device */
+    res->wrong = res->wrong_host + res->wrong_device;
+    for (int r = 0; r < TP_RANKS; r++) {
+      if (sh->epoch[r] != want) {
+        res->epoch_mismatches++;
+        fprintf(stderr, "soak: rank %d: WRONG EPOCH after %zu replays: 0x%08x, expected 0x%08x (start 0x%08x + "
+                        "%zu calls, mod 2^32): it advanced by %u\n",
+                r, done, sh->epoch[r], want, res->epoch_start, done, sh->epoch[r] - res->epoch_start);
+      }
+      res->epoch_end[r] = sh->epoch[r];
+    }
+    if (sh->epoch[0] < *last_epoch) res->wrapped = true;
+    *last_epoch = sh->epoch[0];
+    res->calls = done;
+    const int d = (int)(done * 10 / res->replays);
+    if (d > *decile || done == res->replays) {
+      *decile = d;
+      const double us = now_us() - t0;
+      printf("soak: %10zu / %zu replays (%3d%%): epoch 0x%08x / 0x%08x (rank 0 / 1)%s, wrong values %llu, %.2f us "
+             "per replay, %.0f s\n",
+             done, res->replays, (int)(done * 100 / res->replays), sh->epoch[0], sh->epoch[1],
+             res->wrapped ? ", wrapped" : "", (unsigned long long)res->wrong, us / (double)done, us / 1e6);
+      fflush(stdout);
+    }
+  }
+  tp_barrier(rk);
+}
+
+static void tp_soak(tp_rank *rk) {
+  tp_shared *sh = rk->sh;
+  const tp_options *o = rk->o;
+  tp_soak_result *res = sh->soak;
+  const size_t bytes = o->soak_bytes, rows = bytes / TP_SIZE_ROW_BYTES, n_el = bytes / 2;
+  tp_progress("soak setup");
+  mdr_sizes sizes;
+  memset(&sizes, 0, sizeof sizes);
+  sizes.max_batch_tokens = rows;
+  sizes.logits_rows = 1;
+  sizes.bytes[TP_BUFFER] = bytes;
+  sizes.bytes[MDR_BUF_TOKEN_IDS] = rows * 4 > 256 ? rows * 4 : 256;
+  tp_barrier(rk);
+  TP_MDR(rk->b, mdr_arena_create_on_comm(rk->comm, &sizes, &rk->arena));
+  sh->flag[rk->rank] = mdr_comm_all_reduce_kernels(rk->arena) != 0;
+  if (!sh->flag[rk->rank])
+    snprintf(sh->note[rk->rank], sizeof sh->note[rk->rank], "%s", mdr_backend_last_error(rk->b));
+  tp_barrier(rk);
+  const mdr_ar_algo resolved = o->soak_algo == MDR_AR_AUTO ? mdr_comm_all_reduce_choice(rk->arena, bytes, 0)
+                                                           : o->soak_algo;
+  if (rk->rank == 0) {
+    for (int r = 0; r < TP_RANKS; r++)
+      if (!sh->flag[r])
+        tp_exit(TP_EXIT_SKIP,
+                "skipped: the soak needs mdr's all-reduce kernels, and mdr_comm_all_reduce_kernels is 0 on rank %d "
+                "(window %s; mdr_backend_last_error: \"%s\")",
+                r, mdr_window_name(mdr_arena_window(rk->arena)), sh->note[r]);
+    if (resolved == MDR_AR_NCCL || resolved >= MDR_AR_ALGO_COUNT)
+      tp_die("soak: AUTO runs %s at %zu B here (mdr_comm_all_reduce_choice): mdr's kernels and their epoch are not "
+             "used; soak them with --soak-algo one-shot or two-shot",
+             mdr_ar_algo_name(resolved), bytes);
+    *res = (tp_soak_result){.replays = o->soak, .rows = rows, .bytes = bytes, .algo = o->soak_algo,
+                            .resolved = resolved};
+    printf("\nsoak: %zu replays, %zu B (%zu rows of %d B), algorithm %s%s%s, window %s; checks every %d replays\n",
+           o->soak, bytes, rows, TP_SIZE_ROW_BYTES, mdr_ar_algo_name(o->soak_algo),
+           o->soak_algo == MDR_AR_AUTO ? " -> " : "", o->soak_algo == MDR_AR_AUTO ? mdr_ar_algo_name(resolved) : "",
+           mdr_window_name(mdr_arena_window(rk->arena)), TP_SOAK_CHECK_EVERY);
+    fflush(stdout);
+  }
+  tp_barrier(rk);
+  /* the device state, the host's copies */
+  tp_soak_state *state = NULL, *host_state = NULL;
+  TP_CUDA(cudaMalloc((void **)&state, sizeof *state));
+  TP_CUDA(cudaMemsetAsync(state, 0, sizeof *state, rk->stream));
+  TP_CUDA(cudaHostAlloc((void **)&host_state, sizeof *host_state, cudaHostAllocPortable));
+  TP_CUDA(cudaHostAlloc((void **)&rk->back, bytes, cudaHostAllocPortable));
+  tp_soak_ctx ctx = {.arena = rk->arena, .algo = o->soak_algo, .n_el = n_el, .rank = rk->rank, .state = state,
+                     .buf = (uint16_t *)(uintptr_t)mdr_arena_ptr(rk->arena, TP_BUFFER)};
+  mdr_graph_cache_options co;
+  mdr_graph_cache_options_default(&co);
+  co.mode = MDR_GRAPH_EXACT;
+  co.zero = MDR_ZERO_FUSED;
+  co.body = tp_soak_body;
+  co.user = &ctx;
+  mdr_graph_cache *cache = NULL;
+  TP_MDR(rk->b, mdr_graph_cache_create(rk->arena, rk->stream, &co, &cache));
+  const mdr_dptr ids = mdr_arena_token_ids(rk->arena);
+  tp_barrier(rk);
+  mdr_status st = mdr_graph_cache_prepare_device(cache, ids, &rows, 1);
+  if (st != MDR_OK)
+    tp_die("soak: rank %d: mdr_graph_cache_prepare_device of %zu rows: %s: %s", rk->rank, rows, mdr_status_string(st),
+           mdr_backend_last_error(rk->b));
+  tp_rank_sync(rk, "soak: the graph");
+  /* the epoch: both ranks, nothing in flight */
+  const uint32_t start = 0xFFFFFFFFu - (uint32_t)(o->soak / 2);
+  tp_barrier(rk);
+  TP_MDR(rk->b, mdr_comm_all_reduce_set_epoch(rk->arena, start));
+  tp_barrier(rk);
+  const uint32_t e0 = tp_soak_epoch(rk);
+  if (e0 != start) tp_die("soak: rank %d: mdr_comm_all_reduce_epoch reads 0x%08x after setting 0x%08x", rk->rank, e0, start);
+  if (rk->rank == 0) {
+    res->epoch_start = start;
+    printf("soak: epoch set to 0x%08x on both ranks (0xFFFFFFFF - %zu): it wraps at replay %zu\n", start, o->soak / 2,
+           (size_t)(0xFFFFFFFFu - start) + 1);
+    fflush(stdout);
+  }
+  uint32_t last_epoch = start;
+  int decile = 0;
+  const size_t calls0 = ctx.calls;
+  tp_barrier(rk);
+  const double t0 = now_us();
+  for (size_t done = 0; done < o->soak;) {
+    st = mdr_graph_cache_step_device(cache, ids, rows);
+    if (st != MDR_OK)
+      tp_die("soak: rank %d: mdr_graph_cache_step_device at replay %zu: %s: %s", rk->rank, done,
+             mdr_status_string(st), mdr_backend_last_error(rk->b));
+    done++;
+    if (done % TP_SOAK_CHECK_EVERY == 0 || done == o->soak)
+      tp_soak_check(rk, &ctx, host_state, done, &last_epoch, t0, &decile);
+  }
+  const double wall_us = now_us() - t0;
+  if (ctx.calls != calls0)
+    tp_die("soak: rank %d: the body ran %zu times during the soak: steps were not replays", rk->rank,
+           ctx.calls - calls0);
+  mdr_graph_stats gs;
+  TP_MDR(rk->b, mdr_graph_cache_stats(cache, &gs));
+  if (gs.eager_steps) tp_die("soak: rank %d: %llu steps ran eagerly", rk->rank, (unsigned long long)gs.eager_steps);
+  tp_barrier(rk);
+  if (rk->rank == 0) {
+    res->wall_s = wall_us / 1e6;
+    res->us_per_replay = wall_us / (double)o->soak;
+    const bool advanced = (uint32_t)(res->epoch_end[0] - start) == (uint32_t)res->calls &&
+                          (uint32_t)(res->epoch_end[1] - start) == (uint32_t)res->calls;
+    res->ok = res->wrong == 0 && res->epoch_mismatches == 0 && advanced && res->wrapped;
+  }
+  tp_rank_sync(rk, "soak teardown");
+  mdr_graph_cache_destroy(cache);
+  tp_barrier(rk);
+  mdr_arena_destroy(rk->arena); /* both ranks together */
+  rk->arena = NULL;
+  TP_CUDA(cudaFree(state));
+  TP_CUDA(cudaFreeHost(host_state));
+  TP_CUDA(cudaFreeHost(rk->back));
+  rk->back = NULL;
+  tp_barrier(rk);
 }
 
 void *tp_rank_main(void *arg) {
@@ -665,8 +1040,10 @@ void *tp_rank_main(void *arg) {
   rk.timed_out_dev = (uint32_t *)dev_words + 1 + rk.rank;
 
   size_t total = sh->res->cap_cases, index = 0;
-  for (int s = 0; s < TP_SWEEP_COUNT; s++)
-    if (sh->sweeps[s].n) tp_run_sweep(&rk, &sh->sweeps[s], &index, total);
+  if (rk.o->soak) tp_soak(&rk);
+  else
+    for (int s = 0; s < TP_SWEEP_COUNT; s++)
+      if (sh->sweeps[s].n) tp_run_sweep(&rk, &sh->sweeps[s], &index, total);
 
   tp_rank_sync(&rk, "the end");
   for (size_t i = 0; i < reps; i++) {
