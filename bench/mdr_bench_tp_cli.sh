@@ -4,7 +4,9 @@
 # tiny run succeeds, writes its three files and ends with the headline.
 # Refusals exit 2 with a message: bad lists, unknown options and paths,
 # sizes that are not whole rows, an --out holding an earlier run's files
-# (accepted with --force). --help and --version exit 0.
+# (accepted with --force), bad --soak / --soak-algo / --soak-size values
+# and their misuse. --help and --version exit 0. With two GPUs a tiny soak
+# (--soak 3000) must pass too.
 # Usage: bash bench/mdr_bench_tp_cli.sh PATH/TO/mdr-bench-tp WORK_DIR
 set -u
 bench=${1:?usage: mdr_bench_tp_cli.sh MDR_BENCH_TP WORK_DIR}
@@ -41,7 +43,11 @@ elif [ "$rc" -eq 0 ]; then
   grep -q '"schema_version"' "$work/run/results.json" || fail "results.json lacks schema_version"
   grep -q '^== headline' "$work/run.out" || fail "no headline"
   grep -q '^columns' "$work/run.out" || fail "no column legend"
-  tail -1 "$work/run.out" | grep -q '^mdr-graph vs floor' || { fail "last line is not 'mdr-graph vs floor':"; tail -3 "$work/run.out"; }
+  grep -q '^mdr-graph vs floor' "$work/run.out" || fail "no 'mdr-graph vs floor' line"
+  grep -q '^crossover, sweep sizes' "$work/run.out" || fail "no crossover line"
+  grep -q '^== table' "$work/run.out" || fail "no closing table"
+  tail -1 "$work/run.out" | grep -q '^| tokens | 8 KiB |' || { fail "last line is not the closing table's tokens row:"; tail -3 "$work/run.out"; }
+  for p in mdr-1shot mdr-2shot mdr-dyn; do grep -q "\"path\": \"$p\"" "$work/run/results.json" || fail "results.json lacks $p"; done
   gpu=1
 else
   fail "tiny run exited $rc (want 0 with two GPUs, 77 without)"; tail -5 "$work/run.err"
@@ -58,6 +64,23 @@ elif [ "$gpu" -eq 1 ]; then
   else fail "--force run exited non-zero"; cat "$work/force.err"; fi
 fi
 
+# 2b. the soak: skipped without two GPUs; with them a short one (the epoch wraps) passes
+if [ "$gpu" -eq 0 ]; then
+  expect_exit soak-skip 77 'skipped:' --soak 10 --out "$work/soak"
+elif [ "$gpu" -eq 1 ]; then
+  if "$bench" --soak 3000 --out "$work/soak" >"$work/soak.out" 2>"$work/soak.err"; then
+    rc=0
+  else
+    rc=$?
+  fi
+  if [ "$rc" -eq 0 ]; then
+    grep -q '^soak passed: wrong values 0' "$work/soak.out" && grep -q 'wrapped: yes' "$work/soak.out" \
+      && [ -s "$work/soak/soak.json" ] && pass "soak of 3000 replays passed" \
+      || { fail "soak: exit 0 without its lines or soak.json"; tail -5 "$work/soak.out"; }
+  elif [ "$rc" -eq 77 ]; then pass "soak skipped (exit 77): $(tail -1 "$work/soak.err")"
+  else fail "soak of 3000 replays exited $rc"; tail -5 "$work/soak.err"; fi
+fi
+
 # 3. refusals: exit 2 and a message naming what is valid
 expect_exit unknown-option 2 "unknown option '--nope'" --nope
 expect_exit flag-with-value 2 'takes no value' --quick=yes
@@ -70,13 +93,31 @@ expect_exit size-not-rows 2 'not a multiple of 2048' --sizes 3000
 expect_exit size-too-big 2 'over 512 MiB' --sizes 1024M
 expect_exit tokens-too-big 2 'over 65536' --tokens 100000
 expect_exit tokens-twice 2 'given twice' --tokens 8,8
-expect_exit unknown-path 2 "unknown path 'fast'; valid: nccl-eager, nccl-graph, nccl-window, mdr-graph, mdr-graph-dev" \
+expect_exit unknown-path 2 "unknown path 'fast'; valid: nccl-eager, nccl-graph, nccl-window, mdr-graph, mdr-graph-dev, mdr-1shot, mdr-2shot, mdr-dyn" \
   --paths fast
 expect_exit nothing 2 'nothing to measure' --sizes none --tokens none
 expect_exit empty-out 2 'empty folder name' --out=
+expect_exit soak-zero 2 '--soak: expected a positive integer' --soak 0
+expect_exit soak-word 2 '--soak: expected a positive integer' --soak=forever
+expect_exit soak-negative 2 '--soak: expected a positive integer' --soak -5
+expect_exit soak-suffix 2 '--soak: expected a positive integer' --soak 10K
+expect_exit soak-too-many 2 '--soak: 2000000000 is over 1000000000' --soak 2000000000
+expect_exit soak-missing 2 '--soak needs a value' --soak
+expect_exit soak-twice 2 '--soak given twice' --soak 10 --soak 20
+expect_exit soak-algo-unknown 2 "--soak-algo: unknown algorithm 'fast'; valid: auto, one-shot, two-shot" --soak 10 --soak-algo fast
+expect_exit soak-algo-nccl 2 "nccl's all-reduce has no epoch" --soak 10 --soak-algo nccl
+expect_exit soak-algo-alone 2 '--soak-algo needs --soak' --soak-algo two-shot
+expect_exit soak-algo-twice 2 '--soak-algo given twice' --soak 10 --soak-algo auto --soak-algo one-shot
+expect_exit soak-size-alone 2 '--soak-size needs --soak' --soak-size 8K
+expect_exit soak-size-rows 2 '--soak-size: .* not a multiple of 2048' --soak 10 --soak-size 3000
+expect_exit soak-size-1shot 2 'over MDR_AR_ONE_SHOT_MAX_BYTES' --soak 10 --soak-algo one-shot --soak-size 4M
+expect_exit soak-with-sizes 2 '--soak runs the soak alone: --sizes' --soak 10 --sizes 2K
+expect_exit soak-with-paths 2 '--soak runs the soak alone: --paths' --soak 10 --paths mdr-dyn
+expect_exit soak-with-quick 2 '--soak runs the soak alone: --quick' --soak 10 --quick
 
 # 4. --help and --version
-if "$bench" --help >"$work/help.out" 2>&1 && grep -q -- '--tokens' "$work/help.out"; then pass "--help"
+if "$bench" --help >"$work/help.out" 2>&1 && grep -q -- '--tokens' "$work/help.out" && grep -q -- '--soak-algo' "$work/help.out" \
+  && grep -q -- 'mdr-dyn' "$work/help.out"; then pass "--help"
 else fail "--help:"; cat "$work/help.out"; fi
 if "$bench" --version >"$work/version.out" 2>&1 && grep -Eq '^mdr-bench-tp [0-9]+\.[0-9]+\.[0-9]+' "$work/version.out"
 then pass "--version: $(head -1 "$work/version.out")"
