@@ -44,6 +44,7 @@
 #include <nccl_device.h>
 #endif
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <new>
@@ -277,6 +278,13 @@ template <int DT> __device__ void two_shot(const ar_params &p, size_t nvec, uint
 }
 
 template <int DT> __global__ void __launch_bounds__(MDR_AR_THREADS) all_reduce_kernel(ar_params p) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  /* launched early (programmatic dependent launch): wait until the work
+   * before it completed and its memory is visible; then let the next
+   * kernel start launching (it waits likewise before touching memory) */
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;" :::);
+#endif
   char *region = p.self + p.region_off;
   uint32_t *epoch_word = (uint32_t *)region, *done = (uint32_t *)region + 1;
   const uint32_t epoch = ld_volatile_u32(epoch_word);
@@ -322,6 +330,20 @@ __global__ void resolve_peers_kernel(ncclWindow_t win, int n, char **out) {
 }
 #endif
 
+/* Programmatic dependent launch: on sm_90 and later unless MDR_AR_PDL=0
+ * (read once). */
+bool pdl_enabled(void) {
+  static int on = -1;
+  if (on < 0) {
+    int dev = 0, major = 0;
+    const char *v = getenv("MDR_AR_PDL");
+    const bool env_off = v && v[0] == '0';
+    on = !env_off && cudaGetDevice(&dev) == cudaSuccess &&
+         cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess && major >= 9;
+  }
+  return on == 1;
+}
+
 }  // namespace
 
 extern "C" int mdr_cuda_ar_launch(const mdr_ar_launch *l, void *stream) {
@@ -350,13 +372,24 @@ extern "C" int mdr_cuda_ar_launch(const mdr_ar_launch *l, void *stream) {
   if (blocks < 1) blocks = 1;
   const unsigned threads = per_rank < MDR_AR_THREADS ? (unsigned)((per_rank + 31) / 32 * 32) : MDR_AR_THREADS;
   const dim3 grid((unsigned)blocks), block(threads < 32 ? 32 : threads);
-  cudaStream_t s = (cudaStream_t)stream;
+  /* programmatic dependent launch (sm_90+): the kernel's launch overlaps
+   * the end of the work before it; MDR_AR_PDL=0 turns it off */
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.stream = (cudaStream_t)stream;
+  cfg.attrs = attr;
+  cfg.numAttrs = pdl_enabled() ? 1 : 0;
+  cudaError_t e;
   switch (l->dtype) {
-    case MDR_DTYPE_BF16: all_reduce_kernel<MDR_DTYPE_BF16><<<grid, block, 0, s>>>(p); break;
-    case MDR_DTYPE_FP16: all_reduce_kernel<MDR_DTYPE_FP16><<<grid, block, 0, s>>>(p); break;
-    default: all_reduce_kernel<MDR_DTYPE_FP32><<<grid, block, 0, s>>>(p); break;
+    case MDR_DTYPE_BF16: e = cudaLaunchKernelEx(&cfg, all_reduce_kernel<MDR_DTYPE_BF16>, p); break;
+    case MDR_DTYPE_FP16: e = cudaLaunchKernelEx(&cfg, all_reduce_kernel<MDR_DTYPE_FP16>, p); break;
+    default: e = cudaLaunchKernelEx(&cfg, all_reduce_kernel<MDR_DTYPE_FP32>, p); break;
   }
-  return (int)cudaGetLastError();
+  return (int)e;
 }
 
 extern "C" int mdr_cuda_ar_residual_add(void *residual, const void *rows, size_t row_bytes, size_t nrows,

@@ -7,8 +7,11 @@
 # Usage: bash scripts/device-check.sh OUT [phase...]
 #   phases: build tests sanitize variants sweep probe ncu decode soak bench peer compare tp overhead
 #   overhead: the host's cost of a step, piece by piece (dev/step_overhead_probe)
-#   tp: the several-GPU phase (two GPUs or more): the comm and backend_cuda
-#     suites (and their memcheck), the TP=2 decode loop, mdr-bench-tp
+#   tp: the several-GPU phase (two GPUs or more): the comm, all_reduce and
+#     backend_cuda suites (and their memcheck), soaks of mdr's all-reduce
+#     (TP_SOAK replays, default 100000, per algorithm in TP_SOAK_ALGOS), the
+#     TP=2 decode loop, mdr-bench-tp (TP_BENCH_RUNS times; with TP_PDL_AB
+#     set, each time also with MDR_AR_PDL=0 first)
 #   (default: build tests sanitize variants decode bench peer)
 #   env BENCH_ARGS: extra arguments for mdr-bench (default --quick)
 #   compare: the previous build side by side with this one. PREV names a
@@ -137,8 +140,24 @@ if has tp; then
     run memcheck-comm $cs --tool memcheck --report-api-errors no $build/tests/test_comm --jobs 1 --filter 'comm/[!t]*'
     run memcheck-backend_cuda-2gpu $cs --tool memcheck --report-api-errors no $build/tests/test_backend_cuda --jobs 1 \
       --filter 'backend_cuda/[at]*'
-    run decode-tp $build/examples/mdr_decode_tp ${TP_DECODE_ARGS:---steps 240} --json "$out/decode_tp.json"
-    run bench-tp $build/bench/mdr-bench-tp ${TP_BENCH_ARGS:---quick} --out "$out/bench-tp" --force
+    # mdr's all-reduce kernels: their suite and its memcheck, a soak of
+    # 100k replays across the epoch's wrap, then the benchmark with the
+    # kernels' programmatic dependent launch off and on, alternately
+    run tp-all-reduce $build/tests/test_all_reduce --jobs 1 --verbose
+    run memcheck-all-reduce $cs --tool memcheck --report-api-errors no $build/tests/test_all_reduce --jobs 1
+    run synccheck-all-reduce $cs --tool synccheck $build/tests/test_all_reduce --jobs 1
+    for algo in ${TP_SOAK_ALGOS:-auto one-shot two-shot}; do
+      run "soak-tp-$algo" $build/bench/mdr-bench-tp --soak "${TP_SOAK:-100000}" --soak-algo "$algo" \
+        --out "$out/soak-tp-$algo" --force
+    done
+    run decode-tp $build/examples/mdr_decode_tp ${TP_DECODE_ARGS:---steps 240 --dynamic} --json "$out/decode_tp.json"
+    for i in $(seq 1 "${TP_BENCH_RUNS:-1}"); do
+      if [ -n "${TP_PDL_AB:-}" ]; then
+        run "bench-tp-nopdl-$i" env MDR_AR_PDL=0 $build/bench/mdr-bench-tp ${TP_BENCH_ARGS:---quick} \
+          --out "$out/bench-tp-nopdl-$i" --force
+      fi
+      run "bench-tp-$i" $build/bench/mdr-bench-tp ${TP_BENCH_ARGS:---quick} --out "$out/bench-tp-$i" --force
+    done
   fi
 fi
 if has overhead; then
