@@ -6,6 +6,7 @@
  * defines its own constructors and builds on this file (comm_nccl.c:
  * adopt, create_local; comm_host.c: create_host); nothing here calls into
  * a transport but through its ops. */
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -219,11 +220,14 @@ mdr_status mdr_arena_create_on_comm(mdr_comm *c, const mdr_sizes *s, mdr_arena *
 
 size_t mdr_comm_region_off(const mdr_arena *a) { return (mdr_arena_slab_bytes(a) + 255u) & ~(size_t)255u; }
 
-/* Measured on 2xH200 (NVLink NV18), K-batch figures of mdr-bench-tp:
- * bench/results/h200x2-2026-11-30-session4/ and docs/TP.md. */
+/* Measured on 2xH200 (NVLink NV18), the K-batch figures of mdr-bench-tp
+ * (bench/results/h200x2-2026-11-30-session4/, docs/TP.md): one-shot beats
+ * two-shot at every size up to its scratch's 2 MiB, and two-shot beats
+ * both NCCL paths at every size above (4-32 MiB), so NCCL is never taken
+ * there; a machine where it wins above some size sets two_shot_max. */
 const mdr_ar_table mdr_ar_auto_table = {
-    .one_shot_max = (size_t)512 << 10,
-    .two_shot_max = (size_t)64 << 20,
+    .one_shot_max = MDR_AR_ONE_SHOT_MAX_BYTES,
+    .two_shot_max = SIZE_MAX,
 };
 
 const char *mdr_ar_algo_name(mdr_ar_algo a) {
