@@ -158,6 +158,21 @@ template <int DT> __device__ __forceinline__ uint32_t from_float(float f) {
   return __float_as_uint(f);
 }
 
+/* acc[k] = element k of v (the first term: the sum starts from x_0, not
+ * from +0, so -0 + -0 stays -0 as in IEEE and NCCL) */
+template <int DT> __device__ __forceinline__ void first_term(float *acc, const uint4 &v) {
+#pragma unroll
+  for (int i = 0; i < 4; i++) {
+    const uint32_t w = word(v, i);
+    if (DT == MDR_DTYPE_FP32) {
+      acc[i] = to_float<DT>(w);
+    } else {
+      acc[2 * i] = to_float<DT>(w & 0xffffu);
+      acc[2 * i + 1] = to_float<DT>(w >> 16);
+    }
+  }
+}
+
 /* acc[k] += element k of v */
 template <int DT> __device__ __forceinline__ void accumulate(float *acc, const uint4 &v) {
 #pragma unroll
@@ -188,9 +203,7 @@ template <int DT> __device__ __forceinline__ uint4 pack(const float *acc) {
 /* residual = round(residual + sum), element by element */
 template <int DT> __device__ __forceinline__ uint4 add_residual(const uint4 &res, const uint4 &sum) {
   float a[elems<DT>::N];
-#pragma unroll
-  for (int k = 0; k < elems<DT>::N; k++) a[k] = 0.0f;
-  accumulate<DT>(a, res);
+  first_term<DT>(a, res);
   accumulate<DT>(a, sum);
   return pack<DT>(a);
 }
@@ -234,18 +247,21 @@ template <int DT> __device__ void one_shot(const ar_params &p, size_t nvec, uint
   for (size_t i = first; i < nvec; i += stride) {
     const uint4 own = rows[i]; /* summed as sent: the same bits on every rank */
     float acc[elems<DT>::N];
-#pragma unroll
-    for (int k = 0; k < elems<DT>::N; k++) acc[k] = 0.0f;
     for (int r = 0; r < p.nranks; r++) {
+      uint4 v;
       if (r == p.rank) {
-        accumulate<DT>(acc, canonical<DT>(own));
-        continue;
+        v = canonical<DT>(own);
+      } else {
+        uint4 *slot = (uint4 *)(local + (size_t)r * slot_bytes) + i;
+        v = ld_volatile(slot);
+        while (pending<DT>(v)) v = ld_volatile(slot);
+        st_volatile(slot, clear);
       }
-      uint4 *slot = (uint4 *)(local + (size_t)r * slot_bytes) + i;
-      uint4 v = ld_volatile(slot);
-      while (pending<DT>(v)) v = ld_volatile(slot);
-      accumulate<DT>(acc, v);
-      st_volatile(slot, clear);
+      if (r == 0) {
+        first_term<DT>(acc, v);
+      } else {
+        accumulate<DT>(acc, v);
+      }
     }
     const uint4 sum = pack<DT>(acc);
     rows[i] = sum;
@@ -261,9 +277,8 @@ template <int DT> __device__ void two_shot(const ar_params &p, size_t nvec, uint
   block_barrier(p, 2u * epoch + 1u);
   for (size_t i = lo + first; i < hi; i += stride) {
     float acc[elems<DT>::N];
-#pragma unroll
-    for (int k = 0; k < elems<DT>::N; k++) acc[k] = 0.0f;
-    for (int r = 0; r < p.nranks; r++) accumulate<DT>(acc, ((const uint4 *)(p.peer[r] + p.buf_off))[i]);
+    first_term<DT>(acc, ((const uint4 *)(p.peer[0] + p.buf_off))[i]);
+    for (int r = 1; r < p.nranks; r++) accumulate<DT>(acc, ((const uint4 *)(p.peer[r] + p.buf_off))[i]);
     const uint4 sum = pack<DT>(acc);
     for (int r = 0; r < p.nranks; r++) st_volatile((uint4 *)(p.peer[r] + p.buf_off) + i, sum);
   }

@@ -11,7 +11,7 @@
  *
  * Summation order, the same for every element and on every rank (so results
  * are deterministic, bit-identical between graph and eager, and equal on
- * every rank): acc = 0.0f; for r = 0 .. n-1: acc += (float)x_r; the result
+ * every rank): acc = (float)x_0; for r = 1 .. n-1: acc += (float)x_r; the result
  * is acc rounded once to the element type (round to nearest even). fp32
  * sums in fp32. The same as mdr's kernels (kernels/all_reduce.cu), whose
  * twin this is: the row count read from the count word when the op runs
@@ -217,8 +217,8 @@ static mdr_status run_all_reduce(mdr_backend *b, void *p) {
   const size_t lo = count * (size_t)c->rank / (size_t)sh->n;
   const size_t hi = count * (size_t)(c->rank + 1) / (size_t)sh->n;
   for (size_t i = lo; i < hi; i++) {
-    float acc = 0.0f;
-    for (int r = 0; r < sh->n; r++) acc += load_elem(sh->bufs[r], i, k->dt);
+    float acc = load_elem(sh->bufs[0], i, k->dt);
+    for (int r = 1; r < sh->n; r++) acc += load_elem(sh->bufs[r], i, k->dt);
     for (int r = 0; r < sh->n; r++) store_elem(sh->bufs[r], i, k->dt, acc);
   }
   st = barrier(c);

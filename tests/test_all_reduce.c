@@ -3,8 +3,8 @@
  * kernels/all_reduce.cu).
  *
  * Every result is compared bit for bit with a CPU reference written here
- * from the contract, independently of src/: acc = 0.0f; acc += (float)x_r
- * in rank order; the sum rounded once to the element type (round to
+ * from the contract, independently of src/: acc = (float)x_0; acc +=
+ * (float)x_r for r = 1 .. n-1; the sum rounded once to the element type (round to
  * nearest even, conversions written from the formats' definitions); the
  * fused residual add residual = round((float)residual + (float)sum). Each
  * step feeds fresh random inputs (plus edge elements: -0, exact
@@ -195,8 +195,8 @@ static int bits_nan(uint32_t bits, mdr_dtype dt) { return isnan(bits_float(bits,
 /* The documented sum of elements [0, count) of n rank images. */
 static void ref_sum(unsigned char *out, unsigned char *const *img, int n, size_t count, mdr_dtype dt) {
   for (size_t i = 0; i < count; i++) {
-    float acc = 0.0f;
-    for (int r = 0; r < n; r++) acc += elem_get(img[r], i, dt);
+    float acc = elem_get(img[0], i, dt);
+    for (int r = 1; r < n; r++) acc += elem_get(img[r], i, dt);
     elem_put(out, i, dt, acc);
   }
 }
@@ -227,7 +227,7 @@ static void fill_random(unsigned char *p, size_t bytes, mdr_dtype dt, uint64_t s
 
 /* Edge elements at the start of row 0 of every step's input. */
 enum {
-  E_NEG_ZERO, /* -0 on every rank: the sum starts at +0.0f, so +0 */
+  E_NEG_ZERO, /* -0 on every rank: the sum starts from x_0, so -0 */
   E_CANCEL,   /* 1.5 and -1.5: exact cancellation, +0 */
   E_MAX,      /* the largest finite value on every rank: +inf */
   E_NEG_MAX,  /* -inf */
@@ -371,7 +371,6 @@ typedef struct ar_plan {
   uint32_t epoch0;
   uint64_t seed;
   int snapshot;  /* keep the first mode's reduced and residual buffers after the last step */
-  int all_edges; /* also on a GPU under MDR_AR_NCCL (see run_plan) */
 } ar_plan;
 
 typedef struct ar_team ar_team;
@@ -820,10 +819,6 @@ static void run_plan(ar_rank *r, int pi) {
     plan_state_free(&ps);
     return;
   }
-  /* NCCL adds x0 + x1: -0 + -0 is -0 there, +0 in the documented order
-   * (from +0.0f); gpu_nccl_gives_the_documented_bits_for_two_ranks holds
-   * that case apart, so that the other checks of NCCL stay in force */
-  const unsigned edges_off = r->dev >= 0 && p->algo == MDR_AR_NCCL && !p->all_edges ? 1u << E_NEG_ZERO : 0u;
   r->calls = 0;
 
   /* the caches, in the same order on every rank (lockstep) */
@@ -872,7 +867,7 @@ static void run_plan(ar_rank *r, int pi) {
   const mdr_dptr word = mdr_arena_ptr(r->a, COUNT_WORD);
   for (size_t k = 0; k < p->steps; k++) {
     const uint32_t count = p->counts[k];
-    build_images(&ps, p, t->n, k, edges_off);
+    build_images(&ps, p, t->n, k, 0u);
     if (!rk_ok(r, mdr_backend_copy_h2d(r->b, r->src, ps.img[r->rank], ps.bytes), "copy_h2d (input)")) goto done;
     /* what each mode reduces this step, and the reference over the most */
     step_ctx sc[MODE_COUNT];
@@ -1854,11 +1849,8 @@ Test(all_reduce, gpu_epoch_wraps_and_the_results_stay_right, .timeout = 120) {
 }
 
 /* comm.h: "NCCL's own kernels (MDR_AR_NCCL) give the same bits for two
- * ranks (one rounded addition)". Every edge element, every dtype, eagerly
- * and with a count word: the documented order starts from +0.0f, so -0 on
- * both ranks sums to +0; NCCL's x0 + x1 gives -0 (seen on 2xH200, NCCL
- * 2.28: this case fails there until the contract or the NCCL path
- * changes). */
+ * ranks (one rounded addition, -0 + -0 = -0 included)". Every edge
+ * element, every dtype, eagerly and with a count word. */
 Test(all_reduce, gpu_nccl_gives_the_documented_bits_for_two_ranks, .timeout = 120) {
   setenv("NCCL_NVLS_ENABLE", "0", 1);
   const mdr_sizes s = ar_sizes(GM, GROW, 0, 0);
@@ -1867,7 +1859,6 @@ Test(all_reduce, gpu_nccl_gives_the_documented_bits_for_two_ranks, .timeout = 12
   ar_plan plans[3];
   for (int d = 0; d < 3; d++) {
     plans[d] = plan_make(k_dtypes[d], MDR_AR_NCCL, 1, MODE_BIT(MODE_EAGER) | MODE_BIT(MODE_COUNTED), 8100 + (uint64_t)d);
-    plans[d].all_edges = 1;
     const uint32_t counts[] = {1, 7, GM};
     plan_counts(&plans[d], counts, 3);
   }

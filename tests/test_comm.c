@@ -57,10 +57,10 @@ static uint16_t ref_to_fp16(float f) { /* round to nearest even, normal range */
 
 static size_t esize_of(mdr_dtype dt) { return dt == MDR_DTYPE_FP32 ? 4 : 2; }
 
-/* The documented order: acc = 0; acc += x_0; ...; acc += x_{n-1}; round once. */
+/* The documented order: acc = x_0; acc += x_1; ...; acc += x_{n-1}; round once. */
 static void ref_store_sum(unsigned char *out, size_t i, mdr_dtype dt, const float *x, int n) {
-  float acc = 0.0f;
-  for (int r = 0; r < n; r++) acc += x[r];
+  float acc = x[0];
+  for (int r = 1; r < n; r++) acc += x[r];
   if (dt == MDR_DTYPE_FP32) {
     memcpy(out + 4 * i, &acc, 4);
   } else {

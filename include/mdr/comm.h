@@ -178,11 +178,11 @@ MDR_API mdr_status mdr_comm_all_reduce_rows(mdr_arena *a, mdr_buffer buf, mdr_dt
  *
  * Summation order, every algorithm and the host communicator alike (so
  * results are deterministic, bit-identical between graph and eager, equal
- * on every rank): acc = 0.0f; for r = 0 .. n-1: acc += (float)x_r; the
- * result is acc rounded once to the element type (round to nearest even;
- * fp32 sums in fp32). NCCL's own kernels (MDR_AR_NCCL) give the same bits
- * for two ranks (one rounded addition); for more ranks NCCL's order is
- * NCCL's. The fused residual add is residual = round((float)residual +
+ * on every rank): acc = (float)x_0; for r = 1 .. n-1: acc += (float)x_r;
+ * the result is acc rounded once to the element type (round to nearest
+ * even; fp32 sums in fp32). NCCL's own kernels (MDR_AR_NCCL) give the same
+ * bits for two ranks (one rounded addition, -0 + -0 = -0 included); for
+ * more ranks NCCL's order is NCCL's. The fused residual add is residual = round((float)residual +
  * (float)sum), after the sum is rounded. */
 typedef enum mdr_ar_algo {
   MDR_AR_AUTO,     /* the measured table (mdr_comm_all_reduce_choice) */
