@@ -5,10 +5,12 @@
 # benchmark, and print a short table last. Everything is logged under OUT.
 #
 # Usage: bash scripts/device-check.sh OUT [phase...]
-#   phases: build tests sanitize variants sweep probe ncu decode soak bench peer compare tp overhead
+#   phases: build tests sanitize variants sweep probe ncu decode soak bench peer compare tp tpsan overhead
+#   tpsan: the several-GPU suites under compute-sanitizer (memcheck; synccheck
+#     for all_reduce)
 #   overhead: the host's cost of a step, piece by piece (dev/step_overhead_probe)
 #   tp: the several-GPU phase (two GPUs or more): the comm, all_reduce and
-#     backend_cuda suites (and their memcheck), soaks of mdr's all-reduce
+#     backend_cuda suites, soaks of mdr's all-reduce
 #     (TP_SOAK replays, default 100000, per algorithm in TP_SOAK_ALGOS), the
 #     TP=2 decode loop, mdr-bench-tp (TP_BENCH_RUNS times; with TP_PDL_AB
 #     set, each time also with MDR_AR_PDL=0 first)
@@ -135,17 +137,10 @@ if has tp; then
   else
     nvidia-smi topo -m >"$out/topo.txt" 2>&1
     run tp-suites bash -c "$build/tests/test_comm --jobs 1 --verbose && $build/tests/test_backend_cuda --jobs 1 --verbose"
-    cs="compute-sanitizer --error-exitcode 1 --target-processes all"
-    # (not the two-process case: its ranks' NCCL start-up under the tool outlasts its timeout)
-    run memcheck-comm $cs --tool memcheck --report-api-errors no $build/tests/test_comm --jobs 1 --filter 'comm/[!t]*'
-    run memcheck-backend_cuda-2gpu $cs --tool memcheck --report-api-errors no $build/tests/test_backend_cuda --jobs 1 \
-      --filter 'backend_cuda/[at]*'
-    # mdr's all-reduce kernels: their suite and its memcheck, a soak of
-    # 100k replays across the epoch's wrap, then the benchmark with the
-    # kernels' programmatic dependent launch off and on, alternately
+    # mdr's all-reduce kernels: their suite, soaks of TP_SOAK replays
+    # across the epoch's wrap, the decode loop, then the benchmark (with
+    # TP_PDL_AB set, each time also with programmatic dependent launch off)
     run tp-all-reduce $build/tests/test_all_reduce --jobs 1 --verbose
-    run memcheck-all-reduce $cs --tool memcheck --report-api-errors no $build/tests/test_all_reduce --jobs 1
-    run synccheck-all-reduce $cs --tool synccheck $build/tests/test_all_reduce --jobs 1
     for algo in ${TP_SOAK_ALGOS:-auto one-shot two-shot}; do
       run "soak-tp-$algo" $build/bench/mdr-bench-tp --soak "${TP_SOAK:-100000}" --soak-algo "$algo" \
         --out "$out/soak-tp-$algo" --force
@@ -159,6 +154,15 @@ if has tp; then
       run "bench-tp-$i" $build/bench/mdr-bench-tp ${TP_BENCH_ARGS:---quick} --out "$out/bench-tp-$i" --force
     done
   fi
+fi
+if has tpsan; then
+  cs="compute-sanitizer --error-exitcode 1 --target-processes all"
+  # (not the two-process case: its ranks' NCCL start-up under the tool outlasts its timeout)
+  run memcheck-comm $cs --tool memcheck --report-api-errors no $build/tests/test_comm --jobs 1 --filter 'comm/[!t]*'
+  run memcheck-backend_cuda-2gpu $cs --tool memcheck --report-api-errors no $build/tests/test_backend_cuda --jobs 1 \
+    --filter 'backend_cuda/[at]*'
+  run memcheck-all-reduce $cs --tool memcheck --report-api-errors no $build/tests/test_all_reduce --jobs 1
+  run synccheck-all-reduce $cs --tool synccheck $build/tests/test_all_reduce --jobs 1 --filter 'all_reduce/gpu_[ke]*'
 fi
 if has overhead; then
   run overhead $build/dev/step_overhead_probe
