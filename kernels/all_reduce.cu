@@ -92,12 +92,6 @@ __device__ __forceinline__ uint32_t ld_acquire_sys(const uint32_t *p) {
   return v;
 }
 
-__device__ __forceinline__ uint32_t ld_volatile_u32(const uint32_t *p) {
-  uint32_t v;
-  asm volatile("ld.volatile.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
-
 /* ---- elements: DT is mdr_dtype; a 16-byte vector holds 8 or 4 ---- */
 
 template <int DT> struct elems {
@@ -302,7 +296,9 @@ template <int DT> __global__ void __launch_bounds__(MDR_AR_THREADS) all_reduce_k
 #endif
   char *region = p.self + p.region_off;
   uint32_t *epoch_word = (uint32_t *)region, *done = (uint32_t *)region + 1;
-  const uint32_t epoch = ld_volatile_u32(epoch_word);
+  /* a volatile read, not an asm with a memory clobber: the loads of the
+   * rows may then be in flight at the same time */
+  const uint32_t epoch = *(volatile const uint32_t *)epoch_word;
   size_t rows = p.rows;
   if (p.count_ptr) {
     const size_t counted = *p.count_ptr;
@@ -317,9 +313,12 @@ template <int DT> __global__ void __launch_bounds__(MDR_AR_THREADS) all_reduce_k
       two_shot<DT>(p, nvec, epoch);
     }
   }
-  /* the last block of the call advances the epoch (every block read it) */
+  /* the last block of the call advances the epoch (every block read it);
+   * a lone block needs no count (the kernel's end publishes its store) */
   __syncthreads();
-  if (threadIdx.x == 0) {
+  if (gridDim.x == 1) {
+    if (threadIdx.x == 0) *(volatile uint32_t *)epoch_word = epoch + 1u;
+  } else if (threadIdx.x == 0) {
     __threadfence();
     if (atomicAdd(done, 1u) == gridDim.x - 1) {
       *done = 0;
