@@ -8,9 +8,12 @@
  * the rows of every step. Peers are reached by plain loads and stores
  * through LSA pointers (never multicast).
  *
- * Epoch. Every call reads this rank's epoch E at its start; the last block
- * to finish advances it. Every rank makes the same calls (lockstep), so
- * the epochs agree without any exchange. The one-shot scratch alternates
+ * Epoch. The epoch E counts a rank's calls. Each block keeps a copy
+ * (MDR_AR_MAX_BLOCKS words, all equal between calls): a block reads its
+ * own at its start and stores E+1 at its end, and block 0 also advances
+ * the copies of the blocks the call did not launch, so no atomics and no
+ * block waits for another of its rank. Every rank makes the same calls
+ * (lockstep), so the epochs agree without any exchange. The one-shot scratch alternates
  * with E's parity; barrier flags carry 2E+1 and 2E+2. Both stay right when
  * E wraps at 2^32 (parity is preserved; flags compare by signed distance).
  *
@@ -295,10 +298,10 @@ template <int DT> __global__ void __launch_bounds__(MDR_AR_THREADS) all_reduce_k
   asm volatile("griddepcontrol.launch_dependents;" :::);
 #endif
   char *region = p.self + p.region_off;
-  uint32_t *epoch_word = (uint32_t *)region, *done = (uint32_t *)region + 1;
-  /* a volatile read, not an asm with a memory clobber: the loads of the
-   * rows may then be in flight at the same time */
-  const uint32_t epoch = *(volatile const uint32_t *)epoch_word;
+  /* this block's copy of the epoch: a volatile read, not an asm with a
+   * memory clobber, so the loads of the rows may be in flight with it */
+  uint32_t *epochs = (uint32_t *)region;
+  const uint32_t epoch = *(volatile const uint32_t *)&epochs[blockIdx.x];
   size_t rows = p.rows;
   if (p.count_ptr) {
     const size_t counted = *p.count_ptr;
@@ -313,19 +316,13 @@ template <int DT> __global__ void __launch_bounds__(MDR_AR_THREADS) all_reduce_k
       two_shot<DT>(p, nvec, epoch);
     }
   }
-  /* the last block of the call advances the epoch (every block read it);
-   * a lone block needs no count (the kernel's end publishes its store) */
-  __syncthreads();
-  if (gridDim.x == 1) {
-    if (threadIdx.x == 0) *(volatile uint32_t *)epoch_word = epoch + 1u;
-  } else if (threadIdx.x == 0) {
-    __threadfence();
-    if (atomicAdd(done, 1u) == gridDim.x - 1) {
-      *done = 0;
-      __threadfence();
-      atomicExch(epoch_word, epoch + 1u);
-    }
-  }
+  /* advance the epoch: each block its own copy, block 0 also the copies of
+   * the blocks this call did not launch; no block of this call reads
+   * another's copy, and the kernel's end publishes the stores */
+  if (threadIdx.x == 0) *(volatile uint32_t *)&epochs[blockIdx.x] = epoch + 1u;
+  if (blockIdx.x == 0)
+    for (unsigned b = gridDim.x + threadIdx.x; b < MDR_AR_MAX_BLOCKS; b += blockDim.x)
+      *(volatile uint32_t *)&epochs[b] = epoch + 1u;
 }
 
 template <int DT>

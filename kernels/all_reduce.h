@@ -7,8 +7,8 @@
  * comm region (a tail of the arena slab, inside the window, the same
  * offset on every rank):
  *
- *   region + 0                       epoch (uint32): calls made; done (uint32):
- *                                    blocks of the current call finished
+ *   region + 0                       the epoch (calls made), one uint32 copy per
+ *                                    block (MDR_AR_MAX_BLOCKS), all equal between calls
  *   region + MDR_AR_FLAGS_OFF        barrier flags, uint32 [blocks][ranks]:
  *                                    slot [b][r] is written by rank r's block b
  *   region + MDR_AR_LAMPORT_OFF(n)   one-shot scratch: 2 buffers x n slots x
@@ -33,7 +33,7 @@ enum {
   MDR_AR_MAX_RANKS = 8,
   MDR_AR_MAX_BLOCKS = 128, /* co-resident on every GPU mdr targets (one per SM) */
   MDR_AR_THREADS = 512,
-  MDR_AR_FLAGS_OFF = 256,
+  MDR_AR_FLAGS_OFF = MDR_AR_MAX_BLOCKS * 4,
   MDR_AR_VEC = 16 /* bytes per vector access: rows must be whole vectors */
 };
 

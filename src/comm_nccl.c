@@ -173,15 +173,15 @@ static mdr_status nccl_epoch(mdr_comm *c, mdr_dptr slab, size_t region_off, uint
   const size_t words = (MDR_AR_FLAGS_OFF + MDR_AR_FLAGS_BYTES(c->size)) / 4;
   uint32_t *img = NULL;
   if (e == cudaSuccess && set) {
-    /* the epoch, no block done, and every barrier flag at 2E: barriers
-     * 2E+1 and 2E+2 of the next call then wait for the peers */
+    /* every block's copy of the epoch, and every barrier flag at 2E:
+     * barriers 2E+1 and 2E+2 of the next call then wait for the peers */
     img = calloc(words, 4);
     if (!img) {
       (void)cudaStreamDestroy(q);
       leave_device(prev);
       return mdr_backend_fail(c->b, MDR_ERR_OUT_OF_MEMORY, "all-reduce epoch: image");
     }
-    img[0] = *set;
+    for (size_t w = 0; w < MDR_AR_FLAGS_OFF / 4; w++) img[w] = *set;
     for (size_t w = MDR_AR_FLAGS_OFF / 4; w < words; w++) img[w] = 2u * *set;
     e = cudaMemcpyAsync(region, img, words * 4, cudaMemcpyHostToDevice, q);
   }
