@@ -95,10 +95,10 @@ __device__ __forceinline__ uint32_t ld_acquire_sys(const uint32_t *p) {
   return v;
 }
 
-/* ---- elements: DT is mdr_dtype; a 16-byte vector holds 8 or 4 ---- */
+/* ---- elements: DT is an MDR_ARK_ dtype; a 16-byte vector holds 8 or 4 ---- */
 
 template <int DT> struct elems {
-  static constexpr int N = DT == MDR_DTYPE_FP32 ? 4 : 8;
+  static constexpr int N = DT == MDR_ARK_FP32 ? 4 : 8;
 };
 
 __device__ __forceinline__ uint32_t word(const uint4 &v, int i) {
@@ -118,7 +118,7 @@ template <int DT> __device__ __forceinline__ bool pending(const uint4 &v) {
 #pragma unroll
   for (int i = 0; i < 4; i++) {
     const uint32_t w = word(v, i);
-    if (DT == MDR_DTYPE_FP32) {
+    if (DT == MDR_ARK_FP32) {
       p |= w == 0xffffffffu;
     } else {
       p |= (w & 0xffffu) == 0xffffu || (w >> 16) == 0xffffu;
@@ -132,7 +132,7 @@ template <int DT> __device__ __forceinline__ uint4 canonical(uint4 v) {
 #pragma unroll
   for (int i = 0; i < 4; i++) {
     uint32_t w = word(v, i);
-    if (DT == MDR_DTYPE_FP32) {
+    if (DT == MDR_ARK_FP32) {
       if (w == 0xffffffffu) w = 0x7fffffffu;
     } else {
       if ((w & 0xffffu) == 0xffffu) w = (w & 0xffff0000u) | 0x7fffu;
@@ -144,14 +144,14 @@ template <int DT> __device__ __forceinline__ uint4 canonical(uint4 v) {
 }
 
 template <int DT> __device__ __forceinline__ float to_float(uint32_t bits) {
-  if (DT == MDR_DTYPE_BF16) return __uint_as_float(bits << 16);
-  if (DT == MDR_DTYPE_FP16) return __half2float(__ushort_as_half((unsigned short)bits));
+  if (DT == MDR_ARK_BF16) return __uint_as_float(bits << 16);
+  if (DT == MDR_ARK_FP16) return __half2float(__ushort_as_half((unsigned short)bits));
   return __uint_as_float(bits);
 }
 
 template <int DT> __device__ __forceinline__ uint32_t from_float(float f) {
-  if (DT == MDR_DTYPE_BF16) return __bfloat16_as_ushort(__float2bfloat16_rn(f));
-  if (DT == MDR_DTYPE_FP16) return __half_as_ushort(__float2half_rn(f));
+  if (DT == MDR_ARK_BF16) return __bfloat16_as_ushort(__float2bfloat16_rn(f));
+  if (DT == MDR_ARK_FP16) return __half_as_ushort(__float2half_rn(f));
   return __float_as_uint(f);
 }
 
@@ -161,7 +161,7 @@ template <int DT> __device__ __forceinline__ void first_term(float *acc, const u
 #pragma unroll
   for (int i = 0; i < 4; i++) {
     const uint32_t w = word(v, i);
-    if (DT == MDR_DTYPE_FP32) {
+    if (DT == MDR_ARK_FP32) {
       acc[i] = to_float<DT>(w);
     } else {
       acc[2 * i] = to_float<DT>(w & 0xffffu);
@@ -175,7 +175,7 @@ template <int DT> __device__ __forceinline__ void accumulate(float *acc, const u
 #pragma unroll
   for (int i = 0; i < 4; i++) {
     const uint32_t w = word(v, i);
-    if (DT == MDR_DTYPE_FP32) {
+    if (DT == MDR_ARK_FP32) {
       acc[i] += to_float<DT>(w);
     } else {
       acc[2 * i] += to_float<DT>(w & 0xffffu);
@@ -188,7 +188,7 @@ template <int DT> __device__ __forceinline__ uint4 pack(const float *acc) {
   uint4 v;
 #pragma unroll
   for (int i = 0; i < 4; i++) {
-    if (DT == MDR_DTYPE_FP32) {
+    if (DT == MDR_ARK_FP32) {
       set_word(v, i, from_float<DT>(acc[i]));
     } else {
       set_word(v, i, from_float<DT>(acc[2 * i]) | (from_float<DT>(acc[2 * i + 1]) << 16));
@@ -227,7 +227,7 @@ __device__ __forceinline__ void block_barrier(const ar_params &p, uint32_t value
 }
 
 template <int DT> __device__ void one_shot(const ar_params &p, size_t nvec, uint32_t epoch) {
-  const size_t slot_bytes = MDR_AR_ONE_SHOT_MAX_BYTES;
+  const size_t slot_bytes = MDR_ARK_ONE_SHOT_MAX_BYTES;
   const size_t lam = p.region_off + MDR_AR_LAMPORT_OFF(p.nranks) + (size_t)(epoch & 1u) * p.nranks * slot_bytes;
   const size_t stride = (size_t)gridDim.x * blockDim.x;
   const size_t first = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
@@ -309,7 +309,7 @@ template <int DT> __global__ void __launch_bounds__(MDR_AR_THREADS) all_reduce_k
   }
   const size_t bytes = rows * p.row_bytes, nvec = bytes / MDR_AR_VEC;
   if (nvec) {
-    const bool one = p.algo == MDR_AR_ONE_SHOT || (p.algo == MDR_AR_AUTO && bytes <= p.one_shot_max);
+    const bool one = p.algo == MDR_ARK_ONE_SHOT || (p.algo == MDR_ARK_AUTO && bytes <= p.one_shot_max);
     if (one) {
       one_shot<DT>(p, nvec, epoch);
     } else {
@@ -374,8 +374,8 @@ extern "C" int mdr_cuda_ar_launch(const mdr_ar_launch *l, void *stream) {
   /* the grid covers the largest message this launch can see, one vector a
    * thread, up to one block per SM */
   const size_t nvec = l->rows * l->row_bytes / MDR_AR_VEC;
-  size_t per_rank = l->algo == MDR_AR_ONE_SHOT ? nvec : (nvec + (size_t)l->nranks - 1) / (size_t)l->nranks;
-  if (l->algo == MDR_AR_AUTO && nvec * MDR_AR_VEC <= l->one_shot_max) per_rank = nvec;
+  size_t per_rank = l->algo == MDR_ARK_ONE_SHOT ? nvec : (nvec + (size_t)l->nranks - 1) / (size_t)l->nranks;
+  if (l->algo == MDR_ARK_AUTO && nvec * MDR_AR_VEC <= l->one_shot_max) per_rank = nvec;
   size_t blocks = (per_rank + MDR_AR_THREADS - 1) / MDR_AR_THREADS;
   size_t cap = (size_t)l->max_blocks; /* the same on every rank: block b meets block b */
   if (cap > MDR_AR_MAX_BLOCKS) cap = MDR_AR_MAX_BLOCKS;
@@ -396,9 +396,9 @@ extern "C" int mdr_cuda_ar_launch(const mdr_ar_launch *l, void *stream) {
   cfg.numAttrs = pdl_enabled() ? 1 : 0;
   cudaError_t e;
   switch (l->dtype) {
-    case MDR_DTYPE_BF16: e = cudaLaunchKernelEx(&cfg, all_reduce_kernel<MDR_DTYPE_BF16>, p); break;
-    case MDR_DTYPE_FP16: e = cudaLaunchKernelEx(&cfg, all_reduce_kernel<MDR_DTYPE_FP16>, p); break;
-    default: e = cudaLaunchKernelEx(&cfg, all_reduce_kernel<MDR_DTYPE_FP32>, p); break;
+    case MDR_ARK_BF16: e = cudaLaunchKernelEx(&cfg, all_reduce_kernel<MDR_ARK_BF16>, p); break;
+    case MDR_ARK_FP16: e = cudaLaunchKernelEx(&cfg, all_reduce_kernel<MDR_ARK_FP16>, p); break;
+    default: e = cudaLaunchKernelEx(&cfg, all_reduce_kernel<MDR_ARK_FP32>, p); break;
   }
   return (int)e;
 }
@@ -413,9 +413,9 @@ extern "C" int mdr_cuda_ar_residual_add(void *residual, const void *rows, size_t
   uint4 *res = (uint4 *)residual;
   const uint4 *in = (const uint4 *)rows;
   switch (dtype) {
-    case MDR_DTYPE_BF16: residual_add_kernel<MDR_DTYPE_BF16><<<(unsigned)blocks, 256, 0, s>>>(res, in, row_vecs, nrows, count_ptr); break;
-    case MDR_DTYPE_FP16: residual_add_kernel<MDR_DTYPE_FP16><<<(unsigned)blocks, 256, 0, s>>>(res, in, row_vecs, nrows, count_ptr); break;
-    default: residual_add_kernel<MDR_DTYPE_FP32><<<(unsigned)blocks, 256, 0, s>>>(res, in, row_vecs, nrows, count_ptr); break;
+    case MDR_ARK_BF16: residual_add_kernel<MDR_ARK_BF16><<<(unsigned)blocks, 256, 0, s>>>(res, in, row_vecs, nrows, count_ptr); break;
+    case MDR_ARK_FP16: residual_add_kernel<MDR_ARK_FP16><<<(unsigned)blocks, 256, 0, s>>>(res, in, row_vecs, nrows, count_ptr); break;
+    default: residual_add_kernel<MDR_ARK_FP32><<<(unsigned)blocks, 256, 0, s>>>(res, in, row_vecs, nrows, count_ptr); break;
   }
   return (int)cudaGetLastError();
 }

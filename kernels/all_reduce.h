@@ -12,7 +12,7 @@
  *   region + MDR_AR_FLAGS_OFF        barrier flags, uint32 [blocks][ranks]:
  *                                    slot [b][r] is written by rank r's block b
  *   region + MDR_AR_LAMPORT_OFF(n)   one-shot scratch: 2 buffers x n slots x
- *                                    MDR_AR_ONE_SHOT_MAX_BYTES; slot [k][r] is
+ *                                    MDR_ARK_ONE_SHOT_MAX_BYTES; slot [k][r] is
  *                                    written by rank r during calls of parity k
  *
  * The region starts zeroed, its scratch all-ones bytes (the arrival
@@ -23,11 +23,17 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "mdr/comm.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* The kernels' codes: the values of mdr_dtype, mdr_ar_algo and
+ * MDR_AR_ONE_SHOT_MAX_BYTES of include/mdr/comm.h (kept apart so that the
+ * kernels need no public header; src/comm_nccl.c checks they agree). */
+enum { MDR_ARK_BF16 = 0, MDR_ARK_FP16 = 1, MDR_ARK_FP32 = 2 };
+enum { MDR_ARK_AUTO = 0, MDR_ARK_ONE_SHOT = 2, MDR_ARK_TWO_SHOT = 3 };
+#define MDR_ARK_ONE_SHOT_MAX_BYTES ((size_t)2 << 20)
 
 enum {
   MDR_AR_MAX_RANKS = 8,
@@ -42,7 +48,7 @@ enum {
 #define MDR_AR_FLAGS_BYTES(n) ((size_t)MDR_AR_MAX_BLOCKS * (size_t)(n) * 4u)
 #define MDR_AR_LAMPORT_OFF(n) \
   ((((size_t)MDR_AR_FLAGS_OFF + MDR_AR_FLAGS_BYTES(n)) + 255u) & ~(size_t)255u)
-#define MDR_AR_REGION_BYTES(n) (MDR_AR_LAMPORT_OFF(n) + 2u * (size_t)(n) * MDR_AR_ONE_SHOT_MAX_BYTES)
+#define MDR_AR_REGION_BYTES(n) (MDR_AR_LAMPORT_OFF(n) + 2u * (size_t)(n) * MDR_ARK_ONE_SHOT_MAX_BYTES)
 
 /* What one call does (all offsets are window offsets, the same on every
  * rank). */
@@ -57,8 +63,8 @@ typedef struct mdr_ar_launch {
   size_t rows;                  /* rows, or the bound when count_ptr is set */
   const uint32_t *count_ptr;    /* NULL: rows */
   size_t one_shot_max;          /* counted AUTO: one-shot up to these bytes, two-shot above */
-  int dtype;                    /* mdr_dtype */
-  int algo;                     /* MDR_AR_ONE_SHOT, MDR_AR_TWO_SHOT, or MDR_AR_AUTO (counted) */
+  int dtype;                    /* MDR_ARK_BF16, FP16, FP32 */
+  int algo;                     /* MDR_ARK_ONE_SHOT, TWO_SHOT, or AUTO (counted: by the bytes) */
   int max_blocks;               /* grid cap, the same on every rank (SMs of the smallest GPU) */
 } mdr_ar_launch;
 

@@ -33,6 +33,15 @@
 
 #include "all_reduce.h"
 
+/* the kernels' codes are the public values */
+_Static_assert((int)MDR_ARK_BF16 == (int)MDR_DTYPE_BF16 && (int)MDR_ARK_FP16 == (int)MDR_DTYPE_FP16 &&
+                   (int)MDR_ARK_FP32 == (int)MDR_DTYPE_FP32,
+               "kernel dtype codes");
+_Static_assert((int)MDR_ARK_AUTO == (int)MDR_AR_AUTO && (int)MDR_ARK_ONE_SHOT == (int)MDR_AR_ONE_SHOT &&
+                   (int)MDR_ARK_TWO_SHOT == (int)MDR_AR_TWO_SHOT,
+               "kernel algorithm codes");
+_Static_assert(MDR_ARK_ONE_SHOT_MAX_BYTES == MDR_AR_ONE_SHOT_MAX_BYTES, "one-shot scratch");
+
 typedef struct nccl_slab {
   struct nccl_slab *next;
   mdr_dptr ptr;
