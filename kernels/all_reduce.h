@@ -16,7 +16,7 @@
  *                                    written by rank r during calls of parity k
  *
  * The region starts zeroed, its scratch all-ones bytes (the arrival
- * sentinel): mdr_ar_region_init_* say how. */
+ * sentinel); src/comm_nccl.c sets it up at the arena's create. */
 #ifndef MDR_KERNELS_ALL_REDUCE_H
 #define MDR_KERNELS_ALL_REDUCE_H
 

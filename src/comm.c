@@ -330,8 +330,6 @@ mdr_status mdr_comm_all_reduce(mdr_arena *a, const mdr_all_reduce_desc *d, mdr_s
       .region_off = mdr_comm_region_off(a),
       .ptr = ptr,
       .residual = has_res ? mdr_arena_ptr(a, d->residual) : 0,
-      .buf_off = (size_t)(ptr - slab),
-      .res_off = has_res ? (size_t)(mdr_arena_ptr(a, d->residual) - slab) : 0,
       .row_bytes = row_bytes,
       .rows = d->tokens,
       .count_ptr = d->count_ptr,

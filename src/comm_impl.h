@@ -34,9 +34,8 @@ typedef struct mdr_comm_group {
 typedef struct mdr_ar_call {
   mdr_dptr slab;       /* the arena's slab (a window) */
   size_t region_off;   /* the transport's comm region in it */
-  mdr_dptr ptr;        /* the rows: slab + buf_off */
-  mdr_dptr residual;   /* 0: none; else slab + res_off */
-  size_t buf_off, res_off;
+  mdr_dptr ptr;        /* the rows (inside the slab) */
+  mdr_dptr residual;   /* 0: none; else the residual rows (inside the slab) */
   size_t row_bytes;
   size_t rows;         /* rows, or the bound when count_ptr is set */
   mdr_dptr count_ptr;  /* 0, or the device uint32 row count */

@@ -51,7 +51,6 @@ typedef struct nccl_slab {
   void *devcomm;    /* mdr_cuda_ar_devcomm_create's, or NULL */
   int kernels;      /* 1: they run on this slab (every rank agreed) */
   int max_blocks;   /* grid cap: SMs of the communicator's smallest GPU */
-  size_t region_off;
   char *peer[MDR_AR_MAX_RANKS];
 } nccl_slab;
 
@@ -148,8 +147,8 @@ static mdr_status nccl_all_reduce(mdr_comm *c, const mdr_ar_call *k, mdr_stream 
   l.self = (char *)(uintptr_t)sl->ptr;
   l.rank = c->rank;
   l.nranks = c->size;
-  l.buf_off = k->buf_off;
-  l.res_off = k->residual ? k->res_off : SIZE_MAX;
+  l.buf_off = (size_t)(k->ptr - k->slab);
+  l.res_off = k->residual ? (size_t)(k->residual - k->slab) : SIZE_MAX;
   l.region_off = k->region_off;
   l.row_bytes = k->row_bytes;
   l.rows = k->rows;
@@ -284,7 +283,6 @@ static const char *rank_ready(mdr_comm *c, nccl_slab *sl, size_t bytes, size_t r
       cudaStreamSynchronize(q) != cudaSuccess)
     return "setting up the comm region failed";
   if (cudaDeviceGetAttribute(sms, cudaDevAttrMultiProcessorCount, c->device) != cudaSuccess) return "no SM count";
-  sl->region_off = region_off;
   return NULL;
 }
 
