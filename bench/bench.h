@@ -93,6 +93,11 @@ void *xmalloc(size_t n);
  * empty item ("1,,8", a leading or trailing comma, an empty list) stops
  * the walk: returns its 1-based index, or 0 when every item was handed on. */
 size_t bench_each_item(const char *list, void (*fn)(void *ctx, const char *item), void *ctx);
+/* Command-line option lookup shared by mdr-bench and mdr-bench-tp: arg
+ * is "--opt=value" or "--opt" ("-h" reads as "--help"); its name goes to
+ * name[cap] (cut to fit), *eq to the '=' or NULL. Returns the index of
+ * the name in names[0..n-1], or n when unknown. */
+int bench_option_id(const char *arg, const char *const *names, int n, char *name, size_t cap, const char **eq);
 
 /* ---- statistics ---- */
 

@@ -167,14 +167,8 @@ void parse_options(int argc, char **argv, options *o) {
     const char *arg = argv[i];
     /* "--opt=value" or "--opt value" */
     char name[32];
-    const char *eq = strncmp(arg, "--", 2) == 0 ? strchr(arg, '=') : NULL;
-    size_t name_len = eq ? (size_t)(eq - arg) : strlen(arg);
-    if (name_len >= sizeof name) name_len = sizeof name - 1;
-    memcpy(name, arg, name_len);
-    name[name_len] = '\0';
-    if (strcmp(name, "-h") == 0) strcpy(name, "--help");
-    int id = 0;
-    while (id < OPT_COUNT && strcmp(name, k_opt_names[id]) != 0) id++;
+    const char *eq;
+    const int id = bench_option_id(arg, k_opt_names, OPT_COUNT, name, sizeof name, &eq);
     if (id == OPT_COUNT) {
       usage(stderr);
       die("unknown option '%s' (see the list above)", arg);

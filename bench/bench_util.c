@@ -145,6 +145,18 @@ void fmt_num(char *out, size_t n, const char *f, double x) {
   else snprintf(out, n, "-");
 }
 
+int bench_option_id(const char *arg, const char *const *names, int n, char *name, size_t cap, const char **eq) {
+  *eq = strncmp(arg, "--", 2) == 0 ? strchr(arg, '=') : NULL;
+  size_t len = *eq ? (size_t)(*eq - arg) : strlen(arg);
+  if (len >= cap) len = cap - 1;
+  memcpy(name, arg, len);
+  name[len] = '\0';
+  if (strcmp(name, "-h") == 0) snprintf(name, cap, "--help");
+  int id = 0;
+  while (id < n && strcmp(name, names[id]) != 0) id++;
+  return id;
+}
+
 size_t bench_each_item(const char *list, void (*fn)(void *ctx, const char *item), void *ctx) {
   size_t len = strlen(list);
   char *copy = xmalloc(len + 1);

@@ -202,14 +202,8 @@ void tp_parse_options(int argc, char **argv, tp_options *o) {
   for (int i = 1; i < argc; i++) {
     const char *arg = argv[i];
     char name[32];
-    const char *eq = strncmp(arg, "--", 2) == 0 ? strchr(arg, '=') : NULL;
-    size_t name_len = eq ? (size_t)(eq - arg) : strlen(arg);
-    if (name_len >= sizeof name) name_len = sizeof name - 1;
-    memcpy(name, arg, name_len);
-    name[name_len] = '\0';
-    if (strcmp(name, "-h") == 0) strcpy(name, "--help");
-    int id = 0;
-    while (id < TP_OPT_COUNT && strcmp(name, k_opt_names[id]) != 0) id++;
+    const char *eq;
+    const int id = bench_option_id(arg, k_opt_names, TP_OPT_COUNT, name, sizeof name, &eq);
     if (id == TP_OPT_COUNT) tp_refuse("unknown option '%s'", arg);
     const char *value = NULL;
     if (tp_takes_value((tp_opt_id)id)) {
