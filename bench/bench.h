@@ -40,6 +40,7 @@ enum {
   DEFAULT_BLOCK = 16,       /* kv_block_size */
   DEFAULT_BATCH = 4,        /* max_batch_size */
   DEFAULT_REPS = 200,       /* timed steps per figure */
+  DEFAULT_CPU_REPS = 2000,  /* timed steps per CPU figure with a GPU: a p99 of 20 samples' tail */
   QUICK_REPS = 30,
   WARMUP_STEPS = 10,        /* untimed steps before each case */
   CPU_BATCH = 4,            /* steps between drains when timing CPU (< staging slots) */
@@ -149,13 +150,14 @@ typedef struct options {
   bool strategy_on[STRAT_COUNT];
   bool policy_on[MDR_ROWS_POLICY_COUNT];
   size_t reps;
+  size_t cpu_reps;       /* steps per CPU figure (--cpu-reps; default: see resolve_defaults) */
   const char *out_dir;   /* --out; NULL: a fresh bench-out/<timestamp>/ */
   bool force;            /* --force: write into an --out that holds results */
   bool quick, full;
   sweep_kind sweep;      /* set by resolve_defaults */
   backend_choice backend;
   int graph_costs; /* -1: default (on with a GPU) */
-  bool set_tokens, set_presets, set_reps;
+  bool set_tokens, set_presets, set_reps, set_cpu_reps;
   int argc;
   char **argv;
 } options;

@@ -60,14 +60,15 @@ void print_legend(bool gpu) {
          "  GPU us    GPU time of one step, median [p10-p90]: blocker kernel holds the stream, events around the step\n"
          "  loop us   per step, steps submitted back to back (the slower of CPU submission and GPU work)\n"
          "  cold us   GPU us with L2 flushed before each step, median\n"
-         "  CPU us    host time of the submitting call, median%s\n"
+         "  CPU us    host time of the submitting call, median over the CPU reps%s\n"
          "  CPU chg   CPU us when the token count changes on every step (graph strategies)\n"
          "  GB/s      MB / GPU us\n"
          "  xfloor    GPU us / floor, floor = MB / write ceiling + one 1-kernel graph replay; 1.00 is the floor\n"
          "  speedup   eager-memset GPU us / this strategy's GPU us, same preset, policy, tokens (> 1: faster\n"
          "            than plain memsets)\n"
          "  CPU spd   the same ratio of CPU us\n"
-         "  each block is followed by its tail table: p50, p90, p99 and max of CPU us%s per step over the reps\n",
+         "  each block is followed by its tail table: p50, p90, p99 and max of CPU us (over the CPU reps)%s\n"
+         "            per step\n",
          gpu ? "" : " (host backend: the CPU doing the step's work itself)", gpu ? " and GPU us" : "");
   if (!gpu) printf("  without a GPU the GPU columns (GPU us, loop, cold, GB/s, xfloor, speedup) are \"-\"\n");
   printf("  graph-fused-dev is graph-fused with the step's ids already in device memory (written once before\n"
@@ -103,7 +104,7 @@ void print_case(const bench_case *c) {
 }
 
 void print_tail_table(const bench_case *c, size_t n, const size_t *tokens, size_t n_tokens, bool gpu) {
-  printf("tail: us per step over the reps (p50 is the median above)\n");
+  printf("tail: us per step (CPU over the CPU reps, GPU over the reps; p50 is the median above)\n");
   printf("%-18s %-6s %6s %-19s |%8s %8s %8s %8s", "preset", "policy", "tokens", "strategy", "CPU p50", "CPU p90",
          "CPU p99", "CPU max");
   if (gpu) printf(" |%8s %8s %8s %8s", "GPU p50", "GPU p90", "GPU p99", "GPU max");
@@ -540,8 +541,9 @@ void write_results_json(const bench_env *e, const sweep *sw, const graph_costs *
   for (int i = 0; i < o->argc; i++) fprintf(f, "%s", i ? ", " : ""), json_str(f, o->argv[i]);
   fprintf(f, "],\n");
   write_machine(f, e);
-  fprintf(f, "  \"limits\": {\"M\": %zu, \"seq\": %zu, \"block\": %zu, \"batch\": %zu}, \"reps\": %zu,\n", o->m,
-          o->seq, o->block, o->batch, o->reps);
+  fprintf(f,
+          "  \"limits\": {\"M\": %zu, \"seq\": %zu, \"block\": %zu, \"batch\": %zu}, \"reps\": %zu, \"cpu_reps\": %zu,\n",
+          o->m, o->seq, o->block, o->batch, o->reps, o->cpu_reps);
   fprintf(f, "  \"floors\": ");
   if (e->gpu.on) {
     const floors *fl = &e->fl;

@@ -67,9 +67,10 @@ static void measure_case(bench_env *e, runner *r, bench_case *c) {
     c->cold = gpu_time_steps(&e->gpu, runner_step, r, c->tokens, reps, true);
   }
 #endif
-  c->cpu = cpu_time_steps(r, c->tokens, reps);
+  c->cpu = cpu_time_steps(r, c->tokens, e->o->cpu_reps);
   c->cpu_vary = k_no_summary;
-  if (r->cache && partner_tokens(c->tokens) <= e->o->m) c->cpu_vary = cpu_time_steps_vary(r, c->tokens, reps);
+  if (r->cache && partner_tokens(c->tokens) <= e->o->m)
+    c->cpu_vary = cpu_time_steps_vary(r, c->tokens, e->o->cpu_reps);
   if (r->cache) {
     CHECK(e->b, mdr_graph_cache_stats(r->cache, &after));
     c->eager_steps = after.eager_steps - before.eager_steps;
@@ -295,7 +296,8 @@ int main(int argc, char **argv) {
   printf("\n");
   if (!e.gpu.on)
     printf("note: host figures are CPU work of the host emulation; they do not predict the GPU ranking\n");
-  printf("limits: M %zu, seq %zu, block %zu, batch %zu; reps %zu\n", o.m, o.seq, o.block, o.batch, o.reps);
+  printf("limits: M %zu, seq %zu, block %zu, batch %zu; reps %zu (CPU figures: %zu)\n", o.m, o.seq, o.block,
+         o.batch, o.reps, o.cpu_reps);
   prepare_out_dir(&o, &run, stamp);
   printf("output: %s/\n", o.out_dir);
   CHECK(e.b, mdr_backend_stream_create(e.b, &e.stream));

@@ -32,6 +32,8 @@ if "$bench" "${small[@]}" --out "$work/run" >"$work/run.out" 2>"$work/run.err"; 
   grep -q '"schema_version"' "$work/run/results.json" && grep -q '"git_revision"' "$work/run/results.json" \
     || fail "results.json lacks schema_version or git_revision"
   grep -q '"cpu_us_p99"' "$work/run/results.json" || fail "results.json lacks cpu_us_p99"
+  grep -q '"cpu_reps": 3,' "$work/run/results.json" || fail "results.json lacks cpu_reps 3 (host: --reps)"
+  grep -q 'reps 3 (CPU figures: 3)' "$work/run.out" || fail "the header does not give the CPU reps"
   tail -1 "$work/run.out" | grep -q '^wins' || { fail "last line is not the headline's 'wins' line:"; tail -3 "$work/run.out"; }
   grep -q '^== headline' "$work/run.out" || fail "no headline"
   grep -q '^columns' "$work/run.out" || fail "no column legend"
@@ -53,6 +55,13 @@ runs=$(find "$work/cwd/bench-out" -mindepth 1 -maxdepth 1 -type d 2>/dev/null | 
 if [ "$runs" -eq 2 ] && [ -L "$work/cwd/bench-out/latest" ] && [ -s "$work/cwd/bench-out/latest/results.json" ]
 then pass "two runs without --out: two folders, latest link"
 else fail "runs without --out: $runs folders (want 2) or no bench-out/latest"; ls -la "$work/cwd/bench-out"; fi
+
+# 3b. --cpu-reps: its own count of CPU-timed steps
+if "$bench" "${small[@]}" --cpu-reps 7 --out "$work/cpu" >"$work/cpu.out" 2>"$work/cpu.err" \
+   && grep -q 'reps 3 (CPU figures: 7)' "$work/cpu.out" && grep -q '"cpu_reps": 7,' "$work/cpu/results.json"
+then pass "--cpu-reps 7 taken"
+else fail "--cpu-reps 7 not taken"; cat "$work/cpu.err"; fi
+expect_refused cpu-reps-zero '--cpu-reps: expected a positive integer' "${small[@]}" --cpu-reps 0 --out "$work/x0"
 
 # 4. bad lists and names
 expect_refused empty-item 'item 2 .* is empty' "${small[@]}" --tokens 1,,8 --out "$work/x1"

@@ -5,17 +5,25 @@
  * as the median over batches of the per-call time. The stream is drained
  * between batches so the staging ring never makes a step wait.
  *
- * Usage: step_overhead_probe [--calls N] [--batches B]. Exit 77 without a GPU. */
-#define _POSIX_C_SOURCE 200809L
+ * Then the tails: each step timed alone (the stream drained every 4 steps,
+ * as mdr-bench does), TAIL_SAMPLES samples of the bare launch and of both
+ * steps, p50 / p90 / p99 / p99.9 / max; once as the thread runs, once with
+ * it pinned to the CPU it is on (sched_setaffinity), so that what the OS
+ * adds (migrations) can be told from what the calls cost.
+ *
+ * Usage: step_overhead_probe [--calls N] [--batches B] [--tail-samples S].
+ * Exit 77 without a GPU. */
+#define _GNU_SOURCE
 #include <cuda_runtime.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sched.h>
 #include <time.h>
 
 #include <mdr/mdr.h>
 
-enum { DEFAULT_CALLS = 4, DEFAULT_BATCHES = 20000, MAX_BATCHES = 1000000 };
+enum { DEFAULT_CALLS = 4, DEFAULT_BATCHES = 20000, MAX_BATCHES = 1000000, TAIL_DRAIN = 4 };
 
 static double now_ns(void) {
   struct timespec ts;
@@ -33,6 +41,9 @@ static double median(double *v, int n) {
   return v[n / 2];
 }
 
+/* The q-quantile of v[0..n) once sorted (nearest rank). */
+static double quantile(const double *v, int n, double q) { return v[(int)(q * (n - 1) + 0.5)]; }
+
 #define CHECK(cond, what)                        \
   do {                                           \
     if (!(cond)) {                               \
@@ -42,13 +53,16 @@ static double median(double *v, int n) {
   } while (0)
 
 int main(int argc, char **argv) {
-  int calls = DEFAULT_CALLS, batches = DEFAULT_BATCHES;
+  int calls = DEFAULT_CALLS, batches = DEFAULT_BATCHES, tail_samples = DEFAULT_BATCHES;
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!strcmp(argv[i], "--calls")) calls = atoi(argv[i + 1]);
     else if (!strcmp(argv[i], "--batches")) batches = atoi(argv[i + 1]);
+    else if (!strcmp(argv[i], "--tail-samples")) tail_samples = atoi(argv[i + 1]);
   }
-  if (calls < 1 || calls > 7 || batches < 10 || batches > MAX_BATCHES) {
-    fprintf(stderr, "probe: --calls 1..7 (under the staging ring), --batches 10..%d\n", MAX_BATCHES);
+  if (calls < 1 || calls > 7 || batches < 10 || batches > MAX_BATCHES || tail_samples < 1000 ||
+      tail_samples > MAX_BATCHES) {
+    fprintf(stderr, "probe: --calls 1..7 (under the staging ring), --batches 10..%d, --tail-samples 1000..%d\n",
+            MAX_BATCHES, MAX_BATCHES);
     return 2;
   }
   mdr_backend *b = NULL;
@@ -107,6 +121,41 @@ int main(int argc, char **argv) {
     }
     printf("  %-40s %8.1f\n", names[what], median(t, batches));
   }
+  /* tails: one call per sample, drained every TAIL_DRAIN calls */
+  double *v = malloc((size_t)tail_samples * sizeof *v);
+  CHECK(v != NULL, "malloc");
+  printf("\ntails: one call per sample, the stream drained every %d calls, %d samples (us)\n", TAIL_DRAIN,
+         tail_samples);
+  printf("  %-40s %-8s %7s %7s %7s %7s %7s\n", "call", "thread", "p50", "p90", "p99", "p99.9", "max");
+  for (int pinned = 0; pinned < 2; pinned++) {
+    if (pinned) {
+      cpu_set_t set;
+      CPU_ZERO(&set);
+      CPU_SET(sched_getcpu(), &set);
+      CHECK(sched_setaffinity(0, sizeof set, &set) == 0, "sched_setaffinity");
+    }
+    for (int what = 2; what < 5; what++) {
+      for (int k = 0; k < tail_samples; k++) {
+        if (k % TAIL_DRAIN == 0) CHECK(cudaStreamSynchronize(cs) == cudaSuccess, "sync");
+        double t0 = now_ns();
+        mdr_status ms = MDR_OK;
+        switch (what) {
+          case 2: ms = cudaGraphLaunch(x, cs) == cudaSuccess ? MDR_OK : MDR_ERR_BACKEND; break;
+          case 3: ms = mdr_graph_cache_step(c, ids, 1); break;
+          default: ms = mdr_graph_cache_step_device(c, 0, 1); break;
+        }
+        v[k] = (now_ns() - t0) / 1e3;
+        CHECK(ms == MDR_OK, names[what]);
+      }
+      CHECK(cudaStreamSynchronize(cs) == cudaSuccess, "sync");
+      qsort(v, (size_t)tail_samples, sizeof *v, cmp);
+      printf("  %-40s %-8s %7.2f %7.2f %7.2f %7.2f %7.2f\n", names[what], pinned ? "pinned" : "free",
+             quantile(v, tail_samples, 0.5), quantile(v, tail_samples, 0.9), quantile(v, tail_samples, 0.99),
+             quantile(v, tail_samples, 0.999), v[tail_samples - 1]);
+    }
+  }
+  free(v);
+
   mdr_graph_stats st;
   CHECK(mdr_graph_cache_stats(c, &st) == MDR_OK && st.captures == 2 && st.eager_steps == 0, "all steps replayed");
   free(t);

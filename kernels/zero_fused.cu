@@ -20,7 +20,11 @@
  * thread.
  *
  * The kernels, each with one launcher below:
- *   - zero_static_kernel (eager, EXACT/LADDER graphs): the launcher
+ *   - zero_list_kernel (eager, EXACT/LADDER graphs, small plans): a static
+ *     plan of one launch with at most MDR_ZERO_LIST_MAX chunks travels as
+ *     the list of its chunks (zero_map.h section 5), block k clears chunk k
+ *     after one parameter load; stage work as below, in block 0;
+ *   - zero_static_kernel (eager, EXACT/LADDER graphs, larger plans): the launcher
  *     evaluates the rules at `tokens` and passes FIXED segments and the
  *     prefix sums; one block per chunk, laid out in rows (one row per
  *     segment, no search) when the segments are of similar size; stage
@@ -35,7 +39,8 @@
  *     publishes it in device memory; all blocks first clear the floor every
  *     t >= 1 clears, then wait for t and clear the rest.
  *
- * Launch limits. ZF_BLOCK threads per block. Static: min(chunks, sm_count *
+ * Launch limits. ZF_BLOCK threads per block. List: one block per chunk
+ * (at most MDR_ZERO_LIST_MAX, +1 stage block). Static: min(chunks, sm_count *
  * ZF_STATIC_BLOCKS_PER_SM) blocks, flat or in rows (+1 stage block or row);
  * table and dynamic: min(chunks at the largest t, sm_count *
  * ZF_BLOCKS_PER_SM) (+1 stage block for the table kernel), at least 1. At
@@ -94,6 +99,17 @@ struct zf_params_t {
 #define ZF_SMALL_SEGS 20
 typedef zf_params_t<MDR_ZERO_MAX_SEGS> zf_params;
 typedef zf_params_t<ZF_SMALL_SEGS> zf_params_small;
+
+/* Kernel parameters of a small static plan as its chunk list (zero_map.h
+ * section 5): up to MDR_ZERO_LIST_MAX chunk words, within 4 KiB. */
+struct zf_list_params {
+  uint64_t chunk[MDR_ZERO_LIST_MAX]; /* mdr_zero_list_word of each chunk */
+  mdr_stage_desc stage;              /* valid when flags != 0 */
+  uint64_t tokens;                   /* t of the plan */
+  uint32_t n;                        /* chunks */
+  uint32_t flags;                    /* MDR_STAGE_* of this launch */
+};
+static_assert(sizeof(zf_list_params) <= 4096, "the chunk list's parameters must stay under 4 KiB");
 
 static_assert(sizeof(zf_params) <= 4096, "kernel parameters must stay under 4 KiB");
 static_assert(ZF_SMALL_SEGS >= MDR_ZERO_PLAN_MAX, "the arena's plans must fit the small parameter block");
@@ -288,6 +304,20 @@ __global__ void __launch_bounds__(ZF_BLOCK)
   }
 }
 
+/* Static plan of at most MDR_ZERO_LIST_MAX chunks, as its chunk list: block
+ * k (after the stage block, when STAGED) clears chunk k, whose bounds are
+ * one parameter load away; no search, no stride (the grid is the list).
+ * On GLM-5.3's plans at 1-8 tokens this is what takes the step closest to
+ * one memset node of the same bytes (docs/KERNELS.md). */
+template <bool STAGED>
+__global__ void __launch_bounds__(ZF_BLOCK) zero_list_kernel(const __grid_constant__ zf_list_params p) {
+  if (STAGED && blockIdx.x == 0) {
+    zf_stage_block(p.stage, p.flags, (uint32_t)p.tokens);
+    return;
+  }
+  zf_clear_span(mdr_zero_list_span(p.chunk[blockIdx.x - (STAGED ? 1u : 0u)]));
+}
+
 /* STAGE_TABLE (the node-update implementation of MDR_GRAPH_DYNAMIC): the
  * parameters carry t and the stage only (zf_table_params, under 128 bytes,
  * which the host re-targets cheaply); every zeroing block reads count t's
@@ -478,8 +508,37 @@ static size_t zf_launches(size_t n) { return n == 0 ? 1 : (n + MDR_ZERO_MAX_SEGS
 /* zero_static_kernel: plans of at most ZF_SMALL_SEGS segments travel in the
  * small parameter block (one launch); longer ones in launches of
  * MDR_ZERO_MAX_SEGS. */
+/* A plan of one launch whose chunks fit the list: zero_list_kernel.
+ * Returns 0 when the plan does not take the list (the caller falls back). */
+static int zf_build_list(const mdr_zero_seg *segs, size_t n, uint64_t tokens, const mdr_stage_desc *stage,
+                         zf_list_params *p) {
+  if (n > MDR_ZERO_MAX_SEGS) return 0;
+  mdr_zero_seg fixed[MDR_ZERO_MAX_SEGS];
+  const uint32_t m = (uint32_t)mdr_zero_plan_at(segs, n, tokens, fixed);
+  memset(p, 0, sizeof *p);
+  const uint32_t k = mdr_zero_list_build(fixed, m, p->chunk, MDR_ZERO_LIST_MAX);
+  if (k == MDR_ZERO_LIST_NONE) return 0;
+  p->n = k;
+  p->tokens = tokens;
+  p->flags = stage ? stage->flags & (MDR_STAGE_FETCH | MDR_STAGE_ADVANCE | MDR_STAGE_DEVICE_IDS) : 0u;
+  if (p->flags) p->stage = *stage;
+  return 1;
+}
+
 static cudaError_t zf_launch_static(const mdr_zero_seg *segs, size_t n, uint64_t tokens,
                                     const mdr_stage_desc *stage, cudaStream_t stream, int sm_count) {
+  {
+    zf_list_params lp;
+    if (zf_build_list(segs, n, tokens, stage, &lp)) {
+      if (lp.n == 0 && lp.flags == 0) return cudaSuccess; /* nothing to clear, no stage work */
+      if (lp.flags) {
+        zero_list_kernel<true><<<lp.n + 1, ZF_BLOCK, 0, stream>>>(lp);
+      } else {
+        zero_list_kernel<false><<<lp.n, ZF_BLOCK, 0, stream>>>(lp);
+      }
+      return cudaGetLastError();
+    }
+  }
   if (n <= ZF_SMALL_SEGS) {
     zf_params_small p;
     dim3 grid;
@@ -569,6 +628,7 @@ extern "C" int mdr_cuda_zero_preload(void) {
       (const void *)zero_static_kernel<ZF_SMALL_SEGS, true>, (const void *)zero_static_kernel<ZF_SMALL_SEGS, false>,
       (const void *)zero_static_kernel<MDR_ZERO_MAX_SEGS, true>,
       (const void *)zero_static_kernel<MDR_ZERO_MAX_SEGS, false>, (const void *)zero_table_kernel,
+      (const void *)zero_list_kernel<true>, (const void *)zero_list_kernel<false>,
       (const void *)zero_dynamic_kernel,
   };
   for (const void *k : kernels) {

@@ -30,7 +30,10 @@
  * 4. Plan tables (DYNAMIC by node update). The plan of every count 1..m,
  *    resolved once on the host and kept in device memory, so that a launch
  *    carries only t in its parameters: a small block the host re-targets
- *    with a parameter write instead of a whole plan. */
+ *    with a parameter write instead of a whole plan.
+ *
+ * 5. Chunk lists. A small static plan as the list of its chunks, one word
+ *    each, so that a block finds its chunk with one load. */
 #ifndef MDR_ZERO_MAP_H
 #define MDR_ZERO_MAP_H
 
@@ -148,17 +151,72 @@ typedef struct mdr_zero_span {
   uint64_t begin, body, tail, end;
 } mdr_zero_span;
 
-MDR_HD mdr_zero_span mdr_zero_chunk_span(uint64_t ptr, uint64_t seg_bytes, uint64_t chunk_in_seg) {
+/* The split of [begin, end) into head, body and tail. */
+MDR_HD mdr_zero_span mdr_zero_range_span(uint64_t begin, uint64_t end) {
   mdr_zero_span sp;
-  uint64_t off = chunk_in_seg * MDR_ZERO_CHUNK;
-  uint64_t len = seg_bytes - off < MDR_ZERO_CHUNK ? seg_bytes - off : MDR_ZERO_CHUNK;
-  sp.begin = ptr + off;
-  sp.end = sp.begin + len;
-  sp.body = (sp.begin + 15u) & ~(uint64_t)15u;
-  if (sp.body > sp.end) sp.body = sp.end;
-  sp.tail = sp.end & ~(uint64_t)15u;
+  sp.begin = begin;
+  sp.end = end;
+  sp.body = (begin + 15u) & ~(uint64_t)15u;
+  if (sp.body > end) sp.body = end;
+  sp.tail = end & ~(uint64_t)15u;
   if (sp.tail < sp.body) sp.tail = sp.body;
   return sp;
+}
+
+MDR_HD mdr_zero_span mdr_zero_chunk_span(uint64_t ptr, uint64_t seg_bytes, uint64_t chunk_in_seg) {
+  uint64_t off = chunk_in_seg * MDR_ZERO_CHUNK;
+  uint64_t len = seg_bytes - off < MDR_ZERO_CHUNK ? seg_bytes - off : MDR_ZERO_CHUNK;
+  return mdr_zero_range_span(ptr + off, ptr + off + len);
+}
+
+/* Chunk lists (5. above: small static plans). A plan of at most `cap` chunks can
+ *    travel as the list of its chunks, one 64-bit word each: the chunk's
+ *    first address in the low MDR_ZERO_LIST_ADDR_BITS bits, its length
+ *    minus one above them. A block then learns its work from one load of
+ *    word blockIdx.x, with no search over prefix sums: what a small step
+ *    spends before its first store (docs/KERNELS.md). The words list the
+ *    same chunks, in the same order, as the prefix sums and
+ *    mdr_zero_chunk_span give. */
+/* Static plans of one launch (at most MDR_ZERO_MAX_SEGS segments) with at
+ * most this many chunks travel as their chunk list and run one block per
+ * chunk; larger ones take the prefix sums. The kernel's list parameters
+ * stay under 4 KiB; the host mirror walks the same list. */
+#define MDR_ZERO_LIST_MAX 480
+#define MDR_ZERO_LIST_ADDR_BITS 48
+#define MDR_ZERO_LIST_ADDR_MASK ((((uint64_t)1) << MDR_ZERO_LIST_ADDR_BITS) - 1u)
+#define MDR_ZERO_LIST_NONE UINT32_MAX
+
+/* The word of chunk [begin, begin + len): 1 and *out set, or 0 when it
+ * does not encode (len outside 1..2^(64 - ADDR_BITS), or an address, first
+ * or last, at or past 2^ADDR_BITS). */
+MDR_HD int mdr_zero_list_word(uint64_t begin, uint64_t len, uint64_t *out) {
+  if (len == 0 || len - 1u > (UINT64_MAX >> MDR_ZERO_LIST_ADDR_BITS)) return 0;
+  if (begin > MDR_ZERO_LIST_ADDR_MASK || len - 1u > MDR_ZERO_LIST_ADDR_MASK - begin) return 0;
+  *out = begin | (len - 1u) << MDR_ZERO_LIST_ADDR_BITS;
+  return 1;
+}
+
+/* The chunk a word names. */
+MDR_HD mdr_zero_span mdr_zero_list_span(uint64_t word) {
+  const uint64_t begin = word & MDR_ZERO_LIST_ADDR_MASK;
+  return mdr_zero_range_span(begin, begin + (word >> MDR_ZERO_LIST_ADDR_BITS) + 1u);
+}
+
+/* The chunk list of n FIXED segments (a plan at t, mdr_zero_plan_at): the
+ * number of words written to out, or MDR_ZERO_LIST_NONE when the plan has
+ * more than `cap` chunks or a chunk does not encode (then the plan takes
+ * the prefix sums). */
+MDR_HD uint32_t mdr_zero_list_build(const mdr_zero_seg *fixed, uint32_t n, uint64_t *out, uint32_t cap) {
+  uint32_t k = 0;
+  for (uint32_t i = 0; i < n; i++) {
+    const uint64_t chunks = mdr_zero_chunks(fixed[i].bytes);
+    if (chunks > (uint64_t)(cap - k)) return MDR_ZERO_LIST_NONE;
+    for (uint64_t c = 0; c < chunks; c++, k++) {
+      const mdr_zero_span sp = mdr_zero_chunk_span(fixed[i].ptr, fixed[i].bytes, c);
+      if (!mdr_zero_list_word(sp.begin, sp.end - sp.begin, &out[k])) return MDR_ZERO_LIST_NONE;
+    }
+  }
+  return k;
 }
 
 /* Plan table layout, in 64-bit words, for n rules and counts 1..m:

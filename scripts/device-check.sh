@@ -5,10 +5,12 @@
 # benchmark, and print a short table last. Everything is logged under OUT.
 #
 # Usage: bash scripts/device-check.sh OUT [phase...]
-#   phases: build tests sanitize variants sweep probe ncu decode soak bench peer compare tp tpsan overhead
+#   phases: build tests sanitize variants sweep probe ncu decode soak bench peer compare tp tpsan overhead floor
 #   tpsan: the several-GPU suites under compute-sanitizer (memcheck; synccheck
 #     for all_reduce)
-#   overhead: the host's cost of a step, piece by piece (dev/step_overhead_probe)
+#   overhead: the host's cost of a step, piece by piece, and its tails (dev/step_overhead_probe)
+#   floor: where a small device-id step's GPU time goes (dev/step_floor_probe,
+#     FLOOR_REPS reps per case)
 #   tp: the several-GPU phase (two GPUs or more): the comm, all_reduce and
 #     backend_cuda suites, soaks of mdr's all-reduce
 #     (TP_SOAK replays, default 100000, per algorithm in TP_SOAK_ALGOS), the
@@ -166,6 +168,9 @@ if has tpsan; then
 fi
 if has overhead; then
   run overhead $build/dev/step_overhead_probe
+fi
+if has floor; then
+  run floor $build/dev/step_floor_probe --reps "${FLOOR_REPS:-300}" --csv "$out/step_floor.csv"
 fi
 if has compare; then
   prev=${PREV:-.device-prev}

@@ -10,7 +10,8 @@
  * "launch" behaves as a grid of one block: it takes ticket 0, publishes t,
  * and the stage's done counter goes 0 -> 1 -> reset with the ticket. Every
  * address (segments, ring, counter, done, ack, token_ids, count_out) is a
- * host address. */
+ * host address. A static plan of one launch small enough for a chunk list
+ * (zero_map.h section 5) is cleared through that list, as the kernel does. */
 #include <stdint.h>
 #include <string.h>
 
@@ -33,8 +34,25 @@ static void zero_ranges_host(const mdr_zero_seg *segs, uint32_t n, const uint64_
   }
 }
 
-/* Static: every segment's bytes at t. DYNAMIC: the floor, then the rest. */
-static void zero_launch_host(const mdr_zero_seg *segs, uint32_t n, uint64_t t, int dynamic) {
+/* A static plan of one launch as its chunk list, as zero_list_kernel
+ * clears it: 1, or 0 when the plan does not take the list. */
+static int zero_list_host(const mdr_zero_seg *segs, uint32_t n, uint64_t t) {
+  mdr_zero_seg fixed[MDR_ZERO_MAX_SEGS];
+  uint64_t words[MDR_ZERO_LIST_MAX];
+  const uint32_t m = (uint32_t)mdr_zero_plan_at(segs, n, t, fixed);
+  const uint32_t k = mdr_zero_list_build(fixed, m, words, MDR_ZERO_LIST_MAX);
+  if (k == MDR_ZERO_LIST_NONE) return 0;
+  for (uint32_t i = 0; i < k; i++) {
+    const mdr_zero_span sp = mdr_zero_list_span(words[i]);
+    memset(HOST_PTR(sp.begin), 0, (size_t)(sp.end - sp.begin));
+  }
+  return 1;
+}
+
+/* Static: every segment's bytes at t (the chunk list when the plan is one
+ * launch that fits it, `whole`). DYNAMIC: the floor, then the rest. */
+static void zero_launch_host(const mdr_zero_seg *segs, uint32_t n, uint64_t t, int dynamic, int whole) {
+  if (!dynamic && whole && zero_list_host(segs, n, t)) return;
   uint64_t off[MDR_ZERO_MAX_SEGS] = {0}, len[MDR_ZERO_MAX_SEGS] = {0};
   for (uint32_t i = 0; i < n; i++) {
     off[i] = 0;
@@ -100,7 +118,7 @@ void mdr_zero_fused_host(const mdr_zero_seg *segs, size_t n, uint64_t tokens,
       }
     }
 
-    if (count) zero_launch_host(segs + first, (uint32_t)count, t, dynamic);
+    if (count) zero_launch_host(segs + first, (uint32_t)count, t, dynamic, launches == 1);
 
     /* static plans copy the launch's own token count; DYNAMIC the slot's */
     const uint64_t copy = (flags & MDR_STAGE_DYNAMIC) ? header->copy_tokens : tokens;

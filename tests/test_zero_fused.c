@@ -333,6 +333,38 @@ Test(zero_fused, plans_longer_than_64_segments_are_split_and_complete) {
 #endif
 }
 
+/* Static plans of one launch with at most MDR_ZERO_LIST_MAX chunks run as
+ * their chunk list, larger ones with prefix sums: a plan of exactly the cap
+ * and one of one chunk more, misaligned, as HEAD and FIXED rules, both
+ * clear exactly their bytes (the host execution takes the same paths). */
+Test(zero_fused, plans_at_the_chunk_list_cap_clear_exactly_on_both_sides) {
+  REQUIRE_DEVICE();
+#ifdef MDR_HAVE_CUDA
+  static plan p;
+  images im;
+  images_init(&im, IMAGE_CAP);
+  for (int extra = 0; extra < 2; extra++) {
+    memset(&p, 0, sizeof p);
+    const uint64_t sizes[3] = {100 * MDR_ZERO_CHUNK, (uint64_t)(MDR_ZERO_LIST_MAX - 102) * MDR_ZERO_CHUNK + 77,
+                               extra ? MDR_ZERO_CHUNK + 1 : 1};
+    uint64_t cursor = 0;
+    p.n = 3;
+    for (size_t i = 0; i < p.n; i++) {
+      cursor += 37;
+      p.off[i] = cursor;
+      p.size[i] = sizes[i];
+      p.rule[i] = (mdr_zero_seg){.ptr = cursor, .bytes = sizes[i], .rule = MDR_RULE_FIXED};
+      cursor += sizes[i];
+    }
+    p.rule[1].rule = MDR_RULE_HEAD; /* m = 5000 rows of the buffer at t = 5000: all of it */
+    p.rule[1].a = 5000;
+    p.mem_bytes = cursor + 4096;
+    run_plain(&im, &p, 5000, sm_count(), 0);
+  }
+  images_free(&im);
+#endif
+}
+
 Test(zero_fused, empty_plans_launch_nothing_and_write_nothing) {
   REQUIRE_DEVICE();
 #ifdef MDR_HAVE_CUDA

@@ -119,6 +119,30 @@ static host_plan make_host_plan(uint64_t *rng, size_t n, uint64_t t) {
   return hp;
 }
 
+/* n FIXED segments of the given sizes, each after a 37-byte guard (so
+ * misaligned), in one poisoned allocation. */
+static host_plan make_host_plan_sized(const uint64_t *sizes, size_t n) {
+  host_plan hp = {0};
+  hp.n = n;
+  hp.segs = calloc(n, sizeof *hp.segs);
+  hp.size = calloc(n, sizeof *hp.size);
+  cr_assert(hp.segs && hp.size);
+  size_t cursor = 0;
+  for (size_t i = 0; i < n; i++) cursor += 37 + sizes[i];
+  hp.mem_bytes = cursor + 64;
+  hp.mem = malloc(hp.mem_bytes);
+  cr_assert(hp.mem);
+  memset(hp.mem, POISON, hp.mem_bytes);
+  cursor = 0;
+  for (size_t i = 0; i < n; i++) {
+    cursor += 37;
+    hp.size[i] = sizes[i];
+    hp.segs[i] = (mdr_zero_seg){.ptr = ADDR(hp.mem + cursor), .bytes = sizes[i], .rule = MDR_RULE_FIXED};
+    cursor += sizes[i];
+  }
+  return hp;
+}
+
 static void free_host_plan(host_plan *hp) {
   free(hp->mem);
   free(hp->segs);
@@ -366,6 +390,111 @@ Test(zero_map, random_small_plans_visit_each_byte_once) {
     }
   }
   free(visits);
+}
+
+/* ------------------------------------------------------------------------- */
+/* chunk lists (section 5 of zero_map.h) */
+
+Test(zero_map, list_word_round_trips_address_and_length) {
+  const uint64_t top = MDR_ZERO_LIST_ADDR_MASK; /* the last encodable address */
+  const struct { uint64_t begin, len; } ok[] = {
+      {0, 1}, {1003, 10}, {4096, MDR_ZERO_CHUNK}, {0x7f12345678ull, 1},
+      {top - MDR_ZERO_CHUNK + 1, MDR_ZERO_CHUNK}, {top, 1}, {5, (uint64_t)1 << (64 - MDR_ZERO_LIST_ADDR_BITS)}};
+  for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+    uint64_t w = 0;
+    cr_assert_eq(mdr_zero_list_word(ok[i].begin, ok[i].len, &w), 1, "case %zu", i);
+    const mdr_zero_span sp = mdr_zero_list_span(w);
+    const mdr_zero_span want = mdr_zero_range_span(ok[i].begin, ok[i].begin + ok[i].len);
+    cr_assert(sp.begin == want.begin && sp.body == want.body && sp.tail == want.tail && sp.end == want.end,
+              "case %zu: span differs", i);
+  }
+}
+
+Test(zero_map, list_word_refuses_what_does_not_fit) {
+  const uint64_t top = MDR_ZERO_LIST_ADDR_MASK;
+  const struct { uint64_t begin, len; } bad[] = {
+      {4096, 0},                                                  /* empty chunk */
+      {4096, ((uint64_t)1 << (64 - MDR_ZERO_LIST_ADDR_BITS)) + 1}, /* length past the field */
+      {top + 1, 1},                                               /* first address too high */
+      {top, 2},                                                   /* last address too high */
+      {UINT64_MAX, 1}};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    uint64_t w = 0xdead;
+    cr_assert_eq(mdr_zero_list_word(bad[i].begin, bad[i].len, &w), 0, "case %zu", i);
+    cr_assert_eq(w, 0xdead, "case %zu: the word was written", i);
+  }
+}
+
+/* The list names the same chunks, in the same order, as the prefix sums. */
+Test(zero_map, list_build_lists_the_prefix_sum_chunks_in_order) {
+  uint64_t rng = 0x5eed0010;
+  mdr_zero_seg rules[MDR_ZERO_MAX_SEGS], fixed[MDR_ZERO_MAX_SEGS];
+  static uint64_t words[MDR_ZERO_LIST_MAX];
+  int listed = 0, refused = 0;
+  for (int plan = 0; plan < 300; plan++) {
+    const uint32_t n = (uint32_t)tb_rng_range(&rng, 1, plan % 4 ? 24 : MDR_ZERO_MAX_SEGS);
+    const uint64_t t = tb_rng_range(&rng, 0, 400);
+    uint64_t addr = tb_rng_range(&rng, 1, (uint64_t)1 << 40);
+    for (uint32_t i = 0; i < n; i++) {
+      const uint64_t size = tb_rng_next(&rng) % 16 ? tb_rng_range(&rng, 0, 3 * MDR_ZERO_CHUNK)
+                                                   : tb_rng_range(&rng, 0, (uint64_t)8 << 20);
+      addr += tb_rng_range(&rng, 0, 4096);
+      rules[i] = random_rule(&rng, addr, size, t);
+      addr += size;
+    }
+    const uint32_t m = (uint32_t)mdr_zero_plan_at(rules, n, t, fixed);
+    uint64_t prefix[MDR_ZERO_MAX_SEGS + 1] = {0};
+    for (uint32_t i = 0; i < m; i++) prefix[i + 1] = prefix[i] + mdr_zero_chunks(fixed[i].bytes);
+    const uint32_t k = mdr_zero_list_build(fixed, m, words, MDR_ZERO_LIST_MAX);
+    if (prefix[m] > MDR_ZERO_LIST_MAX) {
+      cr_assert_eq(k, MDR_ZERO_LIST_NONE, "plan %d: %llu chunks listed", plan, (unsigned long long)prefix[m]);
+      refused++;
+      continue;
+    }
+    cr_assert_eq(k, prefix[m], "plan %d", plan);
+    listed++;
+    for (uint64_t c = 0; c < k; c++) {
+      const uint32_t sg = mdr_zero_locate(prefix, m, c);
+      const mdr_zero_span want = mdr_zero_chunk_span(fixed[sg].ptr, fixed[sg].bytes, c - prefix[sg]);
+      const mdr_zero_span got = mdr_zero_list_span(words[c]);
+      cr_assert(got.begin == want.begin && got.body == want.body && got.tail == want.tail && got.end == want.end,
+                "plan %d chunk %llu differs", plan, (unsigned long long)c);
+    }
+  }
+  cr_assert(listed > 50 && refused > 20, "both outcomes drawn (%d listed, %d refused)", listed, refused);
+}
+
+Test(zero_map, list_build_takes_exactly_the_cap_and_refuses_one_more) {
+  static uint64_t words[MDR_ZERO_LIST_MAX + 1];
+  mdr_zero_seg seg = {.ptr = 0x10000000ull + 3, .bytes = (uint64_t)MDR_ZERO_LIST_MAX * MDR_ZERO_CHUNK,
+                      .rule = MDR_RULE_FIXED};
+  cr_assert_eq(mdr_zero_list_build(&seg, 1, words, MDR_ZERO_LIST_MAX), MDR_ZERO_LIST_MAX);
+  seg.bytes += 1; /* one byte more: one chunk more */
+  words[MDR_ZERO_LIST_MAX] = 0xfeed;
+  cr_assert_eq(mdr_zero_list_build(&seg, 1, words, MDR_ZERO_LIST_MAX), MDR_ZERO_LIST_NONE);
+  cr_assert_eq(words[MDR_ZERO_LIST_MAX], 0xfeed, "a word past the cap was written");
+  /* a segment whose end is past the address field: not listed */
+  mdr_zero_seg high = {.ptr = MDR_ZERO_LIST_ADDR_MASK - 100, .bytes = 200, .rule = MDR_RULE_FIXED};
+  cr_assert_eq(mdr_zero_list_build(&high, 1, words, MDR_ZERO_LIST_MAX), MDR_ZERO_LIST_NONE);
+  cr_assert_eq(mdr_zero_list_build(&high, 0, words, MDR_ZERO_LIST_MAX), 0u, "an empty plan lists nothing");
+}
+
+/* Plans at the list's edge through the host execution: MDR_ZERO_LIST_MAX
+ * chunks (the list) and one more (the prefix sums), misaligned, clear
+ * exactly their bytes. */
+Test(zero_map, host_plan_at_the_list_cap_clears_exactly_on_both_sides) {
+  for (int extra = 0; extra < 2; extra++) {
+    /* three FIXED segments of 100, LIST_MAX - 101 and 1 chunks (+ 1 more) */
+    const uint64_t sizes[3] = {100 * MDR_ZERO_CHUNK, (uint64_t)(MDR_ZERO_LIST_MAX - 102) * MDR_ZERO_CHUNK + 77,
+                               extra ? MDR_ZERO_CHUNK + 1 : 1};
+    uint64_t words[MDR_ZERO_LIST_MAX];
+    host_plan hp = make_host_plan_sized(sizes, 3);
+    const uint32_t k = mdr_zero_list_build(hp.segs, 3, words, MDR_ZERO_LIST_MAX);
+    cr_assert_eq(k, extra ? MDR_ZERO_LIST_NONE : MDR_ZERO_LIST_MAX, "the plan is %s the cap", extra ? "past" : "at");
+    mdr_zero_fused_host(hp.segs, hp.n, 1, NULL);
+    check_host_image(&hp, 1);
+    free_host_plan(&hp);
+  }
 }
 
 /* ------------------------------------------------------------------------- */
