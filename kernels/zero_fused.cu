@@ -40,7 +40,8 @@
  *     t >= 1 clears, then wait for t and clear the rest.
  *
  * Launch limits. ZF_BLOCK threads per block. List: one block per chunk
- * (at most MDR_ZERO_LIST_MAX, +1 stage block). Static: min(chunks, sm_count *
+ * (at most MDR_ZERO_LIST_MAX, +1 stage block), parameters of 4 KiB up to
+ * ZF_LIST_SMALL chunks, 8 KiB above. Static: min(chunks, sm_count *
  * ZF_STATIC_BLOCKS_PER_SM) blocks, flat or in rows (+1 stage block or row);
  * table and dynamic: min(chunks at the largest t, sm_count *
  * ZF_BLOCKS_PER_SM) (+1 stage block for the table kernel), at least 1. At
@@ -101,15 +102,21 @@ typedef zf_params_t<MDR_ZERO_MAX_SEGS> zf_params;
 typedef zf_params_t<ZF_SMALL_SEGS> zf_params_small;
 
 /* Kernel parameters of a small static plan as its chunk list (zero_map.h
- * section 5): up to MDR_ZERO_LIST_MAX chunk words, within 4 KiB. */
-struct zf_list_params {
-  uint64_t chunk[MDR_ZERO_LIST_MAX]; /* mdr_zero_list_word of each chunk */
-  mdr_stage_desc stage;              /* valid when flags != 0 */
-  uint64_t tokens;                   /* t of the plan */
-  uint32_t n;                        /* chunks */
-  uint32_t flags;                    /* MDR_STAGE_* of this launch */
+ * section 5): up to CAP chunk words. Two sizes: up to ZF_LIST_SMALL chunks
+ * in 4 KiB, up to MDR_ZERO_LIST_MAX in 8 KiB (kernel parameters may take
+ * up to 32 KiB since CUDA 12.1 on sm_70+). */
+template <int CAP>
+struct zf_list_params_t {
+  uint64_t chunk[CAP];  /* mdr_zero_list_word of each chunk */
+  mdr_stage_desc stage; /* valid when flags != 0 */
+  uint64_t tokens;      /* t of the plan */
+  uint32_t n;           /* chunks */
+  uint32_t flags;       /* MDR_STAGE_* of this launch */
 };
-static_assert(sizeof(zf_list_params) <= 4096, "the chunk list's parameters must stay under 4 KiB");
+#define ZF_LIST_SMALL 480
+static_assert(sizeof(zf_list_params_t<ZF_LIST_SMALL>) <= 4096, "the small chunk list stays within 4 KiB");
+static_assert(sizeof(zf_list_params_t<MDR_ZERO_LIST_MAX>) <= 8192, "the chunk list stays within 8 KiB");
+static_assert(ZF_LIST_SMALL < MDR_ZERO_LIST_MAX, "the small chunk list is the smaller one");
 
 static_assert(sizeof(zf_params) <= 4096, "kernel parameters must stay under 4 KiB");
 static_assert(ZF_SMALL_SEGS >= MDR_ZERO_PLAN_MAX, "the arena's plans must fit the small parameter block");
@@ -309,8 +316,8 @@ __global__ void __launch_bounds__(ZF_BLOCK)
  * one parameter load away; no search, no stride (the grid is the list).
  * On GLM-5.3's plans at 1-8 tokens this is what takes the step closest to
  * one memset node of the same bytes (docs/KERNELS.md). */
-template <bool STAGED>
-__global__ void __launch_bounds__(ZF_BLOCK) zero_list_kernel(const __grid_constant__ zf_list_params p) {
+template <int CAP, bool STAGED>
+__global__ void __launch_bounds__(ZF_BLOCK) zero_list_kernel(const __grid_constant__ zf_list_params_t<CAP> p) {
   if (STAGED && blockIdx.x == 0) {
     zf_stage_block(p.stage, p.flags, (uint32_t)p.tokens);
     return;
@@ -508,37 +515,57 @@ static size_t zf_launches(size_t n) { return n == 0 ? 1 : (n + MDR_ZERO_MAX_SEGS
 /* zero_static_kernel: plans of at most ZF_SMALL_SEGS segments travel in the
  * small parameter block (one launch); longer ones in launches of
  * MDR_ZERO_MAX_SEGS. */
-/* A plan of one launch whose chunks fit the list: zero_list_kernel.
- * Returns 0 when the plan does not take the list (the caller falls back). */
-static int zf_build_list(const mdr_zero_seg *segs, size_t n, uint64_t tokens, const mdr_stage_desc *stage,
-                         zf_list_params *p) {
-  if (n > MDR_ZERO_MAX_SEGS) return 0;
-  mdr_zero_seg fixed[MDR_ZERO_MAX_SEGS];
-  const uint32_t m = (uint32_t)mdr_zero_plan_at(segs, n, tokens, fixed);
+/* Fill the parameters of a chunk list of k words. */
+template <int CAP>
+static void zf_fill_list(const uint64_t *words, uint32_t k, uint64_t tokens, const mdr_stage_desc *stage,
+                         zf_list_params_t<CAP> *p) {
   memset(p, 0, sizeof *p);
-  const uint32_t k = mdr_zero_list_build(fixed, m, p->chunk, MDR_ZERO_LIST_MAX);
-  if (k == MDR_ZERO_LIST_NONE) return 0;
+  memcpy(p->chunk, words, k * sizeof *words);
   p->n = k;
   p->tokens = tokens;
   p->flags = stage ? stage->flags & (MDR_STAGE_FETCH | MDR_STAGE_ADVANCE | MDR_STAGE_DEVICE_IDS) : 0u;
   if (p->flags) p->stage = *stage;
-  return 1;
+}
+
+template <int CAP>
+static cudaError_t zf_launch_list(const zf_list_params_t<CAP> &p, cudaStream_t stream) {
+  if (p.n == 0 && p.flags == 0) return cudaSuccess; /* nothing to clear, no stage work */
+  if (p.flags) {
+    zero_list_kernel<CAP, true><<<p.n + 1, ZF_BLOCK, 0, stream>>>(p);
+  } else {
+    zero_list_kernel<CAP, false><<<p.n, ZF_BLOCK, 0, stream>>>(p);
+  }
+  return cudaGetLastError();
+}
+
+/* A plan of one launch whose chunks fit the list: zero_list_kernel, in the
+ * smaller parameter block that holds it. *taken = 0 when the plan does not
+ * take the list (the caller falls back to the prefix sums). */
+static cudaError_t zf_try_list(const mdr_zero_seg *segs, size_t n, uint64_t tokens, const mdr_stage_desc *stage,
+                               cudaStream_t stream, int *taken) {
+  *taken = 0;
+  if (n > MDR_ZERO_MAX_SEGS) return cudaSuccess;
+  mdr_zero_seg fixed[MDR_ZERO_MAX_SEGS];
+  uint64_t words[MDR_ZERO_LIST_MAX];
+  const uint32_t m = (uint32_t)mdr_zero_plan_at(segs, n, tokens, fixed);
+  const uint32_t k = mdr_zero_list_build(fixed, m, words, MDR_ZERO_LIST_MAX);
+  if (k == MDR_ZERO_LIST_NONE) return cudaSuccess;
+  *taken = 1;
+  if (k <= ZF_LIST_SMALL) {
+    zf_list_params_t<ZF_LIST_SMALL> p;
+    zf_fill_list(words, k, tokens, stage, &p);
+    return zf_launch_list(p, stream);
+  }
+  zf_list_params_t<MDR_ZERO_LIST_MAX> p;
+  zf_fill_list(words, k, tokens, stage, &p);
+  return zf_launch_list(p, stream);
 }
 
 static cudaError_t zf_launch_static(const mdr_zero_seg *segs, size_t n, uint64_t tokens,
                                     const mdr_stage_desc *stage, cudaStream_t stream, int sm_count) {
-  {
-    zf_list_params lp;
-    if (zf_build_list(segs, n, tokens, stage, &lp)) {
-      if (lp.n == 0 && lp.flags == 0) return cudaSuccess; /* nothing to clear, no stage work */
-      if (lp.flags) {
-        zero_list_kernel<true><<<lp.n + 1, ZF_BLOCK, 0, stream>>>(lp);
-      } else {
-        zero_list_kernel<false><<<lp.n, ZF_BLOCK, 0, stream>>>(lp);
-      }
-      return cudaGetLastError();
-    }
-  }
+  int listed = 0;
+  const cudaError_t le = zf_try_list(segs, n, tokens, stage, stream, &listed);
+  if (listed) return le;
   if (n <= ZF_SMALL_SEGS) {
     zf_params_small p;
     dim3 grid;
@@ -628,7 +655,9 @@ extern "C" int mdr_cuda_zero_preload(void) {
       (const void *)zero_static_kernel<ZF_SMALL_SEGS, true>, (const void *)zero_static_kernel<ZF_SMALL_SEGS, false>,
       (const void *)zero_static_kernel<MDR_ZERO_MAX_SEGS, true>,
       (const void *)zero_static_kernel<MDR_ZERO_MAX_SEGS, false>, (const void *)zero_table_kernel,
-      (const void *)zero_list_kernel<true>, (const void *)zero_list_kernel<false>,
+      (const void *)zero_list_kernel<ZF_LIST_SMALL, true>, (const void *)zero_list_kernel<ZF_LIST_SMALL, false>,
+      (const void *)zero_list_kernel<MDR_ZERO_LIST_MAX, true>,
+      (const void *)zero_list_kernel<MDR_ZERO_LIST_MAX, false>,
       (const void *)zero_dynamic_kernel,
   };
   for (const void *k : kernels) {

@@ -178,10 +178,11 @@ MDR_HD mdr_zero_span mdr_zero_chunk_span(uint64_t ptr, uint64_t seg_bytes, uint6
  *    same chunks, in the same order, as the prefix sums and
  *    mdr_zero_chunk_span give. */
 /* Static plans of one launch (at most MDR_ZERO_MAX_SEGS segments) with at
- * most this many chunks travel as their chunk list and run one block per
- * chunk; larger ones take the prefix sums. The kernel's list parameters
- * stay under 4 KiB; the host mirror walks the same list. */
-#define MDR_ZERO_LIST_MAX 480
+ * most this many chunks (about 16 MB) travel as their chunk list and run
+ * one block per chunk; larger ones, where the stores outweigh a search,
+ * take the prefix sums. The kernel's list parameters stay within 8 KiB;
+ * the host mirror walks the same list. */
+#define MDR_ZERO_LIST_MAX 1000
 #define MDR_ZERO_LIST_ADDR_BITS 48
 #define MDR_ZERO_LIST_ADDR_MASK ((((uint64_t)1) << MDR_ZERO_LIST_ADDR_BITS) - 1u)
 #define MDR_ZERO_LIST_NONE UINT32_MAX

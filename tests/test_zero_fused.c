@@ -334,19 +334,22 @@ Test(zero_fused, plans_longer_than_64_segments_are_split_and_complete) {
 }
 
 /* Static plans of one launch with at most MDR_ZERO_LIST_MAX chunks run as
- * their chunk list, larger ones with prefix sums: a plan of exactly the cap
- * and one of one chunk more, misaligned, as HEAD and FIXED rules, both
- * clear exactly their bytes (the host execution takes the same paths). */
+ * their chunk list, larger ones with prefix sums: plans of 480 and 481
+ * chunks (the two parameter sizes of the list kernel, ZF_LIST_SMALL = 480
+ * in kernels/zero_fused.cu), of exactly the cap and of one chunk more,
+ * misaligned, as HEAD and FIXED rules, all clear exactly their bytes (the
+ * host execution takes the same paths). */
 Test(zero_fused, plans_at_the_chunk_list_cap_clear_exactly_on_both_sides) {
   REQUIRE_DEVICE();
 #ifdef MDR_HAVE_CUDA
   static plan p;
   images im;
   images_init(&im, IMAGE_CAP);
-  for (int extra = 0; extra < 2; extra++) {
+  const uint64_t totals[4] = {480, 481, MDR_ZERO_LIST_MAX, MDR_ZERO_LIST_MAX + 1}; /* chunks */
+  for (int c = 0; c < 4; c++) {
     memset(&p, 0, sizeof p);
-    const uint64_t sizes[3] = {100 * MDR_ZERO_CHUNK, (uint64_t)(MDR_ZERO_LIST_MAX - 102) * MDR_ZERO_CHUNK + 77,
-                               extra ? MDR_ZERO_CHUNK + 1 : 1};
+    /* 100 chunks, totals - 101 chunks (the last one 77 bytes), 1 byte */
+    const uint64_t sizes[3] = {100 * MDR_ZERO_CHUNK, (totals[c] - 102) * MDR_ZERO_CHUNK + 77, 1};
     uint64_t cursor = 0;
     p.n = 3;
     for (size_t i = 0; i < p.n; i++) {
