@@ -200,10 +200,12 @@ typedef struct floors {
   double ceiling_1g_gbps, ceiling_4g_gbps, ceiling_gbps; /* GB/s (1e9 bytes/s) */
   summary graph_replay, eager_launch;                    /* µs */
   double graph_replay_loop, eager_launch_loop;           /* µs per launch, back to back */
+  void *replay_graph, *replay_exec; /* the 1-kernel graph, kept to re-time it beside each case */
 } floors;
 
-/* floor(case) in µs: writing `bytes` at the ceiling plus one graph launch. */
-double floor_us(const floors *f, size_t bytes);
+/* floor(case) in µs: writing `bytes` at the ceiling plus one graph launch
+ * (replay_us: the 1-kernel graph replay timed beside the case). */
+double floor_us(const floors *f, size_t bytes, double replay_us);
 
 #ifdef MDR_HAVE_CUDA
 void gpu_init(gpu_ctx *g, mdr_stream stream, size_t reps);
@@ -214,6 +216,11 @@ summary gpu_time_steps(gpu_ctx *g, step_fn fn, void *arg, size_t tokens, size_t 
 /* µs per step of `reps` steps submitted back to back (no blocker). */
 double gpu_time_loop(gpu_ctx *g, step_fn fn, void *arg, size_t tokens, size_t reps);
 void measure_floors(gpu_ctx *g, size_t reps, floors *f);
+/* The 1-kernel graph replay timed again now, as a case's steps are (the
+ * floor's launch term beside that case: it drifts by tenths of a µs over a
+ * run). */
+summary floor_replay_now(gpu_ctx *g, const floors *f, size_t reps);
+void floors_fini(floors *f);
 #endif
 
 /* ---- one strategy's step (bench_runner.c) ---- */
@@ -267,6 +274,7 @@ typedef struct bench_case {
   summary cpu_vary;       /* graph strategies: CPU µs when the count changes every step */
   double loop_us;         /* µs per step back to back */
   double gbps, floor_us, x_floor, speedup, cpu_speedup;
+  double floor_replay_us; /* the 1-kernel graph replay timed just before this case (GPU) */
   uint64_t eager_steps;   /* graph strategies: steps that ran eagerly */
 } bench_case;
 

@@ -14,8 +14,8 @@
 #include "bench_cuda.h"
 #endif
 
-double floor_us(const floors *f, size_t bytes) {
-  return (double)bytes / (f->ceiling_gbps * 1e3) + f->graph_replay.med;
+double floor_us(const floors *f, size_t bytes, double replay_us) {
+  return (double)bytes / (f->ceiling_gbps * 1e3) + replay_us;
 }
 
 #ifdef MDR_HAVE_CUDA
@@ -168,7 +168,19 @@ void measure_floors(gpu_ctx *g, size_t reps, floors *f) {
   f->graph_replay_loop = gpu_time_loop(g, step_graph_replay, &r, 0, reps);
   f->eager_launch = gpu_time_steps(g, step_empty_kernel, g->stream, 0, reps, false);
   f->eager_launch_loop = gpu_time_loop(g, step_empty_kernel, g->stream, 0, reps);
-  CUDA_CHECK(cudaGraphExecDestroy(r.exec));
-  CUDA_CHECK(cudaGraphDestroy(graph));
+  f->replay_graph = graph;
+  f->replay_exec = r.exec;
+}
+
+summary floor_replay_now(gpu_ctx *g, const floors *f, size_t reps) {
+  replay_arg r = {.exec = (cudaGraphExec_t)f->replay_exec, .stream = g->stream};
+  for (int i = 0; i < WARMUP_STEPS; i++) step_graph_replay(&r, 0);
+  return gpu_time_steps(g, step_graph_replay, &r, 0, reps, false);
+}
+
+void floors_fini(floors *f) {
+  if (f->replay_exec) CUDA_CHECK(cudaGraphExecDestroy((cudaGraphExec_t)f->replay_exec));
+  if (f->replay_graph) CUDA_CHECK(cudaGraphDestroy((cudaGraph_t)f->replay_graph));
+  f->replay_exec = f->replay_graph = NULL;
 }
 #endif

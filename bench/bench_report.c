@@ -51,7 +51,9 @@ void print_floors(const floors *f) {
          f->graph_replay.p10, f->graph_replay.p90, f->graph_replay_loop);
   printf("  empty eager launch:    %.2f us [%.2f-%.2f], back to back %.2f us\n", f->eager_launch.med,
          f->eager_launch.p10, f->eager_launch.p90, f->eager_launch_loop);
-  printf("  floor(case) = bytes / ceiling + %.2f us\n\n", f->graph_replay.med);
+  printf("  floor(case) = bytes / ceiling + the 1-kernel graph replay timed just before the case\n"
+         "                (%.2f us here; each case's own is in results.json, floor_replay_us)\n\n",
+         f->graph_replay.med);
 }
 
 void print_legend(bool gpu) {
@@ -63,7 +65,8 @@ void print_legend(bool gpu) {
          "  CPU us    host time of the submitting call, median over the CPU reps%s\n"
          "  CPU chg   CPU us when the token count changes on every step (graph strategies)\n"
          "  GB/s      MB / GPU us\n"
-         "  xfloor    GPU us / floor, floor = MB / write ceiling + one 1-kernel graph replay; 1.00 is the floor\n"
+         "  xfloor    GPU us / floor, floor = MB / write ceiling + one 1-kernel graph replay (timed just before\n"
+         "            the case); 1.00 is the floor\n"
          "  speedup   eager-memset GPU us / this strategy's GPU us, same preset, policy, tokens (> 1: faster\n"
          "            than plain memsets)\n"
          "  CPU spd   the same ratio of CPU us\n"
@@ -512,7 +515,7 @@ static void write_case_json(FILE *f, const bench_case *c) {
       {"loop_us_mean", c->loop_us}, {"cold_us_med", c->cold.med}, {"cold_us_p10", c->cold.p10},
       {"cold_us_p90", c->cold.p90}, {"cpu_us_med", c->cpu.med},   {"cpu_us_p10", c->cpu.p10},
       {"cpu_us_p90", c->cpu.p90},   {"gbps", c->gbps},            {"floor_us", c->floor_us},
-      {"x_floor", c->x_floor},      {"speedup", c->speedup},      {"cpu_speedup", c->cpu_speedup},
+      {"floor_replay_us", c->floor_replay_us}, {"x_floor", c->x_floor},      {"speedup", c->speedup},      {"cpu_speedup", c->cpu_speedup},
       {"cpu_vary_us_med", c->cpu_vary.med}, {"cpu_vary_us_p90", c->cpu_vary.p90},
       {"gpu_us_p99", c->gpu.p99},   {"gpu_us_max", c->gpu.max},   {"cpu_us_p99", c->cpu.p99},
       {"cpu_us_max", c->cpu.max},

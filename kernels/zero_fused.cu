@@ -538,13 +538,17 @@ static cudaError_t zf_launch_list(const zf_list_params_t<CAP> &p, cudaStream_t s
   return cudaGetLastError();
 }
 
-/* A plan of one launch whose chunks fit the list: zero_list_kernel, in the
- * smaller parameter block that holds it. *taken = 0 when the plan does not
- * take the list (the caller falls back to the prefix sums). */
+/* A plan of one launch whose chunks fit the list, and that reads no host
+ * memory: zero_list_kernel, in the smaller parameter block that holds it.
+ * *taken = 0 otherwise (the caller falls back to the prefix sums). A launch
+ * that fetches from the staging slot (FETCH) keeps the prefix sums: there
+ * the PCIe round trip of the stage block is the step's critical path, and
+ * the list's earlier stores measured 5-9% slower at 4-8 tokens
+ * (docs/KERNELS.md). */
 static cudaError_t zf_try_list(const mdr_zero_seg *segs, size_t n, uint64_t tokens, const mdr_stage_desc *stage,
                                cudaStream_t stream, int *taken) {
   *taken = 0;
-  if (n > MDR_ZERO_MAX_SEGS) return cudaSuccess;
+  if (n > MDR_ZERO_MAX_SEGS || !mdr_zero_list_allowed(stage ? stage->flags : 0u)) return cudaSuccess;
   mdr_zero_seg fixed[MDR_ZERO_MAX_SEGS];
   uint64_t words[MDR_ZERO_LIST_MAX];
   const uint32_t m = (uint32_t)mdr_zero_plan_at(segs, n, tokens, fixed);

@@ -266,6 +266,11 @@ enum {
                                 to the copy count; count_out gets t */
 };
 
+/* Whether a static launch with these stage flags may take the chunk list
+ * (section 5): not when it fetches from host memory, where the stage
+ * block's PCIe round trip, not the stores, bounds the step. */
+MDR_HD int mdr_zero_list_allowed(uint32_t stage_flags) { return (stage_flags & MDR_STAGE_FETCH) == 0; }
+
 /* The device words a staged launch coordinates its blocks with (at
  * mdr_stage_desc.done, zeroed before the first launch, left zeroed by each).
  * DYNAMIC launches: each block takes a ticket when it starts; ticket 0 reads

@@ -50,9 +50,11 @@ static int zero_list_host(const mdr_zero_seg *segs, uint32_t n, uint64_t t) {
 }
 
 /* Static: every segment's bytes at t (the chunk list when the plan is one
- * launch that fits it, `whole`). DYNAMIC: the floor, then the rest. */
-static void zero_launch_host(const mdr_zero_seg *segs, uint32_t n, uint64_t t, int dynamic, int whole) {
-  if (!dynamic && whole && zero_list_host(segs, n, t)) return;
+ * launch, `whole`, that may take it and fits it). DYNAMIC: the floor, then
+ * the rest. */
+static void zero_launch_host(const mdr_zero_seg *segs, uint32_t n, uint64_t t, int dynamic, int whole,
+                             uint32_t flags) {
+  if (!dynamic && whole && mdr_zero_list_allowed(flags) && zero_list_host(segs, n, t)) return;
   uint64_t off[MDR_ZERO_MAX_SEGS] = {0}, len[MDR_ZERO_MAX_SEGS] = {0};
   for (uint32_t i = 0; i < n; i++) {
     off[i] = 0;
@@ -118,7 +120,7 @@ void mdr_zero_fused_host(const mdr_zero_seg *segs, size_t n, uint64_t tokens,
       }
     }
 
-    if (count) zero_launch_host(segs + first, (uint32_t)count, t, dynamic, launches == 1);
+    if (count) zero_launch_host(segs + first, (uint32_t)count, t, dynamic, launches == 1, flags);
 
     /* static plans copy the launch's own token count; DYNAMIC the slot's */
     const uint64_t copy = (flags & MDR_STAGE_DYNAMIC) ? header->copy_tokens : tokens;

@@ -425,6 +425,15 @@ Test(zero_map, list_word_refuses_what_does_not_fit) {
   }
 }
 
+Test(zero_map, list_is_allowed_only_to_launches_that_read_no_host_memory) {
+  cr_assert_eq(mdr_zero_list_allowed(0), 1, "eager and unstaged launches");
+  cr_assert_eq(mdr_zero_list_allowed(MDR_STAGE_DEVICE_IDS), 1, "device ids, count in the launch");
+  cr_assert_eq(mdr_zero_list_allowed(MDR_STAGE_DEVICE_IDS | MDR_STAGE_ADVANCE), 1);
+  cr_assert_eq(mdr_zero_list_allowed(MDR_STAGE_FETCH), 0, "host ids from the slot");
+  cr_assert_eq(mdr_zero_list_allowed(MDR_STAGE_FETCH | MDR_STAGE_ADVANCE), 0);
+  cr_assert_eq(mdr_zero_list_allowed(MDR_STAGE_DEVICE_IDS | MDR_STAGE_FETCH), 0, "count from the slot header");
+}
+
 /* The list names the same chunks, in the same order, as the prefix sums. */
 Test(zero_map, list_build_lists_the_prefix_sum_chunks_in_order) {
   uint64_t rng = 0x5eed0010;
