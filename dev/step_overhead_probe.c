@@ -79,6 +79,8 @@ int main(int argc, char **argv) {
   CHECK(mdr_sizes_from_config(&cfg, &lim, &sizes) == MDR_OK, "sizes");
   mdr_arena *a = NULL;
   CHECK(mdr_arena_create(b, &sizes, &a) == MDR_OK, "arena");
+  /* the bare graph below is the fused zeroing: one kernel node */
+  CHECK(mdr_arena_set_zero_strategy(a, MDR_ZERO_FUSED) == MDR_OK, "fused");
   mdr_graph_cache_options o;
   mdr_graph_cache_options_default(&o);
   o.zero = MDR_ZERO_FUSED;
@@ -95,6 +97,9 @@ int main(int argc, char **argv) {
   CHECK(mdr_arena_zero_all_rows(a, s, 1) == MDR_OK, "zero");
   CHECK(cudaStreamEndCapture(cs, &g) == cudaSuccess, "end");
   CHECK(cudaGraphInstantiate(&x, g, 0) == cudaSuccess, "instantiate");
+  size_t nodes = 0;
+  CHECK(cudaGraphGetNodes(g, NULL, &nodes) == cudaSuccess && nodes == 1, "a one-node graph");
+  CHECK(cudaGraphUpload(x, cs) == cudaSuccess, "upload");
 
   const uint32_t ids[1] = {42};
   const char *names[] = {"cudaStreamIsCapturing", "cudaGetDevice", "cudaGraphLaunch (1 kernel)",

@@ -247,6 +247,14 @@ __device__ __forceinline__ void zf_device_ids(const mdr_stage_desc &st, uint32_t
  * holds once the values read have been stored. */
 __device__ __forceinline__ void zf_stage_block(const mdr_stage_desc &st, uint32_t flags,
                                                uint32_t copy) {
+  if ((flags & (MDR_STAGE_FETCH | MDR_STAGE_ADVANCE)) == 0) {
+    /* device ids whose count the launch carries (EXACT device steps): no
+     * slot and no counter to read, so nothing to wait for before the copy;
+     * a step at 1-8 tokens is short enough for that wait to show */
+    if (threadIdx.x == 0 && (flags & MDR_STAGE_DEVICE_IDS)) *(uint32_t *)st.count_out = copy;
+    if (flags & MDR_STAGE_DEVICE_IDS) zf_device_ids(st, copy, copy);
+    return;
+  }
   __shared__ uint32_t s_tokens;
   const uint64_t step = *(volatile const uint64_t *)st.counter; /* one broadcast load */
   const uint64_t slot = st.ring + (step % st.slots) * st.slot_bytes;
