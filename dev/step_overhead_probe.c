@@ -9,7 +9,9 @@
  * as mdr-bench does), TAIL_SAMPLES samples of the bare launch and of both
  * steps, p50 / p90 / p99 / p99.9 / max; once as the thread runs, once with
  * it pinned to the CPU it is on (sched_setaffinity), so that what the OS
- * adds (migrations) can be told from what the calls cost.
+ * adds (migrations) can be told from what the calls cost, and once (pinned)
+ * with every batch submitted behind a 1 GiB memset, the GPU writing at full
+ * bandwidth meanwhile, as during mdr-bench's 4096-token steps.
  *
  * Usage: step_overhead_probe [--calls N] [--batches B] [--tail-samples S].
  * Exit 77 without a GPU. */
@@ -24,6 +26,7 @@
 #include <mdr/mdr.h>
 
 enum { DEFAULT_CALLS = 4, DEFAULT_BATCHES = 20000, MAX_BATCHES = 1000000, TAIL_DRAIN = 4 };
+#define LOAD_BYTES ((size_t)1 << 30) /* the loaded tails' memset: about 230 us on an H200 */
 
 static double now_ns(void) {
   struct timespec ts;
@@ -132,8 +135,14 @@ int main(int argc, char **argv) {
   printf("\ntails: one call per sample, the stream drained every %d calls, %d samples (us)\n", TAIL_DRAIN,
          tail_samples);
   printf("  %-40s %-8s %7s %7s %7s %7s %7s\n", "call", "thread", "p50", "p90", "p99", "p99.9", "max");
-  for (int pinned = 0; pinned < 2; pinned++) {
-    if (pinned) {
+  /* "loaded": each batch of calls is submitted behind a LOAD_BYTES memset,
+   * so the GPU writes at full bandwidth while the host submits, as in a
+   * 4096-token step (a 200-350 us zeroing kernel) */
+  void *load = NULL;
+  CHECK(cudaMalloc(&load, LOAD_BYTES) == cudaSuccess, "cudaMalloc (load)");
+  static const char *const modes[] = {"free", "pinned", "loaded"};
+  for (int mode = 0; mode < 3; mode++) {
+    if (mode == 1) {
       cpu_set_t set;
       CPU_ZERO(&set);
       CPU_SET(sched_getcpu(), &set);
@@ -141,7 +150,10 @@ int main(int argc, char **argv) {
     }
     for (int what = 2; what < 5; what++) {
       for (int k = 0; k < tail_samples; k++) {
-        if (k % TAIL_DRAIN == 0) CHECK(cudaStreamSynchronize(cs) == cudaSuccess, "sync");
+        if (k % TAIL_DRAIN == 0) {
+          CHECK(cudaStreamSynchronize(cs) == cudaSuccess, "sync");
+          if (mode == 2) CHECK(cudaMemsetAsync(load, k & 0xff, LOAD_BYTES, cs) == cudaSuccess, "load");
+        }
         double t0 = now_ns();
         mdr_status ms = MDR_OK;
         switch (what) {
@@ -154,12 +166,13 @@ int main(int argc, char **argv) {
       }
       CHECK(cudaStreamSynchronize(cs) == cudaSuccess, "sync");
       qsort(v, (size_t)tail_samples, sizeof *v, cmp);
-      printf("  %-40s %-8s %7.2f %7.2f %7.2f %7.2f %7.2f\n", names[what], pinned ? "pinned" : "free",
+      printf("  %-40s %-8s %7.2f %7.2f %7.2f %7.2f %7.2f\n", names[what], modes[mode],
              quantile(v, tail_samples, 0.5), quantile(v, tail_samples, 0.9), quantile(v, tail_samples, 0.99),
              quantile(v, tail_samples, 0.999), v[tail_samples - 1]);
     }
   }
   free(v);
+  CHECK(cudaFree(load) == cudaSuccess, "cudaFree (load)");
 
   mdr_graph_stats st;
   CHECK(mdr_graph_cache_stats(c, &st) == MDR_OK && st.captures == 2 && st.eager_steps == 0, "all steps replayed");
