@@ -11,7 +11,9 @@
  * it pinned to the CPU it is on (sched_setaffinity), so that what the OS
  * adds (migrations) can be told from what the calls cost, and once (pinned)
  * with every batch submitted behind a 1 GiB memset, the GPU writing at full
- * bandwidth meanwhile, as during mdr-bench's 4096-token steps.
+ * bandwidth meanwhile ("loaded"), and once behind a 6 GiB one ("long"):
+ * each drain then waits about 1.4 ms, as mdr-bench's drains of four
+ * 4096-token steps do.
  *
  * Usage: step_overhead_probe [--calls N] [--batches B] [--tail-samples S].
  * Exit 77 without a GPU. */
@@ -26,7 +28,8 @@
 #include <mdr/mdr.h>
 
 enum { DEFAULT_CALLS = 4, DEFAULT_BATCHES = 20000, MAX_BATCHES = 1000000, TAIL_DRAIN = 4 };
-#define LOAD_BYTES ((size_t)1 << 30) /* the loaded tails' memset: about 230 us on an H200 */
+#define LOAD_BYTES ((size_t)1 << 30)      /* the loaded tails' memset: about 230 us on an H200 */
+#define LONG_LOAD_BYTES ((size_t)6 << 30) /* the long-loaded ones': about 1.4 ms, four 4096-token steps */
 
 static double now_ns(void) {
   struct timespec ts;
@@ -139,9 +142,9 @@ int main(int argc, char **argv) {
    * so the GPU writes at full bandwidth while the host submits, as in a
    * 4096-token step (a 200-350 us zeroing kernel) */
   void *load = NULL;
-  CHECK(cudaMalloc(&load, LOAD_BYTES) == cudaSuccess, "cudaMalloc (load)");
-  static const char *const modes[] = {"free", "pinned", "loaded"};
-  for (int mode = 0; mode < 3; mode++) {
+  CHECK(cudaMalloc(&load, LONG_LOAD_BYTES) == cudaSuccess, "cudaMalloc (load)");
+  static const char *const modes[] = {"free", "pinned", "loaded", "long"};
+  for (int mode = 0; mode < 4; mode++) {
     if (mode == 1) {
       cpu_set_t set;
       CPU_ZERO(&set);
@@ -152,7 +155,9 @@ int main(int argc, char **argv) {
       for (int k = 0; k < tail_samples; k++) {
         if (k % TAIL_DRAIN == 0) {
           CHECK(cudaStreamSynchronize(cs) == cudaSuccess, "sync");
-          if (mode == 2) CHECK(cudaMemsetAsync(load, k & 0xff, LOAD_BYTES, cs) == cudaSuccess, "load");
+          if (mode >= 2)
+            CHECK(cudaMemsetAsync(load, k & 0xff, mode == 2 ? LOAD_BYTES : LONG_LOAD_BYTES, cs) == cudaSuccess,
+                  "load");
         }
         double t0 = now_ns();
         mdr_status ms = MDR_OK;
