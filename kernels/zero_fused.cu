@@ -20,11 +20,12 @@
  * thread.
  *
  * The kernels, each with one launcher below:
- *   - zero_list_kernel (eager, EXACT/LADDER graphs, small plans): a static
- *     plan of one launch with at most MDR_ZERO_LIST_MAX chunks travels as
- *     the list of its chunks (zero_map.h section 5), block k clears chunk k
- *     after one parameter load; stage work as below, in block 0;
- *   - zero_static_kernel (eager, EXACT/LADDER graphs, larger plans): the launcher
+ *   - zero_list_kernel (EXACT/LADDER graphs, small plans, no host fetch): a
+ *     static plan of one launch with at most MDR_ZERO_LIST_MAX chunks,
+ *     captured into a graph, travels as the list of its chunks (zero_map.h
+ *     section 5), block k clears chunk k after one parameter load; stage
+ *     work as below, in block 0;
+ *   - zero_static_kernel (eager, and graphs' larger plans or host fetches): the launcher
  *     evaluates the rules at `tokens` and passes FIXED segments and the
  *     prefix sums; one block per chunk, laid out in rows (one row per
  *     segment, no search) when the segments are of similar size; stage
@@ -546,17 +547,24 @@ static cudaError_t zf_launch_list(const zf_list_params_t<CAP> &p, cudaStream_t s
   return cudaGetLastError();
 }
 
-/* A plan of one launch whose chunks fit the list, and that reads no host
- * memory: zero_list_kernel, in the smaller parameter block that holds it.
- * *taken = 0 otherwise (the caller falls back to the prefix sums). A launch
- * that fetches from the staging slot (FETCH) keeps the prefix sums: there
- * the PCIe round trip of the stage block is the step's critical path, and
- * the list's earlier stores measured 5-9% slower at 4-8 tokens
- * (docs/KERNELS.md). */
+/* A plan of one launch whose chunks fit the list, that reads no host memory
+ * and is being captured: zero_list_kernel, in the smaller parameter block
+ * that holds it. *taken = 0 otherwise (the caller falls back to the prefix
+ * sums). Measured (docs/KERNELS.md):
+ *   - a launch that fetches from the staging slot (FETCH) keeps the prefix
+ *     sums: there the stage block's PCIe round trip is the step's critical
+ *     path, and the list's earlier stores made it 5-9% slower at 4-8 tokens;
+ *   - an eager launch keeps them too: the list gained 2-4% of GPU time there
+ *     but cost 5-10% more CPU per launch (building the words, 4-8 KiB of
+ *     parameters), a cost a graph pays once, at capture. */
 static cudaError_t zf_try_list(const mdr_zero_seg *segs, size_t n, uint64_t tokens, const mdr_stage_desc *stage,
                                cudaStream_t stream, int *taken) {
   *taken = 0;
   if (n > MDR_ZERO_MAX_SEGS || !mdr_zero_list_allowed(stage ? stage->flags : 0u)) return cudaSuccess;
+  cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+  const cudaError_t ce = cudaStreamIsCapturing(stream, &cap);
+  if (ce != cudaSuccess) return ce; /* reported by the caller, as a failed launch would be */
+  if (cap != cudaStreamCaptureStatusActive) return cudaSuccess;
   mdr_zero_seg fixed[MDR_ZERO_MAX_SEGS];
   uint64_t words[MDR_ZERO_LIST_MAX];
   const uint32_t m = (uint32_t)mdr_zero_plan_at(segs, n, tokens, fixed);
@@ -577,7 +585,7 @@ static cudaError_t zf_launch_static(const mdr_zero_seg *segs, size_t n, uint64_t
                                     const mdr_stage_desc *stage, cudaStream_t stream, int sm_count) {
   int listed = 0;
   const cudaError_t le = zf_try_list(segs, n, tokens, stage, stream, &listed);
-  if (listed) return le;
+  if (listed || le != cudaSuccess) return le;
   if (n <= ZF_SMALL_SEGS) {
     zf_params_small p;
     dim3 grid;

@@ -208,6 +208,9 @@ MDR_HD mdr_zero_span mdr_zero_list_span(uint64_t word) {
  * more than `cap` chunks or a chunk does not encode (then the plan takes
  * the prefix sums). */
 MDR_HD uint32_t mdr_zero_list_build(const mdr_zero_seg *fixed, uint32_t n, uint64_t *out, uint32_t cap) {
+  uint64_t total = 0; /* count first: a plan past the cap costs n additions, not cap words */
+  for (uint32_t i = 0; i < n && total <= cap; i++) total += mdr_zero_chunks(fixed[i].bytes);
+  if (total > cap) return MDR_ZERO_LIST_NONE;
   uint32_t k = 0;
   for (uint32_t i = 0; i < n; i++) {
     const uint64_t chunks = mdr_zero_chunks(fixed[i].bytes);

@@ -333,12 +333,46 @@ Test(zero_fused, plans_longer_than_64_segments_are_split_and_complete) {
 #endif
 }
 
-/* Static plans of one launch with at most MDR_ZERO_LIST_MAX chunks run as
- * their chunk list, larger ones with prefix sums: plans of 480 and 481
- * chunks (the two parameter sizes of the list kernel, ZF_LIST_SMALL = 480
- * in kernels/zero_fused.cu), of exactly the cap and of one chunk more,
- * misaligned, as HEAD and FIXED rules, all clear exactly their bytes (the
- * host execution takes the same paths). */
+/* Capture one launch of the plan at t into a graph, replay it once over
+ * poison and check both images; `kernel` gets the name of the graph's
+ * (first) kernel node, mangled, as cudaFuncGetName gives it. */
+static void run_captured(images *im, const plan *p, uint64_t t, const char **kernel) {
+  mdr_zero_seg segs[PLAN_MAX_SEGS];
+  cudaStream_t s;
+  CU(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  plan_segs(p, ADDR(im->dev), segs);
+  CU(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+  const int e = mdr_cuda_zero_and_stage(segs, p->n, t, NULL, s, sm_count());
+  cudaGraph_t graph = NULL;
+  CU(cudaStreamEndCapture(s, &graph));
+  cr_assert_eq(e, 0, "launch under capture: %s", cudaGetErrorString((cudaError_t)e));
+  cudaGraphNode_t nodes[8];
+  size_t n_nodes = 8;
+  CU(cudaGraphGetNodes(graph, nodes, &n_nodes));
+  cr_assert(n_nodes >= 1);
+  struct cudaKernelNodeParams kp;
+  CU(cudaGraphKernelNodeGetParams(nodes[0], &kp));
+  CU(cudaFuncGetName(kernel, kp.func));
+  cudaGraphExec_t exec = NULL;
+  CU(cudaGraphInstantiate(&exec, graph, 0));
+  poison(im, p, s);
+  CU(cudaGraphLaunch(exec, s));
+  plan_segs(p, ADDR(im->host), segs);
+  mdr_zero_fused_host(segs, p->n, t, NULL);
+  copy_back(im, p, s);
+  check_both(im, p, t);
+  CU(cudaGraphExecDestroy(exec));
+  CU(cudaGraphDestroy(graph));
+  CU(cudaStreamDestroy(s));
+}
+
+/* Captured static plans of one launch with at most MDR_ZERO_LIST_MAX chunks
+ * run as their chunk list (zero_list_kernel), larger ones with prefix sums
+ * (zero_static_kernel): plans of 480 and 481 chunks (the list kernel's two
+ * parameter sizes, ZF_LIST_SMALL = 480 in kernels/zero_fused.cu), of
+ * exactly the cap and of one chunk more, misaligned, as HEAD and FIXED
+ * rules, all clear exactly their bytes, captured and eagerly (the host
+ * execution takes the same paths). */
 Test(zero_fused, plans_at_the_chunk_list_cap_clear_exactly_on_both_sides) {
   REQUIRE_DEVICE();
 #ifdef MDR_HAVE_CUDA
@@ -362,7 +396,12 @@ Test(zero_fused, plans_at_the_chunk_list_cap_clear_exactly_on_both_sides) {
     p.rule[1].rule = MDR_RULE_HEAD; /* m = 5000 rows of the buffer at t = 5000: all of it */
     p.rule[1].a = 5000;
     p.mem_bytes = cursor + 4096;
-    run_plain(&im, &p, 5000, sm_count(), 0);
+    const char *kernel = NULL;
+    run_captured(&im, &p, 5000, &kernel);
+    const char *want = totals[c] <= MDR_ZERO_LIST_MAX ? "zero_list_kernel" : "zero_static_kernel";
+    cr_assert(kernel && strstr(kernel, want), "%llu chunks captured: kernel %s, want %s",
+              (unsigned long long)totals[c], kernel ? kernel : "(none)", want);
+    run_plain(&im, &p, 5000, sm_count(), 0); /* eager: the prefix sums */
   }
   images_free(&im);
 #endif
