@@ -550,13 +550,13 @@ static cudaError_t zf_launch_list(const zf_list_params_t<CAP> &p, cudaStream_t s
 /* A plan of one launch whose chunks fit the list, that reads no host memory
  * and is being captured: zero_list_kernel, in the smaller parameter block
  * that holds it. *taken = 0 otherwise (the caller falls back to the prefix
- * sums). Measured (docs/KERNELS.md):
- *   - a launch that fetches from the staging slot (FETCH) keeps the prefix
- *     sums: there the stage block's PCIe round trip is the step's critical
- *     path, and the list's earlier stores made it 5-9% slower at 4-8 tokens;
- *   - an eager launch keeps them too: the list gained 2-4% of GPU time there
- *     but cost 5-10% more CPU per launch (building the words, 4-8 KiB of
- *     parameters), a cost a graph pays once, at capture. */
+ * sums). Both exceptions were measured (docs/KERNELS.md):
+ *   - a launch that fetches from the staging slot (FETCH): there the stage
+ *     block's PCIe round trip is the step's critical path, and the list's
+ *     earlier stores slowed it at 4-8 tokens;
+ *   - an eager launch: the list gains little GPU time there and costs CPU
+ *     at every launch (building the words, 4-8 KiB of parameters), which a
+ *     graph pays once, at capture. */
 static cudaError_t zf_try_list(const mdr_zero_seg *segs, size_t n, uint64_t tokens, const mdr_stage_desc *stage,
                                cudaStream_t stream, int *taken) {
   *taken = 0;
