@@ -47,23 +47,7 @@
 
 #include "zero_map.h"
 
-#define CUDA_CHECK(call)                                                                      \
-  do {                                                                                        \
-    cudaError_t e_ = (call);                                                                  \
-    if (e_ != cudaSuccess) {                                                                  \
-      fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_));  \
-      exit(2);                                                                                \
-    }                                                                                         \
-  } while (0)
-#define MDR_CHECK(b, call)                                                                    \
-  do {                                                                                        \
-    mdr_status s_ = (call);                                                                   \
-    if (s_ != MDR_OK) {                                                                       \
-      fprintf(stderr, "%s:%d: %s: %s: %s\n", __FILE__, __LINE__, #call, mdr_status_string(s_), \
-              mdr_backend_last_error(b));                                                     \
-      exit(2);                                                                                \
-    }                                                                                         \
-  } while (0)
+#include "lab.h"
 
 #define PB_BLOCK 256
 #define PB_BLOCKS_PER_SM 6

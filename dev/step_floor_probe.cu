@@ -41,23 +41,7 @@
 #include <cuda_runtime.h>
 #include <mdr/mdr.h>
 
-#define CUDA_CHECK(call)                                                                     \
-  do {                                                                                       \
-    cudaError_t e_ = (call);                                                                 \
-    if (e_ != cudaSuccess) {                                                                 \
-      fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
-      exit(2);                                                                               \
-    }                                                                                        \
-  } while (0)
-#define MDR_CHECK(b, call)                                                                             \
-  do {                                                                                                 \
-    mdr_status s_ = (call);                                                                            \
-    if (s_ != MDR_OK) {                                                                                \
-      fprintf(stderr, "%s:%d: %s: %s: %s\n", __FILE__, __LINE__, #call, mdr_status_string(s_),         \
-              mdr_backend_last_error(b));                                                              \
-      exit(2);                                                                                         \
-    }                                                                                                  \
-  } while (0)
+#include "lab.h"
 
 #define POISON 0xA5
 #define GUARD 4096             /* bytes checked past each segment */
@@ -88,15 +72,10 @@ __device__ __forceinline__ void store16_zero(uint64_t addr) {
  * body in 16-byte stores, four in flight per thread. */
 template <int B>
 __device__ __forceinline__ void clear_range(uint64_t begin, uint64_t end) {
-  uint64_t body = (begin + 15u) & ~(uint64_t)15u;
-  if (body > end) body = end;
-  uint64_t tail = end & ~(uint64_t)15u;
-  if (tail < body) tail = body;
-  const unsigned tid = threadIdx.x;
-  if (tid < body - begin) *(unsigned char *)(begin + tid) = 0;
-  if (tid < end - tail) *(unsigned char *)(tail + tid) = 0;
+  uint64_t body, tail;
+  lab_edges(begin, end, &body, &tail);
   const unsigned n16 = (unsigned)((tail - body) >> 4);
-  unsigned i = tid;
+  unsigned i = threadIdx.x;
   for (; i + 3 * B < n16; i += 4 * B) {
 #pragma unroll
     for (int u = 0; u < 4; u++) store16_zero(body + (uint64_t)(i + u * B) * 16u);

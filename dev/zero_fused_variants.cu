@@ -72,15 +72,7 @@
 #include "zero_fused.h" /* the promoted kernel's launcher (kernels/zero_fused.cu, linked) */
 #include "zero_map.h"   /* the plan arithmetic: chunks, spans, rules, stage layout */
 
-#define CUDA_CHECK(call)                                                              \
-  do {                                                                                \
-    cudaError_t e_ = (call);                                                          \
-    if (e_ != cudaSuccess) {                                                          \
-      fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call,                   \
-              cudaGetErrorString(e_));                                                \
-      exit(2);                                                                        \
-    }                                                                                 \
-  } while (0)
+#include "lab.h"
 
 #define BV_BLOCK 256
 #define BV_BLOCKS_PER_SM 4
@@ -119,27 +111,12 @@ __device__ __forceinline__ void bv_store16_zero(uint64_t addr) {
     asm volatile("st.global.v4.u32 [%0], {%1, %1, %1, %1};" ::"l"(addr), "r"(0u) : "memory");
 }
 
-/* Split [begin, end) at the first and last 16-byte boundaries into *body
- * and *tail, and clear the bytes before the first and after the last one by
- * one (each fewer than 16). */
-__device__ __forceinline__ void bv_edges(uint64_t begin, uint64_t end, uint64_t *body_out, uint64_t *tail_out) {
-  uint64_t body = (begin + 15u) & ~(uint64_t)15u;
-  if (body > end) body = end;
-  uint64_t tail = end & ~(uint64_t)15u;
-  if (tail < body) tail = body;
-  const unsigned tid = threadIdx.x;
-  if (tid < body - begin) *(unsigned char *)(begin + tid) = 0;
-  if (tid < end - tail) *(unsigned char *)(tail + tid) = 0;
-  *body_out = body;
-  *tail_out = tail;
-}
-
 /* Clear [begin, end) (at most one chunk): the edges byte by byte, kUnroll
  * 16-byte stores in flight between. */
 template <int kUnroll, bool kStream>
 __device__ __forceinline__ void bv_clear(uint64_t begin, uint64_t end) {
   uint64_t body, tail;
-  bv_edges(begin, end, &body, &tail);
+  lab_edges(begin, end, &body, &tail);
   const unsigned tid = threadIdx.x;
   const unsigned n16 = (unsigned)((tail - body) >> 4);
   unsigned i = tid;
@@ -284,7 +261,7 @@ __global__ void __launch_bounds__(BV_BLOCK) zero_v9(const __grid_constant__ benc
     uint64_t begin, end;
     bv_chunk(p, k, &begin, &end);
     uint64_t body, tail;
-    bv_edges(begin, end, &body, &tail);
+    lab_edges(begin, end, &body, &tail);
     if (threadIdx.x == 0 && tail > body)
       asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" ::"l"(body), "r"(src),
                    "r"((uint32_t)(tail - body))
