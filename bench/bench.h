@@ -216,10 +216,15 @@ summary gpu_time_steps(gpu_ctx *g, step_fn fn, void *arg, size_t tokens, size_t 
 /* µs per step of `reps` steps submitted back to back (no blocker). */
 double gpu_time_loop(gpu_ctx *g, step_fn fn, void *arg, size_t tokens, size_t reps);
 void measure_floors(gpu_ctx *g, size_t reps, floors *f);
-/* The 1-kernel graph replay timed again now, as a case's steps are (the
- * floor's launch term beside that case: it drifts by tenths of a µs over a
- * run). */
-summary floor_replay_now(gpu_ctx *g, const floors *f, size_t reps);
+/* The case's GPU µs per step (as gpu_time_steps) and the 1-kernel graph
+ * replay (the floor's launch term), timed in alternating rounds of the
+ * same method, so that a drift over the case (tenths of a µs over a run on
+ * one H200) reaches both alike. */
+void gpu_time_beside_floor(gpu_ctx *g, const floors *f, step_fn fn, void *arg, size_t tokens, size_t reps,
+                           summary *steps, summary *replay);
+/* The raw per-rep figures behind gpu_time_steps: out gets reps µs
+ * (reps <= the context's event pairs). */
+void gpu_time_samples(gpu_ctx *g, step_fn fn, void *arg, size_t tokens, size_t reps, bool cold, double *out);
 void floors_fini(floors *f);
 #endif
 

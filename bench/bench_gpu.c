@@ -80,8 +80,8 @@ static double elapsed_us(cudaEvent_t a, cudaEvent_t b) {
   return (double)ms * 1e3;
 }
 
-summary gpu_time_steps(gpu_ctx *g, step_fn fn, void *arg, size_t tokens, size_t reps, bool cold) {
-  if (reps > g->n_events) reps = g->n_events;
+void gpu_time_samples(gpu_ctx *g, step_fn fn, void *arg, size_t tokens, size_t reps, bool cold, double *out) {
+  if (reps > g->n_events) die("gpu_time_samples: %zu reps, %zu event pairs", reps, g->n_events);
   for (size_t i = 0; i < reps; i++) {
     if (cold) gpu_flush_l2(g);
     gpu_block(g);
@@ -91,8 +91,13 @@ summary gpu_time_steps(gpu_ctx *g, step_fn fn, void *arg, size_t tokens, size_t 
     gpu_release(g);
   }
   gpu_sync(g);
+  for (size_t i = 0; i < reps; i++) out[i] = elapsed_us(g->start[i], g->stop[i]);
+}
+
+summary gpu_time_steps(gpu_ctx *g, step_fn fn, void *arg, size_t tokens, size_t reps, bool cold) {
+  if (reps > g->n_events) reps = g->n_events;
   double *us = xmalloc(reps * sizeof *us);
-  for (size_t i = 0; i < reps; i++) us[i] = elapsed_us(g->start[i], g->stop[i]);
+  gpu_time_samples(g, fn, arg, tokens, reps, cold, us);
   summary s = summarize(us, reps);
   free(us);
   return s;
@@ -172,10 +177,26 @@ void measure_floors(gpu_ctx *g, size_t reps, floors *f) {
   f->replay_exec = r.exec;
 }
 
-summary floor_replay_now(gpu_ctx *g, const floors *f, size_t reps) {
+/* Rounds of the interleaved measurement: enough that a drift over the
+ * case's timing reaches both figures alike. */
+#define INTERLEAVE_ROUNDS 8
+
+void gpu_time_beside_floor(gpu_ctx *g, const floors *f, step_fn fn, void *arg, size_t tokens, size_t reps,
+                           summary *steps, summary *replay) {
+  if (reps > g->n_events) reps = g->n_events;
   replay_arg r = {.exec = (cudaGraphExec_t)f->replay_exec, .stream = g->stream};
   for (int i = 0; i < WARMUP_STEPS; i++) step_graph_replay(&r, 0);
-  return gpu_time_steps(g, step_graph_replay, &r, 0, reps, false);
+  double *a = xmalloc(reps * sizeof *a), *b = xmalloc(reps * sizeof *b);
+  const size_t per = (reps + INTERLEAVE_ROUNDS - 1) / INTERLEAVE_ROUNDS;
+  for (size_t done = 0; done < reps; done += per) {
+    const size_t n = reps - done < per ? reps - done : per;
+    gpu_time_samples(g, step_graph_replay, &r, 0, n, false, b + done);
+    gpu_time_samples(g, fn, arg, tokens, n, false, a + done);
+  }
+  *steps = summarize(a, reps);
+  *replay = summarize(b, reps);
+  free(a);
+  free(b);
 }
 
 void floors_fini(floors *f) {

@@ -51,7 +51,7 @@ void print_floors(const floors *f) {
          f->graph_replay.p10, f->graph_replay.p90, f->graph_replay_loop);
   printf("  empty eager launch:    %.2f us [%.2f-%.2f], back to back %.2f us\n", f->eager_launch.med,
          f->eager_launch.p10, f->eager_launch.p90, f->eager_launch_loop);
-  printf("  floor(case) = bytes / ceiling + the 1-kernel graph replay timed just before the case\n"
+  printf("  floor(case) = bytes / ceiling + the 1-kernel graph replay timed with the case, in alternating rounds\n"
          "                (%.2f us here; each case's own is in results.json, floor_replay_us)\n\n",
          f->graph_replay.med);
 }
@@ -65,8 +65,8 @@ void print_legend(bool gpu) {
          "  CPU us    host time of the submitting call, median over the CPU reps%s\n"
          "  CPU chg   CPU us when the token count changes on every step (graph strategies)\n"
          "  GB/s      MB / GPU us\n"
-         "  xfloor    GPU us / floor, floor = MB / write ceiling + one 1-kernel graph replay (timed just before\n"
-         "            the case); 1.00 is the floor\n"
+         "  xfloor    GPU us / floor, floor = MB / write ceiling + one 1-kernel graph replay (timed with the\n"
+         "            case, rounds alternating); 1.00 is the floor\n"
          "  speedup   eager-memset GPU us / this strategy's GPU us, same preset, policy, tokens (> 1: faster\n"
          "            than plain memsets)\n"
          "  CPU spd   the same ratio of CPU us\n"

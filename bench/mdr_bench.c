@@ -25,8 +25,8 @@
  *   - CPU chg (graph strategies): the same with the count alternating
  *     between tokens and tokens - 1 (2 for 1) on every step;
  *   - floor(case) = bytes / write ceiling + one 1-kernel graph replay, the
- *     replay timed again just before the case (same method, same reps), so
- *     that the ratio is taken side by side.
+ *     replay timed with the case, in alternating rounds (same method, same
+ *     reps), so that the ratio is taken side by side.
  *
  * On the host backend (no GPU) only the CPU figures exist, the default sweep
  * is short, and the headline says that those figures rank nothing on a GPU.
@@ -64,8 +64,9 @@ static void measure_case(bench_env *e, runner *r, bench_case *c) {
   c->loop_us = c->floor_replay_us = NAN;
 #ifdef MDR_HAVE_CUDA
   if (e->gpu.on) {
-    c->floor_replay_us = floor_replay_now(&e->gpu, &e->fl, reps).med;
-    c->gpu = gpu_time_steps(&e->gpu, runner_step, r, c->tokens, reps, false);
+    summary replay;
+    gpu_time_beside_floor(&e->gpu, &e->fl, runner_step, r, c->tokens, reps, &c->gpu, &replay);
+    c->floor_replay_us = replay.med;
     c->loop_us = gpu_time_loop(&e->gpu, runner_step, r, c->tokens, reps);
     c->cold = gpu_time_steps(&e->gpu, runner_step, r, c->tokens, reps, true);
   }
