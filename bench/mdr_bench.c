@@ -55,7 +55,6 @@ static void fill_speedups(bench_case *c, size_t n) {
 }
 
 static void measure_case(bench_env *e, runner *r, bench_case *c) {
-  size_t reps = e->o->reps;
   mdr_graph_stats before = {0}, after = {0};
   if (r->cache) CHECK(e->b, mdr_graph_cache_stats(r->cache, &before));
   for (int i = 0; i < WARMUP_STEPS; i++) runner_step(r, c->tokens);
@@ -64,6 +63,7 @@ static void measure_case(bench_env *e, runner *r, bench_case *c) {
   c->loop_us = c->floor_replay_us = NAN;
 #ifdef MDR_HAVE_CUDA
   if (e->gpu.on) {
+    const size_t reps = e->o->reps;
     summary replay;
     gpu_time_beside_floor(&e->gpu, &e->fl, runner_step, r, c->tokens, reps, &c->gpu, &replay);
     c->floor_replay_us = replay.med;

@@ -333,6 +333,7 @@ Test(zero_fused, plans_longer_than_64_segments_are_split_and_complete) {
 #endif
 }
 
+#ifdef MDR_HAVE_CUDA
 /* Capture one launch of the plan at t into a graph, replay it once over
  * poison and check both images; `kernel` gets the name of the graph's
  * (first) kernel node, mangled, as cudaFuncGetName gives it. */
@@ -365,6 +366,7 @@ static void run_captured(images *im, const plan *p, uint64_t t, const char **ker
   CU(cudaGraphDestroy(graph));
   CU(cudaStreamDestroy(s));
 }
+#endif /* MDR_HAVE_CUDA */
 
 /* Captured static plans of one launch with at most MDR_ZERO_LIST_MAX chunks
  * run as their chunk list (zero_list_kernel), larger ones with prefix sums
