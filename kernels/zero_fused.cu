@@ -252,8 +252,10 @@ __device__ __forceinline__ void zf_stage_block(const mdr_stage_desc &st, uint32_
     /* device ids whose count the launch carries (EXACT device steps): no
      * slot and no counter to read, so nothing to wait for before the copy;
      * a step at 1-8 tokens is short enough for that wait to show */
-    if (threadIdx.x == 0 && (flags & MDR_STAGE_DEVICE_IDS)) *(uint32_t *)st.count_out = copy;
-    if (flags & MDR_STAGE_DEVICE_IDS) zf_device_ids(st, copy, copy);
+    if (flags & MDR_STAGE_DEVICE_IDS) {
+      if (threadIdx.x == 0) *(uint32_t *)st.count_out = copy;
+      zf_device_ids(st, copy, copy);
+    }
     return;
   }
   __shared__ uint32_t s_tokens;
@@ -521,9 +523,6 @@ static int zf_build(const mdr_zero_seg *segs, size_t n, uint64_t tokens, const m
 
 static size_t zf_launches(size_t n) { return n == 0 ? 1 : (n + MDR_ZERO_MAX_SEGS - 1) / MDR_ZERO_MAX_SEGS; }
 
-/* zero_static_kernel: plans of at most ZF_SMALL_SEGS segments travel in the
- * small parameter block (one launch); longer ones in launches of
- * MDR_ZERO_MAX_SEGS. */
 /* Fill the parameters of a chunk list of k words. */
 template <int CAP>
 static void zf_fill_list(const uint64_t *words, uint32_t k, uint64_t tokens, const mdr_stage_desc *stage,
@@ -581,6 +580,10 @@ static cudaError_t zf_try_list(const mdr_zero_seg *segs, size_t n, uint64_t toke
   return zf_launch_list(p, stream);
 }
 
+/* A static plan: its chunk list when zf_try_list takes it; otherwise
+ * zero_static_kernel, plans of at most ZF_SMALL_SEGS segments in the small
+ * parameter block (one launch), longer ones in launches of
+ * MDR_ZERO_MAX_SEGS. */
 static cudaError_t zf_launch_static(const mdr_zero_seg *segs, size_t n, uint64_t tokens,
                                     const mdr_stage_desc *stage, cudaStream_t stream, int sm_count) {
   int listed = 0;

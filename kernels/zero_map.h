@@ -169,19 +169,16 @@ MDR_HD mdr_zero_span mdr_zero_chunk_span(uint64_t ptr, uint64_t seg_bytes, uint6
   return mdr_zero_range_span(ptr + off, ptr + off + len);
 }
 
-/* Chunk lists (5. above: small static plans). A plan of at most `cap` chunks can
- *    travel as the list of its chunks, one 64-bit word each: the chunk's
- *    first address in the low MDR_ZERO_LIST_ADDR_BITS bits, its length
- *    minus one above them. A block then learns its work from one load of
- *    word blockIdx.x, with no search over prefix sums: what a small step
- *    spends before its first store (docs/KERNELS.md). The words list the
- *    same chunks, in the same order, as the prefix sums and
- *    mdr_zero_chunk_span give. */
-/* Static plans of one launch (at most MDR_ZERO_MAX_SEGS segments) with at
- * most this many chunks (about 16 MB) travel as their chunk list and run
- * one block per chunk; larger ones, where the stores outweigh a search,
- * take the prefix sums. The kernel's list parameters stay within 8 KiB;
- * the host mirror walks the same list. */
+/* Chunk lists (section 5). A static plan of one launch (at most
+ * MDR_ZERO_MAX_SEGS segments) with at most MDR_ZERO_LIST_MAX chunks (about
+ * 16 MB) can travel as the list of its chunks, one 64-bit word each: the
+ * chunk's first address in the low MDR_ZERO_LIST_ADDR_BITS bits, its length
+ * minus one above them. A block then learns its work from one load of word
+ * blockIdx.x, with no search over prefix sums: what a small step spends
+ * before its first store (docs/KERNELS.md). Larger plans, where the stores
+ * outweigh a search, take the prefix sums. The words list the same chunks,
+ * in the same order, as the prefix sums and mdr_zero_chunk_span give; the
+ * kernel's list parameters stay within 8 KiB. */
 #define MDR_ZERO_LIST_MAX 1000
 #define MDR_ZERO_LIST_ADDR_BITS 48
 #define MDR_ZERO_LIST_ADDR_MASK ((((uint64_t)1) << MDR_ZERO_LIST_ADDR_BITS) - 1u)
@@ -214,7 +211,6 @@ MDR_HD uint32_t mdr_zero_list_build(const mdr_zero_seg *fixed, uint32_t n, uint6
   uint32_t k = 0;
   for (uint32_t i = 0; i < n; i++) {
     const uint64_t chunks = mdr_zero_chunks(fixed[i].bytes);
-    if (chunks > (uint64_t)(cap - k)) return MDR_ZERO_LIST_NONE;
     for (uint64_t c = 0; c < chunks; c++, k++) {
       const mdr_zero_span sp = mdr_zero_chunk_span(fixed[i].ptr, fixed[i].bytes, c);
       if (!mdr_zero_list_word(sp.begin, sp.end - sp.begin, &out[k])) return MDR_ZERO_LIST_NONE;

@@ -10,8 +10,10 @@
  * "launch" behaves as a grid of one block: it takes ticket 0, publishes t,
  * and the stage's done counter goes 0 -> 1 -> reset with the ticket. Every
  * address (segments, ring, counter, done, ack, token_ids, count_out) is a
- * host address. A static plan of one launch small enough for a chunk list
- * (zero_map.h section 5) is cleared through that list, as the kernel does. */
+ * host address. A static plan of one launch that may take a chunk list
+ * (zero_map.h section 5) and fits one is cleared through that list, as the
+ * kernel clears it when captured (eager kernel launches take the prefix
+ * sums; the bytes cleared are the same either way). */
 #include <stdint.h>
 #include <string.h>
 
