@@ -73,9 +73,9 @@ typedef enum tp_path {
   TP_NCCL_WINDOW, /* ncclMemAlloc + ncclCommWindowRegister(SYMMETRIC), captured */
   TP_MDR,         /* mdr_comm_all_reduce_rows (AUTO) in an EXACT graph cache body, mdr_graph_cache_step */
   TP_MDR_DEV,     /* the same caches, mdr_graph_cache_step_device (ids already in token_ids: no host read) */
-  TP_MDR_1SHOT,   /* mdr_comm_all_reduce, MDR_AR_ONE_SHOT, EXACT cache, device steps */
-  TP_MDR_2SHOT,   /* mdr_comm_all_reduce, MDR_AR_TWO_SHOT, EXACT cache, device steps */
-  TP_MDR_DYN,     /* a DYNAMIC cache: mdr_comm_all_reduce, AUTO, count_ptr, max_batch_tokens; device steps */
+  TP_MDR_1SHOT,   /* mdr_all_reduce, MDR_ALL_REDUCE_ONE_SHOT, EXACT cache, device steps */
+  TP_MDR_2SHOT,   /* mdr_all_reduce, MDR_ALL_REDUCE_TWO_SHOT, EXACT cache, device steps */
+  TP_MDR_DYN,     /* a DYNAMIC cache: mdr_all_reduce, AUTO, count_ptr, max_batch_tokens; device steps */
   TP_PATH_COUNT
 } tp_path;
 extern const char *const k_tp_path_names[TP_PATH_COUNT];
@@ -119,7 +119,7 @@ typedef struct tp_options {
   /* --soak N: N replays of one EXACT graph holding one mdr all-reduce
    * (instead of the sweeps); 0: off */
   size_t soak;
-  mdr_ar_algo soak_algo; /* --soak-algo: MDR_AR_AUTO, _ONE_SHOT or _TWO_SHOT */
+  mdr_all_reduce_algo soak_algo; /* --soak-algo: MDR_ALL_REDUCE_AUTO, _ONE_SHOT or _TWO_SHOT */
   size_t soak_bytes;     /* --soak-size */
   bool set_soak_algo, set_soak_size;
   int argc;
@@ -141,7 +141,7 @@ typedef struct tp_sweep {
   /* filled by the ranks */
   mdr_window mdr_window[TP_RANKS];
   size_t mdr_buffer_offset;   /* TP_BUFFER's offset in the arena slab */
-  bool ar_kernels;            /* mdr_comm_all_reduce_kernels(arena) on both ranks */
+  bool ar_kernels;            /* mdr_all_reduce_kernels(arena) on both ranks */
   char ar_kernels_note[512];  /* why not (the backend's last error after the arena's create) */
   bool nccl_window[TP_RANKS]; /* ncclCommWindowRegister gave a window */
 } tp_sweep;
@@ -153,8 +153,8 @@ typedef struct tp_case {
   bool measured;
   bool skipped;              /* not run: skip_reason says why (the same on both ranks) */
   char skip_reason[160];
-  mdr_ar_algo auto_algo;     /* mdr_comm_all_reduce_choice(arena, bytes, 0): what AUTO runs at this size */
-  mdr_ar_algo auto_counted;  /* the same with counted = 1 (mdr-dyn): MDR_AR_AUTO = mdr's kernel picks on the device */
+  mdr_all_reduce_algo auto_algo;     /* mdr_all_reduce_choice(arena, bytes, 0): what AUTO runs at this size */
+  mdr_all_reduce_algo auto_counted;  /* the same with counted = 1 (mdr-dyn): MDR_ALL_REDUCE_AUTO = mdr's kernel picks on the device */
   summary gpu;               /* µs, one all-reduce between events; per rep the slower rank */
   double gpu_rank_med[TP_RANKS];
   summary batch;             /* µs per all-reduce, TP_K back to back; per rep the slower rank, / TP_K */
@@ -198,8 +198,8 @@ typedef struct tp_run_info {
 /* What a soak found (rank 0 fills it; mdr_bench_tp_report.c prints and writes it). */
 typedef struct tp_soak_result {
   size_t replays, rows, bytes;
-  mdr_ar_algo algo;          /* as asked (--soak-algo) */
-  mdr_ar_algo resolved;      /* AUTO: mdr_comm_all_reduce_choice at the soak's bytes; else algo */
+  mdr_all_reduce_algo algo;          /* as asked (--soak-algo) */
+  mdr_all_reduce_algo resolved;      /* AUTO: mdr_all_reduce_choice at the soak's bytes; else algo */
   uint32_t epoch_start, epoch_end[TP_RANKS];
   uint64_t calls;            /* all-reduce calls made (one per replay) */
   bool wrapped;              /* an epoch read at a check was below the one before it */

@@ -47,9 +47,9 @@ static int tp_gpu_count(void) {
 
 static void tp_print_sweeps(const tp_options *o, const tp_sweep *sw) {
   if (o->soak) {
-    printf("soak: %zu replays of one EXACT graph: fill (a new input each replay), mdr_comm_all_reduce (%s) of %zu B "
+    printf("soak: %zu replays of one EXACT graph: fill (a new input each replay), mdr_all_reduce (%s) of %zu B "
            "(%zu rows of %d B), check on the device; host checks every %d replays\n",
-           o->soak, mdr_ar_algo_name(o->soak_algo), o->soak_bytes, o->soak_bytes / TP_SIZE_ROW_BYTES,
+           o->soak, mdr_all_reduce_algo_name(o->soak_algo), o->soak_bytes, o->soak_bytes / TP_SIZE_ROW_BYTES,
            TP_SIZE_ROW_BYTES, TP_SOAK_CHECK_EVERY);
     return;
   }

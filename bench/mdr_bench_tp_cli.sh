@@ -110,7 +110,7 @@ expect_exit soak-algo-alone 2 '--soak-algo needs --soak' --soak-algo two-shot
 expect_exit soak-algo-twice 2 '--soak-algo given twice' --soak 10 --soak-algo auto --soak-algo one-shot
 expect_exit soak-size-alone 2 '--soak-size needs --soak' --soak-size 8K
 expect_exit soak-size-rows 2 '--soak-size: .* not a multiple of 2048' --soak 10 --soak-size 3000
-expect_exit soak-size-1shot 2 'over MDR_AR_ONE_SHOT_MAX_BYTES' --soak 10 --soak-algo one-shot --soak-size 4M
+expect_exit soak-size-1shot 2 'over MDR_ALL_REDUCE_ONE_SHOT_MAX_BYTES' --soak 10 --soak-algo one-shot --soak-size 4M
 expect_exit soak-with-sizes 2 '--soak runs the soak alone: --sizes' --soak 10 --sizes 2K
 expect_exit soak-with-paths 2 '--soak runs the soak alone: --paths' --soak 10 --paths mdr-dyn
 expect_exit soak-with-quick 2 '--soak runs the soak alone: --quick' --soak 10 --quick

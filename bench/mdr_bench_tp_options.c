@@ -25,12 +25,12 @@ static const size_t k_sizes[] = {2 << 10, 8 << 10, 32 << 10, 128 << 10, 512 << 1
 static const size_t k_tokens[] = {1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096};
 static const size_t k_quick_tokens[] = {1, 2, 8, 64, 512, 4096};
 
-/* --soak-algo values (mdr_ar_algo_name's, and the path names' short forms) */
+/* --soak-algo values (mdr_all_reduce_algo_name's, and the path names' short forms) */
 static const struct {
   const char *name;
-  mdr_ar_algo algo;
-} k_soak_algos[] = {{"auto", MDR_AR_AUTO},     {"one-shot", MDR_AR_ONE_SHOT}, {"two-shot", MDR_AR_TWO_SHOT},
-                    {"1shot", MDR_AR_ONE_SHOT}, {"2shot", MDR_AR_TWO_SHOT}};
+  mdr_all_reduce_algo algo;
+} k_soak_algos[] = {{"auto", MDR_ALL_REDUCE_AUTO},     {"one-shot", MDR_ALL_REDUCE_ONE_SHOT}, {"two-shot", MDR_ALL_REDUCE_TWO_SHOT},
+                    {"1shot", MDR_ALL_REDUCE_ONE_SHOT}, {"2shot", MDR_ALL_REDUCE_TWO_SHOT}};
 
 BENCH_NORETURN static void tp_refuse(const char *fmt, ...) BENCH_PRINTF(1, 2);
 static void tp_refuse(const char *fmt, ...) {
@@ -51,10 +51,10 @@ static void tp_usage(FILE *f) {
           "  nccl-window    a symmetric NCCL window, captured\n"
           "  mdr-graph      mdr_comm_all_reduce_rows (AUTO) in an EXACT graph cache body, mdr_graph_cache_step\n"
           "  mdr-graph-dev  the same caches, mdr_graph_cache_step_device (ids already on the device)\n"
-          "  mdr-1shot      mdr_comm_all_reduce, MDR_AR_ONE_SHOT, EXACT cache, device steps (skipped over\n"
-          "                 MDR_AR_ONE_SHOT_MAX_BYTES, %zu KiB)\n"
-          "  mdr-2shot      mdr_comm_all_reduce, MDR_AR_TWO_SHOT, EXACT cache, device steps\n"
-          "  mdr-dyn        one DYNAMIC graph: mdr_comm_all_reduce, AUTO, the row count read on the device\n"
+          "  mdr-1shot      mdr_all_reduce, MDR_ALL_REDUCE_ONE_SHOT, EXACT cache, device steps (skipped over\n"
+          "                 MDR_ALL_REDUCE_ONE_SHOT_MAX_BYTES, %zu KiB)\n"
+          "  mdr-2shot      mdr_all_reduce, MDR_ALL_REDUCE_TWO_SHOT, EXACT cache, device steps\n"
+          "  mdr-dyn        one DYNAMIC graph: mdr_all_reduce, AUTO, the row count read on the device\n"
           "                 (count_ptr), device steps; reported against the EXACT path (xexact)\n"
           "  (mdr-1shot and mdr-2shot are skipped, with the reason, where mdr's kernels cannot run)\n"
           "  --reps N         timed operations per figure (default %d; --quick %d)\n"
@@ -80,7 +80,7 @@ static void tp_usage(FILE *f) {
           "explicit options win over --quick whatever the order. Exit: 0 done, 1 a failure (validation,\n"
           "CUDA, NCCL, mdr, watchdog; the soak: a wrong value or epoch), 2 a refused command line, 77 skipped\n"
           "(fewer than 2 GPUs, no NCCL; the soak: mdr's kernels cannot run here).\n",
-          MDR_AR_ONE_SHOT_MAX_BYTES >> 10, TP_DEFAULT_REPS, TP_QUICK_REPS, TP_SIZE_ROW_BYTES, TP_MAX_SIZE_BYTES >> 20,
+          MDR_ALL_REDUCE_ONE_SHOT_MAX_BYTES >> 10, TP_DEFAULT_REPS, TP_QUICK_REPS, TP_SIZE_ROW_BYTES, TP_MAX_SIZE_BYTES >> 20,
           TP_PRESET, TP_MAX_TOKENS, TP_SOAK_MAX, TP_SOAK_CHECK_EVERY, TP_SIZE_ROW_BYTES, TP_QUICK_REPS);
 }
 
@@ -178,7 +178,7 @@ static size_t tp_parse_soak(const char *s) {
   return (size_t)v;
 }
 
-static mdr_ar_algo tp_parse_soak_algo(const char *s) {
+static mdr_all_reduce_algo tp_parse_soak_algo(const char *s) {
   for (size_t i = 0; i < TP_COUNT_OF(k_soak_algos); i++)
     if (strcmp(s, k_soak_algos[i].name) == 0) return k_soak_algos[i].algo;
   tp_refuse("--soak-algo: unknown algorithm '%s'; valid: auto, one-shot, two-shot (or 1shot, 2shot)%s", s,
@@ -268,10 +268,10 @@ void tp_parse_options(int argc, char **argv, tp_options *o) {
                           : o->set_reps ? "--reps" : o->quick ? "--quick" : NULL;
     if (sweep_opt) tp_refuse("--soak runs the soak alone: %s belongs to the sweeps; leave it out", sweep_opt);
     if (!o->set_soak_size) o->soak_bytes = TP_SOAK_DEFAULT_BYTES;
-    if (!o->set_soak_algo) o->soak_algo = MDR_AR_AUTO;
-    if (o->soak_algo == MDR_AR_ONE_SHOT && o->soak_bytes > MDR_AR_ONE_SHOT_MAX_BYTES)
-      tp_refuse("--soak-size: %zu bytes is over MDR_AR_ONE_SHOT_MAX_BYTES (%zu) for --soak-algo one-shot",
-                o->soak_bytes, MDR_AR_ONE_SHOT_MAX_BYTES);
+    if (!o->set_soak_algo) o->soak_algo = MDR_ALL_REDUCE_AUTO;
+    if (o->soak_algo == MDR_ALL_REDUCE_ONE_SHOT && o->soak_bytes > MDR_ALL_REDUCE_ONE_SHOT_MAX_BYTES)
+      tp_refuse("--soak-size: %zu bytes is over MDR_ALL_REDUCE_ONE_SHOT_MAX_BYTES (%zu) for --soak-algo one-shot",
+                o->soak_bytes, MDR_ALL_REDUCE_ONE_SHOT_MAX_BYTES);
     o->reps = 1; /* unused */
     for (int p = 0; p < TP_PATH_COUNT; p++) o->path_on[p] = false;
     return;

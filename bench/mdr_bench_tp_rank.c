@@ -33,6 +33,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "all_reduce_impl.h" /* the soak sets the protocol counters (mdr_all_reduce_state) */
 #include "bench_tp.h"
 
 #ifdef TP_GPU
@@ -58,7 +59,7 @@ static bool tp_device_steps(tp_path p) { return tp_is_mdr(p) && p != TP_MDR; }
 typedef struct tp_body_ctx {
   mdr_arena *arena;
   int k;          /* all-reduces per body; 0: none (the single-GPU capture) */
-  tp_variant v;   /* AUTO: mdr_comm_all_reduce_rows; else mdr_comm_all_reduce with its algo / count_ptr */
+  tp_variant v;   /* AUTO: mdr_all_reduce_desc_make; else mdr_all_reduce with its algo / count_ptr */
   size_t calls;   /* bodies enqueued (validation: the body really ran) */
 } tp_body_ctx;
 
@@ -94,6 +95,14 @@ typedef struct tp_rank {
   size_t rows, count_el;
   cudaGraphExec_t exec1, exec_k;
 } tp_rank;
+
+/* What AUTO runs for `rows` rows of the rank's buffer (counted: a count
+ * read on the device), as mdr_all_reduce_choice answers. */
+static mdr_all_reduce_algo tp_choice(const tp_rank *rk, size_t rows, int counted) {
+  mdr_all_reduce_desc d = mdr_all_reduce_desc_make(TP_BUFFER, MDR_DTYPE_BF16, rows);
+  if (counted) d.count_ptr = mdr_arena_token_ids(rk->arena); /* any device word: only its presence counts here */
+  return mdr_all_reduce_choice(rk->arena, &d);
+}
 
 /* ---- small pieces ---- */
 
@@ -154,19 +163,22 @@ static void *tp_buffer_of(tp_rank *rk, tp_path p) {
   }
 }
 
-/* EXACT bodies: AUTO through mdr_comm_all_reduce_rows (mdr-graph,
- * mdr-graph-dev), one-shot and two-shot through mdr_comm_all_reduce. */
+/* EXACT bodies: AUTO through mdr_all_reduce_desc_make (mdr-graph,
+ * mdr-graph-dev), one-shot and two-shot through mdr_all_reduce. */
 static mdr_status tp_body_fn(void *user, mdr_stream stream, size_t tokens) {
   tp_body_ctx *c = user;
   c->calls++;
   for (int i = 0; i < c->k; i++) {
     mdr_status st;
     if (c->v == TP_V_AUTO) {
-      st = mdr_comm_all_reduce_rows(c->arena, TP_BUFFER, MDR_DTYPE_BF16, tokens, stream);
+      {
+        const mdr_all_reduce_desc d = mdr_all_reduce_desc_make(TP_BUFFER, MDR_DTYPE_BF16, tokens);
+        st = mdr_all_reduce(c->arena, &d, stream);
+      }
     } else {
       mdr_all_reduce_desc d = mdr_all_reduce_desc_make(TP_BUFFER, MDR_DTYPE_BF16, tokens);
-      d.algo = c->v == TP_V_1SHOT ? MDR_AR_ONE_SHOT : MDR_AR_TWO_SHOT;
-      st = mdr_comm_all_reduce(c->arena, &d, stream);
+      d.algo = c->v == TP_V_1SHOT ? MDR_ALL_REDUCE_ONE_SHOT : MDR_ALL_REDUCE_TWO_SHOT;
+      st = mdr_all_reduce(c->arena, &d, stream);
     }
     if (st != MDR_OK) return st;
   }
@@ -181,8 +193,8 @@ static mdr_status tp_body_dynamic_fn(void *user, mdr_stream stream, mdr_dptr cou
   for (int i = 0; i < c->k; i++) {
     mdr_all_reduce_desc d = mdr_all_reduce_desc_make(TP_BUFFER, MDR_DTYPE_BF16, max_tokens);
     d.count_ptr = count_ptr;
-    d.algo = MDR_AR_AUTO;
-    mdr_status st = mdr_comm_all_reduce(c->arena, &d, stream);
+    d.algo = MDR_ALL_REDUCE_AUTO;
+    mdr_status st = mdr_all_reduce(c->arena, &d, stream);
     if (st != MDR_OK) return st;
   }
   return MDR_OK;
@@ -335,7 +347,7 @@ static void tp_unbuild(tp_rank *rk) {
  * include/mdr/comm.h says). */
 static size_t tp_reduced_rows(const tp_rank *rk, tp_path p) {
   if (p == TP_MDR_DYN &&
-      mdr_comm_all_reduce_choice(rk->arena, rk->rows * rk->w->row_bytes, 1) == MDR_AR_NCCL)
+      tp_choice(rk, rk->rows, 1) == MDR_ALL_REDUCE_NCCL)
     return rk->w->m;
   return rk->rows;
 }
@@ -461,11 +473,11 @@ static void tp_skip_reason(const tp_rank *rk, tp_path p, char *out, size_t n) {
   out[0] = '\0';
   const size_t bytes = rk->count_el * 2;
   if ((p == TP_MDR_1SHOT || p == TP_MDR_2SHOT) && !rk->kernels)
-    snprintf(out, n, "mdr's all-reduce kernels cannot run on this arena (mdr_comm_all_reduce_kernels 0; the "
+    snprintf(out, n, "mdr's all-reduce kernels cannot run on this arena (mdr_all_reduce_kernels 0; the "
                      "sweep's line says why)");
-  else if (p == TP_MDR_1SHOT && bytes > MDR_AR_ONE_SHOT_MAX_BYTES)
-    snprintf(out, n, "%zu B > MDR_AR_ONE_SHOT_MAX_BYTES (%zu B): one-shot refuses it", bytes,
-             MDR_AR_ONE_SHOT_MAX_BYTES);
+  else if (p == TP_MDR_1SHOT && bytes > MDR_ALL_REDUCE_ONE_SHOT_MAX_BYTES)
+    snprintf(out, n, "%zu B > MDR_ALL_REDUCE_ONE_SHOT_MAX_BYTES (%zu B): one-shot refuses it", bytes,
+             MDR_ALL_REDUCE_ONE_SHOT_MAX_BYTES);
 }
 
 static void tp_run_case(tp_rank *rk, tp_path p, size_t index, size_t total) {
@@ -483,8 +495,8 @@ static void tp_run_case(tp_rank *rk, tp_path p, size_t index, size_t total) {
     c->path = p;
     c->gpu = c->batch = c->cpu[0] = c->cpu[1] = k_no_summary;
     c->build_us[0] = c->build_us[1] = NAN;
-    c->auto_algo = mdr_comm_all_reduce_choice(rk->arena, c->bytes, 0);
-    c->auto_counted = mdr_comm_all_reduce_choice(rk->arena, c->bytes, 1);
+    c->auto_algo = tp_choice(rk, rk->rows, 0);
+    c->auto_counted = tp_choice(rk, rk->rows, 1);
     if (skip[0]) {
       c->skipped = true;
       snprintf(c->skip_reason, sizeof c->skip_reason, "%s", skip);
@@ -656,7 +668,7 @@ static void tp_sweep_setup(tp_rank *rk, tp_sweep *w, mdr_sizes *sizes) {
   w->mdr_window[rk->rank] = mdr_arena_window(rk->arena);
   /* mdr's own kernels (one-shot, two-shot): both ranks must have them; the
    * reason when not is the backend's last error of the arena's create */
-  sh->flag[rk->rank] = mdr_comm_all_reduce_kernels(rk->arena) != 0;
+  sh->flag[rk->rank] = mdr_all_reduce_kernels(rk->arena) != 0;
   if (!sh->flag[rk->rank])
     snprintf(sh->note[rk->rank], sizeof sh->note[rk->rank], "%s", mdr_backend_last_error(rk->b));
   tp_barrier(rk);
@@ -706,10 +718,10 @@ static void tp_sweep_setup(tp_rank *rk, tp_sweep *w, mdr_sizes *sizes) {
            mdr_window_name(w->mdr_window[0]), mdr_window_name(w->mdr_window[1]), mdr_buffer_name(TP_BUFFER),
            w->mdr_buffer_offset);
     if (w->ar_kernels)
-      printf("mdr's all-reduce kernels: yes on both ranks (mdr_comm_all_reduce_kernels 1): mdr-1shot, mdr-2shot run; "
+      printf("mdr's all-reduce kernels: yes on both ranks (mdr_all_reduce_kernels 1): mdr-1shot, mdr-2shot run; "
              "AUTO may pick them\n");
     else
-      printf("mdr's all-reduce kernels: NO (mdr_comm_all_reduce_kernels 0; %s): mdr-1shot and mdr-2shot skipped, "
+      printf("mdr's all-reduce kernels: NO (mdr_all_reduce_kernels 0; %s): mdr-1shot and mdr-2shot skipped, "
              "AUTO and mdr-dyn run NCCL (mdr-dyn then reduces all %zu rows)\n",
              w->ar_kernels_note, w->m);
     printf("nccl-window: %s\n", w->nccl_window[0] && w->nccl_window[1]
@@ -798,7 +810,7 @@ static void tp_run_sweep(tp_rank *rk, tp_sweep *w, size_t *index, size_t total) 
 
 typedef struct tp_soak_ctx {
   mdr_arena *arena;
-  mdr_ar_algo algo;
+  mdr_all_reduce_algo algo;
   uint16_t *buf;      /* TP_BUFFER */
   size_t n_el;
   int rank;
@@ -812,7 +824,7 @@ static mdr_status tp_soak_body(void *user, mdr_stream stream, size_t tokens) {
   if (tp_launch_soak_fill((cudaStream_t)stream, c->buf, c->n_el, c->rank, c->state) != 0) return MDR_ERR_BACKEND;
   mdr_all_reduce_desc d = mdr_all_reduce_desc_make(TP_BUFFER, MDR_DTYPE_BF16, tokens);
   d.algo = c->algo;
-  mdr_status st = mdr_comm_all_reduce(c->arena, &d, stream);
+  mdr_status st = mdr_all_reduce(c->arena, &d, stream);
   if (st != MDR_OK) return st;
   if (tp_launch_soak_check((cudaStream_t)stream, c->buf, c->n_el, c->state) != 0) return MDR_ERR_BACKEND;
   return MDR_OK;
@@ -820,7 +832,9 @@ static mdr_status tp_soak_body(void *user, mdr_stream stream, size_t tokens) {
 
 static uint32_t tp_soak_epoch(tp_rank *rk) {
   uint32_t e = 0;
-  TP_MDR(rk->b, mdr_comm_all_reduce_epoch(rk->arena, &e));
+  mdr_arp_block st;
+  TP_MDR(rk->b, mdr_all_reduce_state(rk->arena, &st, NULL));
+  e = st.calls;
   return e;
 }
 
@@ -907,28 +921,28 @@ static void tp_soak(tp_rank *rk) {
   sizes.bytes[MDR_BUF_TOKEN_IDS] = rows * 4 > 256 ? rows * 4 : 256;
   tp_barrier(rk);
   TP_MDR(rk->b, mdr_arena_create_on_comm(rk->comm, &sizes, &rk->arena));
-  sh->flag[rk->rank] = mdr_comm_all_reduce_kernels(rk->arena) != 0;
+  sh->flag[rk->rank] = mdr_all_reduce_kernels(rk->arena) != 0;
   if (!sh->flag[rk->rank])
     snprintf(sh->note[rk->rank], sizeof sh->note[rk->rank], "%s", mdr_backend_last_error(rk->b));
   tp_barrier(rk);
-  const mdr_ar_algo resolved = o->soak_algo == MDR_AR_AUTO ? mdr_comm_all_reduce_choice(rk->arena, bytes, 0)
+  const mdr_all_reduce_algo resolved = o->soak_algo == MDR_ALL_REDUCE_AUTO ? tp_choice(rk, rows, 0)
                                                            : o->soak_algo;
   if (rk->rank == 0) {
     for (int r = 0; r < TP_RANKS; r++)
       if (!sh->flag[r])
         tp_exit(TP_EXIT_SKIP,
-                "skipped: the soak needs mdr's all-reduce kernels, and mdr_comm_all_reduce_kernels is 0 on rank %d "
+                "skipped: the soak needs mdr's all-reduce kernels, and mdr_all_reduce_kernels is 0 on rank %d "
                 "(window %s; mdr_backend_last_error: \"%s\")",
                 r, mdr_window_name(mdr_arena_window(rk->arena)), sh->note[r]);
-    if (resolved == MDR_AR_NCCL || resolved >= MDR_AR_ALGO_COUNT)
-      tp_die("soak: AUTO runs %s at %zu B here (mdr_comm_all_reduce_choice): mdr's kernels and their epoch are not "
+    if (resolved == MDR_ALL_REDUCE_NCCL || resolved >= MDR_ALL_REDUCE_ALGO_COUNT)
+      tp_die("soak: AUTO runs %s at %zu B here (mdr_all_reduce_choice): mdr's kernels and their epoch are not "
              "used; soak them with --soak-algo one-shot or two-shot",
-             mdr_ar_algo_name(resolved), bytes);
+             mdr_all_reduce_algo_name(resolved), bytes);
     *res = (tp_soak_result){.replays = o->soak, .rows = rows, .bytes = bytes, .algo = o->soak_algo,
                             .resolved = resolved};
     printf("\nsoak: %zu replays, %zu B (%zu rows of %d B), algorithm %s%s%s, window %s; checks every %d replays\n",
-           o->soak, bytes, rows, TP_SIZE_ROW_BYTES, mdr_ar_algo_name(o->soak_algo),
-           o->soak_algo == MDR_AR_AUTO ? " -> " : "", o->soak_algo == MDR_AR_AUTO ? mdr_ar_algo_name(resolved) : "",
+           o->soak, bytes, rows, TP_SIZE_ROW_BYTES, mdr_all_reduce_algo_name(o->soak_algo),
+           o->soak_algo == MDR_ALL_REDUCE_AUTO ? " -> " : "", o->soak_algo == MDR_ALL_REDUCE_AUTO ? mdr_all_reduce_algo_name(resolved) : "",
            mdr_window_name(mdr_arena_window(rk->arena)), TP_SOAK_CHECK_EVERY);
     fflush(stdout);
   }
@@ -959,10 +973,15 @@ static void tp_soak(tp_rank *rk) {
   /* the epoch: both ranks, nothing in flight */
   const uint32_t start = 0xFFFFFFFFu - (uint32_t)(o->soak / 2);
   tp_barrier(rk);
-  TP_MDR(rk->b, mdr_comm_all_reduce_set_epoch(rk->arena, start));
+  {
+    /* every counter at `start`: the state a run of that many calls leaves
+     * (barriers with their flags), so the soak crosses every wrap */
+    const mdr_arp_block set = {.calls = start, .one_shot = start, .barriers = start};
+    TP_MDR(rk->b, mdr_all_reduce_state(rk->arena, NULL, &set));
+  }
   tp_barrier(rk);
   const uint32_t e0 = tp_soak_epoch(rk);
-  if (e0 != start) tp_die("soak: rank %d: mdr_comm_all_reduce_epoch reads 0x%08x after setting 0x%08x", rk->rank, e0, start);
+  if (e0 != start) tp_die("soak: rank %d: the calls counter reads 0x%08x after setting 0x%08x", rk->rank, e0, start);
   if (rk->rank == 0) {
     res->epoch_start = start;
     printf("soak: epoch set to 0x%08x on both ranks (0xFFFFFFFF - %zu): it wraps at replay %zu\n", start, o->soak / 2,

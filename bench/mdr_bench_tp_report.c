@@ -89,10 +89,10 @@ void tp_print_legend(void) {
          "                             staged ids from pinned host memory) + the all-reduce\n"
          "              mdr-graph-dev  the same caches, mdr_graph_cache_step_device, the ids already in\n"
          "                             token_ids: the graph reads nothing from host memory\n"
-         "              mdr-1shot      mdr_comm_all_reduce with MDR_AR_ONE_SHOT in an EXACT cache's body, device\n"
-         "                             steps (as mdr-graph-dev); skipped over MDR_AR_ONE_SHOT_MAX_BYTES\n"
-         "              mdr-2shot      the same with MDR_AR_TWO_SHOT\n"
-         "              mdr-dyn        one MDR_GRAPH_DYNAMIC graph for every count: mdr_comm_all_reduce, AUTO,\n"
+         "              mdr-1shot      mdr_all_reduce with MDR_ALL_REDUCE_ONE_SHOT in an EXACT cache's body, device\n"
+         "                             steps (as mdr-graph-dev); skipped over MDR_ALL_REDUCE_ONE_SHOT_MAX_BYTES\n"
+         "              mdr-2shot      the same with MDR_ALL_REDUCE_TWO_SHOT\n"
+         "              mdr-dyn        one MDR_GRAPH_DYNAMIC graph for every count: mdr_all_reduce, AUTO,\n"
          "                             count_ptr = the cache's count word, tokens = max_batch_tokens; device\n"
          "                             steps; validated to reduce exactly the step's rows (the rest untouched)\n"
          "              (mdr-1shot, mdr-2shot: skipped, with the reason, where mdr's kernels cannot run)\n"
@@ -107,7 +107,7 @@ void tp_print_legend(void) {
          "  xfloorK     the same for the K-batch figure\n"
          "  xexact      mdr-dyn only: GPU us / the EXACT path's at the same rows (mdr-graph-dev: device steps too;\n"
          "              mdr-graph when -dev is off); goal <= %.2f at 1, 2, 8, 64, 512, 4096 tokens\n"
-         "after each count: what AUTO picks there (mdr_comm_all_reduce_choice; counted: for a device-read count),\n"
+         "after each count: what AUTO picks there (mdr_all_reduce_choice; counted: for a device-read count),\n"
          "the best exact mdr path (mdr-graph, -dev, -1shot, -2shot) / floor, 1 op and K-batch, and mdr-dyn's xexact\n"
          "every path is validated before it is timed (sum of both ranks' patterns, exact; a guard row untouched;\n"
          "mdr-dyn: every row past the count untouched)\n",
@@ -178,7 +178,7 @@ static void tp_fmt_ratio(char *out, size_t n, double x) {
 /* "mdr-1shot", or for the AUTO paths "mdr-graph-dev: one-shot" (what AUTO ran). */
 static void tp_fmt_mdr_path(char *out, size_t n, const tp_case *c) {
   if (c->path == TP_MDR || c->path == TP_MDR_DEV)
-    snprintf(out, n, "%s: %s", k_tp_path_names[c->path], mdr_ar_algo_name(c->auto_algo));
+    snprintf(out, n, "%s: %s", k_tp_path_names[c->path], mdr_all_reduce_algo_name(c->auto_algo));
   else snprintf(out, n, "%s", k_tp_path_names[c->path]);
 }
 
@@ -191,7 +191,7 @@ void tp_print_count_summary(const tp_case *c, size_t n) {
   char bytes[32], x1[16], xk[16];
   tp_fmt_bytes(bytes, sizeof bytes, c[0].bytes);
   printf("  -> %s %zu rows (%s): AUTO picks %s (counted: %s)", k_tp_sweep_names[c[0].sweep], c[0].rows, bytes,
-         mdr_ar_algo_name(c[0].auto_algo), mdr_ar_algo_name(c[0].auto_counted));
+         mdr_all_reduce_algo_name(c[0].auto_algo), mdr_all_reduce_algo_name(c[0].auto_counted));
   if (b1 || bk) {
     tp_fmt_ratio(x1, sizeof x1, b1 ? b1->x_floor : NAN);
     tp_fmt_ratio(xk, sizeof xk, bk ? bk->x_floor_batch : NAN);
@@ -469,8 +469,8 @@ static void tp_print_crossover(const tp_options *o, const tp_sweep *sw, const tp
         char lo[32], hi[32];
         tp_fmt_bytes(lo, sizeof lo, run_lo);
         tp_fmt_bytes(hi, sizeof hi, run_hi);
-        if (run_lo == run_hi) printf("%s %s at %s", any ? "," : "", mdr_ar_algo_name((mdr_ar_algo)prev), lo);
-        else printf("%s %s %s-%s", any ? "," : "", mdr_ar_algo_name((mdr_ar_algo)prev), lo, hi);
+        if (run_lo == run_hi) printf("%s %s at %s", any ? "," : "", mdr_all_reduce_algo_name((mdr_all_reduce_algo)prev), lo);
+        else printf("%s %s %s-%s", any ? "," : "", mdr_all_reduce_algo_name((mdr_all_reduce_algo)prev), lo, hi);
         any = true;
       }
       if (!c) break;
@@ -478,7 +478,7 @@ static void tp_print_crossover(const tp_options *o, const tp_sweep *sw, const tp
       run_hi = c->bytes;
       prev = a;
     }
-    printf("%s (mdr_comm_all_reduce_choice)\n", any ? "" : " -");
+    printf("%s (mdr_all_reduce_choice)\n", any ? "" : " -");
   }
 }
 
@@ -682,8 +682,8 @@ static void tp_write_json(const tp_options *o, const tp_run_info *info, const tp
             c->measured ? "true" : "false", c->skipped ? "true" : "false");
     if (c->skipped) json_str(f, c->skip_reason);
     else fprintf(f, "null");
-    fprintf(f, ", \"auto_algo\": \"%s\", \"auto_algo_counted\": \"%s\"", mdr_ar_algo_name(c->auto_algo),
-            mdr_ar_algo_name(c->auto_counted));
+    fprintf(f, ", \"auto_algo\": \"%s\", \"auto_algo_counted\": \"%s\"", mdr_all_reduce_algo_name(c->auto_algo),
+            mdr_all_reduce_algo_name(c->auto_counted));
     tp_json_summary(f, "gpu_us", &c->gpu);
     fprintf(f, ", \"gpu_us_rank0_med\": ");
     json_num(f, c->gpu_rank_med[0]);
@@ -721,8 +721,8 @@ static void tp_write_json(const tp_options *o, const tp_run_info *info, const tp
       const tp_case *b1 = tp_best_mdr(cs, TP_PATH_COUNT, false), *bk = tp_best_mdr(cs, TP_PATH_COUNT, true);
       fprintf(f, "%s\n    {\"sweep\": \"%s\", \"rows\": %zu, \"bytes\": %zu, \"auto_algo\": \"%s\", "
                  "\"auto_algo_counted\": \"%s\", \"floor_us\": ",
-              first_count ? "" : ",", k_tp_sweep_names[s], rows[i], any->bytes, mdr_ar_algo_name(any->auto_algo),
-              mdr_ar_algo_name(any->auto_counted));
+              first_count ? "" : ",", k_tp_sweep_names[s], rows[i], any->bytes, mdr_all_reduce_algo_name(any->auto_algo),
+              mdr_all_reduce_algo_name(any->auto_counted));
       first_count = false;
       json_num(f, any->floor_us);
       fprintf(f, ", \"floor_batch_us\": ");
@@ -795,7 +795,7 @@ static void tp_write_csv(const tp_run_info *info, const tp_results *r) {
                         c->gbps};
     for (size_t k = 0; k < sizeof v / sizeof *v; k++) fputc(',', f), csv_num(f, v[k]);
     fprintf(f, ",%s,%llu,%d,\"%s\",%s,%s", c->floor_path ? c->floor_path : "", (unsigned long long)c->eager_steps,
-            c->skipped, c->skip_reason, mdr_ar_algo_name(c->auto_algo), mdr_ar_algo_name(c->auto_counted));
+            c->skipped, c->skip_reason, mdr_all_reduce_algo_name(c->auto_algo), mdr_all_reduce_algo_name(c->auto_counted));
     fputc(',', f), csv_num(f, c->x_exact);
     fputc(',', f), csv_num(f, c->x_exact_batch);
     fprintf(f, ",%s\n", c->exact_path ? c->exact_path : "");
@@ -823,8 +823,8 @@ void tp_write_results(const tp_options *o, const tp_run_info *info, const tp_swe
 void tp_print_soak(const tp_soak_result *s) {
   const uint32_t adv0 = s->epoch_end[0] - s->epoch_start, adv1 = s->epoch_end[1] - s->epoch_start;
   printf("\n== soak: %zu replays of one EXACT graph holding one mdr all-reduce of %zu B (%zu rows), algorithm %s%s%s\n",
-         s->replays, s->bytes, s->rows, mdr_ar_algo_name(s->algo), s->algo == MDR_AR_AUTO ? " -> " : "",
-         s->algo == MDR_AR_AUTO ? mdr_ar_algo_name(s->resolved) : "");
+         s->replays, s->bytes, s->rows, mdr_all_reduce_algo_name(s->algo), s->algo == MDR_ALL_REDUCE_AUTO ? " -> " : "",
+         s->algo == MDR_ALL_REDUCE_AUTO ? mdr_all_reduce_algo_name(s->resolved) : "");
   printf("epoch: start 0x%08x, end 0x%08x / 0x%08x (rank 0 / 1): advanced by %u / %u for %llu calls (mod 2^32): %s; "
          "wrapped: %s\n",
          s->epoch_start, s->epoch_end[0], s->epoch_end[1], adv0, adv1, (unsigned long long)s->calls,
@@ -855,7 +855,7 @@ void tp_write_soak(const tp_options *o, const tp_run_info *info, const tp_soak_r
   fprintf(f, "], \"nccl_version\": %d, \"nccl_nvls_enable\": ", info->nccl_version);
   json_str(f, getenv("NCCL_NVLS_ENABLE") ? getenv("NCCL_NVLS_ENABLE") : "");
   fprintf(f, ",\n  \"replays\": %zu, \"bytes\": %zu, \"rows\": %zu, \"algo\": \"%s\", \"resolved_algo\": \"%s\",\n",
-          s->replays, s->bytes, s->rows, mdr_ar_algo_name(s->algo), mdr_ar_algo_name(s->resolved));
+          s->replays, s->bytes, s->rows, mdr_all_reduce_algo_name(s->algo), mdr_all_reduce_algo_name(s->resolved));
   fprintf(f, "  \"epoch_start\": %u, \"epoch_end\": [%u, %u], \"calls\": %llu, \"wrapped\": %s,\n", s->epoch_start,
           s->epoch_end[0], s->epoch_end[1], (unsigned long long)s->calls, s->wrapped ? "true" : "false");
   fprintf(f, "  \"checks\": %llu, \"wrong\": %llu, \"wrong_device\": %llu, \"wrong_host\": %llu, "

@@ -10,7 +10,7 @@
  * engine writes it ("the mdr part"): one CUDA backend per GPU; the
  * communicator over both (mdr_comm_create_local); the ranks' arenas, made
  * together (mdr_arena_create_on_comms); which all-reduce variants can run
- * there (mdr_comm_all_reduce_kernels); then one thread per rank
+ * there (mdr_all_reduce_kernels); then one thread per rank
  * (rank_main): its device, stream and model, one graph cache per variant
  * with the same options as the other rank's, prepare, and one
  * mdr_graph_cache_step per decode step and variant. The ranks make the
@@ -147,7 +147,7 @@ fail:
 }
 
 /* Variant `vi` of the engine: its body's user and host logits (no cache yet). */
-static int path_open(engine *e, int vi, mdr_ar_algo algo, bool fuse_residual, bool dynamic) {
+static int path_open(engine *e, int vi, mdr_all_reduce_algo algo, bool fuse_residual, bool dynamic) {
   const size_t logits_bytes = (size_t)TP_MAX_TOKENS * TP_VOCAB * sizeof(uint16_t);
   vpath *p = &e->v[vi];
   p->on = true;
@@ -520,7 +520,7 @@ static void *rank_main(void *arg) {
       goto fail;
   if (lead) {
     if (engine_open(&tp1, r->backend, r->arena_tp1, 1, 0, R->w, &R->ls.failed, one_algo) != 0 ||
-        path_open(&tp1, VAR_NCCL, MDR_AR_NCCL, false, false) != 0)
+        path_open(&tp1, VAR_NCCL, MDR_ALL_REDUCE_NCCL, false, false) != 0)
       goto fail;
     rep->gemm_one_algo_tiles = tp2.m.one_algo_tiles;
     rep->gemm_tiles = TPG_COUNT * TP_MAX_SHAPES;
@@ -651,11 +651,11 @@ int main(int argc, char **argv) {
    * backends' last error of the create: keep it before anything else fails. */
   rep.mdr_kernels = 1;
   for (int i = 0; i < TP_RANKS; ++i) {
-    if (mdr_comm_all_reduce_kernels(arenas[i])) continue;
+    if (mdr_all_reduce_kernels(arenas[i])) continue;
     const char *why = mdr_backend_last_error(backends[i]);
     if (rep.mdr_kernels)
       snprintf(rep.ar_note, sizeof rep.ar_note,
-               "mdr_comm_all_reduce_kernels is 0 on rank %d's arena (window: %s%s%s)", i,
+               "mdr_all_reduce_kernels is 0 on rank %d's arena (window: %s%s%s)", i,
                mdr_window_name(mdr_arena_window(arenas[i])), why[0] ? "; " : "", why);
     rep.mdr_kernels = 0;
   }
@@ -680,13 +680,13 @@ int main(int argc, char **argv) {
          TP_LAYERS, TP_HIDDEN, TP_QKV, TP_FFN, TP_VOCAB, TP_MAX_TOKENS, TP_QKV / TP_RANKS,
          TP_FFN / TP_RANKS, 2 * TP_LAYERS);
 
-  /* The all-reduce variants: NCCL's kernel and mdr's (MDR_AR_AUTO, which
+  /* The all-reduce variants: NCCL's kernel and mdr's (MDR_ALL_REDUCE_AUTO, which
    * takes mdr's kernels where they run, with the residual add fused into
    * the all-reduce) side by side when mdr's kernels run here; else NCCL's
    * alone unless asked for (AUTO then falls back to NCCL). */
   rep.requested = opt.all_reduce;
-  rep.algo[VAR_NCCL] = MDR_AR_NCCL;
-  rep.algo[VAR_MDR] = MDR_AR_AUTO;
+  rep.algo[VAR_NCCL] = MDR_ALL_REDUCE_NCCL;
+  rep.algo[VAR_MDR] = MDR_ALL_REDUCE_AUTO;
   rep.fused_residual[VAR_MDR] = true;
   switch (opt.all_reduce) {
   case AR_OPT_DEFAULT:
@@ -700,7 +700,7 @@ int main(int argc, char **argv) {
   if (!rep.mdr_kernels) {
     const size_t used = strlen(rep.ar_note);
     snprintf(rep.ar_note + used, sizeof rep.ar_note - used, "%s",
-             rep.enabled[VAR_MDR] ? ": MDR_AR_AUTO falls back to NCCL, so the mdr variant runs NCCL's kernel "
+             rep.enabled[VAR_MDR] ? ": MDR_ALL_REDUCE_AUTO falls back to NCCL, so the mdr variant runs NCCL's kernel "
                                     "(and a separate residual add)"
              : opt.all_reduce == AR_OPT_DEFAULT ? ": running the nccl variant only"
                                                 : "");
@@ -709,16 +709,19 @@ int main(int argc, char **argv) {
   rep.twin = rep.enabled[VAR_MDR] ? VAR_MDR : VAR_NCCL;
   rep.algo[VAR_DYNAMIC] = rep.algo[rep.twin];
   rep.fused_residual[VAR_DYNAMIC] = rep.fused_residual[rep.twin];
-  for (size_t t = 1; t <= TP_MAX_TOKENS; ++t)
-    rep.auto_choice[t - 1] = mdr_comm_all_reduce_choice(arenas[0], t * TP_HIDDEN * sizeof(uint16_t), 0);
-  rep.auto_choice_counted =
-      mdr_comm_all_reduce_choice(arenas[0], (size_t)TP_MAX_TOKENS * TP_HIDDEN * sizeof(uint16_t), 1);
+  for (size_t t = 1; t <= TP_MAX_TOKENS; ++t) {
+    const mdr_all_reduce_desc d = mdr_all_reduce_desc_make(MDR_BUF_ATTN_OUTPUT, MDR_DTYPE_BF16, t);
+    rep.auto_choice[t - 1] = mdr_all_reduce_choice(arenas[0], &d);
+  }
+  mdr_all_reduce_desc counted = mdr_all_reduce_desc_make(MDR_BUF_ATTN_OUTPUT, MDR_DTYPE_BF16, TP_MAX_TOKENS);
+  counted.count_ptr = mdr_arena_token_ids(arenas[0]); /* any device word: only its presence counts for the query */
+  rep.auto_choice_counted = mdr_all_reduce_choice(arenas[0], &counted);
   printf("decode_tp: all-reduce variants (--all-reduce %s%s):", ar_option_name(opt.all_reduce),
          opt.dynamic ? ", --dynamic" : "");
   for (int v = 0; v < VAR_COUNT; ++v)
     if (rep.enabled[v])
       printf(" %s (%s %s%s)", variant_name[v], v == VAR_DYNAMIC ? "DYNAMIC" : "EXACT",
-             mdr_ar_algo_name(rep.algo[v]), rep.fused_residual[v] ? ", residual add fused" : "");
+             mdr_all_reduce_algo_name(rep.algo[v]), rep.fused_residual[v] ? ", residual add fused" : "");
   printf("; mdr's kernels %s\n", rep.mdr_kernels ? "run here" : "do not run here");
   if (rep.ar_note[0]) printf("decode_tp: note: %s\n", rep.ar_note);
 

@@ -232,10 +232,10 @@ static mdr_status reduce_and_add(const tp_body_user *u, mdr_buffer buf, size_t t
     d.algo = u->algo;
     d.count_ptr = count_ptr;
     if (fused) d.residual = MDR_BUF_HIDDEN_STATES;
-    mdr_status st = mdr_comm_all_reduce(m->arena, &d, s);
+    mdr_status st = mdr_all_reduce(m->arena, &d, s);
     if (st != MDR_OK) {
       fprintf(stderr, "decode_tp: %s: all-reduce (%s%s) of %s (%zu rows%s): %s (%s)\n", m->name,
-              mdr_ar_algo_name(u->algo), fused ? ", fused residual" : "", mdr_buffer_name(buf), tokens,
+              mdr_all_reduce_algo_name(u->algo), fused ? ", fused residual" : "", mdr_buffer_name(buf), tokens,
               count_ptr ? ", counted" : "", mdr_status_string(st), mdr_backend_last_error(m->backend));
       return st;
     }

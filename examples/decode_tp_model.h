@@ -17,7 +17,7 @@
  *   h ─RMSNorm─► norm_output ─GEMM Wlm (replicated)─► logits       (rows x V, every rank)
  *
  * The all-reduce and the residual add after it are one call,
- * mdr_comm_all_reduce, whose descriptor carries the algorithm (NCCL's
+ * mdr_all_reduce, whose descriptor carries the algorithm (NCCL's
  * kernel, or mdr's where they run) and, when asked, the residual add fused
  * into it (desc.residual = hidden_states): residual = round(residual +
  * round(sum)), the same two roundings as the separate dtp_residual_add.
@@ -151,7 +151,7 @@ typedef struct tp_model {
  * ignored. */
 typedef struct tp_body_user {
   tp_model *m;
-  mdr_ar_algo algo;   /* desc.algo: MDR_AR_NCCL, or MDR_AR_AUTO (mdr's kernels where they run) */
+  mdr_all_reduce_algo algo;   /* desc.algo: MDR_ALL_REDUCE_NCCL, or MDR_ALL_REDUCE_AUTO (mdr's kernels where they run) */
   bool fuse_residual; /* desc.residual = hidden_states, instead of dtp_residual_add after it */
 } tp_body_user;
 
@@ -175,7 +175,7 @@ void tp_model_fini(tp_model *m);
 
 /* The decode work of one step (an mdr_capture_fn; user: a tp_body_user):
  * the eager path enqueues it after zeroing + id upload, each EXACT graph
- * captures it. With tp > 1 it calls mdr_comm_all_reduce twice per layer
+ * captures it. With tp > 1 it calls mdr_all_reduce twice per layer
  * (`tokens` rows). Only enqueues on `stream`: capture-safe. */
 mdr_status tp_body(void *user, mdr_stream stream, size_t tokens);
 

@@ -26,8 +26,8 @@ static void usage(FILE *f) {
           "               every all-reduce variant, and as a graph of the TP=1 reference\n"
           "               on GPU 0 (default %d)\n"
           "  --seed S     seed of the weights, token counts and ids (default %d)\n"
-          "  --all-reduce how the TP=2 all-reduces run: nccl (MDR_AR_NCCL, then the\n"
-          "               residual-add kernel), mdr (MDR_AR_AUTO: mdr's kernels where they\n"
+          "  --all-reduce how the TP=2 all-reduces run: nccl (MDR_ALL_REDUCE_NCCL, then the\n"
+          "               residual-add kernel), mdr (MDR_ALL_REDUCE_AUTO: mdr's kernels where they\n"
           "               run, residual add fused), or both side by side (default: both\n"
           "               when mdr's kernels run on the arenas, else nccl)\n"
           "  --dynamic    also one MDR_GRAPH_DYNAMIC graph per rank (count read on the\n"
@@ -273,7 +273,7 @@ static void auto_choice_text(const tp_report *r, char *buf, size_t n) {
     size_t e = t;
     while (e < TP_MAX_TOKENS && r->auto_choice[e] == r->auto_choice[t - 1]) ++e;
     int k = snprintf(buf + used, used < n ? n - used : 0, "%s%s %zu-%zu", t > 1 ? ", " : "",
-                     mdr_ar_algo_name(r->auto_choice[t - 1]), t, e);
+                     mdr_all_reduce_algo_name(r->auto_choice[t - 1]), t, e);
     if (k > 0) used += (size_t)k;
     t = e + 1;
   }
@@ -289,7 +289,7 @@ static double graph_gpu_median(const tp_report *r, int run, double *scratch) {
 /* ---- report ------------------------------------------------------------------ */
 
 static void variant_desc(const tp_report *r, int v, char *buf, size_t n) {
-  snprintf(buf, n, "%s, %s%s", v == VAR_DYNAMIC ? "DYNAMIC" : "EXACT", mdr_ar_algo_name(r->algo[v]),
+  snprintf(buf, n, "%s, %s%s", v == VAR_DYNAMIC ? "DYNAMIC" : "EXACT", mdr_all_reduce_algo_name(r->algo[v]),
            r->fused_residual[v] ? ", fused add" : "");
 }
 
@@ -302,9 +302,9 @@ void print_report(const tp_report *r, double *scratch) {
          r->steps);
   if (r->enabled[VAR_MDR]) {
     auto_choice_text(r, text, sizeof text);
-    printf("  mdr = MDR_AR_AUTO: %s rows; with a device-read count: %s%s\n", text,
-           r->auto_choice_counted == MDR_AR_AUTO ? "mdr's kernel, one- or two-shot picked as it runs"
-                                                 : mdr_ar_algo_name(r->auto_choice_counted),
+    printf("  mdr = MDR_ALL_REDUCE_AUTO: %s rows; with a device-read count: %s%s\n", text,
+           r->auto_choice_counted == MDR_ALL_REDUCE_AUTO ? "mdr's kernel, one- or two-shot picked as it runs"
+                                                 : mdr_all_reduce_algo_name(r->auto_choice_counted),
            r->mdr_kernels ? "" : "; mdr's kernels do not run here");
   }
   printf("%-34s | %9s %9s | %8s %8s | %8s | %8s | %8s\n", "variant", "GPU med", "p99", "CPU r0", "r1",
@@ -403,7 +403,7 @@ void print_report(const tp_report *r, double *scratch) {
       snprintf(holds, sizeof holds, "%d layers, no collective", TP_LAYERS);
     } else {
       snprintf(holds, sizeof holds, "%d layers, %d all-reduces (%s)", TP_LAYERS, 2 * TP_LAYERS,
-               mdr_ar_algo_name(r->algo[run / TP_RANKS]));
+               mdr_all_reduce_algo_name(r->algo[run / TP_RANKS]));
     }
     run_label(run, label, sizeof label);
     printf("%-24s %-40s | %8.1f %8.1f %8.1f | %9.2f\n", label, holds, q.median, q.p90, q.max, total / 1e3);
@@ -519,8 +519,8 @@ int write_json(const char *path, const tp_report *r, double *scratch) {
   }
   fprintf(f, "\",\n    \"auto_choice_by_rows\": [");
   for (size_t t = 0; t < TP_MAX_TOKENS; ++t)
-    fprintf(f, "%s\"%s\"", t ? ", " : "", mdr_ar_algo_name(r->auto_choice[t]));
-  fprintf(f, "],\n    \"auto_choice_counted\": \"%s\",\n", mdr_ar_algo_name(r->auto_choice_counted));
+    fprintf(f, "%s\"%s\"", t ? ", " : "", mdr_all_reduce_algo_name(r->auto_choice[t]));
+  fprintf(f, "],\n    \"auto_choice_counted\": \"%s\",\n", mdr_all_reduce_algo_name(r->auto_choice_counted));
   if (r->enabled[VAR_DYNAMIC])
     fprintf(f, "    \"dynamic_twin\": \"%s\", \"gemm_tiles_on_m_row_algo\": [%d, %d],\n", variant_name[r->twin],
             r->gemm_one_algo_tiles, r->gemm_tiles);
@@ -535,7 +535,7 @@ int write_json(const char *path, const tp_report *r, double *scratch) {
     }
     fprintf(f, "%s      {\"variant\": \"%s\", \"graph_mode\": \"%s\", \"algo\": \"%s\", \"fused_residual\": %s,\n",
             first ? "" : ",\n", variant_name[v], v == VAR_DYNAMIC ? "dynamic" : "exact",
-            mdr_ar_algo_name(r->algo[v]), r->fused_residual[v] ? "true" : "false");
+            mdr_all_reduce_algo_name(r->algo[v]), r->fused_residual[v] ? "true" : "false");
     first = false;
     fprintf(f,
             "       \"gpu_us_per_step\": {\"median\": %.2f, \"p99\": %.2f, \"rank1_median\": %.2f, "

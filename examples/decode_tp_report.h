@@ -37,9 +37,9 @@ const char *ar_option_name(ar_option a); /* "default", "nccl", "mdr", "both" */
  * How a step's all-reduces run; each enabled variant is a graph cache of
  * its own on every rank (all on the rank's one arena, model and stream),
  * and every step runs on each of them:
- *   VAR_NCCL     EXACT graphs; mdr_comm_all_reduce with MDR_AR_NCCL, then
+ *   VAR_NCCL     EXACT graphs; mdr_all_reduce with MDR_ALL_REDUCE_NCCL, then
  *                the example's residual-add kernel;
- *   VAR_MDR      EXACT graphs; MDR_AR_AUTO (mdr's one-shot / two-shot
+ *   VAR_MDR      EXACT graphs; MDR_ALL_REDUCE_AUTO (mdr's one-shot / two-shot
  *                kernels where they run) with the residual add fused
  *                (desc.residual = hidden_states);
  *   VAR_DYNAMIC  one MDR_GRAPH_DYNAMIC graph (tp_body_dynamic): the
@@ -123,14 +123,14 @@ typedef struct tp_report {
   uint64_t seed;
   const char *window;                          /* the arenas' window kind */
   ar_option requested;                         /* --all-reduce as given */
-  int mdr_kernels;                             /* mdr_comm_all_reduce_kernels on every rank's arena */
+  int mdr_kernels;                             /* mdr_all_reduce_kernels on every rank's arena */
   char ar_note[320];                           /* why not both / why mdr's falls back; "" if nothing */
   bool enabled[VAR_COUNT];
-  mdr_ar_algo algo[VAR_COUNT];                 /* the descriptors' algo */
+  mdr_all_reduce_algo algo[VAR_COUNT];                 /* the descriptors' algo */
   bool fused_residual[VAR_COUNT];
   int twin;                                    /* VAR_DYNAMIC's EXACT twin (VAR_MDR or VAR_NCCL) */
-  mdr_ar_algo auto_choice[TP_MAX_TOKENS];      /* AUTO's pick at t rows (index t - 1) */
-  mdr_ar_algo auto_choice_counted;             /* ... with a device-read count */
+  mdr_all_reduce_algo auto_choice[TP_MAX_TOKENS];      /* AUTO's pick at t rows (index t - 1) */
+  mdr_all_reduce_algo auto_choice_counted;             /* ... with a device-read count */
   int gemm_one_algo_tiles, gemm_tiles;         /* --dynamic: GEMM row tiles on the M-row algorithm */
   double *samples[RUN_COUNT][SERIES_COUNT];    /* [step]; NULL: not sampled */
   int *bucket;                                 /* [step] */

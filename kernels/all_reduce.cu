@@ -1,39 +1,35 @@
-/* all_reduce.cu — mdr's all-reduce kernels over a symmetric window
- * (kernels/all_reduce.h has the window and region layout; include/mdr/
- * comm.h the contract; docs/TP.md the design and its measurements).
+/* all_reduce.cu — mdr's all-reduce kernels over a symmetric window.
+ * kernels/ar_protocol.h has the comm region's layout, the counters, what
+ * every wait compares and why it is exact (the invariant), the sentinel,
+ * the lockstep signature and the give-up report; include/mdr/comm.h the
+ * contract; docs/TP.md the design.
  *
  * One kernel per dtype serves both algorithms and both count sources: the
  * row count is `rows`, or read from device memory when the kernel runs
  * (a DYNAMIC graph's count word), so one captured kernel reduces exactly
  * the rows of every step. Peers are reached by plain loads and stores
- * through LSA pointers (never multicast).
+ * through LSA pointers (never multicast). A call whose count is 0 touches
+ * nothing and advances no counter.
  *
- * Epoch. The epoch E counts a rank's calls. Each block keeps a copy
- * (MDR_AR_MAX_BLOCKS words, all equal between calls): a block reads its
- * own at its start and stores E+1 at its end, and block 0 also advances
- * the copies of the blocks the call did not launch, so no atomics and no
- * block waits for another of its rank. Every rank makes the same calls
- * (lockstep), so the epochs agree without any exchange. The one-shot scratch alternates
- * with E's parity; barrier flags carry 2E+1 and 2E+2. Both stay right when
- * E wraps at 2^32 (parity is preserved; flags compare by signed distance).
+ * One-shot (flags in the data). Thread 0 of each block sends the block's
+ * header vector (the call's signature) to slot [k][rank] of every peer's
+ * scratch, k the parity of the one-shot counter; each thread stores its
+ * 16-byte vectors of the rows, canonicalised so that no element has
+ * all-ones bits, into the same slot; thread 0 then waits for every peer's
+ * header of this block and compares it; then each thread polls, for its
+ * vectors, slot [k][r] of its own scratch for every peer r until no
+ * element is all-ones (a vector may land in pieces: every element is
+ * checked), sums in rank order (its own vector, as sent, in its place),
+ * stores the sum (and the residual), and writes the sentinel back.
  *
- * One-shot (flags in the data). Each thread stores its 16-byte vectors of
- * the rows, canonicalised so that no element has all-ones bits, into slot
- * [E&1][rank] of every peer's scratch; then, for the same vectors, polls
- * slot [E&1][r] of its own scratch for every peer r until no element is
- * all-ones (a vector may land in pieces: every element is checked), sums
- * in rank order (its own vector, as sent, in its place), stores the sum
- * (and the residual), and writes the sentinel back. A peer reuses a parity only two calls later, after it has
- * seen this rank's next call's data, which this rank sends only after this
- * call's clears completed, so a slot is always clear when written.
- *
- * Two-shot (in place). Block b of every rank meets at barrier 2E+1 (every
- * rank's rows are ready: its kernel started after the work that wrote
- * them); rank r sums its 1/n of the vectors, block b taking every
- * grid-th, from every rank's rows and stores the sum into every rank's
- * rows; barrier 2E+2 (block b's stores have landed everywhere, and no rank
- * reads a peer's rows any more); then each block adds the residual for
- * exactly the vectors its peers' block b wrote.
+ * Two-shot (in place). Block b of every rank meets at its barrier 1
+ * (every rank's rows are ready: its kernel started after the work that
+ * wrote them; the signatures are compared); rank r sums its 1/n of the
+ * vectors, block b taking every grid-th, from every rank's rows and
+ * stores the sum into every rank's rows; barrier 2 (block b's stores have
+ * landed everywhere, and no rank reads a peer's rows any more); then each
+ * block adds the residual for exactly the vectors its peers' block b
+ * wrote.
  *
  * Blocks never wait for blocks of their own rank, only for the same block
  * of a peer; the grid is at most one block per SM of the smallest GPU of
@@ -55,19 +51,6 @@
 #include "all_reduce.h"
 
 namespace {
-
-struct ar_params {
-  char *peer[MDR_AR_MAX_RANKS]; /* peers' windows (LSA pointers) */
-  char *self;                   /* this rank's window at its own address */
-  int rank, nranks;
-  size_t buf_off, res_off, region_off;
-  size_t row_bytes, rows;
-  const uint32_t *count_ptr;
-  size_t one_shot_max;
-  int algo;
-};
-
-constexpr size_t kNoResidual = ~(size_t)0;
 
 /* ---- memory operations ---- */
 
@@ -95,10 +78,16 @@ __device__ __forceinline__ uint32_t ld_acquire_sys(const uint32_t *p) {
   return v;
 }
 
-/* ---- elements: DT is an MDR_ARK_ dtype; a 16-byte vector holds 8 or 4 ---- */
+__device__ __forceinline__ uint64_t global_ns(void) {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+/* ---- elements: DT is an MDR_ARP_ dtype; a 16-byte vector holds 8 or 4 ---- */
 
 template <int DT> struct elems {
-  static constexpr int N = DT == MDR_ARK_FP32 ? 4 : 8;
+  static constexpr int N = DT == MDR_ARP_FP32 ? 4 : 8;
 };
 
 __device__ __forceinline__ uint32_t word(const uint4 &v, int i) {
@@ -116,42 +105,26 @@ __device__ __forceinline__ void set_word(uint4 &v, int i, uint32_t w) {
 template <int DT> __device__ __forceinline__ bool pending(const uint4 &v) {
   bool p = false;
 #pragma unroll
-  for (int i = 0; i < 4; i++) {
-    const uint32_t w = word(v, i);
-    if (DT == MDR_ARK_FP32) {
-      p |= w == 0xffffffffu;
-    } else {
-      p |= (w & 0xffffu) == 0xffffu || (w >> 16) == 0xffffu;
-    }
-  }
+  for (int i = 0; i < 4; i++) p |= mdr_arp_pending(word(v, i), DT) != 0;
   return p;
 }
 
 /* The vector as sent: an all-ones element (a NaN) becomes another NaN. */
 template <int DT> __device__ __forceinline__ uint4 canonical(uint4 v) {
 #pragma unroll
-  for (int i = 0; i < 4; i++) {
-    uint32_t w = word(v, i);
-    if (DT == MDR_ARK_FP32) {
-      if (w == 0xffffffffu) w = 0x7fffffffu;
-    } else {
-      if ((w & 0xffffu) == 0xffffu) w = (w & 0xffff0000u) | 0x7fffu;
-      if ((w >> 16) == 0xffffu) w = (w & 0xffffu) | 0x7fff0000u;
-    }
-    set_word(v, i, w);
-  }
+  for (int i = 0; i < 4; i++) set_word(v, i, mdr_arp_canonical(word(v, i), DT));
   return v;
 }
 
 template <int DT> __device__ __forceinline__ float to_float(uint32_t bits) {
-  if (DT == MDR_ARK_BF16) return __uint_as_float(bits << 16);
-  if (DT == MDR_ARK_FP16) return __half2float(__ushort_as_half((unsigned short)bits));
+  if (DT == MDR_ARP_BF16) return __uint_as_float(bits << 16);
+  if (DT == MDR_ARP_FP16) return __half2float(__ushort_as_half((unsigned short)bits));
   return __uint_as_float(bits);
 }
 
 template <int DT> __device__ __forceinline__ uint32_t from_float(float f) {
-  if (DT == MDR_ARK_BF16) return __bfloat16_as_ushort(__float2bfloat16_rn(f));
-  if (DT == MDR_ARK_FP16) return __half_as_ushort(__float2half_rn(f));
+  if (DT == MDR_ARP_BF16) return __bfloat16_as_ushort(__float2bfloat16_rn(f));
+  if (DT == MDR_ARP_FP16) return __half_as_ushort(__float2half_rn(f));
   return __float_as_uint(f);
 }
 
@@ -161,7 +134,7 @@ template <int DT> __device__ __forceinline__ void first_term(float *acc, const u
 #pragma unroll
   for (int i = 0; i < 4; i++) {
     const uint32_t w = word(v, i);
-    if (DT == MDR_ARK_FP32) {
+    if (DT == MDR_ARP_FP32) {
       acc[i] = to_float<DT>(w);
     } else {
       acc[2 * i] = to_float<DT>(w & 0xffffu);
@@ -175,7 +148,7 @@ template <int DT> __device__ __forceinline__ void accumulate(float *acc, const u
 #pragma unroll
   for (int i = 0; i < 4; i++) {
     const uint32_t w = word(v, i);
-    if (DT == MDR_ARK_FP32) {
+    if (DT == MDR_ARP_FP32) {
       acc[i] += to_float<DT>(w);
     } else {
       acc[2 * i] += to_float<DT>(w & 0xffffu);
@@ -188,7 +161,7 @@ template <int DT> __device__ __forceinline__ uint4 pack(const float *acc) {
   uint4 v;
 #pragma unroll
   for (int i = 0; i < 4; i++) {
-    if (DT == MDR_ARK_FP32) {
+    if (DT == MDR_ARP_FP32) {
       set_word(v, i, from_float<DT>(acc[i]));
     } else {
       set_word(v, i, from_float<DT>(acc[2 * i]) | (from_float<DT>(acc[2 * i + 1]) << 16));
@@ -205,42 +178,136 @@ template <int DT> __device__ __forceinline__ uint4 add_residual(const uint4 &res
   return pack<DT>(a);
 }
 
-/* ---- the kernel ---- */
+/* ---- give-up ---- */
 
-__device__ __forceinline__ uint32_t *flag_slot(char *region, int block, int nranks, int r) {
-  return (uint32_t *)(region + MDR_AR_FLAGS_OFF) + (size_t)block * nranks + r;
+__device__ __forceinline__ uint32_t *ctl_of(char *slab, const mdr_ar_call &p) {
+  return (uint32_t *)(slab + p.region_off + MDR_ARP_CTL_OFF);
 }
 
-/* Block b of every rank meets at `value`. The block's earlier stores (to
- * any rank) are visible to the peers' block b once they pass. */
-__device__ __forceinline__ void block_barrier(const ar_params &p, uint32_t value) {
+/* A spin loop's poll state. */
+struct spin {
+  unsigned turns;
+  uint64_t t0;
+};
+
+/* Called on every turn of a spin loop: nonzero (an MDR_ARP_ cause) when
+ * the wait must end. Looks only every MDR_ARP_POLL_EVERY turns. */
+__device__ __forceinline__ uint32_t must_leave(const mdr_ar_call &p, spin &s) {
+  if ((++s.turns % MDR_ARP_POLL_EVERY) != 0) return 0;
+  if (*(volatile const uint32_t *)&ctl_of(p.self, p)[MDR_ARP_CTL_ABORT]) return MDR_ARP_PEER;
+  if (p.host_abort && *p.host_abort) return MDR_ARP_ABORTED;
+  if (p.timeout_ns) {
+    const uint64_t now = global_ns();
+    if (!s.t0) s.t0 = now;
+    else if (now - s.t0 > p.timeout_ns) return MDR_ARP_TIMED_OUT;
+  }
+  return 0;
+}
+
+/* Leave for `cause`: the first thread of this rank to give up writes the
+ * report; every rank's abort word is raised so their waits end too. */
+__device__ void give_up(const mdr_ar_call &p, uint32_t cause, uint32_t wait, int peer, uint32_t calls) {
+  uint32_t *ctl = ctl_of(p.self, p);
+  if (atomicCAS(&ctl[MDR_ARP_CTL_CLAIM], 0u, 1u) == 0u && p.host_report) {
+    p.host_report[MDR_ARP_REP_WAIT] = wait;
+    p.host_report[MDR_ARP_REP_PEER] = (uint32_t)peer;
+    p.host_report[MDR_ARP_REP_BLOCK] = blockIdx.x;
+    p.host_report[MDR_ARP_REP_CALL] = calls;
+    __threadfence_system();
+    p.host_report[MDR_ARP_REP_CAUSE] = cause;
+    __threadfence_system();
+  }
+  for (int r = 0; r < p.nranks; r++) st_release_sys(&ctl_of(p.peer[r], p)[MDR_ARP_CTL_ABORT], 1u);
+}
+
+/* ---- barriers ---- */
+
+__device__ __forceinline__ uint32_t *flag_slot(char *slab, const mdr_ar_call &p, int block, int r) {
+  return (uint32_t *)(slab + p.region_off + MDR_ARP_FLAGS_OFF) + 2 * ((size_t)block * p.nranks + r);
+}
+
+/* Block b of every rank meets at barrier k (1 or 2) of this call; at the
+ * first, the ranks' signatures are compared. The block's earlier stores
+ * (to any rank) are visible to the peers' block b once they pass. false:
+ * the block gave up (or another thread of it did): leave. */
+__device__ bool block_barrier(const mdr_ar_call &p, const mdr_arp_block &st, uint32_t k, uint32_t sig,
+                              int *s_bad) {
+  const uint32_t value = mdr_arp_barrier_value(&st, k);
   __threadfence_system();
   __syncthreads();
   if ((int)threadIdx.x < p.nranks) {
     const int r = threadIdx.x;
-    st_release_sys(flag_slot(p.peer[r] + p.region_off, blockIdx.x, p.nranks, p.rank), value);
-    const uint32_t *mine = flag_slot(p.self + p.region_off, blockIdx.x, p.nranks, r);
-    while ((int32_t)(ld_acquire_sys(mine) - value) < 0) {
+    uint32_t *theirs = flag_slot(p.peer[r], p, blockIdx.x, p.rank);
+    *(volatile uint32_t *)(theirs + 1) = sig;
+    st_release_sys(theirs, value);
+    const uint32_t *mine = flag_slot(p.self, p, blockIdx.x, r);
+    spin s = {0, 0};
+    uint32_t cause = 0;
+    while (mdr_arp_waiting(ld_acquire_sys(mine), value))
+      if ((cause = must_leave(p, s)) != 0) break;
+    if (!cause && k == 1 && *(volatile const uint32_t *)(mine + 1) != sig) cause = MDR_ARP_MISMATCH;
+    if (cause) {
+      give_up(p, cause, k == 1 ? MDR_ARP_WAIT_BARRIER1 : MDR_ARP_WAIT_BARRIER2, r, st.calls);
+      *(volatile int *)s_bad = 1;
     }
   }
   __syncthreads();
+  return *(volatile int *)s_bad == 0;
 }
 
-template <int DT> __device__ void one_shot(const ar_params &p, size_t nvec, uint32_t epoch) {
-  const size_t slot_bytes = MDR_ARK_ONE_SHOT_MAX_BYTES;
-  const size_t lam = p.region_off + MDR_AR_LAMPORT_OFF(p.nranks) + (size_t)(epoch & 1u) * p.nranks * slot_bytes;
+/* ---- the algorithms ---- */
+
+template <int DT>
+__device__ bool one_shot(const mdr_ar_call &p, const mdr_arp_block &st, size_t nvec, uint32_t sig, int *s_bad) {
+  const size_t slot_bytes = MDR_ARP_SLOT_BYTES(p.slot_cap);
+  const size_t base = p.region_off + MDR_ARP_SCRATCH_OFF(p.nranks) +
+                      (size_t)mdr_arp_parity(&st) * (size_t)p.nranks * slot_bytes;
   const size_t stride = (size_t)gridDim.x * blockDim.x;
   const size_t first = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
   uint4 *rows = (uint4 *)(p.self + p.buf_off);
-  /* send: this rank's slot of every peer's scratch (its own rows it keeps) */
+  /* send: the block's header, then its rows, into this rank's slot of
+   * every peer's scratch (its own rows it keeps) */
+  if (threadIdx.x == 0) {
+    uint32_t h[4];
+    mdr_arp_header(h, sig, nvec, &st, gridDim.x);
+    const uint4 hv = make_uint4(h[0], h[1], h[2], h[3]);
+    for (int r = 0; r < p.nranks; r++)
+      if (r != p.rank) st_volatile((uint4 *)(p.peer[r] + base + (size_t)p.rank * slot_bytes) + blockIdx.x, hv);
+  }
   for (size_t i = first; i < nvec; i += stride) {
     const uint4 v = canonical<DT>(rows[i]);
     for (int r = 0; r < p.nranks; r++)
-      if (r != p.rank) st_volatile((uint4 *)(p.peer[r] + lam + (size_t)p.rank * slot_bytes) + i, v);
+      if (r != p.rank)
+        st_volatile((uint4 *)(p.peer[r] + base + (size_t)p.rank * slot_bytes + MDR_ARP_HEADER_BYTES) + i, v);
   }
-  char *local = p.self + lam;
-  uint4 *res = p.res_off == kNoResidual ? nullptr : (uint4 *)(p.self + p.res_off);
+  char *local = p.self + base;
   const uint4 clear = make_uint4(0xffffffffu, 0xffffffffu, 0xffffffffu, 0xffffffffu);
+  /* the peers' headers of this block: the same call, or leave */
+  if (threadIdx.x == 0) {
+    uint32_t want[4];
+    mdr_arp_header(want, sig, nvec, &st, gridDim.x);
+    for (int r = 0; r < p.nranks && !*(volatile int *)s_bad; r++) {
+      if (r == p.rank) continue;
+      uint4 *slot = (uint4 *)(local + (size_t)r * slot_bytes) + blockIdx.x;
+      uint4 v = ld_volatile(slot);
+      spin s = {0, 0};
+      uint32_t cause = 0;
+      while (v.x == 0xffffffffu || v.y == 0xffffffffu || v.z == 0xffffffffu || v.w == 0xffffffffu) {
+        if ((cause = must_leave(p, s)) != 0) break;
+        v = ld_volatile(slot);
+      }
+      if (!cause && (v.x != want[0] || v.y != want[1] || v.z != want[2] || v.w != want[3])) cause = MDR_ARP_MISMATCH;
+      if (cause) {
+        give_up(p, cause, MDR_ARP_WAIT_HEADER, r, st.calls);
+        *(volatile int *)s_bad = 1;
+      } else {
+        st_volatile(slot, clear);
+      }
+    }
+  }
+  __syncthreads();
+  if (*(volatile int *)s_bad) return false;
+  uint4 *res = p.res_off == MDR_ARP_NO_RESIDUAL ? nullptr : (uint4 *)(p.self + p.res_off);
   for (size_t i = first; i < nvec; i += stride) {
     const uint4 own = rows[i]; /* summed as sent: the same bits on every rank */
     float acc[elems<DT>::N];
@@ -249,9 +316,18 @@ template <int DT> __device__ void one_shot(const ar_params &p, size_t nvec, uint
       if (r == p.rank) {
         v = canonical<DT>(own);
       } else {
-        uint4 *slot = (uint4 *)(local + (size_t)r * slot_bytes) + i;
+        uint4 *slot = (uint4 *)(local + (size_t)r * slot_bytes + MDR_ARP_HEADER_BYTES) + i;
         v = ld_volatile(slot);
-        while (pending<DT>(v)) v = ld_volatile(slot);
+        spin s = {0, 0};
+        while (pending<DT>(v)) {
+          const uint32_t cause = must_leave(p, s);
+          if (cause) {
+            give_up(p, cause, MDR_ARP_WAIT_ROWS, r, st.calls);
+            *(volatile int *)s_bad = 1;
+            return false; /* this vector's row is left as it was */
+          }
+          v = ld_volatile(slot);
+        }
         st_volatile(slot, clear);
       }
       if (r == 0) {
@@ -264,14 +340,16 @@ template <int DT> __device__ void one_shot(const ar_params &p, size_t nvec, uint
     rows[i] = sum;
     if (res) res[i] = add_residual<DT>(res[i], sum);
   }
+  return true;
 }
 
-template <int DT> __device__ void two_shot(const ar_params &p, size_t nvec, uint32_t epoch) {
+template <int DT>
+__device__ bool two_shot(const mdr_ar_call &p, const mdr_arp_block &st, size_t nvec, uint32_t sig, int *s_bad) {
   const size_t lo = nvec * (size_t)p.rank / (size_t)p.nranks;
   const size_t hi = nvec * (size_t)(p.rank + 1) / (size_t)p.nranks;
   const size_t stride = (size_t)gridDim.x * blockDim.x;
   const size_t first = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-  block_barrier(p, 2u * epoch + 1u);
+  if (!block_barrier(p, st, 1, sig, s_bad)) return false;
   for (size_t i = lo + first; i < hi; i += stride) {
     float acc[elems<DT>::N];
     first_term<DT>(acc, ((const uint4 *)(p.peer[0] + p.buf_off))[i]);
@@ -279,17 +357,18 @@ template <int DT> __device__ void two_shot(const ar_params &p, size_t nvec, uint
     const uint4 sum = pack<DT>(acc);
     for (int r = 0; r < p.nranks; r++) st_volatile((uint4 *)(p.peer[r] + p.buf_off) + i, sum);
   }
-  block_barrier(p, 2u * epoch + 2u);
-  if (p.res_off == kNoResidual) return;
+  if (!block_barrier(p, st, 2, sig, s_bad)) return false;
+  if (p.res_off == MDR_ARP_NO_RESIDUAL) return true;
   uint4 *res = (uint4 *)(p.self + p.res_off);
   const uint4 *out = (const uint4 *)(p.self + p.buf_off);
   for (int r = 0; r < p.nranks; r++) { /* the vectors rank r's block b wrote */
     const size_t rlo = nvec * (size_t)r / (size_t)p.nranks, rhi = nvec * (size_t)(r + 1) / (size_t)p.nranks;
     for (size_t i = rlo + first; i < rhi; i += stride) res[i] = add_residual<DT>(res[i], ld_volatile(out + i));
   }
+  return true;
 }
 
-template <int DT> __global__ void __launch_bounds__(MDR_AR_THREADS) all_reduce_kernel(ar_params p) {
+template <int DT> __global__ void __launch_bounds__(MDR_AR_THREADS) all_reduce_kernel(mdr_ar_call p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   /* launched early (programmatic dependent launch): wait until the work
    * before it completed and its memory is visible; then let the next
@@ -297,32 +376,43 @@ template <int DT> __global__ void __launch_bounds__(MDR_AR_THREADS) all_reduce_k
   asm volatile("griddepcontrol.wait;" ::: "memory");
   asm volatile("griddepcontrol.launch_dependents;" :::);
 #endif
-  char *region = p.self + p.region_off;
-  /* this block's copy of the epoch: a volatile read, not an asm with a
-   * memory clobber, so the loads of the rows may be in flight with it */
-  uint32_t *epochs = (uint32_t *)region;
-  const uint32_t epoch = *(volatile const uint32_t *)&epochs[blockIdx.x];
-  size_t rows = p.rows;
-  if (p.count_ptr) {
-    const size_t counted = *p.count_ptr;
-    rows = counted < rows ? counted : rows;
+  __shared__ int s_bad;
+  if (threadIdx.x == 0) s_bad = 0;
+  /* this block's counters: volatile reads, not an asm with a memory
+   * clobber, so the loads of the rows may be in flight with them */
+  mdr_arp_block *states = (mdr_arp_block *)(p.self + p.region_off + MDR_ARP_STATE_OFF);
+  volatile mdr_arp_block *mine = &states[blockIdx.x];
+  mdr_arp_block st;
+  st.calls = mine->calls;
+  st.one_shot = mine->one_shot;
+  st.barriers = mine->barriers;
+  st.spare = 0;
+  const size_t rows = mdr_arp_rows_now(&p);
+  const size_t bytes = rows * p.row_bytes, nvec = bytes / MDR_ARP_VEC;
+  if (nvec == 0) return; /* an empty call: nothing moves, no counter advances */
+  const int one = mdr_arp_runs_one_shot(p.algo, bytes, p.one_shot_max);
+  const uint32_t sig = mdr_arp_signature(nvec, p.row_bytes, DT, one, p.res_off != MDR_ARP_NO_RESIDUAL,
+                                         p.count_ptr != nullptr);
+  __syncthreads(); /* s_bad is set */
+  const bool ok = one ? one_shot<DT>(p, st, nvec, sig, &s_bad) : two_shot<DT>(p, st, nvec, sig, &s_bad);
+  __syncthreads(); /* every thread is here, those that gave up too */
+  if (!ok || *(volatile int *)&s_bad) return; /* gave up: the counters stay (later calls are refused) */
+  /* advance the counters: each block its own; block 0 also the call-wide
+   * ones (calls, one_shot) of the blocks this call did not launch, whose
+   * barrier counters stay (they passed no barrier) */
+  mdr_arp_block next = st;
+  mdr_arp_advance(&next, nvec, one);
+  if (threadIdx.x == 0) {
+    mine->calls = next.calls;
+    mine->one_shot = next.one_shot;
+    mine->barriers = next.barriers;
   }
-  const size_t bytes = rows * p.row_bytes, nvec = bytes / MDR_AR_VEC;
-  if (nvec) {
-    const bool one = p.algo == MDR_ARK_ONE_SHOT || (p.algo == MDR_ARK_AUTO && bytes <= p.one_shot_max);
-    if (one) {
-      one_shot<DT>(p, nvec, epoch);
-    } else {
-      two_shot<DT>(p, nvec, epoch);
-    }
-  }
-  /* advance the epoch: each block its own copy, block 0 also the copies of
-   * the blocks this call did not launch; no block of this call reads
-   * another's copy, and the kernel's end publishes the stores */
-  if (threadIdx.x == 0) *(volatile uint32_t *)&epochs[blockIdx.x] = epoch + 1u;
   if (blockIdx.x == 0)
-    for (unsigned b = gridDim.x + threadIdx.x; b < MDR_AR_MAX_BLOCKS; b += blockDim.x)
-      *(volatile uint32_t *)&epochs[b] = epoch + 1u;
+    for (unsigned b = gridDim.x + threadIdx.x; b < MDR_ARP_MAX_BLOCKS; b += blockDim.x) {
+      volatile mdr_arp_block *o = &states[b];
+      o->calls = next.calls;
+      o->one_shot = next.one_shot;
+    }
 }
 
 template <int DT>
@@ -341,71 +431,52 @@ __global__ void resolve_peers_kernel(ncclWindow_t win, int n, char **out) {
 }
 #endif
 
-/* Programmatic dependent launch: on sm_90 and later unless MDR_AR_PDL=0
- * (read once). */
-bool pdl_enabled(void) {
-  static int on = -1;
-  if (on < 0) {
-    int dev = 0, major = 0;
-    const char *v = getenv("MDR_AR_PDL");
-    const bool env_off = v && v[0] == '0';
-    on = !env_off && cudaGetDevice(&dev) == cudaSuccess &&
-         cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess && major >= 9;
-  }
-  return on == 1;
-}
-
 }  // namespace
 
-extern "C" int mdr_cuda_ar_launch(const mdr_ar_launch *l, void *stream) {
-  ar_params p = {};
-  for (int r = 0; r < l->nranks && r < MDR_AR_MAX_RANKS; r++) p.peer[r] = l->peer[r];
-  p.self = l->self;
-  p.rank = l->rank;
-  p.nranks = l->nranks;
-  p.buf_off = l->buf_off;
-  p.res_off = l->res_off;
-  p.region_off = l->region_off;
-  p.row_bytes = l->row_bytes;
-  p.rows = l->rows;
-  p.count_ptr = l->count_ptr;
-  p.one_shot_max = l->one_shot_max;
-  p.algo = l->algo;
+extern "C" int mdr_cuda_ar_launch(const mdr_ar_call *k, void *stream) {
   /* the grid covers the largest message this launch can see, one vector a
    * thread, up to one block per SM */
-  const size_t nvec = l->rows * l->row_bytes / MDR_AR_VEC;
-  size_t per_rank = l->algo == MDR_ARK_ONE_SHOT ? nvec : (nvec + (size_t)l->nranks - 1) / (size_t)l->nranks;
-  if (l->algo == MDR_ARK_AUTO && nvec * MDR_AR_VEC <= l->one_shot_max) per_rank = nvec;
+  const size_t nvec = k->rows * k->row_bytes / MDR_ARP_VEC;
+  const int one = mdr_arp_runs_one_shot(k->algo, nvec * MDR_ARP_VEC, k->one_shot_max);
+  const size_t per_rank = one ? nvec : (nvec + (size_t)k->nranks - 1) / (size_t)k->nranks;
   size_t blocks = (per_rank + MDR_AR_THREADS - 1) / MDR_AR_THREADS;
-  size_t cap = (size_t)l->max_blocks; /* the same on every rank: block b meets block b */
-  if (cap > MDR_AR_MAX_BLOCKS) cap = MDR_AR_MAX_BLOCKS;
+  size_t cap = (size_t)k->max_blocks; /* the same on every rank: block b meets block b */
+  if (cap > MDR_ARP_MAX_BLOCKS) cap = MDR_ARP_MAX_BLOCKS;
   if (blocks > cap) blocks = cap;
   if (blocks < 1) blocks = 1;
   const unsigned threads = per_rank < MDR_AR_THREADS ? (unsigned)((per_rank + 31) / 32 * 32) : MDR_AR_THREADS;
-  const dim3 grid((unsigned)blocks), block(threads < 32 ? 32 : threads);
-  /* programmatic dependent launch (sm_90+): the kernel's launch overlaps
-   * the end of the work before it; MDR_AR_PDL=0 turns it off */
+  /* programmatic dependent launch (sm_90+, decided by the transport): the
+   * kernel's launch overlaps the end of the work before it */
   cudaLaunchAttribute attr[1];
   attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attr[0].val.programmaticStreamSerializationAllowed = 1;
   cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = grid;
-  cfg.blockDim = block;
+  cfg.gridDim = dim3((unsigned)blocks);
+  cfg.blockDim = dim3(threads < 32 ? 32 : threads);
   cfg.stream = (cudaStream_t)stream;
   cfg.attrs = attr;
-  cfg.numAttrs = pdl_enabled() ? 1 : 0;
+  cfg.numAttrs = k->pdl ? 1 : 0;
   cudaError_t e;
-  switch (l->dtype) {
-    case MDR_ARK_BF16: e = cudaLaunchKernelEx(&cfg, all_reduce_kernel<MDR_ARK_BF16>, p); break;
-    case MDR_ARK_FP16: e = cudaLaunchKernelEx(&cfg, all_reduce_kernel<MDR_ARK_FP16>, p); break;
-    default: e = cudaLaunchKernelEx(&cfg, all_reduce_kernel<MDR_ARK_FP32>, p); break;
+  switch (k->dtype) {
+    case MDR_ARP_BF16: e = cudaLaunchKernelEx(&cfg, all_reduce_kernel<MDR_ARP_BF16>, *k); break;
+    case MDR_ARP_FP16: e = cudaLaunchKernelEx(&cfg, all_reduce_kernel<MDR_ARP_FP16>, *k); break;
+    default: e = cudaLaunchKernelEx(&cfg, all_reduce_kernel<MDR_ARP_FP32>, *k); break;
   }
+  return (int)e;
+}
+
+extern "C" int mdr_cuda_ar_region_init(void *region, int n, size_t cap, void *stream) {
+  cudaStream_t s = (cudaStream_t)stream;
+  char *r = (char *)region;
+  const size_t scratch = MDR_ARP_SCRATCH_OFF(n);
+  cudaError_t e = cudaMemsetAsync(r, 0, scratch, s);
+  if (e == cudaSuccess) e = cudaMemsetAsync(r + scratch, 0xff, MDR_ARP_REGION_BYTES(n, cap) - scratch, s);
   return (int)e;
 }
 
 extern "C" int mdr_cuda_ar_residual_add(void *residual, const void *rows, size_t row_bytes, size_t nrows,
                                         const uint32_t *count_ptr, int dtype, void *stream) {
-  const size_t row_vecs = row_bytes / MDR_AR_VEC, nvec = nrows * row_vecs;
+  const size_t row_vecs = row_bytes / MDR_ARP_VEC, nvec = nrows * row_vecs;
   size_t blocks = (nvec + 255) / 256;
   if (blocks > 1024) blocks = 1024;
   if (blocks < 1) blocks = 1;
@@ -413,9 +484,9 @@ extern "C" int mdr_cuda_ar_residual_add(void *residual, const void *rows, size_t
   uint4 *res = (uint4 *)residual;
   const uint4 *in = (const uint4 *)rows;
   switch (dtype) {
-    case MDR_ARK_BF16: residual_add_kernel<MDR_ARK_BF16><<<(unsigned)blocks, 256, 0, s>>>(res, in, row_vecs, nrows, count_ptr); break;
-    case MDR_ARK_FP16: residual_add_kernel<MDR_ARK_FP16><<<(unsigned)blocks, 256, 0, s>>>(res, in, row_vecs, nrows, count_ptr); break;
-    default: residual_add_kernel<MDR_ARK_FP32><<<(unsigned)blocks, 256, 0, s>>>(res, in, row_vecs, nrows, count_ptr); break;
+    case MDR_ARP_BF16: residual_add_kernel<MDR_ARP_BF16><<<(unsigned)blocks, 256, 0, s>>>(res, in, row_vecs, nrows, count_ptr); break;
+    case MDR_ARP_FP16: residual_add_kernel<MDR_ARP_FP16><<<(unsigned)blocks, 256, 0, s>>>(res, in, row_vecs, nrows, count_ptr); break;
+    default: residual_add_kernel<MDR_ARP_FP32><<<(unsigned)blocks, 256, 0, s>>>(res, in, row_vecs, nrows, count_ptr); break;
   }
   return (int)cudaGetLastError();
 }
@@ -438,8 +509,15 @@ extern "C" int mdr_cuda_ar_resolve_peers(void *win, int n, char **out, void *str
 extern "C" int mdr_cuda_ar_devcomm_create(void *nccl_comm, void **out) {
   ncclDevComm *dc = new (std::nothrow) ncclDevComm();
   if (!dc) return (int)ncclSystemError;
+  /* no barriers or buffers of NCCL's: mdr's live in its window. NCCL's
+   * initialiser where the headers have one (2.29 on: zero-filling is no
+   * longer a valid start), zeros before */
+#if defined(NCCL_DEV_COMM_REQUIREMENTS_INITIALIZER)
+  ncclDevCommRequirements reqs = NCCL_DEV_COMM_REQUIREMENTS_INITIALIZER;
+#else
   ncclDevCommRequirements reqs;
-  memset(&reqs, 0, sizeof reqs); /* no barriers or buffers of NCCL's: mdr's live in its window */
+  memset(&reqs, 0, sizeof reqs);
+#endif
   const ncclResult_t r = ncclDevCommCreate((ncclComm_t)nccl_comm, &reqs, dc);
   if (r != ncclSuccess) {
     delete dc;
@@ -457,11 +535,12 @@ extern "C" void mdr_cuda_ar_devcomm_info(const void *h, int *rank, int *nranks, 
   *lsa_size = dc->lsaSize;
 }
 
-extern "C" void mdr_cuda_ar_devcomm_destroy(void *nccl_comm, void *h) {
+extern "C" int mdr_cuda_ar_devcomm_destroy(void *nccl_comm, void *h) {
   ncclDevComm *dc = (ncclDevComm *)h;
-  if (!dc) return;
-  (void)ncclDevCommDestroy((ncclComm_t)nccl_comm, dc);
+  if (!dc) return 0;
+  const ncclResult_t r = ncclDevCommDestroy((ncclComm_t)nccl_comm, dc);
   delete dc;
+  return (int)r;
 }
 
 #else /* NCCL without the device API: mdr's kernels never run (src/comm_nccl.c says why) */
@@ -477,6 +556,6 @@ extern "C" void mdr_cuda_ar_devcomm_info(const void *, int *rank, int *nranks, i
   *rank = *nranks = *lsa_rank = *lsa_size = -1;
 }
 
-extern "C" void mdr_cuda_ar_devcomm_destroy(void *, void *) {}
+extern "C" int mdr_cuda_ar_devcomm_destroy(void *, void *) { return 0; }
 
 #endif

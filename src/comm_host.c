@@ -1,37 +1,60 @@
 /* comm_host.c — the host communicator: n ranks as threads of one process,
  * each on its own host backend, sharing one state in host memory.
  *
- * All-reduce. Enqueued as a host-function op of the rank's stream, so a
- * host capture records it and every replay runs it, exactly like a graph
- * node. When it runs, each rank publishes its buffer and count, waits at a
- * barrier, reduces its own slice of the elements (rank r: elements
- * [count * r / n, count * (r + 1) / n)) reading every rank's buffer and
- * writing the sum into every rank's buffer, then waits at a second barrier
- * so no rank touches its buffer while a peer still writes it.
+ * All-reduce: the twin of mdr's kernels. Enqueued as a host-function op of
+ * the rank's stream, so a host capture records it and every replay runs
+ * it, exactly like a graph node. When it runs it follows the protocol of
+ * kernels/ar_protocol.h with the same functions the kernels call, over the
+ * same comm region in each rank's slab (the ranks' slabs are plain host
+ * memory every rank reaches): one block per rank, 32- or 16-bit atomic
+ * loads and stores for what the kernels load and store volatile, acquire
+ * and release where they do. One-shot: the block header and the rows into
+ * slot [parity][rank] of every peer, the peers' headers compared, the
+ * rows polled, summed, cleared. Two-shot: barrier 1 (signatures
+ * compared), this rank's slice summed from every rank's rows and stored
+ * into every rank's rows, barrier 2, the residual. Empty calls touch
+ * nothing; every counter advances only on its own path. Every spin polls
+ * the abort words and the time limit, as the kernels' do, and gives up
+ * with the same report. So CI runs the protocol's sequences and start
+ * states on the very comparisons the GPU makes.
+ *
+ * MDR_ALL_REDUCE_NCCL is NCCL's own collective on a GPU, outside mdr's
+ * protocol; its twin here sums the whole bound behind a plain barrier
+ * (mutex and condition variable) and leaves the protocol's counters alone.
  *
  * Summation order, the same for every element and on every rank (so results
  * are deterministic, bit-identical between graph and eager, and equal on
- * every rank): acc = (float)x_0; for r = 1 .. n-1: acc += (float)x_r; the result
- * is acc rounded once to the element type (round to nearest even). fp32
- * sums in fp32. The same as mdr's kernels (kernels/all_reduce.cu), whose
- * twin this is: the row count read from the count word when the op runs
- * (MDR_AR_NCCL: the bound, as NCCL's fixed count), the residual add after
- * the sum, residual = round((float)residual + (float)sum), and an epoch
- * word in the arena's comm region advanced by every run.
+ * every rank): acc = (float)x_0; for r = 1 .. n-1: acc += (float)x_r; the
+ * result is acc rounded once to the element type (round to nearest even).
+ * fp32 sums in fp32. The residual add after the sum: residual =
+ * round((float)residual + (float)sum).
  *
- * Barriers wait on a condition variable; an aborted group wakes them with
- * MDR_ERR_STATE, and a peer missing for MDR_HOST_COMM_TIMEOUT_MS (env, ms;
- * default 30000) aborts the group, so no rank waits for ever. */
+ * Time limit: MDR_AR_TIMEOUT_MS (ms) when set, else MDR_HOST_COMM_TIMEOUT_MS,
+ * else 30 s; a rank waiting longer gives up and aborts the group, so no
+ * rank waits for ever. */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-#include "comm_impl.h"
+#include "all_reduce_impl.h"
 
 enum { DEFAULT_TIMEOUT_MS = 30000, RECORD_MAX = 64 };
+
+/* One arena's slabs, as every rank reaches them. */
+typedef struct host_slab {
+  struct host_slab *next;
+  mdr_dptr self;
+  char *peer[MDR_ARP_MAX_RANKS];
+  size_t cap; /* one-shot bytes per slot */
+} host_slab;
+
+typedef struct host_rank {
+  host_slab *slabs;
+} host_rank;
 
 typedef struct host_shared {
   int n;
@@ -41,9 +64,9 @@ typedef struct host_shared {
   int arrived;
   long timeout_ms;
   mdr_comm_group *group;
-  mdr_dptr *bufs;    /* per rank, published at each all-reduce */
-  size_t *counts;    /* per rank, the same */
+  size_t *counts;         /* per rank, published at each NCCL-twin all-reduce */
   unsigned char *records; /* per rank, RECORD_MAX bytes: exchange */
+  uint32_t *words;        /* MDR_ARP_HOST_WORDS(n): the abort request, each rank's report */
 } host_shared;
 
 static void shared_free(void *p) {
@@ -51,15 +74,17 @@ static void shared_free(void *p) {
   if (!sh) return;
   pthread_mutex_destroy(&sh->m);
   pthread_cond_destroy(&sh->cv);
-  free(sh->bufs);
   free(sh->counts);
   free(sh->records);
+  free(sh->words);
   free(sh);
 }
 
 static host_shared *shared_of(const mdr_comm *c) { return c->group->impl; }
+static host_rank *rank_of(const mdr_comm *c) { return c->impl; }
 
-/* Wait for every rank (the caller holds no lock). */
+/* Wait for every rank (the caller holds no lock): the NCCL twin and the
+ * exchange. */
 static mdr_status barrier(mdr_comm *c) {
   host_shared *sh = shared_of(c);
   struct timespec until;
@@ -160,52 +185,258 @@ static uint16_t float_to_fp16(float f) {
   return sign | (uint16_t)(v >> 13);
 }
 
-static float load_elem(mdr_dptr p, size_t i, mdr_dtype dt) {
-  switch (dt) {
-    case MDR_DTYPE_BF16: return bf16_to_float(((const uint16_t *)(uintptr_t)p)[i]);
-    case MDR_DTYPE_FP16: return fp16_to_float(((const uint16_t *)(uintptr_t)p)[i]);
-    default: return ((const float *)(uintptr_t)p)[i];
+/* ---- element access as the kernels' volatile loads and stores ---- */
+
+static uint32_t ld_elem(const char *p, size_t i, size_t esize) {
+  if (esize == 4) return __atomic_load_n((const uint32_t *)p + i, __ATOMIC_ACQUIRE);
+  return __atomic_load_n((const uint16_t *)p + i, __ATOMIC_ACQUIRE);
+}
+
+static void st_elem(char *p, size_t i, size_t esize, uint32_t v) {
+  if (esize == 4) {
+    __atomic_store_n((uint32_t *)p + i, v, __ATOMIC_RELEASE);
+  } else {
+    __atomic_store_n((uint16_t *)p + i, (uint16_t)v, __ATOMIC_RELEASE);
   }
 }
 
-static void store_elem(mdr_dptr p, size_t i, mdr_dtype dt, float v) {
+static float widen(uint32_t bits, mdr_dtype dt) {
   switch (dt) {
-    case MDR_DTYPE_BF16: ((uint16_t *)(uintptr_t)p)[i] = float_to_bf16(v); break;
-    case MDR_DTYPE_FP16: ((uint16_t *)(uintptr_t)p)[i] = float_to_fp16(v); break;
-    default: ((float *)(uintptr_t)p)[i] = v; break;
+    case MDR_DTYPE_BF16: return bf16_to_float((uint16_t)bits);
+    case MDR_DTYPE_FP16: return fp16_to_float((uint16_t)bits);
+    default: {
+      float f;
+      memcpy(&f, &bits, 4);
+      return f;
+    }
   }
 }
 
-/* ---- all-reduce ---- */
+static uint32_t narrow(float v, mdr_dtype dt) {
+  switch (dt) {
+    case MDR_DTYPE_BF16: return float_to_bf16(v);
+    case MDR_DTYPE_FP16: return float_to_fp16(v);
+    default: {
+      uint32_t u;
+      memcpy(&u, &v, 4);
+      return u;
+    }
+  }
+}
 
-typedef struct ar_arg {
+/* ---- the protocol's waits ---- */
+
+typedef struct twin {
   mdr_comm *c;
-  mdr_ar_call call;
-} ar_arg;
+  const mdr_ar_call *k;
+  mdr_arp_block st;
+  uint32_t sig;
+  struct timespec t0;
+  int timed;
+} twin;
 
-/* The rows this run reduces: NCCL's count is fixed at enqueue (the bound);
- * mdr's kernels read the count word when they run. */
-static size_t rows_now(const mdr_ar_call *k, int reduce) {
-  if (!k->count_ptr || (reduce && k->algo == MDR_AR_NCCL)) return k->rows;
-  const size_t counted = *(const uint32_t *)(uintptr_t)k->count_ptr;
-  return counted < k->rows ? counted : k->rows;
+static uint32_t *region_words(const mdr_ar_call *k, char *slab) { return (uint32_t *)(slab + k->region_off); }
+
+static double since(const struct timespec *t0) {
+  struct timespec now;
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  return (double)(now.tv_sec - t0->tv_sec) * 1e3 + (double)(now.tv_nsec - t0->tv_nsec) * 1e-6;
 }
 
-/* Runs when the rank's stream reaches the op (eagerly or in a replay). */
-static mdr_status run_all_reduce(mdr_backend *b, void *p) {
-  (void)b;
-  const ar_arg *a = p;
-  mdr_comm *c = a->c;
-  const mdr_ar_call *k = &a->call;
-  host_shared *sh = shared_of(c);
-  mdr_status st = mdr_comm_check_alive(c, "all-reduce");
+/* The kernels' must_leave: nonzero (a cause) when the wait must end. */
+static uint32_t must_leave(twin *t, unsigned *turns) {
+  sched_yield(); /* ranks are threads; let the peers run */
+  if ((++*turns % MDR_ARP_POLL_EVERY) != 0) return 0;
+  const mdr_ar_call *k = t->k;
+  if (__atomic_load_n(&region_words(k, k->self)[MDR_ARP_CTL_ABORT], __ATOMIC_ACQUIRE)) return MDR_ARP_PEER;
+  if (__atomic_load_n((const uint32_t *)k->host_abort, __ATOMIC_ACQUIRE)) return MDR_ARP_ABORTED;
+  if (k->timeout_ns) {
+    if (!t->timed) {
+      clock_gettime(CLOCK_MONOTONIC, &t->t0);
+      t->timed = 1;
+    } else if (since(&t->t0) * 1e6 > (double)k->timeout_ns) {
+      return MDR_ARP_TIMED_OUT;
+    }
+  }
+  return 0;
+}
+
+/* The kernels' give_up: the report (once per rank), every rank's abort
+ * word; then the group is aborted and the text recorded. */
+static mdr_status give_up(twin *t, uint32_t cause, uint32_t wait, int peer) {
+  const mdr_ar_call *k = t->k;
+  uint32_t *ctl = region_words(k, k->self);
+  uint32_t zero = 0;
+  if (__atomic_compare_exchange_n(&ctl[MDR_ARP_CTL_CLAIM], &zero, 1u, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+    uint32_t *rep = (uint32_t *)k->host_report;
+    __atomic_store_n(&rep[MDR_ARP_REP_WAIT], wait, __ATOMIC_RELAXED);
+    __atomic_store_n(&rep[MDR_ARP_REP_PEER], (uint32_t)peer, __ATOMIC_RELAXED);
+    __atomic_store_n(&rep[MDR_ARP_REP_BLOCK], 0u, __ATOMIC_RELAXED);
+    __atomic_store_n(&rep[MDR_ARP_REP_CALL], t->st.calls, __ATOMIC_RELAXED);
+    __atomic_store_n(&rep[MDR_ARP_REP_CAUSE], cause, __ATOMIC_RELEASE);
+  }
+  for (int r = 0; r < k->nranks; r++)
+    __atomic_store_n(&region_words(k, k->peer[r])[MDR_ARP_CTL_ABORT], 1u, __ATOMIC_RELEASE);
+  mdr_comm_mark_aborted(t->c);
+  char why[256];
+  mdr_ar_report_text((const uint32_t *)k->host_report, t->c->rank, why, sizeof why);
+  return mdr_backend_fail(t->c->b, MDR_ERR_STATE, "host comm: %s", why);
+}
+
+static uint32_t *flag_slot(const mdr_ar_call *k, char *slab, int r) {
+  return (uint32_t *)(slab + k->region_off + MDR_ARP_FLAGS_OFF) + 2 * (size_t)r; /* block 0 */
+}
+
+/* Barrier k (1 or 2) of this call: publish, wait for every peer, compare
+ * the signatures at the first. */
+static mdr_status twin_barrier(twin *t, uint32_t kb) {
+  const mdr_ar_call *k = t->k;
+  const uint32_t value = mdr_arp_barrier_value(&t->st, kb);
+  for (int r = 0; r < k->nranks; r++) {
+    uint32_t *theirs = flag_slot(k, k->peer[r], k->rank);
+    __atomic_store_n(theirs + 1, t->sig, __ATOMIC_RELAXED);
+    __atomic_store_n(theirs, value, __ATOMIC_RELEASE);
+  }
+  for (int r = 0; r < k->nranks; r++) {
+    const uint32_t *mine = flag_slot(k, k->self, r);
+    unsigned turns = 0;
+    uint32_t cause = 0;
+    while (mdr_arp_waiting(__atomic_load_n(mine, __ATOMIC_ACQUIRE), value))
+      if ((cause = must_leave(t, &turns)) != 0) break;
+    if (!cause && kb == 1 && __atomic_load_n(mine + 1, __ATOMIC_RELAXED) != t->sig) cause = MDR_ARP_MISMATCH;
+    if (cause) return give_up(t, cause, kb == 1 ? MDR_ARP_WAIT_BARRIER1 : MDR_ARP_WAIT_BARRIER2, r);
+  }
+  return MDR_OK;
+}
+
+static void add_residual(const mdr_ar_call *k, size_t count) {
+  const mdr_dtype dt = (mdr_dtype)k->dtype;
+  const size_t esize = mdr_dtype_bytes(dt);
+  char *res = k->self + k->res_off;
+  const char *sum = k->self + k->buf_off;
+  for (size_t i = 0; i < count; i++)
+    st_elem(res, i, esize, narrow(widen(ld_elem(res, i, esize), dt) + widen(ld_elem(sum, i, esize), dt), dt));
+}
+
+static mdr_status twin_two_shot(twin *t, size_t count) {
+  const mdr_ar_call *k = t->k;
+  const mdr_dtype dt = (mdr_dtype)k->dtype;
+  const size_t esize = mdr_dtype_bytes(dt), n = (size_t)k->nranks;
+  mdr_status st = twin_barrier(t, 1);
   if (st != MDR_OK) return st;
-  const size_t esize = mdr_dtype_bytes(k->dt), count = rows_now(k, 1) * k->row_bytes / esize;
+  const size_t lo = count * (size_t)k->rank / n, hi = count * (size_t)(k->rank + 1) / n;
+  for (size_t i = lo; i < hi; i++) {
+    float acc = widen(ld_elem(k->peer[0] + k->buf_off, i, esize), dt);
+    for (int r = 1; r < k->nranks; r++) acc += widen(ld_elem(k->peer[r] + k->buf_off, i, esize), dt);
+    const uint32_t sum = narrow(acc, dt);
+    for (int r = 0; r < k->nranks; r++) st_elem(k->peer[r] + k->buf_off, i, esize, sum);
+  }
+  st = twin_barrier(t, 2);
+  if (st != MDR_OK) return st;
+  if (k->res_off != MDR_ARP_NO_RESIDUAL) add_residual(k, count);
+  return MDR_OK;
+}
+
+static mdr_status twin_one_shot(twin *t, size_t count, size_t nvec) {
+  const mdr_ar_call *k = t->k;
+  const mdr_dtype dt = (mdr_dtype)k->dtype;
+  const size_t esize = mdr_dtype_bytes(dt), slot_bytes = MDR_ARP_SLOT_BYTES(k->slot_cap);
+  const size_t base = k->region_off + MDR_ARP_SCRATCH_OFF(k->nranks) +
+                      (size_t)mdr_arp_parity(&t->st) * (size_t)k->nranks * slot_bytes;
+  const uint32_t all_ones = esize == 4 ? 0xffffffffu : 0xffffu;
+  uint32_t h[4];
+  mdr_arp_header(h, t->sig, nvec, &t->st, 1);
+  char *rows = k->self + k->buf_off;
+  /* send: the header (block 0's), then the rows, into this rank's slot of every peer */
+  for (int r = 0; r < k->nranks; r++) {
+    if (r == k->rank) continue;
+    char *slot = k->peer[r] + base + (size_t)k->rank * slot_bytes;
+    for (int w = 0; w < 4; w++) __atomic_store_n((uint32_t *)slot + w, h[w], __ATOMIC_RELEASE);
+    for (size_t i = 0; i < count; i++)
+      st_elem(slot + MDR_ARP_HEADER_BYTES, i, esize, mdr_arp_canonical(ld_elem(rows, i, esize), k->dtype) & all_ones);
+  }
+  /* the peers' headers: the same call, or give up */
+  char *local = k->self + base;
+  for (int r = 0; r < k->nranks; r++) {
+    if (r == k->rank) continue;
+    uint32_t *slot = (uint32_t *)(local + (size_t)r * slot_bytes);
+    unsigned turns = 0;
+    uint32_t cause = 0, v[4];
+    for (;;) {
+      int ready = 1;
+      for (int w = 0; w < 4; w++) ready &= (v[w] = __atomic_load_n(slot + w, __ATOMIC_ACQUIRE)) != 0xffffffffu;
+      if (ready || (cause = must_leave(t, &turns)) != 0) break;
+    }
+    if (!cause && memcmp(v, h, sizeof h) != 0) cause = MDR_ARP_MISMATCH;
+    if (cause) return give_up(t, cause, MDR_ARP_WAIT_HEADER, r);
+    for (int w = 0; w < 4; w++) __atomic_store_n(slot + w, 0xffffffffu, __ATOMIC_RELEASE);
+  }
+  /* poll, sum in rank order, clear */
+  for (size_t i = 0; i < count; i++) {
+    const uint32_t own = mdr_arp_canonical(ld_elem(rows, i, esize), k->dtype) & all_ones;
+    float acc = 0;
+    for (int r = 0; r < k->nranks; r++) {
+      uint32_t v = own;
+      if (r != k->rank) {
+        char *slot = local + (size_t)r * slot_bytes + MDR_ARP_HEADER_BYTES;
+        unsigned turns = 0;
+        while (mdr_arp_pending(v = ld_elem(slot, i, esize), k->dtype)) {
+          const uint32_t cause = must_leave(t, &turns);
+          if (cause) return give_up(t, cause, MDR_ARP_WAIT_ROWS, r);
+        }
+        st_elem(slot, i, esize, all_ones);
+      }
+      acc = r == 0 ? widen(v, dt) : acc + widen(v, dt);
+    }
+    st_elem(rows, i, esize, narrow(acc, dt));
+  }
+  if (k->res_off != MDR_ARP_NO_RESIDUAL) add_residual(k, count);
+  return MDR_OK;
+}
+
+/* The block counters of a region (block 0 is the twin's only block; the
+ * others follow it as the kernel's block 0 advances the blocks it did not
+ * launch). */
+static mdr_arp_block *states_of(const mdr_ar_call *k) {
+  return (mdr_arp_block *)(k->self + k->region_off + MDR_ARP_STATE_OFF);
+}
+
+static mdr_status run_protocol(mdr_comm *c, const mdr_ar_call *k) {
+  const mdr_dtype dt = (mdr_dtype)k->dtype;
+  const size_t esize = mdr_dtype_bytes(dt), bytes = mdr_arp_rows_now(k) * k->row_bytes;
+  const size_t count = bytes / esize, nvec = (bytes + MDR_ARP_VEC - 1) / MDR_ARP_VEC;
+  if (count == 0) return MDR_OK; /* an empty call: nothing moves, no counter advances */
+  twin t = {.c = c, .k = k};
+  mdr_arp_block *states = states_of(k);
+  t.st.calls = __atomic_load_n(&states[0].calls, __ATOMIC_ACQUIRE);
+  t.st.one_shot = __atomic_load_n(&states[0].one_shot, __ATOMIC_ACQUIRE);
+  t.st.barriers = __atomic_load_n(&states[0].barriers, __ATOMIC_ACQUIRE);
+  const int one = mdr_arp_runs_one_shot(k->algo, bytes, k->one_shot_max);
+  t.sig = mdr_arp_signature(nvec, k->row_bytes, k->dtype, one, k->res_off != MDR_ARP_NO_RESIDUAL, k->count_ptr != NULL);
+  mdr_status st = one ? twin_one_shot(&t, count, nvec) : twin_two_shot(&t, count);
+  if (st != MDR_OK) return st;
+  mdr_arp_block next = t.st;
+  mdr_arp_advance(&next, nvec, one);
+  __atomic_store_n(&states[0].calls, next.calls, __ATOMIC_RELEASE);
+  __atomic_store_n(&states[0].one_shot, next.one_shot, __ATOMIC_RELEASE);
+  __atomic_store_n(&states[0].barriers, next.barriers, __ATOMIC_RELEASE);
+  for (int b = 1; b < MDR_ARP_MAX_BLOCKS; b++) {
+    __atomic_store_n(&states[b].calls, next.calls, __ATOMIC_RELEASE);
+    __atomic_store_n(&states[b].one_shot, next.one_shot, __ATOMIC_RELEASE);
+  }
+  return MDR_OK;
+}
+
+/* The NCCL twin: the whole bound summed behind plain barriers, element
+ * counts compared; the residual over the counted rows. */
+static mdr_status run_nccl_twin(mdr_comm *c, const mdr_ar_call *k) {
+  host_shared *sh = shared_of(c);
+  const mdr_dtype dt = (mdr_dtype)k->dtype;
+  const size_t esize = mdr_dtype_bytes(dt), count = k->rows * k->row_bytes / esize;
   pthread_mutex_lock(&sh->m);
-  sh->bufs[c->rank] = k->ptr;
   sh->counts[c->rank] = count;
   pthread_mutex_unlock(&sh->m);
-  st = barrier(c);
+  mdr_status st = barrier(c);
   if (st != MDR_OK) return st;
   for (int r = 0; r < sh->n; r++)
     if (sh->counts[r] != count) {
@@ -214,34 +445,63 @@ static mdr_status run_all_reduce(mdr_backend *b, void *p) {
                               "host comm: rank %d all-reduces %zu elements, rank %d %zu: ranks out of lockstep",
                               c->rank, count, r, sh->counts[r]);
     }
-  const size_t lo = count * (size_t)c->rank / (size_t)sh->n;
-  const size_t hi = count * (size_t)(c->rank + 1) / (size_t)sh->n;
+  const size_t lo = count * (size_t)c->rank / (size_t)sh->n, hi = count * (size_t)(c->rank + 1) / (size_t)sh->n;
   for (size_t i = lo; i < hi; i++) {
-    float acc = load_elem(sh->bufs[0], i, k->dt);
-    for (int r = 1; r < sh->n; r++) acc += load_elem(sh->bufs[r], i, k->dt);
-    for (int r = 0; r < sh->n; r++) store_elem(sh->bufs[r], i, k->dt, acc);
+    float acc = widen(ld_elem(k->peer[0] + k->buf_off, i, esize), dt);
+    for (int r = 1; r < sh->n; r++) acc += widen(ld_elem(k->peer[r] + k->buf_off, i, esize), dt);
+    for (int r = 0; r < sh->n; r++) st_elem(k->peer[r] + k->buf_off, i, esize, narrow(acc, dt));
   }
   st = barrier(c);
   if (st != MDR_OK) return st;
-  if (k->residual) { /* residual = round(residual + sum) over the counted rows */
-    const size_t n = rows_now(k, 0) * k->row_bytes / esize;
-    for (size_t i = 0; i < n; i++)
-      store_elem(k->residual, i, k->dt, load_elem(k->residual, i, k->dt) + load_elem(k->ptr, i, k->dt));
-  }
-  uint32_t *epoch = (uint32_t *)(uintptr_t)(k->slab + k->region_off);
-  (*epoch)++;
+  if (k->res_off != MDR_ARP_NO_RESIDUAL) add_residual(k, mdr_arp_rows_now(k) * k->row_bytes / esize);
   return MDR_OK;
 }
 
-static mdr_status host_all_reduce(mdr_comm *c, const mdr_ar_call *call, mdr_stream s) {
-  const ar_arg arg = {.c = c, .call = *call};
+typedef struct ar_arg {
+  mdr_comm *c;
+  mdr_ar_call call;
+} ar_arg;
+
+/* Runs when the rank's stream reaches the op (eagerly or in a replay). */
+static mdr_status run_all_reduce(mdr_backend *b, void *p) {
+  (void)b;
+  const ar_arg *a = p;
+  mdr_status st = mdr_comm_check_alive(a->c, "all-reduce");
+  if (st != MDR_OK) return st;
+  return a->call.algo == MDR_ARP_NCCL ? run_nccl_twin(a->c, &a->call) : run_protocol(a->c, &a->call);
+}
+
+static host_slab *slab_of(const mdr_comm *c, mdr_dptr slab) {
+  for (host_slab *sl = rank_of(c)->slabs; sl; sl = sl->next)
+    if (sl->self == slab) return sl;
+  return NULL;
+}
+
+static mdr_status host_all_reduce(mdr_comm *c, mdr_ar_call *k, mdr_dptr slab, mdr_stream s) {
+  const host_slab *sl = slab_of(c, slab);
+  if (!sl) return mdr_backend_fail(c->b, MDR_ERR_STATE, "host comm: the arena's slab is not this rank's");
+  host_shared *sh = shared_of(c);
+  for (int r = 0; r < c->size; r++) k->peer[r] = sl->peer[r];
+  k->self = (char *)(uintptr_t)slab;
+  k->slot_cap = sl->cap;
+  k->rank = c->rank;
+  k->nranks = c->size;
+  k->max_blocks = 1;
+  k->timeout_ns = (uint64_t)sh->timeout_ms * 1000000u;
+  k->host_abort = &sh->words[MDR_ARP_HOST_ABORT];
+  k->host_report = &sh->words[MDR_ARP_HOST_RANKS0 + (size_t)c->rank * MDR_ARP_HOST_REPORT];
+  const ar_arg arg = {.c = c, .call = *k};
   return mdr_be_host_fn(c->b, run_all_reduce, &arg, sizeof arg, s);
 }
 
-/* The host twin's comm region: its epoch word. */
-static size_t host_region_bytes(const mdr_comm *c) {
-  (void)c;
-  return 256;
+/* The twin's slots hold the arena's largest message, up to the GPU's. */
+static size_t slot_cap(size_t max_message) {
+  const size_t m = (max_message + MDR_ARP_VEC - 1) / MDR_ARP_VEC * MDR_ARP_VEC;
+  return m < MDR_ARP_ONE_SHOT_MAX_BYTES ? m : MDR_ARP_ONE_SHOT_MAX_BYTES;
+}
+
+static size_t host_region_bytes(const mdr_comm *c, size_t max_message) {
+  return MDR_ARP_REGION_BYTES(c->size, slot_cap(max_message));
 }
 
 static int host_kernels(const mdr_comm *c, mdr_dptr slab) {
@@ -250,13 +510,29 @@ static int host_kernels(const mdr_comm *c, mdr_dptr slab) {
   return 1;
 }
 
-static mdr_status host_epoch(mdr_comm *c, mdr_dptr slab, size_t region_off, uint32_t *get, const uint32_t *set) {
+static mdr_status host_state(mdr_comm *c, mdr_dptr slab, size_t region_off, mdr_arp_block *get,
+                             const mdr_arp_block *set) {
   mdr_status st = mdr_be_synchronize(c->b, NULL); /* no op of the stream in flight */
   if (st != MDR_OK) return st;
-  uint32_t *epoch = (uint32_t *)(uintptr_t)(slab + region_off);
-  if (set) *epoch = *set;
-  if (get) *get = *epoch;
+  char *region = (char *)(uintptr_t)(slab + region_off);
+  mdr_arp_block *states = (mdr_arp_block *)(region + MDR_ARP_STATE_OFF);
+  if (set) {
+    uint32_t *flags = (uint32_t *)(region + MDR_ARP_FLAGS_OFF);
+    for (int b = 0; b < MDR_ARP_MAX_BLOCKS; b++) {
+      states[b] = *set;
+      for (int r = 0; r < c->size; r++) flags[2 * ((size_t)b * (size_t)c->size + (size_t)r)] = set->barriers;
+    }
+  }
+  if (get) *get = states[0];
   return MDR_OK;
+}
+
+static int host_failed(const mdr_comm *c, char *why, size_t n) {
+  host_shared *sh = shared_of(c);
+  const uint32_t *rep = &sh->words[MDR_ARP_HOST_RANKS0 + (size_t)c->rank * MDR_ARP_HOST_REPORT];
+  if (!__atomic_load_n(&rep[MDR_ARP_REP_CAUSE], __ATOMIC_ACQUIRE)) return 0;
+  mdr_ar_report_text(rep, c->rank, why, n);
+  return 1;
 }
 
 /* ---- exchange, slabs, teardown ---- */
@@ -277,39 +553,95 @@ static mdr_status host_exchange(mdr_comm *const *cs, int n, const void *mine, si
   return barrier(c); /* nobody writes a record again before everyone read them */
 }
 
-static mdr_status host_slab_alloc(mdr_comm *const *cs, int n, size_t bytes, size_t region_off, mdr_dptr *slab,
-                                  int *kind) {
+static mdr_status host_slab_alloc(mdr_comm *const *cs, int n, size_t bytes, size_t region_off, size_t max_message,
+                                  mdr_dptr *slab, int *kind) {
+  const int size = cs[0]->size;
+  const size_t cap = slot_cap(max_message), scratch = MDR_ARP_SCRATCH_OFF(size);
+  host_slab *rec[n];
+  mdr_status st = MDR_OK;
   for (int i = 0; i < n; i++) {
     slab[i] = 0;
-    mdr_status st = mdr_be_alloc_device(cs[i]->b, bytes, &slab[i]);
-    if (st == MDR_OK) st = mdr_be_fill(cs[i]->b, slab[i] + region_off, 0, bytes - region_off);
-    if (st != MDR_OK) {
-      for (int j = 0; j <= i; j++)
-        if (slab[j]) mdr_be_free_device(cs[j]->b, slab[j]);
-      return st;
-    }
+    rec[i] = NULL;
+  }
+  for (int i = 0; i < n && st == MDR_OK; i++) {
+    rec[i] = calloc(1, sizeof *rec[i]);
+    st = rec[i] ? mdr_be_alloc_device(cs[i]->b, bytes, &slab[i])
+                : mdr_backend_fail(cs[i]->b, MDR_ERR_OUT_OF_MEMORY, "host comm: slab record");
+    if (st == MDR_OK) st = mdr_be_fill(cs[i]->b, slab[i] + region_off, 0, scratch);
+    if (st == MDR_OK)
+      st = mdr_be_fill(cs[i]->b, slab[i] + region_off + scratch, 0xff, MDR_ARP_REGION_BYTES(size, cap) - scratch);
     kind[i] = MDR_WINDOW_HOST;
+  }
+  /* every rank learns every rank's slab (one thread per rank: exchanged) */
+  uint64_t all[size > 0 ? size : 1];
+  uint64_t mine[n];
+  memset(all, 0, sizeof all);
+  memset(mine, 0, sizeof mine);
+  for (int i = 0; i < n; i++) mine[i] = st == MDR_OK ? (uint64_t)slab[i] : 0;
+  if (size > MDR_ARP_MAX_RANKS && st == MDR_OK)
+    st = mdr_backend_fail(cs[0]->b, MDR_ERR_UNSUPPORTED, "host comm: %d ranks (at most %d)", size,
+                          MDR_ARP_MAX_RANKS);
+  /* a rank that failed still takes part, so no peer waits for it */
+  mdr_status ex = host_exchange(cs, n, mine, sizeof mine[0], all);
+  if (st == MDR_OK) st = ex;
+  for (int r = 0; st == MDR_OK && r < size; r++)
+    if (!all[r]) st = mdr_backend_fail(cs[0]->b, MDR_ERR_STATE, "host comm: rank %d has no slab", r);
+  if (st != MDR_OK) {
+    for (int i = 0; i < n; i++) {
+      if (slab[i]) mdr_be_free_device(cs[i]->b, slab[i]);
+      slab[i] = 0;
+      free(rec[i]);
+    }
+    return st;
+  }
+  for (int i = 0; i < n; i++) {
+    rec[i]->self = slab[i];
+    rec[i]->cap = cap;
+    for (int r = 0; r < size; r++) rec[i]->peer[r] = (char *)(uintptr_t)all[r];
+    rec[i]->next = rank_of(cs[i])->slabs;
+    rank_of(cs[i])->slabs = rec[i];
   }
   return MDR_OK;
 }
 
-static void host_slab_free(mdr_comm *c, mdr_dptr slab) { mdr_be_free_device(c->b, slab); }
+static void host_slab_free(mdr_comm *c, mdr_dptr slab) {
+  host_rank *hr = rank_of(c);
+  for (host_slab **p = &hr->slabs; *p; p = &(*p)->next)
+    if ((*p)->self == slab) {
+      host_slab *sl = *p;
+      *p = sl->next;
+      free(sl);
+      break;
+    }
+  mdr_be_free_device(c->b, slab);
+}
 
-static void host_cancel(mdr_comm *c) {
+static void host_cancel(mdr_comm *c, int hard) {
+  (void)hard;
   host_shared *sh = shared_of(c);
+  __atomic_store_n(&sh->words[MDR_ARP_HOST_ABORT], 1u, __ATOMIC_RELEASE);
   pthread_mutex_lock(&sh->m);
   pthread_cond_broadcast(&sh->cv);
   pthread_mutex_unlock(&sh->m);
 }
 
-static void host_destroy(mdr_comm *c) { (void)c; }
+static void host_destroy(mdr_comm *c) {
+  host_rank *hr = rank_of(c);
+  while (hr->slabs) { /* arenas left alive: their records go (their slabs are the arenas') */
+    host_slab *sl = hr->slabs;
+    hr->slabs = sl->next;
+    free(sl);
+  }
+  free(hr);
+}
 
 static const struct mdr_comm_ops host_comm_ops = {
     .name = "host",
     .all_reduce = host_all_reduce,
     .region_bytes = host_region_bytes,
     .kernels = host_kernels,
-    .epoch = host_epoch,
+    .state = host_state,
+    .failed = host_failed,
     .exchange = host_exchange,
     .slab_alloc = host_slab_alloc,
     .slab_free = host_slab_free,
@@ -318,8 +650,10 @@ static const struct mdr_comm_ops host_comm_ops = {
 };
 
 static long timeout_ms(void) {
+  long t = mdr_ar_timeout_ms();
+  if (t > 0) return t;
   const char *v = getenv("MDR_HOST_COMM_TIMEOUT_MS");
-  long t = v ? strtol(v, NULL, 10) : 0;
+  t = v ? strtol(v, NULL, 10) : 0;
   return t > 0 ? t : DEFAULT_TIMEOUT_MS;
 }
 
@@ -333,15 +667,15 @@ mdr_status mdr_comm_create_host(mdr_backend *const *backends, int n, mdr_comm **
   mdr_comm_group *g = mdr_comm_group_new(n);
   host_shared *sh = calloc(1, sizeof *sh);
   if (sh) {
-    sh->bufs = calloc((size_t)n, sizeof *sh->bufs);
     sh->counts = calloc((size_t)n, sizeof *sh->counts);
     sh->records = calloc((size_t)n, RECORD_MAX);
+    sh->words = calloc(MDR_ARP_HOST_WORDS(n), sizeof *sh->words);
   }
-  if (!g || !sh || !sh->bufs || !sh->counts || !sh->records) {
+  if (!g || !sh || !sh->counts || !sh->records || !sh->words) {
     if (sh) {
-      free(sh->bufs);
       free(sh->counts);
       free(sh->records);
+      free(sh->words);
     }
     free(sh);
     free(g);
@@ -356,7 +690,10 @@ mdr_status mdr_comm_create_host(mdr_backend *const *backends, int n, mdr_comm **
   g->impl_free = shared_free;
   for (int i = 0; i < n; i++) {
     mdr_comm *c = calloc(1, sizeof *c);
-    if (!c) {
+    host_rank *hr = calloc(1, sizeof *hr);
+    if (!c || !hr) {
+      free(c);
+      free(hr);
       for (int j = 0; j < i; j++) {
         mdr_comm_free(out[j]);
         out[j] = NULL;
@@ -364,7 +701,8 @@ mdr_status mdr_comm_create_host(mdr_backend *const *backends, int n, mdr_comm **
       for (int j = i; j < n; j++) mdr_comm_group_release(g); /* the references never handed out */
       return mdr_backend_fail(backends[i], MDR_ERR_OUT_OF_MEMORY, "host comm: rank %d", i);
     }
-    *c = (mdr_comm){.ops = &host_comm_ops, .b = backends[i], .rank = i, .size = n, .device = -1, .group = g};
+    *c = (mdr_comm){.ops = &host_comm_ops, .b = backends[i], .rank = i, .size = n, .device = -1, .group = g,
+                    .impl = hr, .timeout_ms = sh->timeout_ms};
     out[i] = c;
   }
   return MDR_OK;

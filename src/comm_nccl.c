@@ -22,7 +22,7 @@
  * NCCL library of the headers' major.minor: the kernels read NCCL's window
  * records inline); otherwise every rank falls back to NCCL, with the
  * reason in the backend's last error. */
-#include "comm_impl.h"
+#include "all_reduce_impl.h"
 
 #if defined(MDR_HAVE_NCCL)
 
@@ -33,15 +33,6 @@
 
 #include "all_reduce.h"
 
-/* the kernels' codes are the public values */
-_Static_assert((int)MDR_ARK_BF16 == (int)MDR_DTYPE_BF16 && (int)MDR_ARK_FP16 == (int)MDR_DTYPE_FP16 &&
-                   (int)MDR_ARK_FP32 == (int)MDR_DTYPE_FP32,
-               "kernel dtype codes");
-_Static_assert((int)MDR_ARK_AUTO == (int)MDR_AR_AUTO && (int)MDR_ARK_ONE_SHOT == (int)MDR_AR_ONE_SHOT &&
-                   (int)MDR_ARK_TWO_SHOT == (int)MDR_AR_TWO_SHOT,
-               "kernel algorithm codes");
-_Static_assert(MDR_ARK_ONE_SHOT_MAX_BYTES == MDR_AR_ONE_SHOT_MAX_BYTES, "one-shot scratch");
-
 typedef struct nccl_slab {
   struct nccl_slab *next;
   mdr_dptr ptr;
@@ -51,8 +42,46 @@ typedef struct nccl_slab {
   void *devcomm;    /* mdr_cuda_ar_devcomm_create's, or NULL */
   int kernels;      /* 1: they run on this slab (every rank agreed) */
   int max_blocks;   /* grid cap: SMs of the communicator's smallest GPU */
-  char *peer[MDR_AR_MAX_RANKS];
+  int pdl;          /* programmatic dependent launch (sm_90+, MDR_AR_PDL not 0) */
+  char *peer[MDR_ARP_MAX_RANKS];
 } nccl_slab;
+
+/* The host words of a group (kernels/ar_protocol.h): pinned, mapped, one
+ * allocation for the ranks this process made together. */
+typedef struct nccl_words {
+  uint32_t *host; /* NULL: none could be allocated (kernels run without) */
+  uint32_t *dev;  /* the same words as the GPUs reach them */
+} nccl_words;
+
+static void words_free(void *p) {
+  nccl_words *w = p;
+  if (!w) return;
+  if (w->host) (void)cudaFreeHost(w->host);
+  (void)cudaGetLastError();
+  free(w);
+}
+
+/* The words of a group of `ranks` ranks, or NULL when out of memory. */
+static nccl_words *words_new(int ranks) {
+  nccl_words *w = calloc(1, sizeof *w);
+  if (!w) return NULL;
+  void *h = NULL, *d = NULL;
+  const size_t bytes = MDR_ARP_HOST_WORDS(ranks) * sizeof(uint32_t);
+  if (cudaHostAlloc(&h, bytes, cudaHostAllocMapped | cudaHostAllocPortable) == cudaSuccess &&
+      cudaHostGetDevicePointer(&d, h, 0) == cudaSuccess) {
+    memset(h, 0, bytes);
+    w->host = h;
+    w->dev = d;
+  } else {
+    if (h) (void)cudaFreeHost(h);
+    (void)cudaGetLastError();
+    free(w);
+    return NULL;
+  }
+  return w;
+}
+
+static nccl_words *words_of(const mdr_comm *c) { return c->group->impl; }
 
 typedef struct nccl_rank {
   ncclComm_t comm;
@@ -84,13 +113,16 @@ static mdr_status cuda_fail(mdr_backend *b, cudaError_t e, const char *what) {
                           "cuda: %s: %s (%s)", what, cudaGetErrorName(e), cudaGetErrorString(e));
 }
 
-/* The caller's device, switched for a call. */
+/* The caller's device, switched for a call: 1 on success, else 0 with the
+ * sticky error cleared (the caller reports it). */
 static int enter_device(int dev, int *prev) {
   if (cudaGetDevice(prev) != cudaSuccess) {
     (void)cudaGetLastError();
     *prev = -1;
   }
-  return *prev == dev || cudaSetDevice(dev) == cudaSuccess;
+  if (*prev == dev || cudaSetDevice(dev) == cudaSuccess) return 1;
+  (void)cudaGetLastError();
+  return 0;
 }
 
 static void leave_device(int prev) {
@@ -105,7 +137,7 @@ static ncclDataType_t nccl_type(mdr_dtype dt) {
   }
 }
 
-static mdr_status check_rank(const mdr_comm *c, const char *what) {
+static mdr_status check_rank(mdr_comm *c, const char *what) {
   if (rank_of(c)->dead) return mdr_backend_fail(c->b, MDR_ERR_STATE, "nccl: %s on an aborted communicator", what);
   return mdr_comm_check_alive(c, what);
 }
@@ -116,89 +148,106 @@ static nccl_slab *slab_of(const mdr_comm *c, mdr_dptr slab) {
   return NULL;
 }
 
-static mdr_status nccl_all_reduce(mdr_comm *c, const mdr_ar_call *k, mdr_stream s) {
+static mdr_status nccl_all_reduce(mdr_comm *c, mdr_ar_call *k, mdr_dptr slab, mdr_stream s) {
   mdr_status st = check_rank(c, "all-reduce");
   if (st != MDR_OK) return st;
   int prev;
-  if (!enter_device(c->device, &prev)) return cuda_fail(c->b, cudaGetLastError(), "cudaSetDevice");
-  void *p = (void *)(uintptr_t)k->ptr;
-  const uint32_t *count = (const uint32_t *)(uintptr_t)k->count_ptr;
-  if (k->algo == MDR_AR_NCCL) {
-    const size_t n = k->rows * k->row_bytes / mdr_dtype_bytes(k->dt);
-    ncclResult_t r = ncclAllReduce(p, p, n, nccl_type(k->dt), ncclSum, rank_of(c)->comm, (cudaStream_t)s);
+  if (!enter_device(c->device, &prev)) return mdr_backend_fail(c->b, MDR_ERR_BACKEND, "cuda: cudaSetDevice(%d) failed", c->device);
+  char *base = (char *)(uintptr_t)slab;
+  if (k->algo == MDR_ARP_NCCL) {
+    void *p = base + k->buf_off;
+    const size_t n = k->rows * k->row_bytes / mdr_dtype_bytes((mdr_dtype)k->dtype);
+    ncclResult_t r = ncclAllReduce(p, p, n, nccl_type((mdr_dtype)k->dtype), ncclSum, rank_of(c)->comm, (cudaStream_t)s);
     if (r != ncclSuccess) {
       leave_device(prev);
       return nccl_fail(c->b, rank_of(c)->comm, r, "ncclAllReduce");
     }
-    int e = k->residual ? mdr_cuda_ar_residual_add((void *)(uintptr_t)k->residual, p, k->row_bytes, k->rows, count,
-                                                   (int)k->dt, s)
-                        : 0;
+    int e = k->res_off != MDR_ARP_NO_RESIDUAL
+                ? mdr_cuda_ar_residual_add(base + k->res_off, p, k->row_bytes, k->rows, k->count_ptr, k->dtype, s)
+                : 0;
     leave_device(prev);
     return e ? cuda_fail(c->b, (cudaError_t)e, "residual add after ncclAllReduce") : MDR_OK;
   }
-  const nccl_slab *sl = slab_of(c, k->slab);
+  const nccl_slab *sl = slab_of(c, slab);
   if (!sl || !sl->kernels) {
     leave_device(prev);
     return mdr_backend_fail(c->b, MDR_ERR_UNSUPPORTED, "all-reduce: mdr's kernels do not run on this slab");
   }
-  mdr_ar_launch l;
-  memset(&l, 0, sizeof l);
-  for (int r = 0; r < c->size; r++) l.peer[r] = sl->peer[r];
-  l.self = (char *)(uintptr_t)sl->ptr;
-  l.rank = c->rank;
-  l.nranks = c->size;
-  l.buf_off = (size_t)(k->ptr - k->slab);
-  l.res_off = k->residual ? (size_t)(k->residual - k->slab) : SIZE_MAX;
-  l.region_off = k->region_off;
-  l.row_bytes = k->row_bytes;
-  l.rows = k->rows;
-  l.count_ptr = count;
-  l.one_shot_max = mdr_ar_auto_table.one_shot_max;
-  l.dtype = (int)k->dt;
-  l.algo = (int)k->algo;
-  l.max_blocks = sl->max_blocks;
-  const int e = mdr_cuda_ar_launch(&l, s);
+  const nccl_words *w = words_of(c);
+  for (int r = 0; r < c->size; r++) k->peer[r] = sl->peer[r];
+  k->self = base;
+  k->slot_cap = MDR_ARP_ONE_SHOT_MAX_BYTES;
+  k->rank = c->rank;
+  k->nranks = c->size;
+  k->max_blocks = sl->max_blocks;
+  k->pdl = sl->pdl;
+  k->timeout_ns = (uint64_t)c->timeout_ms * 1000000u;
+  k->host_abort = w ? &w->dev[MDR_ARP_HOST_ABORT] : NULL;
+  k->host_report = w ? &w->dev[MDR_ARP_HOST_RANKS0 + (size_t)c->rank * MDR_ARP_HOST_REPORT] : NULL;
+  const int e = mdr_cuda_ar_launch(k, s);
   leave_device(prev);
   return e ? cuda_fail(c->b, (cudaError_t)e, "mdr all-reduce kernel") : MDR_OK;
 }
 
-static size_t nccl_region_bytes(const mdr_comm *c) { return MDR_AR_REGION_BYTES(c->size); }
+static size_t nccl_region_bytes(const mdr_comm *c, size_t max_message) {
+  (void)max_message; /* the GPU's slots hold the public one-shot cap */
+  return MDR_ARP_REGION_BYTES(c->size, MDR_ARP_ONE_SHOT_MAX_BYTES);
+}
 
 static int nccl_kernels(const mdr_comm *c, mdr_dptr slab) {
   const nccl_slab *sl = slab_of(c, slab);
   return sl && sl->kernels;
 }
 
-static mdr_status nccl_epoch(mdr_comm *c, mdr_dptr slab, size_t region_off, uint32_t *get, const uint32_t *set) {
+static int nccl_failed(const mdr_comm *c, char *why, size_t n) {
+  const nccl_words *w = words_of(c);
+  if (!w) return 0;
+  const volatile uint32_t *rep = &w->host[MDR_ARP_HOST_RANKS0 + (size_t)c->rank * MDR_ARP_HOST_REPORT];
+  if (!rep[MDR_ARP_REP_CAUSE]) return 0;
+  mdr_ar_report_text(rep, c->rank, why, n);
+  return 1;
+}
+
+static mdr_status nccl_state(mdr_comm *c, mdr_dptr slab, size_t region_off, mdr_arp_block *get,
+                             const mdr_arp_block *set) {
   const nccl_slab *sl = slab_of(c, slab);
   if (!sl || !sl->kernels)
-    return mdr_backend_fail(c->b, MDR_ERR_UNSUPPORTED, "all-reduce epoch: mdr's kernels do not run on this arena");
+    return mdr_backend_fail(c->b, MDR_ERR_UNSUPPORTED, "all-reduce state: mdr's kernels do not run on this arena");
   int prev;
-  if (!enter_device(c->device, &prev)) return cuda_fail(c->b, cudaGetLastError(), "cudaSetDevice");
+  if (!enter_device(c->device, &prev)) return mdr_backend_fail(c->b, MDR_ERR_BACKEND, "cuda: cudaSetDevice(%d) failed", c->device);
   cudaStream_t q = NULL;
-  cudaError_t e = cudaStreamCreateWithFlags(&q, cudaStreamNonBlocking);
   char *region = (char *)(uintptr_t)(slab + region_off);
-  const size_t words = (MDR_AR_FLAGS_OFF + MDR_AR_FLAGS_BYTES(c->size)) / 4;
-  uint32_t *img = NULL;
+  const size_t states = (size_t)MDR_ARP_MAX_BLOCKS * sizeof(mdr_arp_block);
+  const size_t flag_words = MDR_ARP_FLAGS_BYTES(c->size) / 4;
+  mdr_arp_block *img = NULL;
+  uint32_t *flags = NULL;
+  mdr_status st = MDR_OK;
+  cudaError_t e = cudaStreamCreateWithFlags(&q, cudaStreamNonBlocking);
   if (e == cudaSuccess && set) {
-    /* every block's copy of the epoch, and every barrier flag at 2E:
-     * barriers 2E+1 and 2E+2 of the next call then wait for the peers */
-    img = calloc(words, 4);
-    if (!img) {
-      (void)cudaStreamDestroy(q);
-      leave_device(prev);
-      return mdr_backend_fail(c->b, MDR_ERR_OUT_OF_MEMORY, "all-reduce epoch: image");
+    img = malloc(states);
+    flags = malloc(flag_words * 4);
+    if (!img || !flags) {
+      st = mdr_backend_fail(c->b, MDR_ERR_OUT_OF_MEMORY, "all-reduce state: image");
+      goto done;
     }
-    for (size_t w = 0; w < MDR_AR_FLAGS_OFF / 4; w++) img[w] = *set;
-    for (size_t w = MDR_AR_FLAGS_OFF / 4; w < words; w++) img[w] = 2u * *set;
-    e = cudaMemcpyAsync(region, img, words * 4, cudaMemcpyHostToDevice, q);
+    for (int b = 0; b < MDR_ARP_MAX_BLOCKS; b++) img[b] = *set;
+    /* {value, signature} per flag: the value B barriers leave */
+    for (size_t i = 0; i < flag_words; i += 2) {
+      flags[i] = set->barriers;
+      flags[i + 1] = 0;
+    }
+    e = cudaMemcpyAsync(region + MDR_ARP_STATE_OFF, img, states, cudaMemcpyHostToDevice, q);
+    if (e == cudaSuccess) e = cudaMemcpyAsync(region + MDR_ARP_FLAGS_OFF, flags, flag_words * 4, cudaMemcpyHostToDevice, q);
   }
-  if (e == cudaSuccess && get) e = cudaMemcpyAsync(get, region, 4, cudaMemcpyDeviceToHost, q);
+  if (e == cudaSuccess && get) e = cudaMemcpyAsync(get, region + MDR_ARP_STATE_OFF, sizeof *get, cudaMemcpyDeviceToHost, q);
   if (e == cudaSuccess) e = cudaStreamSynchronize(q);
+  if (e != cudaSuccess) st = cuda_fail(c->b, e, "all-reduce state");
+done:
   if (q) (void)cudaStreamDestroy(q);
   free(img);
+  free(flags);
   leave_device(prev);
-  return e == cudaSuccess ? MDR_OK : cuda_fail(c->b, e, "all-reduce epoch");
+  return st;
 }
 
 /* All-gather of small records through device memory (arena creation only:
@@ -215,7 +264,7 @@ static mdr_status nccl_exchange(mdr_comm *const *cs, int n, const void *mine, si
   for (int i = 0; i < n && st == MDR_OK; i++) {
     int prev;
     if (!enter_device(cs[i]->device, &prev)) {
-      st = cuda_fail(cs[i]->b, cudaGetLastError(), "cudaSetDevice");
+      st = mdr_backend_fail(cs[i]->b, MDR_ERR_BACKEND, "cuda: cudaSetDevice(%d) failed", cs[i]->device);
       break;
     }
     cudaError_t e = cudaMalloc(&dev[i], (size_t)size * bytes);
@@ -228,17 +277,20 @@ static mdr_status nccl_exchange(mdr_comm *const *cs, int n, const void *mine, si
     if (e != cudaSuccess) st = cuda_fail(cs[i]->b, e, "exchange buffer");
   }
   if (st == MDR_OK) {
-    if (n > 1) ncclGroupStart();
-    ncclResult_t r = ncclSuccess;
+    ncclResult_t r = n > 1 ? ncclGroupStart() : ncclSuccess;
+    if (r != ncclSuccess) st = nccl_fail(cs[0]->b, rank_of(cs[0])->comm, r, "ncclGroupStart (exchange)");
     for (int i = 0; i < n && r == ncclSuccess; i++) {
       int prev;
-      enter_device(cs[i]->device, &prev);
+      if (!enter_device(cs[i]->device, &prev)) {
+        st = mdr_backend_fail(cs[i]->b, MDR_ERR_BACKEND, "cuda: cudaSetDevice(%d) failed", cs[i]->device);
+        break;
+      }
       char *d = dev[i];
       r = ncclAllGather(d + (size_t)cs[i]->rank * bytes, d, bytes, ncclUint8, rank_of(cs[i])->comm, q[i]);
       leave_device(prev);
       if (r != ncclSuccess) st = nccl_fail(cs[i]->b, rank_of(cs[i])->comm, r, "ncclAllGather (exchange)");
     }
-    if (n > 1) {
+    if (n > 1 && st == MDR_OK) {
       r = ncclGroupEnd();
       if (r != ncclSuccess && st == MDR_OK) st = nccl_fail(cs[0]->b, rank_of(cs[0])->comm, r, "ncclGroupEnd");
     }
@@ -267,37 +319,45 @@ static const char *rank_ready(mdr_comm *c, nccl_slab *sl, size_t bytes, size_t r
                               int *sms) {
   int v = 0;
   if (ncclGetVersion(&v) != ncclSuccess) return "ncclGetVersion failed";
-  /* NCCL_VERSION_CODE is major*10000 + minor*100 + patch from 2.9 on */
+  /* the exact release of the headers (major, minor and patch: NCCL_VERSION_CODE
+   * is major*10000 + minor*100 + patch from 2.9 on): the kernels read NCCL's
+   * window records inline, whose layout no release promises to keep */
   if (v != NCCL_VERSION_CODE) return "the NCCL library is another release than the headers mdr was built with";
-  if (c->size > MDR_AR_MAX_RANKS) return "more ranks than mdr's kernels take (MDR_AR_MAX_RANKS)";
+  if (c->size > MDR_ARP_MAX_RANKS) return "more ranks than mdr's kernels take (MDR_ALL_REDUCE_MAX_RANKS)";
+  if (!words_of(c)) return "no pinned host words for the kernels' abort and report";
   if (!sl->devcomm) return "ncclDevCommCreate failed (no device API on this communicator)";
   int rank, nranks, lsa_rank, lsa_size;
   mdr_cuda_ar_devcomm_info(sl->devcomm, &rank, &nranks, &lsa_rank, &lsa_size);
   if (lsa_size != nranks || lsa_rank != rank) return "the ranks are not all in one LSA (NVLink) team";
-  if (region_off + MDR_AR_REGION_BYTES(c->size) > bytes) return "no comm region in the slab";
+  if (region_off + MDR_ARP_REGION_BYTES(c->size, MDR_ARP_ONE_SHOT_MAX_BYTES) > bytes) return "no comm region in the slab";
   if (mdr_cuda_ar_resolve_peers(sl->win, c->size, sl->peer, q) != 0) return "resolving the peers' LSA pointers failed";
   char *region = (char *)(uintptr_t)(sl->ptr + region_off);
-  const size_t lam = MDR_AR_LAMPORT_OFF(c->size);
-  if (cudaMemsetAsync(region, 0, lam, q) != cudaSuccess ||
-      cudaMemsetAsync(region + lam, 0xff, MDR_AR_REGION_BYTES(c->size) - lam, q) != cudaSuccess ||
+  if (mdr_cuda_ar_region_init(region, c->size, MDR_ARP_ONE_SHOT_MAX_BYTES, q) != 0 ||
       cudaStreamSynchronize(q) != cudaSuccess)
     return "setting up the comm region failed";
   if (cudaDeviceGetAttribute(sms, cudaDevAttrMultiProcessorCount, c->device) != cudaSuccess) return "no SM count";
+  /* programmatic dependent launch: sm_90 and later, unless MDR_AR_PDL=0 */
+  int major = 0;
+  const char *pdl = getenv("MDR_AR_PDL");
+  sl->pdl = !(pdl && pdl[0] == '0') &&
+            cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, c->device) == cudaSuccess && major >= 9;
   return NULL;
 }
 
 /* Set mdr's kernels up on every rank's symmetric slab, or on none. */
 static mdr_status setup_kernels(mdr_comm *const *cs, int n, nccl_slab **sl, size_t bytes, size_t region_off) {
-  /* the device communicators: a group task each */
-  if (n > 1) ncclGroupStart();
+  /* the device communicators: a group task each (a rank whose task cannot
+   * be made still takes part in the agreement below, as not ready) */
+  const int grouped = n > 1 && ncclGroupStart() == ncclSuccess;
   int made[n];
   for (int i = 0; i < n; i++) {
     int prev;
-    enter_device(cs[i]->device, &prev);
+    made[i] = (n == 1 || grouped) && enter_device(cs[i]->device, &prev);
+    if (!made[i]) continue;
     made[i] = mdr_cuda_ar_devcomm_create(rank_of(cs[i])->comm, &sl[i]->devcomm) == 0;
     leave_device(prev);
   }
-  if (n > 1 && ncclGroupEnd() != ncclSuccess)
+  if (grouped && ncclGroupEnd() != ncclSuccess)
     for (int i = 0; i < n; i++) made[i] = 0;
   for (int i = 0; i < n; i++)
     if (!made[i] && sl[i]->devcomm) {
@@ -329,7 +389,7 @@ static mdr_status setup_kernels(mdr_comm *const *cs, int n, nccl_slab **sl, size
   }
   mdr_status st = nccl_exchange(cs, n, mine, sizeof mine[0], got);
   if (st != MDR_OK) return st;
-  int ready = 1, min_sms = MDR_AR_MAX_BLOCKS;
+  int ready = 1, min_sms = MDR_ARP_MAX_BLOCKS;
   for (int r = 0; r < size; r++) {
     ready &= got[r][0];
     if (got[r][1] < min_sms) min_sms = got[r][1];
@@ -356,8 +416,9 @@ static void free_slab_memory(int device, nccl_slab *sl) {
   leave_device(prev);
 }
 
-static mdr_status nccl_slab_alloc(mdr_comm *const *cs, int n, size_t bytes, size_t region_off, mdr_dptr *slab,
-                                  int *kind) {
+static mdr_status nccl_slab_alloc(mdr_comm *const *cs, int n, size_t bytes, size_t region_off, size_t max_message,
+                                  mdr_dptr *slab, int *kind) {
+  (void)max_message; /* the GPU's region holds the public one-shot cap */
   nccl_slab *sl[n];
   mdr_status st = MDR_OK;
   for (int i = 0; i < n; i++) sl[i] = NULL;
@@ -383,11 +444,11 @@ static mdr_status nccl_slab_alloc(mdr_comm *const *cs, int n, size_t bytes, size
   int registered[n], agree[cs[0]->size];
   for (int i = 0; i < n; i++) registered[i] = 0;
   if (st == MDR_OK) {
-    if (n > 1) ncclGroupStart();
+    const int grouped = n > 1 && ncclGroupStart() == ncclSuccess;
     for (int i = 0; i < n; i++) {
-      if (!sl[i]->from_nccl) continue;
+      if (!sl[i]->from_nccl || (n > 1 && !grouped)) continue; /* plain memory: agreed below */
       int prev;
-      enter_device(cs[i]->device, &prev);
+      if (!enter_device(cs[i]->device, &prev)) continue;
       ncclResult_t r = ncclCommWindowRegister(rank_of(cs[i])->comm, (void *)(uintptr_t)sl[i]->ptr, bytes,
                                               &sl[i]->win, NCCL_WIN_COLL_SYMMETRIC);
       leave_device(prev);
@@ -396,7 +457,13 @@ static mdr_status nccl_slab_alloc(mdr_comm *const *cs, int n, size_t bytes, size
         nccl_fail(cs[i]->b, rank_of(cs[i])->comm, r, "ncclCommWindowRegister (falling back to plain memory)");
       }
     }
-    if (n > 1) ncclGroupEnd();
+    if (grouped && ncclGroupEnd() != ncclSuccess)
+      for (int i = 0; i < n; i++)
+        if (sl[i]->win) { /* the group failed: no registration is to be trusted */
+          nccl_fail(cs[i]->b, rank_of(cs[i])->comm, ncclInternalError, "ncclGroupEnd (window registration)");
+          (void)ncclCommWindowDeregister(rank_of(cs[i])->comm, sl[i]->win);
+          sl[i]->win = NULL;
+        }
     for (int i = 0; i < n; i++) registered[i] = sl[i]->win != NULL;
     /* every rank symmetric, or every rank plain */
     st = nccl_exchange(cs, n, registered, sizeof(int), agree);
@@ -463,8 +530,11 @@ static void nccl_slab_free(mdr_comm *c, mdr_dptr slab) {
   }
 }
 
-static void nccl_cancel(mdr_comm *c) {
+static void nccl_cancel(mdr_comm *c, int hard) {
   nccl_rank *nr = rank_of(c);
+  nccl_words *w = words_of(c);
+  if (w) __atomic_store_n(&w->host[MDR_ARP_HOST_ABORT], 1u, __ATOMIC_RELEASE); /* mdr's spinning kernels leave */
+  if (!hard) return; /* a rank going away: its own destroy tears NCCL down */
   if (nr->owned && !nr->dead) {
     int prev;
     enter_device(c->device, &prev);
@@ -491,7 +561,8 @@ static const struct mdr_comm_ops nccl_comm_ops = {
     .all_reduce = nccl_all_reduce,
     .region_bytes = nccl_region_bytes,
     .kernels = nccl_kernels,
-    .epoch = nccl_epoch,
+    .state = nccl_state,
+    .failed = nccl_failed,
     .exchange = nccl_exchange,
     .slab_alloc = nccl_slab_alloc,
     .slab_free = nccl_slab_free,
@@ -521,7 +592,8 @@ static mdr_status make_rank(mdr_backend *b, ncclComm_t comm, int owned, mdr_comm
   }
   nr->comm = comm;
   nr->owned = owned;
-  *c = (mdr_comm){.ops = &nccl_comm_ops, .b = b, .rank = rank, .size = size, .device = dev, .group = g, .impl = nr};
+  *c = (mdr_comm){.ops = &nccl_comm_ops, .b = b, .rank = rank, .size = size, .device = dev, .group = g, .impl = nr,
+                  .timeout_ms = mdr_ar_timeout_ms()};
   *out = c;
   return MDR_OK;
 }
@@ -536,8 +608,14 @@ mdr_status mdr_comm_adopt_nccl(mdr_backend *b, void *nccl_comm, mdr_comm **out) 
   mdr_comm_group *g = mdr_comm_group_new(1);
   if (!g) return mdr_backend_fail(b, MDR_ERR_OUT_OF_MEMORY, "nccl: group");
   mdr_status st = make_rank(b, (ncclComm_t)nccl_comm, 0, g, out);
-  if (st != MDR_OK) mdr_comm_group_release(g);
-  return st;
+  if (st != MDR_OK) {
+    mdr_comm_group_release(g);
+    return st;
+  }
+  /* the kernels' host words (without them the kernels stay off: rank_ready) */
+  g->impl = words_new((*out)->size);
+  g->impl_free = words_free;
+  return MDR_OK;
 }
 
 mdr_status mdr_comm_create_local(mdr_backend *const *backends, int n, mdr_comm **out) {
@@ -555,12 +633,17 @@ mdr_status mdr_comm_create_local(mdr_backend *const *backends, int n, mdr_comm *
   }
   ncclComm_t comms[n];
   int prev;
-  enter_device(devs[0], &prev);
+  if (!enter_device(devs[0], &prev))
+    return mdr_backend_fail(backends[0], MDR_ERR_BACKEND, "cuda: cudaSetDevice(%d) failed", devs[0]);
   ncclResult_t r = ncclCommInitAll(comms, n, devs);
   leave_device(prev);
   if (r != ncclSuccess) return nccl_fail(backends[0], NULL, r, "ncclCommInitAll");
   mdr_comm_group *g = mdr_comm_group_new(n);
   mdr_status st = g ? MDR_OK : mdr_backend_fail(backends[0], MDR_ERR_OUT_OF_MEMORY, "nccl: group");
+  if (g) { /* the kernels' host words, one set for the ranks made together */
+    g->impl = words_new(n);
+    g->impl_free = words_free;
+  }
   int made = 0;
   for (; st == MDR_OK && made < n; made++) {
     st = make_rank(backends[made], comms[made], 1, g, &out[made]);

@@ -14,7 +14,7 @@
  *
  * Host communicator (CI): ranks as threads on host backends.
  *   - a count word (count_ptr) bounds the reduced rows: min(count, bound);
- *     MDR_AR_NCCL reduces the whole bound (its count is fixed at enqueue)
+ *     MDR_ALL_REDUCE_NCCL reduces the whole bound (its count is fixed at enqueue)
  *     but adds the residual over the counted rows only;
  *   - the fused residual add in every dtype, 2..4 ranks, with and without
  *     a count word;
@@ -305,9 +305,9 @@ Test(all_reduce, the_reference_rounds_to_nearest_even) {
 #define CAP_RES2 MDR_BUF_FFN_ACT_Q8
 
 typedef enum ar_mode {
-  MODE_EAGER,   /* mdr_comm_all_reduce, tokens = count */
+  MODE_EAGER,   /* mdr_all_reduce, tokens = count */
   MODE_ROWS,    /* mdr_comm_all_reduce_rows, tokens = count (no residual) */
-  MODE_COUNTED, /* mdr_comm_all_reduce, a count word in the arena, tokens = the plan's bound */
+  MODE_COUNTED, /* mdr_all_reduce, a count word in the arena, tokens = the plan's bound */
   MODE_EXACT,   /* an EXACT graph cache; body: tokens = the graph's count */
   MODE_LADDER,  /* a LADDER cache; dynamic body: the cache's count_ptr, tokens = the rung */
   MODE_DYNAMIC, /* a DYNAMIC cache; dynamic body: count_ptr, tokens = max_batch_tokens */
@@ -358,7 +358,7 @@ static mdr_sizes ar_sizes(size_t m, size_t row, size_t cap_row, size_t rep_row) 
 /* One run of steps with fixed parameters (every rank the same plan). */
 typedef struct ar_plan {
   mdr_dtype dt;
-  mdr_ar_algo algo;
+  mdr_all_reduce_algo algo;
   int alternate;             /* 1: call by call ONE_SHOT, TWO_SHOT, ... (eager modes only) */
   int residual;              /* fuse the residual add (mode's residual buffer) */
   unsigned modes;            /* MODE_BIT()s, run in order each step */
@@ -628,7 +628,7 @@ typedef struct body_ctx {
   ar_rank *r;
   const ar_plan *p;
   ar_mode mode;
-  mdr_ar_algo algo;
+  mdr_all_reduce_algo algo;
 } body_ctx;
 
 typedef struct copy_arg {
@@ -675,7 +675,7 @@ static mdr_status enqueue_work(const body_ctx *bc, size_t tokens, mdr_dptr count
   d.count_ptr = count_ptr;
   d.residual = plan_res(bc->p, bc->mode);
   d.algo = bc->algo;
-  return mdr_comm_all_reduce(r->a, &d, s);
+  return mdr_all_reduce(r->a, &d, s);
 }
 
 static mdr_status body_exact(void *user, mdr_stream s, size_t tokens) { return enqueue_work(user, tokens, 0, s); }
@@ -689,8 +689,8 @@ static int mode_counted(ar_mode m) { return m == MODE_COUNTED || m == MODE_LADDE
 /* The algorithm that runs: AUTO falls back to NCCL where mdr's kernels
  * cannot take the rows (not whole 16-byte vectors). The GPU cases run only
  * where the kernels are on. */
-static mdr_ar_algo effective(mdr_ar_algo algo, size_t row_bytes) {
-  return algo == MDR_AR_AUTO && row_bytes % 16 != 0 ? MDR_AR_NCCL : algo;
+static mdr_all_reduce_algo effective(mdr_all_reduce_algo algo, size_t row_bytes) {
+  return algo == MDR_ALL_REDUCE_AUTO && row_bytes % 16 != 0 ? MDR_ALL_REDUCE_NCCL : algo;
 }
 
 static uint64_t mix(uint64_t a, uint64_t b) {
@@ -741,7 +741,7 @@ static size_t first_diff(const unsigned char *got, const unsigned char *want, si
 typedef struct step_ctx {
   const ar_plan *p;
   ar_mode mode;
-  mdr_ar_algo algo;
+  mdr_all_reduce_algo algo;
   size_t k, bound, reduce_rows, res_rows;
   uint32_t count;
 } step_ctx;
@@ -751,7 +751,7 @@ static void fail_elem(ar_rank *r, const step_ctx *sc, const plan_state *ps, cons
   rk_fail(r,
           "rank %d, %s, algo %s, %s%s, step %zu, count %u, bound %zu (%zu rows reduced, %zu residual rows): %s "
           "element %zu (row %zu, col %zu): got 0x%x, want 0x%x",
-          r->rank, k_mode_names[sc->mode], mdr_ar_algo_name(sc->algo), dt_name(sc->p->dt),
+          r->rank, k_mode_names[sc->mode], mdr_all_reduce_algo_name(sc->algo), dt_name(sc->p->dt),
           sc->p->residual && sc->mode != MODE_ROWS ? " + residual" : "", sc->k, sc->count, sc->bound,
           sc->reduce_rows, sc->res_rows, what, i, i / ps->row_elems, i % ps->row_elems, got, want);
 }
@@ -882,7 +882,7 @@ static void run_plan(ar_rank *r, int pi) {
       c->mode = (ar_mode)m;
       c->k = k;
       c->count = count;
-      c->algo = m == MODE_ROWS ? MDR_AR_AUTO : p->algo; /* rows() is AUTO, whatever the plan's */
+      c->algo = m == MODE_ROWS ? MDR_ALL_REDUCE_AUTO : p->algo; /* rows() is AUTO, whatever the plan's */
       if (m == MODE_COUNTED) {
         c->bound = p->bound ? p->bound : ps.m;
       } else if (m == MODE_LADDER) {
@@ -897,7 +897,7 @@ static void run_plan(ar_rank *r, int pi) {
       c->reduce_rows = now;
       /* NCCL's count is fixed at enqueue: a counted call reduces its bound
        * (alternation takes mdr's kernels only) */
-      if (mode_counted(c->mode) && effective(p->alternate ? MDR_AR_ONE_SHOT : p->algo, ps.row) == MDR_AR_NCCL)
+      if (mode_counted(c->mode) && effective(p->alternate ? MDR_ALL_REDUCE_ONE_SHOT : p->algo, ps.row) == MDR_ALL_REDUCE_NCCL)
         c->reduce_rows = c->bound;
       if (need < c->reduce_rows) need = c->reduce_rows;
     }
@@ -906,8 +906,8 @@ static void run_plan(ar_rank *r, int pi) {
     for (int m = 0; m < MODE_COUNT; m++) {
       step_ctx *c = &sc[m];
       if (!c->p) continue;
-      if (p->alternate && c->mode != MODE_ROWS) c->algo = r->calls % 2 ? MDR_AR_TWO_SHOT : MDR_AR_ONE_SHOT;
-      const mdr_ar_algo eff = effective(c->algo, ps.row);
+      if (p->alternate && c->mode != MODE_ROWS) c->algo = r->calls % 2 ? MDR_ALL_REDUCE_TWO_SHOT : MDR_ALL_REDUCE_ONE_SHOT;
+      const mdr_all_reduce_algo eff = effective(c->algo, ps.row);
       const mdr_buffer res = plan_res(p, c->mode);
       if (res != MDR_BUF_COUNT) ref_residual(ps.model[m], ps.sum, c->res_rows * ps.row_elems, p->dt);
       body_ctx eb = {.r = r, .p = p, .mode = c->mode, .algo = c->algo};
@@ -923,19 +923,19 @@ static void run_plan(ar_rank *r, int pi) {
       }
       char what[160];
       snprintf(what, sizeof what, "step %zu (count %u) of %s, algo %s, %s", k, count, k_mode_names[m],
-               mdr_ar_algo_name(c->algo), dt_name(p->dt));
+               mdr_all_reduce_algo_name(c->algo), dt_name(p->dt));
       if (!rk_ok(r, st, what) || !rk_wait(r, what)) goto done;
       r->calls += c->bound > 0;
       check_step(r, c, &ps);
       if (r->halted) goto done;
       /* the epoch: one per all-reduce that ran (the host twin runs every
-       * algorithm; on a GPU MDR_AR_NCCL runs no mdr kernel) */
+       * algorithm; on a GPU MDR_ALL_REDUCE_NCCL runs no mdr kernel) */
       uint32_t e = 0;
       if (!read_epoch(r, &e)) goto done;
-      const uint32_t want = epoch + (c->bound > 0 && (r->dev < 0 || eff != MDR_AR_NCCL) ? 1u : 0u);
+      const uint32_t want = epoch + (c->bound > 0 && (r->dev < 0 || eff != MDR_ALL_REDUCE_NCCL) ? 1u : 0u);
       if (e != want)
         rk_fail(r, "rank %d, %s, algo %s, step %zu, count %u: epoch 0x%x, want 0x%x", r->rank, k_mode_names[m],
-                mdr_ar_algo_name(c->algo), k, count, e, want);
+                mdr_all_reduce_algo_name(c->algo), k, count, e, want);
       epoch = e;
       if (k + 1 == p->steps && p->snapshot && !r->snap[pi]) { /* the first mode of the last step */
         r->snap[pi] = malloc(2 * ps.bytes);
@@ -969,7 +969,7 @@ static void work_plans(ar_rank *r) {
   }
 }
 
-static ar_plan plan_make(mdr_dtype dt, mdr_ar_algo algo, int residual, unsigned modes, uint64_t seed) {
+static ar_plan plan_make(mdr_dtype dt, mdr_all_reduce_algo algo, int residual, unsigned modes, uint64_t seed) {
   ar_plan p;
   memset(&p, 0, sizeof p);
   p.dt = dt;
@@ -1002,7 +1002,7 @@ static void run_plans(ar_team *t, const ar_plan *plans, int n) {
   team_expect_ok(t);
 }
 
-static const mdr_ar_algo k_algos[4] = {MDR_AR_AUTO, MDR_AR_NCCL, MDR_AR_ONE_SHOT, MDR_AR_TWO_SHOT};
+static const mdr_all_reduce_algo k_algos[4] = {MDR_ALL_REDUCE_AUTO, MDR_ALL_REDUCE_NCCL, MDR_ALL_REDUCE_ONE_SHOT, MDR_ALL_REDUCE_TWO_SHOT};
 static const mdr_dtype k_dtypes[3] = {MDR_DTYPE_BF16, MDR_DTYPE_FP16, MDR_DTYPE_FP32};
 
 enum { HM = 40, HROW = 64 }; /* host arenas: 40 rows of 64 bytes (32 bf16 / 16 fp32) */
@@ -1011,7 +1011,7 @@ enum { HM = 40, HROW = 64 }; /* host arenas: 40 rows of 64 bytes (32 bf16 / 16 f
 
 /* A count word in the arena (host memory on the host backend), bound
  * tokens: exactly min(count, bound) rows reduced and residual rows added,
- * the rows after them untouched; MDR_AR_NCCL reduces the whole bound (its
+ * the rows after them untouched; MDR_ALL_REDUCE_NCCL reduces the whole bound (its
  * count is fixed at enqueue) and adds the residual over the counted rows
  * only. AUTO on rows that are not whole 16-byte vectors is NCCL's. */
 Test(all_reduce, a_count_word_bounds_the_rows_and_nccl_reduces_the_whole_bound) {
@@ -1033,7 +1033,7 @@ Test(all_reduce, a_count_word_bounds_the_rows_and_nccl_reduces_the_whole_bound) 
       }
   /* gate_logits: rows of 18 bytes (9 bf16), not whole 16-byte vectors */
   ar_plan *p = &plans[n++];
-  *p = plan_make(MDR_DTYPE_BF16, MDR_AR_AUTO, 0, MODE_BIT(MODE_COUNTED) | MODE_BIT(MODE_EAGER), 5);
+  *p = plan_make(MDR_DTYPE_BF16, MDR_ALL_REDUCE_AUTO, 0, MODE_BIT(MODE_COUNTED) | MODE_BIT(MODE_EAGER), 5);
   p->buf = MDR_BUF_GATE_LOGITS;
   p->bound = 30;
   const uint32_t words[] = {3, 0, 30, 31, 12};
@@ -1087,7 +1087,7 @@ static void expect_same_snapshots(ar_team *t, int a, int b, size_t bytes, const 
   for (int r = 0; r < t->n; r++) {
     cr_assert(t->r[r].snap[a] && t->r[r].snap[b]);
     cr_assert_eq(memcmp(t->r[r].snap[a], t->r[r].snap[b], bytes), 0, "rank %d: %s (%s vs %s)", r, what,
-                 mdr_ar_algo_name(t->plans[a].algo), mdr_ar_algo_name(t->plans[b].algo));
+                 mdr_all_reduce_algo_name(t->plans[a].algo), mdr_all_reduce_algo_name(t->plans[b].algo));
     cr_assert_eq(memcmp(t->r[r].snap[a] + bytes, t->r[r].snap[b] + bytes, bytes), 0, "rank %d: %s residual", r, what);
   }
 }
@@ -1108,7 +1108,7 @@ Test(all_reduce, every_algorithm_gives_the_same_bits_and_rows_is_auto) {
       plans[a].snapshot = 1;
       plan_counts(&plans[a], counts, 3);
     }
-    plans[4] = plan_make(k_dtypes[d], MDR_AR_AUTO, 0, MODE_BIT(MODE_ROWS), 4242); /* rows(): AUTO, no residual */
+    plans[4] = plan_make(k_dtypes[d], MDR_ALL_REDUCE_AUTO, 0, MODE_BIT(MODE_ROWS), 4242); /* rows(): AUTO, no residual */
     plans[4].snapshot = 1;
     plan_counts(&plans[4], counts, 3);
     for (int a = 0; a < 4; a++) { /* counted (bound 30), with residual */
@@ -1121,7 +1121,7 @@ Test(all_reduce, every_algorithm_gives_the_same_bits_and_rows_is_auto) {
     const size_t bytes = mdr_arena_bytes(t.r[0].a, BUF_MAIN), row = bytes / HM;
     for (int a = 1; a < 4; a++) expect_same_snapshots(&t, 0, a, bytes, "uncounted");
     for (int a = 6; a < 9; a++)
-      if (plans[a].algo != MDR_AR_NCCL) expect_same_snapshots(&t, 5, a, bytes, "counted");
+      if (plans[a].algo != MDR_ALL_REDUCE_NCCL) expect_same_snapshots(&t, 5, a, bytes, "counted");
     for (int r = 0; r < t.n; r++) {
       /* rows(): AUTO's sum without a residual */
       cr_assert_eq(memcmp(t.r[r].snap[4], t.r[r].snap[0], bytes), 0, "rank %d: rows() differs from AUTO", r);
@@ -1139,7 +1139,7 @@ Test(all_reduce, every_algorithm_gives_the_same_bits_and_rows_is_auto) {
 
 typedef struct graph_case {
   mdr_dtype dt;
-  mdr_ar_algo algo;
+  mdr_all_reduce_algo algo;
   int ranks;
 } graph_case;
 
@@ -1148,8 +1148,8 @@ ParameterizedTestParameters(all_reduce, graph_caches_replay_the_all_reduce_bit_e
   int n = 0;
   for (int d = 0; d < 3; d++)
     for (int a = 0; a < 4; a++) cases[n++] = (graph_case){k_dtypes[d], k_algos[a], 2};
-  cases[n++] = (graph_case){MDR_DTYPE_BF16, MDR_AR_AUTO, 3};
-  cases[n++] = (graph_case){MDR_DTYPE_FP32, MDR_AR_TWO_SHOT, 4};
+  cases[n++] = (graph_case){MDR_DTYPE_BF16, MDR_ALL_REDUCE_AUTO, 3};
+  cases[n++] = (graph_case){MDR_DTYPE_FP32, MDR_ALL_REDUCE_TWO_SHOT, 4};
   return cr_make_param_array(graph_case, cases, (size_t)n);
 }
 
@@ -1217,10 +1217,10 @@ Test(all_reduce, the_epoch_counts_runs_not_calls) {
   cr_assert_eq(mdr_comm_all_reduce_epoch(r->a, &e), MDR_OK);
   cr_assert_eq(e, 0xFFFFFFFFu);
   mdr_all_reduce_desc d = mdr_all_reduce_desc_make(BUF_MAIN, MDR_DTYPE_FP32, 0);
-  cr_assert_eq(mdr_comm_all_reduce(r->a, &d, r->s), MDR_OK, "tokens 0: nothing to do");
-  d.algo = (mdr_ar_algo)7;
+  cr_assert_eq(mdr_all_reduce(r->a, &d, r->s), MDR_OK, "tokens 0: nothing to do");
+  d.algo = (mdr_all_reduce_algo)7;
   d.tokens = 3;
-  cr_assert_eq(mdr_comm_all_reduce(r->a, &d, r->s), MDR_ERR_INVALID_ARGUMENT);
+  cr_assert_eq(mdr_all_reduce(r->a, &d, r->s), MDR_ERR_INVALID_ARGUMENT);
   cr_assert_eq(mdr_comm_all_reduce_epoch(r->a, &e), MDR_OK);
   cr_assert_eq(e, 0xFFFFFFFFu, "neither an empty nor a refused call steps the epoch");
   /* a count word of 0: the all-reduce runs (mdr's: no rows; NCCL's: the
@@ -1233,9 +1233,9 @@ Test(all_reduce, the_epoch_counts_runs_not_calls) {
     d = mdr_all_reduce_desc_make(BUF_MAIN, MDR_DTYPE_FP32, 5);
     d.count_ptr = word;
     d.algo = k_algos[a];
-    cr_assert_eq(mdr_comm_all_reduce(r->a, &d, r->s), MDR_OK, "%s", mdr_ar_algo_name(k_algos[a]));
+    cr_assert_eq(mdr_all_reduce(r->a, &d, r->s), MDR_OK, "%s", mdr_all_reduce_algo_name(k_algos[a]));
     cr_assert_eq(mdr_comm_all_reduce_epoch(r->a, &e), MDR_OK);
-    cr_assert_eq(e, (uint32_t)a, "%s: the empty run steps the epoch (from 0xFFFFFFFF)", mdr_ar_algo_name(k_algos[a]));
+    cr_assert_eq(e, (uint32_t)a, "%s: the empty run steps the epoch (from 0xFFFFFFFF)", mdr_all_reduce_algo_name(k_algos[a]));
   }
   long bad = tb_check_head(r->b, mdr_arena_ptr(r->a, BUF_MAIN), mdr_arena_bytes(r->a, BUF_MAIN), 0, 0x41);
   cr_assert_eq(bad, -1, "one rank, count 0: the buffer changed at byte %ld", bad);
@@ -1250,7 +1250,7 @@ Test(all_reduce, the_epoch_counts_runs_not_calls) {
 static long host_fns(ar_rank *r) { return fault_backend_calls_of(r->b, MDR_OP_HOST_FN); }
 
 Test(all_reduce, bad_input_is_refused_and_enqueues_nothing) {
-  const mdr_sizes s = ar_sizes(HM, HROW, 65536, 0); /* cap rows: 32 of them are MDR_AR_ONE_SHOT_MAX_BYTES */
+  const mdr_sizes s = ar_sizes(HM, HROW, 65536, 0); /* cap rows: 32 of them are MDR_ALL_REDUCE_ONE_SHOT_MAX_BYTES */
   ar_team t;
   host_team_init(&t, 1, 1, &s);
   ar_rank *r = &t.r[0];
@@ -1263,14 +1263,14 @@ Test(all_reduce, bad_input_is_refused_and_enqueues_nothing) {
 #define REFUSED(desc, want, why)                                                                          \
   do {                                                                                                   \
     d = (desc);                                                                                          \
-    const mdr_status st_ = mdr_comm_all_reduce(r->a, &d, r->s);                                          \
+    const mdr_status st_ = mdr_all_reduce(r->a, &d, r->s);                                          \
     cr_assert_eq(st_, (want), "%s: got %s, want %s (%s)", why, mdr_status_string(st_), mdr_status_string(want), \
                  mdr_backend_last_error(r->b));                                                          \
     cr_assert_eq(host_fns(r), before, "%s: a refused call enqueued something", why);                     \
   } while (0)
 
-  cr_assert_eq(mdr_comm_all_reduce(NULL, &ok, r->s), MDR_ERR_INVALID_ARGUMENT, "NULL arena");
-  cr_assert_eq(mdr_comm_all_reduce(r->a, NULL, r->s), MDR_ERR_INVALID_ARGUMENT, "NULL descriptor");
+  cr_assert_eq(mdr_all_reduce(NULL, &ok, r->s), MDR_ERR_INVALID_ARGUMENT, "NULL arena");
+  cr_assert_eq(mdr_all_reduce(r->a, NULL, r->s), MDR_ERR_INVALID_ARGUMENT, "NULL descriptor");
   cr_assert_eq(host_fns(r), before);
   const int bad_dtypes[] = {MDR_DTYPE_COUNT, -1, 99};
   for (int i = 0; i < 3; i++) {
@@ -1278,10 +1278,10 @@ Test(all_reduce, bad_input_is_refused_and_enqueues_nothing) {
     x.dtype = (mdr_dtype)bad_dtypes[i];
     REFUSED(x, MDR_ERR_INVALID_ARGUMENT, "an unknown dtype");
   }
-  const int bad_algos[] = {7, -1, MDR_AR_ALGO_COUNT};
+  const int bad_algos[] = {7, -1, MDR_ALL_REDUCE_ALGO_COUNT};
   for (int i = 0; i < 3; i++) {
     mdr_all_reduce_desc x = ok;
-    x.algo = (mdr_ar_algo)bad_algos[i];
+    x.algo = (mdr_all_reduce_algo)bad_algos[i];
     REFUSED(x, MDR_ERR_INVALID_ARGUMENT, "an unknown algo");
   }
   for (int a = 0; a < 4; a++) { /* residual refusals, under every algorithm */
@@ -1331,8 +1331,8 @@ Test(all_reduce, bad_input_is_refused_and_enqueues_nothing) {
     REFUSED(x, MDR_ERR_UNSUPPORTED, "rows not a multiple of 16 bytes");
   }
   x = mdr_all_reduce_desc_make(CAP_BUF, MDR_DTYPE_BF16, 33);
-  x.algo = MDR_AR_ONE_SHOT;
-  REFUSED(x, MDR_ERR_UNSUPPORTED, "one-shot over MDR_AR_ONE_SHOT_MAX_BYTES");
+  x.algo = MDR_ALL_REDUCE_ONE_SHOT;
+  REFUSED(x, MDR_ERR_UNSUPPORTED, "one-shot over MDR_ALL_REDUCE_ONE_SHOT_MAX_BYTES");
   x.tokens = 40;
   x.count_ptr = word; /* the bound decides, whatever the count */
   REFUSED(x, MDR_ERR_UNSUPPORTED, "one-shot with a bound over the cap");
@@ -1347,23 +1347,23 @@ Test(all_reduce, bad_input_is_refused_and_enqueues_nothing) {
 
   /* refusals do not abort: valid calls still run, one op each */
   x = mdr_all_reduce_desc_make(CAP_BUF, MDR_DTYPE_BF16, 32);
-  x.algo = MDR_AR_ONE_SHOT;
-  cr_assert_eq(mdr_comm_all_reduce(r->a, &x, r->s), MDR_OK, "one-shot at the cap: %s", mdr_backend_last_error(r->b));
+  x.algo = MDR_ALL_REDUCE_ONE_SHOT;
+  cr_assert_eq(mdr_all_reduce(r->a, &x, r->s), MDR_OK, "one-shot at the cap: %s", mdr_backend_last_error(r->b));
   x.tokens = 40;
-  x.algo = MDR_AR_TWO_SHOT;
-  cr_assert_eq(mdr_comm_all_reduce(r->a, &x, r->s), MDR_OK, "two-shot over the one-shot cap");
+  x.algo = MDR_ALL_REDUCE_TWO_SHOT;
+  cr_assert_eq(mdr_all_reduce(r->a, &x, r->s), MDR_OK, "two-shot over the one-shot cap");
   x = mdr_all_reduce_desc_make(MDR_BUF_GATE_LOGITS, MDR_DTYPE_BF16, 3);
-  cr_assert_eq(mdr_comm_all_reduce(r->a, &x, r->s), MDR_OK, "AUTO falls back where the kernels cannot run");
-  x.algo = MDR_AR_NCCL;
-  cr_assert_eq(mdr_comm_all_reduce(r->a, &x, r->s), MDR_OK);
-  cr_assert_eq(mdr_comm_all_reduce(r->a, &ok, r->s), MDR_OK);
+  cr_assert_eq(mdr_all_reduce(r->a, &x, r->s), MDR_OK, "AUTO falls back where the kernels cannot run");
+  x.algo = MDR_ALL_REDUCE_NCCL;
+  cr_assert_eq(mdr_all_reduce(r->a, &x, r->s), MDR_OK);
+  cr_assert_eq(mdr_all_reduce(r->a, &ok, r->s), MDR_OK);
   cr_assert_eq(host_fns(r), before + 5, "one op a call");
 
   /* an arena not on a communicator */
   mdr_arena *plain = NULL;
   cr_assert_eq(mdr_arena_create(r->b, &s, &plain), MDR_OK);
   const long mid = host_fns(r);
-  cr_assert_eq(mdr_comm_all_reduce(plain, &ok, r->s), MDR_ERR_INVALID_ARGUMENT);
+  cr_assert_eq(mdr_all_reduce(plain, &ok, r->s), MDR_ERR_INVALID_ARGUMENT);
   cr_assert_not_null(strstr(mdr_backend_last_error(r->b), "communicator"), "%s", mdr_backend_last_error(r->b));
   cr_assert_eq(mdr_comm_all_reduce_epoch(plain, &e), MDR_ERR_INVALID_ARGUMENT);
   cr_assert_eq(mdr_comm_all_reduce_set_epoch(plain, 3), MDR_ERR_INVALID_ARGUMENT);
@@ -1376,10 +1376,10 @@ Test(all_reduce, bad_input_is_refused_and_enqueues_nothing) {
   /* an aborted communicator */
   mdr_comm_abort(r->c);
   d = ok;
-  const mdr_status st = mdr_comm_all_reduce(r->a, &d, r->s);
+  const mdr_status st = mdr_all_reduce(r->a, &d, r->s);
   cr_assert_eq(st, MDR_ERR_STATE, "%s", mdr_status_string(st));
   d.count_ptr = word;
-  cr_assert_eq(mdr_comm_all_reduce(r->a, &d, r->s), MDR_ERR_STATE);
+  cr_assert_eq(mdr_all_reduce(r->a, &d, r->s), MDR_ERR_STATE);
   cr_assert_eq(mdr_comm_all_reduce_rows(r->a, BUF_MAIN, MDR_DTYPE_BF16, 2, r->s), MDR_ERR_STATE);
   cr_assert_eq(mdr_comm_all_reduce_epoch(r->a, &e), MDR_ERR_STATE);
   cr_assert_eq(mdr_comm_all_reduce_set_epoch(r->a, 0), MDR_ERR_STATE);
@@ -1389,13 +1389,13 @@ Test(all_reduce, bad_input_is_refused_and_enqueues_nothing) {
 }
 
 Test(all_reduce, names_defaults_choice_and_kernels) {
-  cr_assert_str_eq(mdr_ar_algo_name(MDR_AR_AUTO), "auto");
-  cr_assert_str_eq(mdr_ar_algo_name(MDR_AR_NCCL), "nccl");
-  cr_assert_str_eq(mdr_ar_algo_name(MDR_AR_ONE_SHOT), "one-shot");
-  cr_assert_str_eq(mdr_ar_algo_name(MDR_AR_TWO_SHOT), "two-shot");
-  cr_assert_str_eq(mdr_ar_algo_name(MDR_AR_ALGO_COUNT), "unknown");
-  cr_assert_str_eq(mdr_ar_algo_name((mdr_ar_algo)-1), "unknown");
-  cr_assert_str_eq(mdr_ar_algo_name((mdr_ar_algo)1000), "unknown");
+  cr_assert_str_eq(mdr_all_reduce_algo_name(MDR_ALL_REDUCE_AUTO), "auto");
+  cr_assert_str_eq(mdr_all_reduce_algo_name(MDR_ALL_REDUCE_NCCL), "nccl");
+  cr_assert_str_eq(mdr_all_reduce_algo_name(MDR_ALL_REDUCE_ONE_SHOT), "one-shot");
+  cr_assert_str_eq(mdr_all_reduce_algo_name(MDR_ALL_REDUCE_TWO_SHOT), "two-shot");
+  cr_assert_str_eq(mdr_all_reduce_algo_name(MDR_ALL_REDUCE_ALGO_COUNT), "unknown");
+  cr_assert_str_eq(mdr_all_reduce_algo_name((mdr_all_reduce_algo)-1), "unknown");
+  cr_assert_str_eq(mdr_all_reduce_algo_name((mdr_all_reduce_algo)1000), "unknown");
 
   const mdr_all_reduce_desc d = mdr_all_reduce_desc_make(MDR_BUF_MOE_OUTPUT, MDR_DTYPE_FP16, 7);
   cr_assert_eq(d.buf, MDR_BUF_MOE_OUTPUT);
@@ -1403,46 +1403,46 @@ Test(all_reduce, names_defaults_choice_and_kernels) {
   cr_assert_eq(d.tokens, 7);
   cr_assert_eq(d.count_ptr, 0);
   cr_assert_eq(d.residual, MDR_BUF_COUNT, "no residual");
-  cr_assert_eq(d.algo, MDR_AR_AUTO);
+  cr_assert_eq(d.algo, MDR_ALL_REDUCE_AUTO);
 
   const mdr_sizes s = ar_sizes(HM, HROW, 0, 0);
   ar_team t;
   host_team_init(&t, 2, 0, &s);
   mdr_arena *a = t.r[0].a, *plain = NULL;
   cr_assert_eq(mdr_arena_create(t.r[0].b, &s, &plain), MDR_OK);
-  cr_assert_eq(mdr_comm_all_reduce_choice(NULL, 16, 0), MDR_AR_ALGO_COUNT);
-  cr_assert_eq(mdr_comm_all_reduce_choice(NULL, 16, 1), MDR_AR_ALGO_COUNT);
-  cr_assert_eq(mdr_comm_all_reduce_choice(plain, 16, 0), MDR_AR_ALGO_COUNT, "not on a communicator");
+  cr_assert_eq(mdr_all_reduce_choice(NULL, 16, 0), MDR_ALL_REDUCE_ALGO_COUNT);
+  cr_assert_eq(mdr_all_reduce_choice(NULL, 16, 1), MDR_ALL_REDUCE_ALGO_COUNT);
+  cr_assert_eq(mdr_all_reduce_choice(plain, 16, 0), MDR_ALL_REDUCE_ALGO_COUNT, "not on a communicator");
   /* the table: one-shot up to its bound (never past the one-shot cap),
    * two-shot up to the next, NCCL above; counted: AUTO (the kernel picks) */
   const size_t one = mdr_ar_auto_table.one_shot_max, two = mdr_ar_auto_table.two_shot_max;
   cr_log_info("all_reduce: AUTO's table: one-shot up to %zu bytes, two-shot up to %zu", one, two);
-  cr_assert_leq(one, MDR_AR_ONE_SHOT_MAX_BYTES, "AUTO would pick a one-shot the cap refuses");
+  cr_assert_leq(one, MDR_ALL_REDUCE_ONE_SHOT_MAX_BYTES, "AUTO would pick a one-shot the cap refuses");
   cr_assert_geq(one, 16);
   cr_assert_leq(one, two);
   const size_t one_shot_sizes[] = {0, 16, one / 2, one - 16, one};
   for (size_t i = 0; i < sizeof one_shot_sizes / sizeof one_shot_sizes[0]; i++)
-    cr_assert_eq(mdr_comm_all_reduce_choice(a, one_shot_sizes[i], 0), MDR_AR_ONE_SHOT, "%zu bytes",
+    cr_assert_eq(mdr_all_reduce_choice(a, one_shot_sizes[i], 0), MDR_ALL_REDUCE_ONE_SHOT, "%zu bytes",
                  one_shot_sizes[i]);
-  if (one + 16 <= two) cr_assert_eq(mdr_comm_all_reduce_choice(a, one + 16, 0), MDR_AR_TWO_SHOT);
-  if (two > one) cr_assert_eq(mdr_comm_all_reduce_choice(a, two, 0), MDR_AR_TWO_SHOT);
-  if (two <= SIZE_MAX - 16) cr_assert_eq(mdr_comm_all_reduce_choice(a, two + 16, 0), MDR_AR_NCCL);
+  if (one + 16 <= two) cr_assert_eq(mdr_all_reduce_choice(a, one + 16, 0), MDR_ALL_REDUCE_TWO_SHOT);
+  if (two > one) cr_assert_eq(mdr_all_reduce_choice(a, two, 0), MDR_ALL_REDUCE_TWO_SHOT);
+  if (two <= SIZE_MAX - 16) cr_assert_eq(mdr_all_reduce_choice(a, two + 16, 0), MDR_ALL_REDUCE_NCCL);
   int prev = 0; /* monotone in the size: one-shot, then two-shot, then NCCL */
   for (size_t b = 16; b <= ((size_t)1 << 40); b *= 2) {
-    const mdr_ar_algo c = mdr_comm_all_reduce_choice(a, b, 0);
-    const int order = c == MDR_AR_ONE_SHOT ? 0 : c == MDR_AR_TWO_SHOT ? 1 : c == MDR_AR_NCCL ? 2 : -1;
-    cr_assert(order >= prev, "%zu bytes: %s after a larger choice", b, mdr_ar_algo_name(c));
-    if (c == MDR_AR_ONE_SHOT) cr_assert_leq(b, MDR_AR_ONE_SHOT_MAX_BYTES);
+    const mdr_all_reduce_algo c = mdr_all_reduce_choice(a, b, 0);
+    const int order = c == MDR_ALL_REDUCE_ONE_SHOT ? 0 : c == MDR_ALL_REDUCE_TWO_SHOT ? 1 : c == MDR_ALL_REDUCE_NCCL ? 2 : -1;
+    cr_assert(order >= prev, "%zu bytes: %s after a larger choice", b, mdr_all_reduce_algo_name(c));
+    if (c == MDR_ALL_REDUCE_ONE_SHOT) cr_assert_leq(b, MDR_ALL_REDUCE_ONE_SHOT_MAX_BYTES);
     prev = order;
   }
   const size_t counted_sizes[] = {16, one, one + 16, (size_t)1 << 40};
   for (size_t i = 0; i < 4; i++)
-    cr_assert_eq(mdr_comm_all_reduce_choice(a, counted_sizes[i], 1), MDR_AR_AUTO, "counted, %zu bytes",
+    cr_assert_eq(mdr_all_reduce_choice(a, counted_sizes[i], 1), MDR_ALL_REDUCE_AUTO, "counted, %zu bytes",
                  counted_sizes[i]);
-  cr_assert_eq(mdr_comm_all_reduce_kernels(a), 1, "the host twin");
-  cr_assert_eq(mdr_comm_all_reduce_kernels(t.r[1].a), 1);
-  cr_assert_eq(mdr_comm_all_reduce_kernels(NULL), 0);
-  cr_assert_eq(mdr_comm_all_reduce_kernels(plain), 0);
+  cr_assert_eq(mdr_all_reduce_kernels(a), 1, "the host twin");
+  cr_assert_eq(mdr_all_reduce_kernels(t.r[1].a), 1);
+  cr_assert_eq(mdr_all_reduce_kernels(NULL), 0);
+  cr_assert_eq(mdr_all_reduce_kernels(plain), 0);
   mdr_arena_destroy(plain);
   team_fini(&t);
 }
@@ -1460,14 +1460,14 @@ static unsigned char pattern_of(int rank) { return (unsigned char)(0x3F + rank);
 static mdr_status fault_all_reduce(ar_rank *r, const mdr_all_reduce_desc *d, mdr_stream s) {
   const int fail = r->rank == g_fail_rank && ++r->enqueues == g_fail_enqueue;
   if (fail) fault_backend_fail_kind(r->b, MDR_OP_HOST_FN);
-  const mdr_status st = mdr_comm_all_reduce(r->a, d, s);
+  const mdr_status st = mdr_all_reduce(r->a, d, s);
   if (fail) {
     fault_backend_fail_kind(r->b, -1);
     r->hit = 1;
     /* the failed enqueue aborted the communicator: a call of 0 tokens
      * (which enqueues nothing) already sees it */
     const mdr_all_reduce_desc probe = mdr_all_reduce_desc_make(d->buf, d->dtype, 0);
-    r->abort_seen = st != MDR_OK && mdr_comm_all_reduce(r->a, &probe, s) == MDR_ERR_STATE;
+    r->abort_seen = st != MDR_OK && mdr_all_reduce(r->a, &probe, s) == MDR_ERR_STATE;
   }
   return st;
 }
@@ -1489,7 +1489,7 @@ static mdr_status fault_body(void *user, mdr_stream s, mdr_dptr count_ptr, size_
                                 mdr_arena_bytes(r->a, MDR_BUF_HC_POST), s);
   if (st != MDR_OK) return st;
   d = mdr_all_reduce_desc_make(MDR_BUF_HC_POST, MDR_DTYPE_BF16, max_tokens);
-  d.algo = MDR_AR_ONE_SHOT;
+  d.algo = MDR_ALL_REDUCE_ONE_SHOT;
   return fault_all_reduce(r, &d, s);
 }
 
@@ -1678,7 +1678,7 @@ static void gpu_team_init(ar_team *t, const mdr_sizes *s) {
   }
   const mdr_window w = mdr_arena_window(as[0]);
   cr_assert_eq(w, mdr_arena_window(as[1]), "the ranks disagree on the window");
-  const int k0 = mdr_comm_all_reduce_kernels(as[0]), k1 = mdr_comm_all_reduce_kernels(as[1]);
+  const int k0 = mdr_all_reduce_kernels(as[0]), k1 = mdr_all_reduce_kernels(as[1]);
   cr_assert_eq(k0, k1, "the ranks disagree on mdr's kernels");
   cr_log_info("all_reduce: window %s, mdr's kernels %s", mdr_window_name(w), k0 ? "on" : "off");
   if (!k0) {
@@ -1733,7 +1733,7 @@ static void gpu_team_fini(ar_team *t) {
  * M and random ones (and AUTO's one-shot / two-shot crossover when it lies
  * inside these rows): bit-exact against the reference on both ranks, rows
  * past the count untouched, the epoch one step per mdr kernel; then, on
- * rows of 16 KiB, the one-shot cap (MDR_AR_ONE_SHOT_MAX_BYTES) from both
+ * rows of 16 KiB, the one-shot cap (MDR_ALL_REDUCE_ONE_SHOT_MAX_BYTES) from both
  * sides and AUTO's crossover (from its table) in every mode. */
 Test(all_reduce, gpu_kernels_match_the_reference_eagerly_and_in_graphs, .timeout = 300) {
   setenv("NCCL_NVLS_ENABLE", "0", 1);
@@ -1742,11 +1742,11 @@ Test(all_reduce, gpu_kernels_match_the_reference_eagerly_and_in_graphs, .timeout
   gpu_team_init(&t, &s);
   static ar_plan plans[MAX_PLANS];
   int n = 0;
-  const mdr_ar_algo algos[4] = {MDR_AR_ONE_SHOT, MDR_AR_TWO_SHOT, MDR_AR_AUTO, MDR_AR_NCCL};
+  const mdr_all_reduce_algo algos[4] = {MDR_ALL_REDUCE_ONE_SHOT, MDR_ALL_REDUCE_TWO_SHOT, MDR_ALL_REDUCE_AUTO, MDR_ALL_REDUCE_NCCL};
   /* AUTO's crossover and the one-shot cap in rows, from the table (the
    * kernel picks by the real bytes when the count is read on the device) */
   const size_t auto_main = mdr_ar_auto_table.one_shot_max / GROW;
-  const size_t auto_cap = mdr_ar_auto_table.one_shot_max / GCAP_ROW, cap = MDR_AR_ONE_SHOT_MAX_BYTES / GCAP_ROW;
+  const size_t auto_cap = mdr_ar_auto_table.one_shot_max / GCAP_ROW, cap = MDR_ALL_REDUCE_ONE_SHOT_MAX_BYTES / GCAP_ROW;
   cr_log_info("all_reduce: AUTO one-shot up to %zu rows of %d bytes, %zu of %d; the one-shot cap %zu rows of %d",
               auto_main, GROW, auto_cap, GCAP_ROW, cap, GCAP_ROW);
   cr_assert(cap >= 2 && cap < GM, "the arena no longer reaches the one-shot cap (%zu rows)", cap);
@@ -1769,22 +1769,22 @@ Test(all_reduce, gpu_kernels_match_the_reference_eagerly_and_in_graphs, .timeout
    * every mode (eager, count word, graphs) */
   const uint32_t C = (uint32_t)cap, X = (uint32_t)x;
   ar_plan *p = &plans[n++];
-  *p = plan_make(MDR_DTYPE_BF16, MDR_AR_ONE_SHOT, 1, MODE_BIT(MODE_EAGER) | MODE_BIT(MODE_COUNTED), 6001);
+  *p = plan_make(MDR_DTYPE_BF16, MDR_ALL_REDUCE_ONE_SHOT, 1, MODE_BIT(MODE_EAGER) | MODE_BIT(MODE_COUNTED), 6001);
   p->bound = cap;
   const uint32_t at_cap[] = {C, C - 1, 1, C / 2, C};
   plan_counts(p, at_cap, 5);
   p = &plans[n++];
-  *p = plan_make(MDR_DTYPE_BF16, MDR_AR_ONE_SHOT, 1, MODE_BIT(MODE_COUNTED), 6002);
+  *p = plan_make(MDR_DTYPE_BF16, MDR_ALL_REDUCE_ONE_SHOT, 1, MODE_BIT(MODE_COUNTED), 6002);
   p->bound = cap; /* count words past the bound clamp to it */
   const uint32_t over[] = {C + 72, GM, C, C + 1, 0};
   plan_counts(p, over, 5);
   p = &plans[n++];
-  *p = plan_make(MDR_DTYPE_BF16, MDR_AR_TWO_SHOT, 1, MODE_BIT(MODE_EAGER) | MODE_BIT(MODE_COUNTED), 6003);
+  *p = plan_make(MDR_DTYPE_BF16, MDR_ALL_REDUCE_TWO_SHOT, 1, MODE_BIT(MODE_EAGER) | MODE_BIT(MODE_COUNTED), 6003);
   const uint32_t two_counts[] = {C, C + 1, GM, 1, X + 1};
   plan_counts(p, two_counts, 5);
   for (int d = 0; d < 4; d++) {
     p = &plans[n++];
-    *p = plan_make(k_dtypes[d % 3], MDR_AR_AUTO, d == 3, d == 3 ? MODE_BIT(MODE_EAGER) | MODE_BIT(MODE_COUNTED) : MODES_ALL,
+    *p = plan_make(k_dtypes[d % 3], MDR_ALL_REDUCE_AUTO, d == 3, d == 3 ? MODE_BIT(MODE_EAGER) | MODE_BIT(MODE_COUNTED) : MODES_ALL,
                    6010 + (uint64_t)d);
     const uint32_t around[] = {X, X + 1, X - 1, GM, 1, X + 1};
     plan_counts(p, around, 6);
@@ -1804,25 +1804,25 @@ Test(all_reduce, gpu_kernels_match_the_reference_eagerly_and_in_graphs, .timeout
     uint32_t e0 = 0, e1 = 0;
     cr_assert_eq(mdr_comm_all_reduce_epoch(r->a, &e0), MDR_OK);
     mdr_all_reduce_desc d = mdr_all_reduce_desc_make(CAP_BUF, MDR_DTYPE_BF16, cap + 1);
-    d.algo = MDR_AR_ONE_SHOT;
-    cr_assert_eq(mdr_comm_all_reduce(r->a, &d, r->s), MDR_ERR_UNSUPPORTED, "rank %d: one-shot of %zu x 16 KiB", i,
+    d.algo = MDR_ALL_REDUCE_ONE_SHOT;
+    cr_assert_eq(mdr_all_reduce(r->a, &d, r->s), MDR_ERR_UNSUPPORTED, "rank %d: one-shot of %zu x 16 KiB", i,
                  cap + 1);
     d.tokens = GM;
     d.count_ptr = mdr_arena_ptr(r->a, COUNT_WORD);
-    cr_assert_eq(mdr_comm_all_reduce(r->a, &d, r->s), MDR_ERR_UNSUPPORTED, "rank %d: one-shot, bound over the cap", i);
+    cr_assert_eq(mdr_all_reduce(r->a, &d, r->s), MDR_ERR_UNSUPPORTED, "rank %d: one-shot, bound over the cap", i);
     d = mdr_all_reduce_desc_make(MDR_BUF_GATE_LOGITS, MDR_DTYPE_BF16, 3);
-    d.algo = MDR_AR_TWO_SHOT;
-    cr_assert_eq(mdr_comm_all_reduce(r->a, &d, r->s), MDR_ERR_UNSUPPORTED, "rank %d: rows of 18 bytes", i);
+    d.algo = MDR_ALL_REDUCE_TWO_SHOT;
+    cr_assert_eq(mdr_all_reduce(r->a, &d, r->s), MDR_ERR_UNSUPPORTED, "rank %d: rows of 18 bytes", i);
     cr_assert_eq(mdr_backend_synchronize(r->b, r->s), MDR_OK);
     cr_assert_eq(mdr_comm_all_reduce_epoch(r->a, &e1), MDR_OK);
     cr_assert_eq(e1, e0, "rank %d: a refused call ran a kernel", i);
-    cr_assert_eq(mdr_comm_all_reduce_choice(r->a, 4096, 0), MDR_AR_ONE_SHOT);
-    cr_assert_eq(mdr_comm_all_reduce_choice(r->a, mdr_ar_auto_table.one_shot_max + 16, 0),
-                 mdr_ar_auto_table.two_shot_max > mdr_ar_auto_table.one_shot_max ? MDR_AR_TWO_SHOT : MDR_AR_NCCL);
-    cr_assert_eq(mdr_comm_all_reduce_choice(r->a, 4096, 1), MDR_AR_AUTO);
+    cr_assert_eq(mdr_all_reduce_choice(r->a, 4096, 0), MDR_ALL_REDUCE_ONE_SHOT);
+    cr_assert_eq(mdr_all_reduce_choice(r->a, mdr_ar_auto_table.one_shot_max + 16, 0),
+                 mdr_ar_auto_table.two_shot_max > mdr_ar_auto_table.one_shot_max ? MDR_ALL_REDUCE_TWO_SHOT : MDR_ALL_REDUCE_NCCL);
+    cr_assert_eq(mdr_all_reduce_choice(r->a, 4096, 1), MDR_ALL_REDUCE_AUTO);
   }
   /* and the communicator still works */
-  ar_plan after = plan_make(MDR_DTYPE_FP32, MDR_AR_ONE_SHOT, 1, MODE_BIT(MODE_EAGER), 7);
+  ar_plan after = plan_make(MDR_DTYPE_FP32, MDR_ALL_REDUCE_ONE_SHOT, 1, MODE_BIT(MODE_EAGER), 7);
   const uint32_t counts[] = {5, 256};
   plan_counts(&after, counts, 2);
   run_plans(&t, &after, 1);
@@ -1837,7 +1837,7 @@ Test(all_reduce, gpu_epoch_wraps_and_the_results_stay_right, .timeout = 120) {
   const mdr_sizes s = ar_sizes(GM, GROW, 0, 0);
   ar_team t;
   gpu_team_init(&t, &s);
-  ar_plan p = plan_make(MDR_DTYPE_BF16, MDR_AR_ONE_SHOT, 1, MODE_BIT(MODE_EAGER) | MODE_BIT(MODE_COUNTED), 99);
+  ar_plan p = plan_make(MDR_DTYPE_BF16, MDR_ALL_REDUCE_ONE_SHOT, 1, MODE_BIT(MODE_EAGER) | MODE_BIT(MODE_COUNTED), 99);
   p.alternate = 1;
   p.set_epoch = 1;
   p.epoch0 = 0xFFFFFFF8u;
@@ -1848,7 +1848,7 @@ Test(all_reduce, gpu_epoch_wraps_and_the_results_stay_right, .timeout = 120) {
   gpu_team_fini(&t);
 }
 
-/* comm.h: "NCCL's own kernels (MDR_AR_NCCL) give the same bits for two
+/* comm.h: "NCCL's own kernels (MDR_ALL_REDUCE_NCCL) give the same bits for two
  * ranks (one rounded addition, -0 + -0 = -0 included)". Every edge
  * element, every dtype, eagerly and with a count word. */
 Test(all_reduce, gpu_nccl_gives_the_documented_bits_for_two_ranks, .timeout = 120) {
@@ -1858,7 +1858,7 @@ Test(all_reduce, gpu_nccl_gives_the_documented_bits_for_two_ranks, .timeout = 12
   gpu_team_init(&t, &s);
   ar_plan plans[3];
   for (int d = 0; d < 3; d++) {
-    plans[d] = plan_make(k_dtypes[d], MDR_AR_NCCL, 1, MODE_BIT(MODE_EAGER) | MODE_BIT(MODE_COUNTED), 8100 + (uint64_t)d);
+    plans[d] = plan_make(k_dtypes[d], MDR_ALL_REDUCE_NCCL, 1, MODE_BIT(MODE_EAGER) | MODE_BIT(MODE_COUNTED), 8100 + (uint64_t)d);
     const uint32_t counts[] = {1, 7, GM};
     plan_counts(&plans[d], counts, 3);
   }
@@ -1880,7 +1880,7 @@ Test(all_reduce, gpu_nccl_gives_the_documented_bits_for_two_ranks, .timeout = 12
  * doubled replay, shows. */
 enum { REPLAYS = 2000, REP_T = 24 };
 
-static const mdr_ar_algo k_rep_algo[4] = {MDR_AR_ONE_SHOT, MDR_AR_TWO_SHOT, MDR_AR_TWO_SHOT, MDR_AR_ONE_SHOT};
+static const mdr_all_reduce_algo k_rep_algo[4] = {MDR_ALL_REDUCE_ONE_SHOT, MDR_ALL_REDUCE_TWO_SHOT, MDR_ALL_REDUCE_TWO_SHOT, MDR_ALL_REDUCE_ONE_SHOT};
 
 static mdr_status replay_body(void *user, mdr_stream s, size_t tokens) {
   ar_rank *r = user;
@@ -1894,7 +1894,7 @@ static mdr_status replay_body(void *user, mdr_stream s, size_t tokens) {
     mdr_all_reduce_desc d = mdr_all_reduce_desc_make(buf, MDR_DTYPE_FP32, tokens);
     d.residual = k_rep_res[j];
     d.algo = k_rep_algo[j];
-    const mdr_status st = mdr_comm_all_reduce(r->a, &d, s);
+    const mdr_status st = mdr_all_reduce(r->a, &d, s);
     if (st != MDR_OK) return st;
   }
   return MDR_OK;
@@ -1970,7 +1970,7 @@ static void work_replays(ar_rank *r) {
       }
       if (memcmp(&got[i], &want, 4) != 0) {
         rk_fail(r, "rank %d, all-reduce %d (%s), after %d replays: residual element %zu (row %zu): got %g, want %g",
-                r->rank, j, mdr_ar_algo_name(k_rep_algo[j]), REPLAYS, i, i / row, (double)got[i], (double)want);
+                r->rank, j, mdr_all_reduce_algo_name(k_rep_algo[j]), REPLAYS, i, i / row, (double)got[i], (double)want);
         break;
       }
     }

@@ -145,6 +145,42 @@ MDR_API mdr_status mdr_arena_zero_plan(const mdr_arena *a, size_t tokens, mdr_se
 /* The largest number of segments any zero plan of an arena can have. */
 #define MDR_ZERO_PLAN_MAX 18
 
+/* ---- the arena of one rank of a communicator (include/mdr/comm.h) ---- */
+
+/* A communicator (comm.h); declared here so that these functions live
+ * with the arena. */
+typedef struct mdr_comm mdr_comm;
+
+/* How an arena's slab is shared with its peers. */
+typedef enum mdr_window {
+  MDR_WINDOW_NONE,      /* not on a communicator */
+  MDR_WINDOW_SYMMETRIC, /* ncclMemAlloc slab registered once as a symmetric window */
+  MDR_WINDOW_PLAIN,     /* on a communicator, plain device memory: symmetric
+                           registration was unavailable (the reason is in
+                           the backend's last error of create) */
+  MDR_WINDOW_HOST,      /* on a host communicator */
+  MDR_WINDOW_COUNT
+} mdr_window;
+
+/* Create the arena of rank `c` (collective): as mdr_arena_create, on the
+ * communicator's backend, with the slab registered once, as a whole, as a
+ * symmetric window. Every rank must pass identical sizes: the layouts are
+ * compared at create, and if any rank's differs every rank gets
+ * MDR_ERR_INVALID_ARGUMENT and nothing. If symmetric registration is
+ * unavailable the slab is plain device memory on every rank
+ * (MDR_WINDOW_PLAIN). No registration happens per graph or per step. On
+ * failure *out is NULL and nothing leaks. Caller owns *out; release with
+ * mdr_arena_destroy (before the communicator). Not capture-safe. */
+MDR_API mdr_status mdr_arena_create_on_comm(mdr_comm *c, const mdr_sizes *s, mdr_arena **out);
+/* The same for n ranks driven from one thread: comms[i] gets out[i]. */
+MDR_API mdr_status mdr_arena_create_on_comms(mdr_comm *const *comms, int n, const mdr_sizes *s,
+                                             mdr_arena **out);
+/* The arena's window kind, and its communicator (borrowed; NULL when none). */
+MDR_API mdr_window mdr_arena_window(const mdr_arena *a);
+MDR_API mdr_comm *mdr_arena_comm(const mdr_arena *a);
+/* "none", "symmetric", "plain" or "host"; "unknown" out of range. */
+MDR_API const char *mdr_window_name(mdr_window w);
+
 #ifdef __cplusplus
 }
 #endif

@@ -7,10 +7,10 @@
  *
  *   engine's ncclComm_t (adopt) or mdr's own (create_local)
  *        -> mdr_comm per rank, on that rank's backend
- *        -> mdr_arena_create_on_comm: slab from ncclMemAlloc, registered
+ *        -> mdr_arena_create_on_comm (arena.h): slab from ncclMemAlloc, registered
  *           once as a symmetric window (NCCL_WIN_COLL_SYMMETRIC); the same
  *           layout on every rank, checked at create
- *        -> body callback: ... mdr_comm_all_reduce_rows(...) ...
+ *        -> body callback: ... mdr_all_reduce(arena, &desc, stream) ...
  *        -> graph cache per rank, in lockstep (below)
  *
  * NCCL is optional at build time (CMake option MDR_ENABLE_NCCL). Without it
@@ -99,65 +99,25 @@ MDR_API int mdr_comm_device(const mdr_comm *c);
 /* The backend a communicator was made on (borrowed); NULL for NULL. */
 MDR_API mdr_backend *mdr_comm_backend(const mdr_comm *c);
 
-/* Mark the communicator failed on every rank: collectives waiting on this
- * or any rank and all later ones return MDR_ERR_STATE. For a communicator
- * mdr created over NCCL this also aborts the NCCL communicator
- * (ncclCommAbort); an adopted one is the engine's to abort. Accepts NULL. */
+/* Mark the communicator failed on every rank of this process: collectives
+ * waiting on this or any rank and all later ones return MDR_ERR_STATE.
+ * mdr's all-reduce kernels that are spinning (waiting for a peer) on this
+ * process's ranks leave at once, leaving unfinished rows as they were; the
+ * streams stay usable. For a communicator mdr created over NCCL this also
+ * aborts the NCCL communicator (ncclCommAbort); an adopted one is the
+ * engine's to abort. Thread-safe (any thread, while other threads wait in
+ * collectives of this communicator). Accepts NULL. */
 MDR_API void mdr_comm_abort(mdr_comm *c);
 
 /* Release a communicator (and, for create_local, its NCCL communicator).
+ * A rank that goes away aborts its group first: peers of this process
+ * waiting for it (host ranks, mdr's kernels) return at once with
+ * MDR_ERR_STATE, so destroy every rank only after its last collective.
  * Arenas made on it must be destroyed first. Accepts NULL. */
 MDR_API void mdr_comm_destroy(mdr_comm *c);
 
-/* How an arena's slab is shared with its peers. */
-typedef enum mdr_window {
-  MDR_WINDOW_NONE,      /* not on a communicator */
-  MDR_WINDOW_SYMMETRIC, /* ncclMemAlloc slab registered once as a symmetric window */
-  MDR_WINDOW_PLAIN,     /* on a communicator, plain device memory: symmetric
-                           registration was unavailable (the reason is in
-                           the backend's last error of create) */
-  MDR_WINDOW_HOST,      /* on a host communicator */
-  MDR_WINDOW_COUNT
-} mdr_window;
-
-/* Create the arena of rank `c` (collective): as mdr_arena_create, on the
- * communicator's backend, with the slab registered once, as a whole, as a
- * symmetric window. Every rank must pass identical sizes: the layouts are
- * compared at create, and if any rank's differs every rank gets
- * MDR_ERR_INVALID_ARGUMENT and nothing. If symmetric registration is
- * unavailable the slab is plain device memory on every rank
- * (MDR_WINDOW_PLAIN). No registration happens per graph or per step. On
- * failure *out is NULL and nothing leaks. Not capture-safe. */
-MDR_API mdr_status mdr_arena_create_on_comm(mdr_comm *c, const mdr_sizes *s, mdr_arena **out);
-/* The same for n ranks driven from one thread: comms[i] gets out[i]. */
-MDR_API mdr_status mdr_arena_create_on_comms(mdr_comm *const *comms, int n, const mdr_sizes *s,
-                                             mdr_arena **out);
-/* The arena's window kind, and its communicator (borrowed; NULL when none). */
-MDR_API mdr_window mdr_arena_window(const mdr_arena *a);
-MDR_API mdr_comm *mdr_arena_comm(const mdr_arena *a);
-/* "none", "symmetric", "plain" or "host"; "unknown" out of range. */
-MDR_API const char *mdr_window_name(mdr_window w);
-
-/* Sum, in place across the ranks of the arena's communicator, the first
- * `tokens` rows of buffer `buf` (elements of type dt). A row is the
- * buffer's bytes / max_batch_tokens (hidden_states, residual, moe_output,
- * ...). Enqueued on `stream`, capture-safe: call it from a graph cache's
- * body; EXACT and LADDER graphs reduce the graph's count of rows, a
- * DYNAMIC graph (whose count is known only on the device) reduces all
- * max_batch_tokens rows. Collective: every rank, same buffer, same tokens.
- * Returns, with nothing enqueued: MDR_ERR_INVALID_ARGUMENT for NULL
- * arguments, an arena not on a communicator, an unknown dtype, or a buffer
- * with no rows (NULL, or a size that is not max_batch_tokens whole rows of
- * dt); MDR_ERR_OUT_OF_RANGE for tokens > max_batch_tokens; MDR_ERR_STATE on
- * an aborted communicator. tokens == 0 enqueues nothing. A failed enqueue
- * aborts the communicator (see Faults). The same as mdr_comm_all_reduce
- * with mdr_all_reduce_desc_make(buf, dt, tokens): the algorithm is AUTO
- * (mdr's kernels where they run and win, NCCL elsewhere). */
-MDR_API mdr_status mdr_comm_all_reduce_rows(mdr_arena *a, mdr_buffer buf, mdr_dtype dt, size_t tokens,
-                                            mdr_stream stream);
-
-/* ---- the all-reduce with options: device-read counts, the fused residual
- * add, the algorithm (docs/TP.md, "mdr's all-reduce kernels") ----
+/* ---- the all-reduce: device-read counts, the fused residual add, the
+ * algorithm (docs/TP.md, "mdr's all-reduce kernels") ----
  *
  * Algorithms. On an arena whose slab is a symmetric window (MDR_WINDOW_
  * SYMMETRIC, all ranks in one NVLink domain), mdr has its own kernels on
@@ -168,96 +128,117 @@ MDR_API mdr_status mdr_comm_all_reduce_rows(mdr_arena *a, mdr_buffer buf, mdr_dt
  *             arrival flag (a value no input has: all-ones bits, inputs
  *             with those bits are sent as another NaN), so one NVLink trip
  *             and no barrier; each rank then sums the slots locally and
- *             clears them. Scratch: MDR_AR_ONE_SHOT_MAX_BYTES per rank and
- *             buffer, two buffers alternating call by call.
+ *             clears them. Scratch: MDR_ALL_REDUCE_ONE_SHOT_MAX_BYTES per
+ *             rank and buffer, two buffers alternating.
  *   two-shot  reduce-scatter then all-gather in place through the window:
  *             rank r sums its 1/n of the rows from every peer and writes
  *             the sum into every peer; two barriers.
- * Barriers and the alternation use a call counter (epoch) in each rank's
- * window, advanced by every call on the device; it wraps at 2^32 safely.
+ * Every wait is exact for the life of a server: barrier counters are
+ * advanced only by barriers, the one-shot alternation only by one-shot
+ * calls that move data, and a call with no rows (tokens == 0, or a count
+ * word holding 0) touches nothing; 32-bit counters wrap without harm.
+ * Ranks compare each call (rows, row bytes, dtype, algorithm, residual,
+ * count source) on the device; a difference fails the communicator.
+ *
+ * Giving up. Every wait of mdr's kernels also watches an abort word:
+ * mdr_comm_abort (or destroying a rank of this process) ends them at once.
+ * With MDR_AR_TIMEOUT_MS=<ms> in the environment when the communicator is
+ * made (a positive integer; off by default), a wait that lasts longer
+ * gives up by itself, and its peers with it. A kernel that gives up leaves
+ * the rows it had not finished as they were and advances nothing; the
+ * communicator then refuses every later call with MDR_ERR_STATE, and the
+ * backend's last error says which wait gave up, on which rank and why. On
+ * the host communicator the limit is MDR_AR_TIMEOUT_MS too, 30 s when
+ * unset (MDR_HOST_COMM_TIMEOUT_MS, the older name, is still read).
  *
  * Summation order, every algorithm and the host communicator alike (so
  * results are deterministic, bit-identical between graph and eager, equal
  * on every rank): acc = (float)x_0; for r = 1 .. n-1: acc += (float)x_r;
  * the result is acc rounded once to the element type (round to nearest
- * even; fp32 sums in fp32). NCCL's own kernels (MDR_AR_NCCL) give the same
+ * even; fp32 sums in fp32). NCCL's own kernels (MDR_ALL_REDUCE_NCCL) give the same
  * bits for two ranks (one rounded addition, -0 + -0 = -0 included); for
  * more ranks NCCL's order is NCCL's. The fused residual add is residual = round((float)residual +
  * (float)sum), after the sum is rounded. */
-typedef enum mdr_ar_algo {
-  MDR_AR_AUTO,     /* the measured table (mdr_comm_all_reduce_choice) */
-  MDR_AR_NCCL,     /* ncclAllReduce; its count is fixed at enqueue */
-  MDR_AR_ONE_SHOT, /* mdr's one-shot kernel (flags carried in the data) */
-  MDR_AR_TWO_SHOT, /* mdr's two-shot kernel (reduce-scatter, all-gather) */
-  MDR_AR_ALGO_COUNT
-} mdr_ar_algo;
+typedef enum mdr_all_reduce_algo {
+  MDR_ALL_REDUCE_AUTO,     /* the measured table (mdr_all_reduce_choice) */
+  MDR_ALL_REDUCE_NCCL,     /* ncclAllReduce; its count is fixed at enqueue */
+  MDR_ALL_REDUCE_ONE_SHOT, /* mdr's one-shot kernel (flags carried in the data) */
+  MDR_ALL_REDUCE_TWO_SHOT, /* mdr's two-shot kernel (reduce-scatter, all-gather) */
+  MDR_ALL_REDUCE_ALGO_COUNT
+} mdr_all_reduce_algo;
 
 /* The one-shot kernel's scratch per rank and buffer: larger messages are
- * refused by MDR_AR_ONE_SHOT and never chosen by MDR_AR_AUTO. */
-#define MDR_AR_ONE_SHOT_MAX_BYTES ((size_t)2 << 20)
+ * refused by MDR_ALL_REDUCE_ONE_SHOT and never chosen by MDR_ALL_REDUCE_AUTO. */
+#define MDR_ALL_REDUCE_ONE_SHOT_MAX_BYTES ((size_t)2 << 20)
 
 /* "auto", "nccl", "one-shot", "two-shot"; "unknown" out of range. */
-MDR_API const char *mdr_ar_algo_name(mdr_ar_algo a);
+MDR_API const char *mdr_all_reduce_algo_name(mdr_all_reduce_algo a);
 
 /* One all-reduce of an arena buffer's first rows. */
 typedef struct mdr_all_reduce_desc {
-  mdr_buffer buf;    /* the rows to sum in place (as mdr_comm_all_reduce_rows) */
+  /* The rows to sum in place: the first `tokens` rows of an arena buffer
+   * whose bytes are max_batch_tokens whole rows of dtype (a row is the
+   * buffer's bytes / max_batch_tokens: hidden_states, residual,
+   * moe_output, ...). */
+  mdr_buffer buf;
   mdr_dtype dtype;
   size_t tokens;     /* rows; with count_ptr, the most rows a call may have */
   /* 0: `tokens` rows. Else the device address of a uint32 row count, read
    * by the kernel each time it runs: min(*count_ptr, tokens) rows (a
    * DYNAMIC graph body passes the count_ptr it is given, and
    * max_batch_tokens). mdr's kernels then reduce exactly those rows;
-   * MDR_AR_NCCL, whose count is fixed at enqueue, reduces all `tokens`
+   * MDR_ALL_REDUCE_NCCL, whose count is fixed at enqueue, reduces all `tokens`
    * rows (the fused residual add still covers the counted rows only). */
   mdr_dptr count_ptr;
   /* MDR_BUF_COUNT: no residual. Else a buffer of the same dtype and row
    * bytes: after the sum, residual row i += summed row i for the reduced
    * rows (the usual next op of a decode layer, fused: no extra launch for
-   * mdr's kernels; one small kernel after MDR_AR_NCCL). */
+   * mdr's kernels; one small kernel after MDR_ALL_REDUCE_NCCL). */
   mdr_buffer residual;
-  mdr_ar_algo algo;
+  mdr_all_reduce_algo algo;
 } mdr_all_reduce_desc;
 
 /* A descriptor of `tokens` rows of buf: no count_ptr, no residual, AUTO. */
 MDR_API mdr_all_reduce_desc mdr_all_reduce_desc_make(mdr_buffer buf, mdr_dtype dt, size_t tokens);
 
-/* Enqueue the all-reduce `d` on `stream` (capture-safe; collective: every
- * rank the same descriptor, with its own count word holding the same
- * count). EXACT, LADDER and DYNAMIC graphs hold it. Returns, with nothing
- * enqueued, what mdr_comm_all_reduce_rows returns and also:
- * MDR_ERR_INVALID_ARGUMENT for a NULL d, an unknown algo, a residual that
- * is the buffer itself or has other row bytes, or a count_ptr with
- * tokens == 0; MDR_ERR_UNSUPPORTED for MDR_AR_ONE_SHOT / TWO_SHOT where
+/* Enqueue the all-reduce `d` on `stream` (capture-safe: call it from a
+ * graph cache's body; collective: every rank the same descriptor, with its
+ * own count word holding the same count). EXACT, LADDER and DYNAMIC graphs
+ * hold it. tokens == 0 (no count word) enqueues nothing. Returns, with
+ * nothing enqueued: MDR_ERR_INVALID_ARGUMENT for a NULL arena or d, an
+ * arena not on a communicator, a dtype other than bf16, fp16 or fp32, an
+ * unknown algo, a buffer with no rows (NULL, or a size that is not
+ * max_batch_tokens whole rows of dtype), a residual that is the buffer
+ * itself or has other row bytes, or a count_ptr with tokens == 0;
+ * MDR_ERR_OUT_OF_RANGE for tokens > max_batch_tokens; MDR_ERR_STATE on an
+ * aborted or failed communicator (Giving up, above); MDR_ERR_UNSUPPORTED
+ * for MDR_ALL_REDUCE_ONE_SHOT / TWO_SHOT where
  * mdr's kernels cannot run (a plain window, ranks outside one NVLink
  * domain, rows not a multiple of 16 bytes, a one-shot message over
- * MDR_AR_ONE_SHOT_MAX_BYTES; mdr_comm_all_reduce_kernels says which).
+ * MDR_ALL_REDUCE_ONE_SHOT_MAX_BYTES; mdr_all_reduce_kernels says which).
  * AUTO never fails for those reasons: it falls back to NCCL. On the host
- * communicator every algorithm runs the host sum (MDR_AR_NCCL reducing all
- * `tokens` rows, as on a GPU). */
-MDR_API mdr_status mdr_comm_all_reduce(mdr_arena *a, const mdr_all_reduce_desc *d, mdr_stream stream);
+ * communicator every algorithm runs the host sum (MDR_ALL_REDUCE_NCCL reducing all
+ * `tokens` rows, as on a GPU). A failed enqueue aborts the communicator
+ * (see Faults). Not thread-safe on one rank: one thread per rank. */
+MDR_API mdr_status mdr_all_reduce(mdr_arena *a, const mdr_all_reduce_desc *d, mdr_stream stream);
 
-/* The algorithm AUTO takes for `bytes` (rows x row bytes) on this arena:
- * counted != 0 for a count read on the device (then the kernel picks
- * one-shot or two-shot at run time from the real bytes, and this returns
- * MDR_AR_AUTO when mdr's kernels can run). MDR_AR_NCCL where mdr's
- * kernels cannot run; MDR_AR_ALGO_COUNT for a NULL arena or one not on a
- * communicator. The table: docs/TP.md. */
-MDR_API mdr_ar_algo mdr_comm_all_reduce_choice(const mdr_arena *a, size_t bytes, int counted);
+/* What mdr_all_reduce(a, d, ...) would run, without running it or
+ * recording anything: MDR_ALL_REDUCE_NCCL, ONE_SHOT or TWO_SHOT; or
+ * MDR_ALL_REDUCE_AUTO for a count read on the device where mdr's kernels
+ * run (the kernel then picks one- or two-shot from the real bytes);
+ * MDR_ALL_REDUCE_ALGO_COUNT when the call would be refused (NULL
+ * arguments, an arena not on a communicator, or any check of
+ * mdr_all_reduce). The table behind AUTO: docs/TP.md. Thread-safe. */
+MDR_API mdr_all_reduce_algo mdr_all_reduce_choice(const mdr_arena *a, const mdr_all_reduce_desc *d);
 
 /* 1 when mdr's own all-reduce kernels can run on this arena, else 0 (and
  * why, in the backend's last error of the arena's create: no symmetric
  * window, ranks outside one NVLink domain, an NCCL library other than the
  * headers mdr was built with). The host communicator: 1 (its twin). */
-MDR_API int mdr_comm_all_reduce_kernels(const mdr_arena *a);
+MDR_API int mdr_all_reduce_kernels(const mdr_arena *a);
 
-/* The call counter (epoch) of this rank's kernels: read it, or set it
- * (every rank the same value, with nothing in flight: e.g. near 2^32 to
- * exercise the wrap-around). Blocking, not capture-safe. MDR_ERR_
- * UNSUPPORTED where mdr's kernels do not run (on the host communicator the
- * counter is the host twin's, advanced by every all-reduce it runs). */
-MDR_API mdr_status mdr_comm_all_reduce_epoch(mdr_arena *a, uint32_t *epoch);
-MDR_API mdr_status mdr_comm_all_reduce_set_epoch(mdr_arena *a, uint32_t epoch);
+/* The most ranks mdr's kernels take; larger communicators use NCCL. */
+#define MDR_ALL_REDUCE_MAX_RANKS 8
 
 #ifdef __cplusplus
 }
