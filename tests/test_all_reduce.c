@@ -50,7 +50,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "comm_impl.h" /* mdr_ar_auto_table: the bounds of AUTO's table */
+#include "all_reduce_impl.h" /* mdr_ar_auto_table, mdr_all_reduce_state: the protocol counters */
 #include "fault_backend.h"
 #include "support.h"
 
@@ -306,7 +306,7 @@ Test(all_reduce, the_reference_rounds_to_nearest_even) {
 
 typedef enum ar_mode {
   MODE_EAGER,   /* mdr_all_reduce, tokens = count */
-  MODE_ROWS,    /* mdr_comm_all_reduce_rows, tokens = count (no residual) */
+  MODE_ROWS,    /* mdr_all_reduce_desc_make's defaults, tokens = count (no residual) */
   MODE_COUNTED, /* mdr_all_reduce, a count word in the arena, tokens = the plan's bound */
   MODE_EXACT,   /* an EXACT graph cache; body: tokens = the graph's count */
   MODE_LADDER,  /* a LADDER cache; dynamic body: the cache's count_ptr, tokens = the rung */
@@ -670,8 +670,8 @@ static mdr_status enqueue_work(const body_ctx *bc, size_t tokens, mdr_dptr count
   const mdr_buffer buf = plan_buf(bc->p);
   mdr_status st = enqueue_copy(r->b, mdr_arena_ptr(r->a, buf), r->src, mdr_arena_bytes(r->a, buf), s);
   if (st != MDR_OK) return st;
-  if (bc->mode == MODE_ROWS) return mdr_comm_all_reduce_rows(r->a, buf, bc->p->dt, tokens, s);
   mdr_all_reduce_desc d = mdr_all_reduce_desc_make(buf, bc->p->dt, tokens);
+  if (bc->mode == MODE_ROWS) return mdr_all_reduce(r->a, &d, s); /* the descriptor's defaults */
   d.count_ptr = count_ptr;
   d.residual = plan_res(bc->p, bc->mode);
   d.algo = bc->algo;
@@ -786,8 +786,20 @@ static void check_step(ar_rank *r, const step_ctx *sc, plan_state *ps) {
               i, elem_bits(ps->got, i, p->dt), elem_bits(ps->model[sc->mode], i, p->dt));
 }
 
+/* The calls counter of the protocol (kernels/ar_protocol.h): calls that
+ * moved data through mdr's protocol. */
 static int read_epoch(ar_rank *r, uint32_t *e) {
-  return rk_ok(r, mdr_comm_all_reduce_epoch(r->a, e), "mdr_comm_all_reduce_epoch");
+  mdr_arp_block st;
+  if (!rk_ok(r, mdr_all_reduce_state(r->a, &st, NULL), "mdr_all_reduce_state")) return 0;
+  *e = st.calls;
+  return 1;
+}
+
+/* Every counter at e: the state a run of e calls leaves (barriers with
+ * their flags). */
+static mdr_status set_epoch(mdr_arena *a, uint32_t e) {
+  const mdr_arp_block set = {.calls = e, .one_shot = e, .barriers = e};
+  return mdr_all_reduce_state(a, NULL, &set);
 }
 
 static void run_plan(ar_rank *r, int pi) {
@@ -855,7 +867,7 @@ static void run_plan(ar_rank *r, int pi) {
   if (p->set_epoch) { /* nothing in flight on any rank, then every rank sets it */
     if (!rk_wait(r, "synchronize")) goto done;
     if (!team_barrier(t)) goto done;
-    if (!rk_ok(r, mdr_comm_all_reduce_set_epoch(r->a, p->epoch0), "mdr_comm_all_reduce_set_epoch")) goto done;
+    if (!rk_ok(r, set_epoch(r->a, p->epoch0), "mdr_all_reduce_state")) goto done;
     if (!team_barrier(t)) goto done;
   }
   uint32_t epoch = 0;
@@ -928,11 +940,13 @@ static void run_plan(ar_rank *r, int pi) {
       r->calls += c->bound > 0;
       check_step(r, c, &ps);
       if (r->halted) goto done;
-      /* the epoch: one per all-reduce that ran (the host twin runs every
-       * algorithm; on a GPU MDR_ALL_REDUCE_NCCL runs no mdr kernel) */
+      /* the calls counter: one per call of mdr's protocol that moved rows
+       * (MDR_ALL_REDUCE_NCCL is NCCL's, on the host twin too; a call of no
+       * rows advances nothing) */
       uint32_t e = 0;
       if (!read_epoch(r, &e)) goto done;
-      const uint32_t want = epoch + (c->bound > 0 && (r->dev < 0 || eff != MDR_ALL_REDUCE_NCCL) ? 1u : 0u);
+      const size_t ran = count < c->bound ? count : c->bound;
+      const uint32_t want = epoch + (ran > 0 && eff != MDR_ALL_REDUCE_NCCL ? 1u : 0u);
       if (e != want)
         rk_fail(r, "rank %d, %s, algo %s, step %zu, count %u: epoch 0x%x, want 0x%x", r->rank, k_mode_names[m],
                 mdr_all_reduce_algo_name(c->algo), k, count, e, want);
@@ -1083,12 +1097,18 @@ ParameterizedTest(res_case *c, all_reduce, the_fused_residual_add_adds_the_sum_t
 
 /* ==== 3. every algorithm, the same bits ==== */
 
+/* The same bits, except that a NaN matches any NaN: the one-shot sends an
+ * all-ones NaN as another NaN (include/mdr/comm.h), NCCL's path does not. */
 static void expect_same_snapshots(ar_team *t, int a, int b, size_t bytes, const char *what) {
+  const mdr_dtype dt = t->plans[a].dt;
+  const size_t n = bytes / esize(dt);
   for (int r = 0; r < t->n; r++) {
     cr_assert(t->r[r].snap[a] && t->r[r].snap[b]);
-    cr_assert_eq(memcmp(t->r[r].snap[a], t->r[r].snap[b], bytes), 0, "rank %d: %s (%s vs %s)", r, what,
-                 mdr_all_reduce_algo_name(t->plans[a].algo), mdr_all_reduce_algo_name(t->plans[b].algo));
-    cr_assert_eq(memcmp(t->r[r].snap[a] + bytes, t->r[r].snap[b] + bytes, bytes), 0, "rank %d: %s residual", r, what);
+    size_t i = first_diff(t->r[r].snap[a], t->r[r].snap[b], 0, n, dt);
+    cr_assert_eq(i, SIZE_MAX, "rank %d: %s (%s vs %s) at element %zu", r, what,
+                 mdr_all_reduce_algo_name(t->plans[a].algo), mdr_all_reduce_algo_name(t->plans[b].algo), i);
+    i = first_diff(t->r[r].snap[a] + bytes, t->r[r].snap[b] + bytes, 0, n, dt);
+    cr_assert_eq(i, SIZE_MAX, "rank %d: %s residual at element %zu", r, what, i);
   }
 }
 
@@ -1126,8 +1146,11 @@ Test(all_reduce, every_algorithm_gives_the_same_bits_and_rows_is_auto) {
       /* rows(): AUTO's sum without a residual */
       cr_assert_eq(memcmp(t.r[r].snap[4], t.r[r].snap[0], bytes), 0, "rank %d: rows() differs from AUTO", r);
       /* NCCL, counted: the counted rows (13 of the last step) as the others, the residual too */
-      cr_assert_eq(memcmp(t.r[r].snap[6], t.r[r].snap[5], 13 * row), 0, "rank %d: NCCL's counted rows", r);
-      cr_assert_eq(memcmp(t.r[r].snap[6] + bytes, t.r[r].snap[5] + bytes, bytes), 0, "rank %d: NCCL's residual", r);
+      const mdr_dtype dt = k_dtypes[d];
+      cr_assert_eq(first_diff(t.r[r].snap[6], t.r[r].snap[5], 0, 13 * row / esize(dt), dt), SIZE_MAX,
+                   "rank %d: NCCL's counted rows", r);
+      cr_assert_eq(first_diff(t.r[r].snap[6] + bytes, t.r[r].snap[5] + bytes, 0, bytes / esize(dt), dt), SIZE_MAX,
+                   "rank %d: NCCL's residual", r);
       cr_assert_neq(memcmp(t.r[r].snap[6] + 13 * row, t.r[r].snap[5] + 13 * row, bytes - 13 * row), 0,
                     "rank %d: NCCL reduced only the counted rows (documented: the whole bound)", r);
     }
@@ -1174,12 +1197,14 @@ ParameterizedTest(graph_case *c, all_reduce, graph_caches_replay_the_all_reduce_
   team_fini(&t);
 }
 
-/* ==== 5. the epoch ==== */
+/* ==== 5. the protocol's calls counter ==== */
 
-/* From 0xFFFFFFF0, 32 all-reduces (eager, EXACT, LADDER and DYNAMIC
- * graphs, every algorithm) step the epoch one at a time (the harness
- * checks each) across 2^32 to 0x10, every result right. */
-Test(all_reduce, the_epoch_steps_once_per_all_reduce_and_wraps) {
+/* From 0xFFFFFFF0 (every counter, as a run of that many calls leaves
+ * them), 24 protocol all-reduces (eager, EXACT, LADDER and DYNAMIC graphs;
+ * AUTO, one-shot and two-shot; NCCL's calls leave mdr's counters alone)
+ * step the counter one at a time (the harness checks each) across 2^32 to
+ * 0x8, every result right. */
+Test(all_reduce, the_calls_counter_steps_once_per_protocol_call_and_wraps) {
   const mdr_sizes s = ar_sizes(HM, HROW, 0, 0);
   ar_team t;
   host_team_init(&t, 2, 0, &s);
@@ -1196,35 +1221,42 @@ Test(all_reduce, the_epoch_steps_once_per_all_reduce_and_wraps) {
   run_plans(&t, plans, 4);
   for (int r = 0; r < 2; r++) {
     cr_assert_eq(t.r[r].epoch_end[0], 0xFFFFFFF8u, "rank %d", r);
-    cr_assert_eq(t.r[r].epoch_end[1], 0x00000000u, "rank %d: the wrap", r);
-    cr_assert_eq(t.r[r].epoch_end[3], 0x10u, "rank %d: 32 all-reduces after 0xFFFFFFF0", r);
+    cr_assert_eq(t.r[r].epoch_end[1], 0xFFFFFFF8u, "rank %d: NCCL's calls leave the counter", r);
+    cr_assert_eq(t.r[r].epoch_end[2], 0x00000000u, "rank %d: the wrap", r);
+    cr_assert_eq(t.r[r].epoch_end[3], 0x8u, "rank %d: 24 protocol all-reduces after 0xFFFFFFF0", r);
   }
   team_fini(&t);
 }
 
-/* The calls that run nothing leave the epoch alone; a count word of 0
- * still runs (an empty all-reduce) and steps it; set_epoch / epoch read
- * what they wrote. One rank: its collectives need no peer. */
-Test(all_reduce, the_epoch_counts_runs_not_calls) {
+static mdr_arp_block state_of(ar_rank *r) {
+  mdr_arp_block st;
+  memset(&st, 0xAB, sizeof st);
+  cr_assert_eq(mdr_all_reduce_state(r->a, &st, NULL), MDR_OK, "%s", mdr_backend_last_error(r->b));
+  return st;
+}
+
+/* Calls that move nothing leave every counter alone: tokens 0, a refused
+ * call, a count word of 0 (every algorithm); a one-shot call steps
+ * `one_shot`, a two-shot call `barriers` by two; both step `calls`. The
+ * state hook reads what it wrote. One rank: its collectives need no peer. */
+Test(all_reduce, only_calls_that_move_rows_advance_the_counters) {
   const mdr_sizes s = ar_sizes(HM, HROW, 0, 0);
   ar_team t;
   host_team_init(&t, 1, 0, &s);
   ar_rank *r = &t.r[0];
-  uint32_t e = 1;
-  cr_assert_eq(mdr_comm_all_reduce_epoch(r->a, &e), MDR_OK);
-  cr_assert_eq(e, 0, "a new arena's epoch");
-  cr_assert_eq(mdr_comm_all_reduce_set_epoch(r->a, 0xFFFFFFFFu), MDR_OK);
-  cr_assert_eq(mdr_comm_all_reduce_epoch(r->a, &e), MDR_OK);
-  cr_assert_eq(e, 0xFFFFFFFFu);
+  mdr_arp_block st = state_of(r);
+  cr_assert(st.calls == 0 && st.one_shot == 0 && st.barriers == 0, "a new arena's counters");
+  cr_assert_eq(set_epoch(r->a, 0xFFFFFFFFu), MDR_OK);
+  st = state_of(r);
+  cr_assert(st.calls == 0xFFFFFFFFu && st.one_shot == 0xFFFFFFFFu && st.barriers == 0xFFFFFFFFu);
   mdr_all_reduce_desc d = mdr_all_reduce_desc_make(BUF_MAIN, MDR_DTYPE_FP32, 0);
   cr_assert_eq(mdr_all_reduce(r->a, &d, r->s), MDR_OK, "tokens 0: nothing to do");
   d.algo = (mdr_all_reduce_algo)7;
   d.tokens = 3;
   cr_assert_eq(mdr_all_reduce(r->a, &d, r->s), MDR_ERR_INVALID_ARGUMENT);
-  cr_assert_eq(mdr_comm_all_reduce_epoch(r->a, &e), MDR_OK);
-  cr_assert_eq(e, 0xFFFFFFFFu, "neither an empty nor a refused call steps the epoch");
-  /* a count word of 0: the all-reduce runs (mdr's: no rows; NCCL's: the
-   * bound, unchanged with one rank) and steps the epoch */
+  st = state_of(r);
+  cr_assert(st.calls == 0xFFFFFFFFu && st.one_shot == 0xFFFFFFFFu && st.barriers == 0xFFFFFFFFu,
+            "neither an empty nor a refused call advances a counter");
   const uint32_t zero = 0;
   const mdr_dptr word = mdr_arena_ptr(r->a, COUNT_WORD);
   cr_assert_eq(mdr_backend_copy_h2d(r->b, word, &zero, 4), MDR_OK);
@@ -1234,14 +1266,21 @@ Test(all_reduce, the_epoch_counts_runs_not_calls) {
     d.count_ptr = word;
     d.algo = k_algos[a];
     cr_assert_eq(mdr_all_reduce(r->a, &d, r->s), MDR_OK, "%s", mdr_all_reduce_algo_name(k_algos[a]));
-    cr_assert_eq(mdr_comm_all_reduce_epoch(r->a, &e), MDR_OK);
-    cr_assert_eq(e, (uint32_t)a, "%s: the empty run steps the epoch (from 0xFFFFFFFF)", mdr_all_reduce_algo_name(k_algos[a]));
+    st = state_of(r);
+    cr_assert(st.calls == 0xFFFFFFFFu && st.one_shot == 0xFFFFFFFFu && st.barriers == 0xFFFFFFFFu,
+              "%s: a count word of 0 advances nothing", mdr_all_reduce_algo_name(k_algos[a]));
   }
   long bad = tb_check_head(r->b, mdr_arena_ptr(r->a, BUF_MAIN), mdr_arena_bytes(r->a, BUF_MAIN), 0, 0x41);
   cr_assert_eq(bad, -1, "one rank, count 0: the buffer changed at byte %ld", bad);
-  cr_assert_eq(mdr_comm_all_reduce_rows(r->a, BUF_MAIN, MDR_DTYPE_FP32, 2, r->s), MDR_OK);
-  cr_assert_eq(mdr_comm_all_reduce_epoch(r->a, &e), MDR_OK);
-  cr_assert_eq(e, 4u, "rows() steps it");
+  d = mdr_all_reduce_desc_make(BUF_MAIN, MDR_DTYPE_FP32, 2);
+  d.algo = MDR_ALL_REDUCE_ONE_SHOT;
+  cr_assert_eq(mdr_all_reduce(r->a, &d, r->s), MDR_OK);
+  st = state_of(r);
+  cr_assert(st.calls == 0 && st.one_shot == 0 && st.barriers == 0xFFFFFFFFu, "one-shot: calls and one_shot wrap");
+  d.algo = MDR_ALL_REDUCE_TWO_SHOT;
+  cr_assert_eq(mdr_all_reduce(r->a, &d, r->s), MDR_OK);
+  st = state_of(r);
+  cr_assert(st.calls == 1 && st.one_shot == 0 && st.barriers == 1, "two-shot: two barriers");
   team_fini(&t);
 }
 
@@ -1255,8 +1294,7 @@ Test(all_reduce, bad_input_is_refused_and_enqueues_nothing) {
   host_team_init(&t, 1, 1, &s);
   ar_rank *r = &t.r[0];
   const long before = host_fns(r);
-  uint32_t e0 = 0;
-  cr_assert_eq(mdr_comm_all_reduce_epoch(r->a, &e0), MDR_OK);
+  const mdr_arp_block e0 = state_of(r);
   const mdr_dptr word = mdr_arena_ptr(r->a, COUNT_WORD);
   mdr_all_reduce_desc ok = mdr_all_reduce_desc_make(BUF_MAIN, MDR_DTYPE_BF16, 4), d;
   ok.residual = k_res_of_mode[MODE_EAGER];
@@ -1339,11 +1377,11 @@ Test(all_reduce, bad_input_is_refused_and_enqueues_nothing) {
   x.tokens = 0;
   x.count_ptr = 0;
   REFUSED(x, MDR_OK, "tokens 0 (nothing to do)");
-  cr_assert_eq(mdr_comm_all_reduce_rows(r->a, BUF_MAIN, MDR_DTYPE_BF16, 0, r->s), MDR_OK);
-  cr_assert_eq(host_fns(r), before, "rows() of 0 tokens enqueued something");
-  uint32_t e = 0;
-  cr_assert_eq(mdr_comm_all_reduce_epoch(r->a, &e), MDR_OK);
-  cr_assert_eq(e, e0, "refused calls stepped the epoch");
+  cr_assert_eq(host_fns(r), before, "a call of 0 tokens enqueued something");
+  const mdr_arp_block e = state_of(r);
+  cr_assert(e.calls == e0.calls && e.one_shot == e0.one_shot && e.barriers == e0.barriers,
+            "refused calls advanced a counter");
+  mdr_arp_block dummy;
 
   /* refusals do not abort: valid calls still run, one op each */
   x = mdr_all_reduce_desc_make(CAP_BUF, MDR_DTYPE_BF16, 32);
@@ -1365,14 +1403,13 @@ Test(all_reduce, bad_input_is_refused_and_enqueues_nothing) {
   const long mid = host_fns(r);
   cr_assert_eq(mdr_all_reduce(plain, &ok, r->s), MDR_ERR_INVALID_ARGUMENT);
   cr_assert_not_null(strstr(mdr_backend_last_error(r->b), "communicator"), "%s", mdr_backend_last_error(r->b));
-  cr_assert_eq(mdr_comm_all_reduce_epoch(plain, &e), MDR_ERR_INVALID_ARGUMENT);
-  cr_assert_eq(mdr_comm_all_reduce_set_epoch(plain, 3), MDR_ERR_INVALID_ARGUMENT);
+  cr_assert_eq(mdr_all_reduce_state(plain, &dummy, NULL), MDR_ERR_INVALID_ARGUMENT);
+  cr_assert_eq(mdr_all_reduce_state(plain, NULL, &e0), MDR_ERR_INVALID_ARGUMENT);
   cr_assert_eq(host_fns(r), mid);
   mdr_arena_destroy(plain);
-  /* epoch: NULL arena, NULL out */
-  cr_assert_eq(mdr_comm_all_reduce_epoch(NULL, &e), MDR_ERR_INVALID_ARGUMENT);
-  cr_assert_eq(mdr_comm_all_reduce_set_epoch(NULL, 1), MDR_ERR_INVALID_ARGUMENT);
-  cr_assert_eq(mdr_comm_all_reduce_epoch(r->a, NULL), MDR_ERR_INVALID_ARGUMENT);
+  /* the state hook: NULL arena, NULL out */
+  cr_assert_eq(mdr_all_reduce_state(NULL, &dummy, NULL), MDR_ERR_INVALID_ARGUMENT);
+  cr_assert_eq(mdr_all_reduce_state(r->a, NULL, NULL), MDR_ERR_INVALID_ARGUMENT);
   /* an aborted communicator */
   mdr_comm_abort(r->c);
   d = ok;
@@ -1380,9 +1417,8 @@ Test(all_reduce, bad_input_is_refused_and_enqueues_nothing) {
   cr_assert_eq(st, MDR_ERR_STATE, "%s", mdr_status_string(st));
   d.count_ptr = word;
   cr_assert_eq(mdr_all_reduce(r->a, &d, r->s), MDR_ERR_STATE);
-  cr_assert_eq(mdr_comm_all_reduce_rows(r->a, BUF_MAIN, MDR_DTYPE_BF16, 2, r->s), MDR_ERR_STATE);
-  cr_assert_eq(mdr_comm_all_reduce_epoch(r->a, &e), MDR_ERR_STATE);
-  cr_assert_eq(mdr_comm_all_reduce_set_epoch(r->a, 0), MDR_ERR_STATE);
+  cr_assert_eq(mdr_all_reduce_state(r->a, &dummy, NULL), MDR_ERR_STATE);
+  cr_assert_eq(mdr_all_reduce_state(r->a, NULL, &e0), MDR_ERR_STATE);
   cr_assert_eq(host_fns(r), mid, "an aborted communicator enqueued something");
 #undef REFUSED
   team_fini(&t);
@@ -1410,35 +1446,50 @@ Test(all_reduce, names_defaults_choice_and_kernels) {
   host_team_init(&t, 2, 0, &s);
   mdr_arena *a = t.r[0].a, *plain = NULL;
   cr_assert_eq(mdr_arena_create(t.r[0].b, &s, &plain), MDR_OK);
-  cr_assert_eq(mdr_all_reduce_choice(NULL, 16, 0), MDR_ALL_REDUCE_ALGO_COUNT);
-  cr_assert_eq(mdr_all_reduce_choice(NULL, 16, 1), MDR_ALL_REDUCE_ALGO_COUNT);
-  cr_assert_eq(mdr_all_reduce_choice(plain, 16, 0), MDR_ALL_REDUCE_ALGO_COUNT, "not on a communicator");
+  const mdr_all_reduce_desc main4 = mdr_all_reduce_desc_make(BUF_MAIN, MDR_DTYPE_BF16, 4);
+  cr_assert_eq(mdr_all_reduce_choice(NULL, &main4), MDR_ALL_REDUCE_ALGO_COUNT);
+  cr_assert_eq(mdr_all_reduce_choice(a, NULL), MDR_ALL_REDUCE_ALGO_COUNT);
+  cr_assert_eq(mdr_all_reduce_choice(plain, &main4), MDR_ALL_REDUCE_ALGO_COUNT, "not on a communicator");
   /* the table: one-shot up to its bound (never past the one-shot cap),
-   * two-shot up to the next, NCCL above; counted: AUTO (the kernel picks) */
+   * two-shot up to the next, NCCL above */
   const size_t one = mdr_ar_auto_table.one_shot_max, two = mdr_ar_auto_table.two_shot_max;
   cr_log_info("all_reduce: AUTO's table: one-shot up to %zu bytes, two-shot up to %zu", one, two);
   cr_assert_leq(one, MDR_ALL_REDUCE_ONE_SHOT_MAX_BYTES, "AUTO would pick a one-shot the cap refuses");
   cr_assert_geq(one, 16);
   cr_assert_leq(one, two);
-  const size_t one_shot_sizes[] = {0, 16, one / 2, one - 16, one};
-  for (size_t i = 0; i < sizeof one_shot_sizes / sizeof one_shot_sizes[0]; i++)
-    cr_assert_eq(mdr_all_reduce_choice(a, one_shot_sizes[i], 0), MDR_ALL_REDUCE_ONE_SHOT, "%zu bytes",
-                 one_shot_sizes[i]);
-  if (one + 16 <= two) cr_assert_eq(mdr_all_reduce_choice(a, one + 16, 0), MDR_ALL_REDUCE_TWO_SHOT);
-  if (two > one) cr_assert_eq(mdr_all_reduce_choice(a, two, 0), MDR_ALL_REDUCE_TWO_SHOT);
-  if (two <= SIZE_MAX - 16) cr_assert_eq(mdr_all_reduce_choice(a, two + 16, 0), MDR_ALL_REDUCE_NCCL);
-  int prev = 0; /* monotone in the size: one-shot, then two-shot, then NCCL */
-  for (size_t b = 16; b <= ((size_t)1 << 40); b *= 2) {
-    const mdr_all_reduce_algo c = mdr_all_reduce_choice(a, b, 0);
-    const int order = c == MDR_ALL_REDUCE_ONE_SHOT ? 0 : c == MDR_ALL_REDUCE_TWO_SHOT ? 1 : c == MDR_ALL_REDUCE_NCCL ? 2 : -1;
-    cr_assert(order >= prev, "%zu bytes: %s after a larger choice", b, mdr_all_reduce_algo_name(c));
-    if (c == MDR_ALL_REDUCE_ONE_SHOT) cr_assert_leq(b, MDR_ALL_REDUCE_ONE_SHOT_MAX_BYTES);
-    prev = order;
+  /* the query answers what the call would run, for every count and
+   * descriptor the call takes, and ALGO_COUNT for what it refuses */
+  const char *last = mdr_backend_last_error(t.r[0].b);
+  char before[512];
+  snprintf(before, sizeof before, "%s", last ? last : "");
+  for (size_t k = 0; k <= HM; k++) {
+    mdr_all_reduce_desc q = mdr_all_reduce_desc_make(BUF_MAIN, MDR_DTYPE_BF16, k);
+    const mdr_all_reduce_algo want = k * HROW <= one ? MDR_ALL_REDUCE_ONE_SHOT : MDR_ALL_REDUCE_TWO_SHOT;
+    cr_assert_eq(mdr_all_reduce_choice(a, &q), want, "%zu rows", k);
+    q.count_ptr = mdr_arena_ptr(a, COUNT_WORD);
+    cr_assert_eq(mdr_all_reduce_choice(a, &q), k ? MDR_ALL_REDUCE_AUTO : MDR_ALL_REDUCE_ALGO_COUNT,
+                 "counted, %zu rows (0: refused, a count word needs a bound)", k);
+    q.count_ptr = 0;
+    q.algo = MDR_ALL_REDUCE_TWO_SHOT;
+    cr_assert_eq(mdr_all_reduce_choice(a, &q), MDR_ALL_REDUCE_TWO_SHOT);
+    q.algo = MDR_ALL_REDUCE_NCCL;
+    cr_assert_eq(mdr_all_reduce_choice(a, &q), MDR_ALL_REDUCE_NCCL);
   }
-  const size_t counted_sizes[] = {16, one, one + 16, (size_t)1 << 40};
-  for (size_t i = 0; i < 4; i++)
-    cr_assert_eq(mdr_all_reduce_choice(a, counted_sizes[i], 1), MDR_ALL_REDUCE_AUTO, "counted, %zu bytes",
-                 counted_sizes[i]);
+  /* rows of 18 bytes: mdr's kernels cannot take them (AUTO: NCCL; asked
+   * for: refused) — what the old size-only query got wrong */
+  mdr_all_reduce_desc q = mdr_all_reduce_desc_make(MDR_BUF_GATE_LOGITS, MDR_DTYPE_BF16, 3);
+  cr_assert_eq(mdr_all_reduce_choice(a, &q), MDR_ALL_REDUCE_NCCL, "18-byte rows");
+  q.algo = MDR_ALL_REDUCE_ONE_SHOT;
+  cr_assert_eq(mdr_all_reduce_choice(a, &q), MDR_ALL_REDUCE_ALGO_COUNT, "one-shot of 18-byte rows is refused");
+  q = mdr_all_reduce_desc_make(BUF_MAIN, MDR_DTYPE_BF16, HM + 1);
+  cr_assert_eq(mdr_all_reduce_choice(a, &q), MDR_ALL_REDUCE_ALGO_COUNT, "over max_batch_tokens");
+  q = mdr_all_reduce_desc_make(BUF_MAIN, (mdr_dtype)9, 2);
+  cr_assert_eq(mdr_all_reduce_choice(a, &q), MDR_ALL_REDUCE_ALGO_COUNT, "no such dtype");
+  q = mdr_all_reduce_desc_make(BUF_MAIN, MDR_DTYPE_BF16, 2);
+  q.residual = BUF_MAIN;
+  cr_assert_eq(mdr_all_reduce_choice(a, &q), MDR_ALL_REDUCE_ALGO_COUNT, "the residual is the buffer");
+  last = mdr_backend_last_error(t.r[0].b);
+  cr_assert_str_eq(last ? last : "", before, "a query recorded a text");
   cr_assert_eq(mdr_all_reduce_kernels(a), 1, "the host twin");
   cr_assert_eq(mdr_all_reduce_kernels(t.r[1].a), 1);
   cr_assert_eq(mdr_all_reduce_kernels(NULL), 0);
@@ -1802,7 +1853,7 @@ Test(all_reduce, gpu_kernels_match_the_reference_eagerly_and_in_graphs, .timeout
   for (int i = 0; i < 2; i++) {
     ar_rank *r = &t.r[i];
     uint32_t e0 = 0, e1 = 0;
-    cr_assert_eq(mdr_comm_all_reduce_epoch(r->a, &e0), MDR_OK);
+    cr_assert(read_epoch(r, &e0));
     mdr_all_reduce_desc d = mdr_all_reduce_desc_make(CAP_BUF, MDR_DTYPE_BF16, cap + 1);
     d.algo = MDR_ALL_REDUCE_ONE_SHOT;
     cr_assert_eq(mdr_all_reduce(r->a, &d, r->s), MDR_ERR_UNSUPPORTED, "rank %d: one-shot of %zu x 16 KiB", i,
@@ -1814,12 +1865,15 @@ Test(all_reduce, gpu_kernels_match_the_reference_eagerly_and_in_graphs, .timeout
     d.algo = MDR_ALL_REDUCE_TWO_SHOT;
     cr_assert_eq(mdr_all_reduce(r->a, &d, r->s), MDR_ERR_UNSUPPORTED, "rank %d: rows of 18 bytes", i);
     cr_assert_eq(mdr_backend_synchronize(r->b, r->s), MDR_OK);
-    cr_assert_eq(mdr_comm_all_reduce_epoch(r->a, &e1), MDR_OK);
+    cr_assert(read_epoch(r, &e1));
     cr_assert_eq(e1, e0, "rank %d: a refused call ran a kernel", i);
-    cr_assert_eq(mdr_all_reduce_choice(r->a, 4096, 0), MDR_ALL_REDUCE_ONE_SHOT);
-    cr_assert_eq(mdr_all_reduce_choice(r->a, mdr_ar_auto_table.one_shot_max + 16, 0),
+    mdr_all_reduce_desc q = mdr_all_reduce_desc_make(CAP_BUF, MDR_DTYPE_BF16, 1);
+    cr_assert_eq(mdr_all_reduce_choice(r->a, &q), MDR_ALL_REDUCE_ONE_SHOT);
+    q.tokens = cap + 1;
+    cr_assert_eq(mdr_all_reduce_choice(r->a, &q),
                  mdr_ar_auto_table.two_shot_max > mdr_ar_auto_table.one_shot_max ? MDR_ALL_REDUCE_TWO_SHOT : MDR_ALL_REDUCE_NCCL);
-    cr_assert_eq(mdr_all_reduce_choice(r->a, 4096, 1), MDR_ALL_REDUCE_AUTO);
+    q.count_ptr = mdr_arena_ptr(r->a, COUNT_WORD);
+    cr_assert_eq(mdr_all_reduce_choice(r->a, &q), MDR_ALL_REDUCE_AUTO);
   }
   /* and the communicator still works */
   ar_plan after = plan_make(MDR_DTYPE_FP32, MDR_ALL_REDUCE_ONE_SHOT, 1, MODE_BIT(MODE_EAGER), 7);

@@ -23,6 +23,13 @@
 #include "fault_backend.h"
 #include "support.h"
 
+/* The all-reduce of `tokens` rows of buf with the descriptor's defaults
+ * (AUTO, no count word, no residual). */
+static mdr_status all_reduce_rows(mdr_arena *a, mdr_buffer buf, mdr_dtype dt, size_t tokens, mdr_stream s) {
+  const mdr_all_reduce_desc d = mdr_all_reduce_desc_make(buf, dt, tokens);
+  return mdr_all_reduce(a, &d, s);
+}
+
 enum { M = TB_SMALL_M, MAX_RANKS = 4 };
 
 /* ---- reference arithmetic, independent of src/ ---- */
@@ -278,7 +285,7 @@ static void work_all_reduce(rank_ctx *rc) {
   fill_values(img, bytes / esize_of(g_case.dt), g_case.dt, rc->rank, g_salt);
   mdr_backend_copy_h2d(rc->b, mdr_arena_hidden_states(rc->a), img, bytes);
   free(img);
-  rc->result = mdr_comm_all_reduce_rows(rc->a, MDR_BUF_HIDDEN_STATES, g_case.dt, g_case.tokens, rc->s);
+  rc->result = all_reduce_rows(rc->a, MDR_BUF_HIDDEN_STATES, g_case.dt, g_case.tokens, rc->s);
   if (rc->result == MDR_OK) rc->result = mdr_backend_synchronize(rc->b, rc->s);
 }
 
@@ -333,26 +340,26 @@ Test(comm, bad_all_reduce_input_is_refused_and_enqueues_nothing) {
   rank_ctx *rc = &t.r[0];
   cr_assert_eq(mdr_arena_create_on_comm(rc->comm, &t.sizes[0], &rc->a), MDR_OK);
   const long before = fault_backend_calls_of(rc->b, MDR_OP_HOST_FN);
-  cr_assert_eq(mdr_comm_all_reduce_rows(NULL, MDR_BUF_HIDDEN_STATES, MDR_DTYPE_BF16, 1, rc->s), MDR_ERR_INVALID_ARGUMENT);
-  cr_assert_eq(mdr_comm_all_reduce_rows(rc->a, MDR_BUF_HIDDEN_STATES, (mdr_dtype)9, 1, rc->s), MDR_ERR_INVALID_ARGUMENT);
-  cr_assert_eq(mdr_comm_all_reduce_rows(rc->a, MDR_BUF_HIDDEN_STATES, MDR_DTYPE_BF16, M + 1, rc->s), MDR_ERR_OUT_OF_RANGE);
-  cr_assert_eq(mdr_comm_all_reduce_rows(rc->a, MDR_BUF_SSM_GATES, MDR_DTYPE_BF16, 1, rc->s), MDR_ERR_INVALID_ARGUMENT,
+  cr_assert_eq(all_reduce_rows(NULL, MDR_BUF_HIDDEN_STATES, MDR_DTYPE_BF16, 1, rc->s), MDR_ERR_INVALID_ARGUMENT);
+  cr_assert_eq(all_reduce_rows(rc->a, MDR_BUF_HIDDEN_STATES, (mdr_dtype)9, 1, rc->s), MDR_ERR_INVALID_ARGUMENT);
+  cr_assert_eq(all_reduce_rows(rc->a, MDR_BUF_HIDDEN_STATES, MDR_DTYPE_BF16, M + 1, rc->s), MDR_ERR_OUT_OF_RANGE);
+  cr_assert_eq(all_reduce_rows(rc->a, MDR_BUF_SSM_GATES, MDR_DTYPE_BF16, 1, rc->s), MDR_ERR_INVALID_ARGUMENT,
                "a NULL buffer has no rows");
-  cr_assert_eq(mdr_comm_all_reduce_rows(rc->a, MDR_BUF_HC_STREAMS, MDR_DTYPE_FP32, 1, rc->s), MDR_ERR_INVALID_ARGUMENT,
+  cr_assert_eq(all_reduce_rows(rc->a, MDR_BUF_HC_STREAMS, MDR_DTYPE_FP32, 1, rc->s), MDR_ERR_INVALID_ARGUMENT,
                "a 256-byte buffer is not M rows");
   cr_assert_not_null(strstr(mdr_backend_last_error(rc->b), "no rows"), "%s", mdr_backend_last_error(rc->b));
-  cr_assert_eq(mdr_comm_all_reduce_rows(rc->a, MDR_BUF_HIDDEN_STATES, MDR_DTYPE_BF16, 0, rc->s), MDR_OK);
+  cr_assert_eq(all_reduce_rows(rc->a, MDR_BUF_HIDDEN_STATES, MDR_DTYPE_BF16, 0, rc->s), MDR_OK);
   cr_assert_eq(fault_backend_calls_of(rc->b, MDR_OP_HOST_FN), before, "a refused call enqueued something");
   /* an arena not on a communicator */
   mdr_arena *plain = NULL;
   cr_assert_eq(mdr_arena_create(rc->b, &t.sizes[0], &plain), MDR_OK);
   cr_assert_eq(mdr_arena_window(plain), MDR_WINDOW_NONE);
   cr_assert_null(mdr_arena_comm(plain));
-  cr_assert_eq(mdr_comm_all_reduce_rows(plain, MDR_BUF_HIDDEN_STATES, MDR_DTYPE_BF16, 1, rc->s), MDR_ERR_INVALID_ARGUMENT);
+  cr_assert_eq(all_reduce_rows(plain, MDR_BUF_HIDDEN_STATES, MDR_DTYPE_BF16, 1, rc->s), MDR_ERR_INVALID_ARGUMENT);
   mdr_arena_destroy(plain);
   /* an aborted communicator */
   mdr_comm_abort(rc->comm);
-  cr_assert_eq(mdr_comm_all_reduce_rows(rc->a, MDR_BUF_HIDDEN_STATES, MDR_DTYPE_BF16, 1, rc->s), MDR_ERR_STATE);
+  cr_assert_eq(all_reduce_rows(rc->a, MDR_BUF_HIDDEN_STATES, MDR_DTYPE_BF16, 1, rc->s), MDR_ERR_STATE);
   cr_assert_eq(fault_backend_calls_of(rc->b, MDR_OP_HOST_FN), before);
   team_fini(&t);
 }
@@ -368,9 +375,10 @@ Test(comm, a_missing_peer_times_out_and_aborts_instead_of_hanging) {
   cr_assert_eq(mdr_arena_create_on_comms(cs, 2, &t.sizes[0], as), MDR_OK);
   t.r[0].a = as[0];
   t.r[1].a = as[1];
-  cr_assert_eq(mdr_comm_all_reduce_rows(as[0], MDR_BUF_HIDDEN_STATES, MDR_DTYPE_FP32, 2, t.r[0].s), MDR_ERR_STATE);
-  cr_assert_not_null(strstr(mdr_backend_last_error(t.r[0].b), "waited"), "%s", mdr_backend_last_error(t.r[0].b));
-  cr_assert_eq(mdr_comm_all_reduce_rows(as[1], MDR_BUF_HIDDEN_STATES, MDR_DTYPE_FP32, 2, t.r[1].s), MDR_ERR_STATE,
+  cr_assert_eq(all_reduce_rows(as[0], MDR_BUF_HIDDEN_STATES, MDR_DTYPE_FP32, 2, t.r[0].s), MDR_ERR_STATE);
+  const char *why = mdr_backend_last_error(t.r[0].b);
+  cr_assert(strstr(why, "gave up waiting for rank 1") && strstr(why, "timed out"), "%s", why);
+  cr_assert_eq(all_reduce_rows(as[1], MDR_BUF_HIDDEN_STATES, MDR_DTYPE_FP32, 2, t.r[1].s), MDR_ERR_STATE,
                "the peer sees the abort");
   team_fini(&t);
 }
@@ -393,7 +401,7 @@ static mdr_status tp_step(void *user, mdr_stream s, size_t tokens) {
   mdr_status st = mdr_be_memset_async(tb->rc->b, mdr_arena_hidden_states(a), pattern_of(tb->rc->rank),
                                       mdr_arena_hidden_states_bytes(a), s);
   if (st != MDR_OK) return st;
-  return mdr_comm_all_reduce_rows(a, MDR_BUF_HIDDEN_STATES, MDR_DTYPE_FP32, tokens, s);
+  return all_reduce_rows(a, MDR_BUF_HIDDEN_STATES, MDR_DTYPE_FP32, tokens, s);
 }
 
 static mdr_status tp_step_dyn(void *user, mdr_stream s, mdr_dptr count_ptr, size_t max_tokens) {
@@ -630,7 +638,7 @@ static void *gpu_rank_main(void *p) {
   mdr_graph_cache_options_default(&o);
   mdr_graph_cache *cache = NULL;
   if (g->result == MDR_OK) g->result = mdr_graph_cache_create(g->a, g->s, &o, &cache);
-  if (g->result == MDR_OK) g->result = mdr_comm_all_reduce_rows(g->a, MDR_BUF_HIDDEN_STATES, MDR_DTYPE_FP32, 5, g->s);
+  if (g->result == MDR_OK) g->result = all_reduce_rows(g->a, MDR_BUF_HIDDEN_STATES, MDR_DTYPE_FP32, 5, g->s);
   if (g->result == MDR_OK) g->result = mdr_backend_synchronize(g->b, g->s);
   g->got = malloc(bytes);
   if (g->result == MDR_OK) g->result = mdr_backend_copy_d2h(g->b, g->got, mdr_arena_hidden_states(g->a), bytes);
@@ -714,7 +722,7 @@ static int child_rank(int rank, int fd_write, int fd_read) {
   for (size_t i = 0; i < count; i++) img[i] = value_of(rank, i, 3);
   int rc = 0;
   if (mdr_backend_copy_h2d(b, mdr_arena_hidden_states(a), img, bytes) != MDR_OK) rc = 16;
-  if (!rc && mdr_comm_all_reduce_rows(a, MDR_BUF_HIDDEN_STATES, MDR_DTYPE_FP32, M, s) != MDR_OK) rc = 17;
+  if (!rc && all_reduce_rows(a, MDR_BUF_HIDDEN_STATES, MDR_DTYPE_FP32, M, s) != MDR_OK) rc = 17;
   if (!rc && mdr_backend_synchronize(b, s) != MDR_OK) rc = 18;
   if (!rc && mdr_backend_copy_d2h(b, img, mdr_arena_hidden_states(a), bytes) != MDR_OK) rc = 19;
   for (size_t i = 0; !rc && i < count; i++)

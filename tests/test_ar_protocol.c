@@ -1,0 +1,443 @@
+/* Suite `ar_protocol`: the all-reduce protocol (kernels/ar_protocol.h) on
+ * the host twin (src/comm_host.c), which runs the very comparisons the
+ * kernels make, so CI exercises them. Ranks are threads on host backends.
+ *
+ *   - the states a long-running server leaves: a one-shot-only run of E
+ *     calls leaves `calls` and `one_shot` at E and the barrier counters and
+ *     flags untouched (0); a two-shot run of B barriers leaves them at B.
+ *     From each (E around 2^30, 2^31, 3 * 2^30 and 2^32), a rank launched
+ *     alone waits (it has not finished after a time box), for both
+ *     algorithms; mdr_comm_abort then ends it within 100 ms with the wait
+ *     named, and the communicator refuses later calls;
+ *   - random lockstep sequences of one-shot, two-shot, counted AUTO, NCCL
+ *     and empty calls (tokens 0, count words of 0), from every start state,
+ *     with 2, 4 and 8 ranks: every sum checked exactly (small integers, so
+ *     the sum is exact in every dtype and any stale or missing share
+ *     changes it), the residual, and rows past the count untouched;
+ *   - the time limit (MDR_AR_TIMEOUT_MS): a lone rank gives up by itself;
+ *   - lockstep checks: ranks whose calls differ in dtype, rows or residual
+ *     fail with a text that says so, instead of summing garbage;
+ *   - a destroyed rank aborts its peers, which return at once.
+ *
+ * MDR_AR_TWIN_CALLS sets the calls of each random sequence (default 20000
+ * per rank count and start state). scripts/mutation-check.sh plants the old
+ * stale-flag barrier value in a scratch copy and expects this suite to
+ * fail. */
+#define _POSIX_C_SOURCE 200809L
+#include <criterion/criterion.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "all_reduce_impl.h"
+#include "support.h"
+
+enum { M = 40, ROW = 64, MAXR = 8 };
+#define BUF MDR_BUF_HIDDEN_STATES
+#define RES MDR_BUF_RESIDUAL
+#define WORD MDR_BUF_LORA_SEQ_SLOT /* a uint32 count word in the arena */
+
+static double now_ms(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec * 1e3 + (double)t.tv_nsec * 1e-6;
+}
+
+static mdr_sizes sizes(void) {
+  mdr_sizes s;
+  memset(&s, 0, sizeof s);
+  s.max_batch_tokens = M;
+  s.logits_rows = M;
+  s.bytes[MDR_BUF_TOKEN_IDS] = 256;
+  s.bytes[MDR_BUF_LOGITS] = M * 4;
+  s.bytes[BUF] = M * ROW;
+  s.bytes[RES] = M * ROW;
+  s.bytes[WORD] = 256;
+  return s;
+}
+
+typedef struct team {
+  int n;
+  mdr_backend *b[MAXR];
+  mdr_stream s[MAXR];
+  mdr_comm *c[MAXR];
+  mdr_arena *a[MAXR];
+} team;
+
+static void team_init(team *t, int n) {
+  memset(t, 0, sizeof *t);
+  t->n = n;
+  for (int i = 0; i < n; i++) {
+    cr_assert_eq(mdr_backend_host_create(&t->b[i]), MDR_OK);
+    cr_assert_eq(mdr_backend_stream_create(t->b[i], &t->s[i]), MDR_OK);
+  }
+  cr_assert_eq(mdr_comm_create_host(t->b, n, t->c), MDR_OK);
+  const mdr_sizes s = sizes();
+  cr_assert_eq(mdr_arena_create_on_comms(t->c, n, &s, t->a), MDR_OK, "%s", mdr_backend_last_error(t->b[0]));
+}
+
+static void team_fini(team *t) {
+  for (int i = 0; i < t->n; i++) mdr_arena_destroy(t->a[i]);
+  for (int i = 0; i < t->n; i++) mdr_comm_destroy(t->c[i]);
+  for (int i = 0; i < t->n; i++) {
+    mdr_backend_stream_destroy(t->b[i], t->s[i]);
+    mdr_backend_destroy(t->b[i]);
+  }
+}
+
+/* Every rank's counters as a run leaves them: `calls` and `one_shot` at e,
+ * barriers (and so every flag) at b. */
+static void team_state(team *t, uint32_t e, uint32_t b) {
+  const mdr_arp_block set = {.calls = e, .one_shot = e, .barriers = b};
+  for (int i = 0; i < t->n; i++) cr_assert_eq(mdr_all_reduce_state(t->a[i], NULL, &set), MDR_OK);
+}
+
+/* ==== a rank launched alone waits ==== */
+
+typedef struct lone {
+  team *t;
+  mdr_all_reduce_algo algo;
+  atomic_int done;
+  mdr_status st;
+  double t_end;
+  char why[512];
+} lone;
+
+static void *lone_main(void *p) {
+  lone *l = p;
+  const mdr_all_reduce_desc d0 = mdr_all_reduce_desc_make(BUF, MDR_DTYPE_FP32, 4);
+  mdr_all_reduce_desc d = d0;
+  d.algo = l->algo;
+  l->st = mdr_all_reduce(l->t->a[0], &d, l->t->s[0]);
+  l->t_end = now_ms();
+  snprintf(l->why, sizeof l->why, "%s", mdr_backend_last_error(l->t->b[0]));
+  atomic_store(&l->done, 1);
+  return NULL;
+}
+
+/* Rank 0 alone from state (e, b): still waiting after `box` ms; then the
+ * abort (or, with a time limit, nothing) ends it. Returns the ms from the
+ * abort to its return. */
+static double lone_rank(uint32_t e, uint32_t b, mdr_all_reduce_algo algo, double box, int abort_it) {
+  team t;
+  team_init(&t, 2);
+  team_state(&t, e, b);
+  cr_assert_eq(mdr_backend_fill(t.b[0], mdr_arena_ptr(t.a[0], BUF), 0x5A, M * ROW), MDR_OK);
+  lone l = {.t = &t, .algo = algo};
+  atomic_init(&l.done, 0);
+  pthread_t th;
+  cr_assert_eq(pthread_create(&th, NULL, lone_main, &l), 0);
+  const double t0 = now_ms();
+  while (now_ms() - t0 < box && !atomic_load(&l.done)) {
+    struct timespec nap = {0, 2000000};
+    nanosleep(&nap, NULL);
+  }
+  const int finished_alone = atomic_load(&l.done);
+  const double t_abort = now_ms();
+  if (abort_it) mdr_comm_abort(t.c[1]); /* a peer's abort reaches rank 0's wait */
+  pthread_join(th, NULL);
+  const double waited = l.t_end - t_abort;
+  cr_assert_not(finished_alone && abort_it, "state 0x%08x/0x%08x, %s: rank 0 finished alone (status %s: %s)", e, b,
+                mdr_all_reduce_algo_name(algo), mdr_status_string(l.st), l.why);
+  cr_assert_eq(l.st, MDR_ERR_STATE, "state 0x%08x/0x%08x, %s: %s", e, b, mdr_all_reduce_algo_name(algo), l.why);
+  cr_assert(strstr(l.why, "gave up waiting for rank 1"), "%s", l.why);
+  /* rows it did not finish are as they were */
+  long bad = tb_check_head(t.b[0], mdr_arena_ptr(t.a[0], BUF), M * ROW, 0, 0x5A);
+  cr_assert_eq(bad, -1, "the lone rank changed its rows at byte %ld", bad);
+  /* and the communicator refuses later calls, saying why */
+  const mdr_all_reduce_desc d = mdr_all_reduce_desc_make(BUF, MDR_DTYPE_FP32, 4);
+  cr_assert_eq(mdr_all_reduce(t.a[0], &d, t.s[0]), MDR_ERR_STATE);
+  cr_assert(strstr(mdr_backend_last_error(t.b[0]), "aborted"), "%s", mdr_backend_last_error(t.b[0]));
+  team_fini(&t);
+  return waited;
+}
+
+static const uint32_t k_long[] = {0x3FFFFFFFu, 0x40000000u, 0x7FFFFFFFu, 0x80000000u, 0xC0000000u, 0xFFFFFFFFu};
+
+Test(ar_protocol, a_lone_rank_waits_at_every_long_running_start_state, .timeout = 120) {
+  const mdr_all_reduce_algo algos[] = {MDR_ALL_REDUCE_ONE_SHOT, MDR_ALL_REDUCE_TWO_SHOT};
+  for (size_t i = 0; i < sizeof k_long / sizeof k_long[0]; i++)
+    for (int a = 0; a < 2; a++) {
+      /* after a one-shot-only run (barriers untouched) and after a
+       * two-shot run (barriers at an even value near the same point) */
+      const double w1 = lone_rank(k_long[i], 0, algos[a], 60, 1);
+      const double w2 = lone_rank(k_long[i], k_long[i] & ~1u, algos[a], 60, 1);
+      cr_assert_lt(w1, 100.0, "0x%08x, %s: %.1f ms from the abort to the return", k_long[i],
+                   mdr_all_reduce_algo_name(algos[a]), w1);
+      cr_assert_lt(w2, 100.0, "0x%08x, %s: %.1f ms", k_long[i], mdr_all_reduce_algo_name(algos[a]), w2);
+    }
+}
+
+Test(ar_protocol, a_lone_rank_gives_up_by_itself_past_the_time_limit, .timeout = 60) {
+  setenv("MDR_AR_TIMEOUT_MS", "50", 1);
+  team t;
+  team_init(&t, 2);
+  unsetenv("MDR_AR_TIMEOUT_MS");
+  team_state(&t, 0x80000000u, 0);
+  lone l = {.t = &t, .algo = MDR_ALL_REDUCE_TWO_SHOT};
+  atomic_init(&l.done, 0);
+  const double t0 = now_ms();
+  lone_main(&l);
+  const double took = now_ms() - t0;
+  cr_assert_eq(l.st, MDR_ERR_STATE);
+  cr_assert(strstr(l.why, "timed out") && strstr(l.why, "first barrier"), "%s", l.why);
+  cr_assert(took >= 45 && took < 2000, "gave up after %.1f ms (limit 50)", took);
+  /* the peer learns of it: its next call is refused, with the cause */
+  const mdr_all_reduce_desc d = mdr_all_reduce_desc_make(BUF, MDR_DTYPE_FP32, 4);
+  cr_assert_eq(mdr_all_reduce(t.a[1], &d, t.s[1]), MDR_ERR_STATE);
+  team_fini(&t);
+}
+
+/* ==== a destroyed rank aborts its peers ==== */
+
+Test(ar_protocol, destroying_a_rank_ends_its_peers_waits_at_once, .timeout = 60) {
+  team t;
+  team_init(&t, 2);
+  lone l = {.t = &t, .algo = MDR_ALL_REDUCE_ONE_SHOT};
+  atomic_init(&l.done, 0);
+  pthread_t th;
+  cr_assert_eq(pthread_create(&th, NULL, lone_main, &l), 0);
+  struct timespec nap = {0, 50000000};
+  nanosleep(&nap, NULL);
+  cr_assert_not(atomic_load(&l.done), "rank 0 finished without its peer");
+  const double t0 = now_ms();
+  mdr_arena_destroy(t.a[1]);
+  t.a[1] = NULL;
+  mdr_comm_destroy(t.c[1]);
+  t.c[1] = NULL;
+  pthread_join(th, NULL);
+  cr_assert_lt(l.t_end - t0, 100.0, "rank 0 returned %.1f ms after its peer went away", l.t_end - t0);
+  cr_assert_eq(l.st, MDR_ERR_STATE, "%s", l.why);
+  team_fini(&t);
+}
+
+/* ==== lockstep: calls that differ fail, saying so ==== */
+
+typedef struct pair_call {
+  team *t;
+  int rank;
+  mdr_all_reduce_desc d;
+  mdr_status st;
+  char why[512];
+} pair_call;
+
+static void *pair_main(void *p) {
+  pair_call *c = p;
+  c->st = mdr_all_reduce(c->t->a[c->rank], &c->d, c->t->s[c->rank]);
+  snprintf(c->why, sizeof c->why, "%s", mdr_backend_last_error(c->t->b[c->rank]));
+  return NULL;
+}
+
+static void expect_mismatch(mdr_all_reduce_desc d0, mdr_all_reduce_desc d1, const char *what) {
+  team t;
+  team_init(&t, 2);
+  pair_call c[2] = {{.t = &t, .rank = 0, .d = d0}, {.t = &t, .rank = 1, .d = d1}};
+  pthread_t th[2];
+  for (int i = 0; i < 2; i++) cr_assert_eq(pthread_create(&th[i], NULL, pair_main, &c[i]), 0);
+  for (int i = 0; i < 2; i++) pthread_join(th[i], NULL);
+  for (int i = 0; i < 2; i++) {
+    cr_assert_eq(c[i].st, MDR_ERR_STATE, "%s: rank %d: %s", what, i, c[i].why);
+    cr_assert(strstr(c[i].why, "differs") || strstr(c[i].why, "gave up"), "%s: rank %d: %s", what, i, c[i].why);
+  }
+  int named = 0; /* at least one rank names the mismatch itself */
+  for (int i = 0; i < 2; i++) named |= strstr(c[i].why, "differs") != NULL;
+  cr_assert(named, "%s: %s / %s", what, c[0].why, c[1].why);
+  team_fini(&t);
+}
+
+Test(ar_protocol, ranks_whose_calls_differ_fail_instead_of_summing_garbage, .timeout = 60) {
+  setenv("MDR_AR_TIMEOUT_MS", "2000", 1); /* a safety net: a wrong protocol fails, it does not hang */
+  const mdr_all_reduce_algo algos[] = {MDR_ALL_REDUCE_ONE_SHOT, MDR_ALL_REDUCE_TWO_SHOT};
+  for (int a = 0; a < 2; a++) {
+    mdr_all_reduce_desc x = mdr_all_reduce_desc_make(BUF, MDR_DTYPE_FP32, 4), y = x;
+    x.algo = y.algo = algos[a];
+    y.dtype = MDR_DTYPE_BF16; /* 4 rows of fp32 against 4 rows of bf16: the same bytes */
+    expect_mismatch(x, y, "dtype");
+    y.tokens = 2; /* 4 rows of fp32 against 2 of bf16: the same element count */
+    expect_mismatch(x, y, "dtype and rows");
+    y = x;
+    y.tokens = 5;
+    expect_mismatch(x, y, "rows");
+    y = x;
+    y.residual = RES;
+    expect_mismatch(x, y, "residual");
+  }
+  unsetenv("MDR_AR_TIMEOUT_MS");
+}
+
+/* ==== random lockstep sequences ==== */
+
+typedef struct seq_rank {
+  team *t;
+  int rank;
+  uint32_t e0, b0; /* start state */
+  size_t calls;
+  uint64_t seed;
+  size_t wrong;
+  char first[256];
+} seq_rank;
+
+static const mdr_dtype k_dts[3] = {MDR_DTYPE_BF16, MDR_DTYPE_FP16, MDR_DTYPE_FP32};
+
+/* Element i of rank r's input at call c: a small integer, so every sum is
+ * exact in every dtype (at most 8 x 15 in magnitude). */
+static int input_of(size_t c, int r, size_t i) { return (int)((c * 7 + (size_t)r * 13 + i * 3) % 31) - 15; }
+static int residual_of(size_t c, size_t i) { return (int)((c + i) % 9) - 4; }
+
+static uint32_t encode(int v, mdr_dtype dt) {
+  const float f = (float)v;
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  if (dt == MDR_DTYPE_FP32) return u;
+  if (dt == MDR_DTYPE_BF16) return u >> 16; /* exact: small integers */
+  /* fp16 of a small integer, exact */
+  if (v == 0) return 0;
+  const uint32_t sign = v < 0 ? 0x8000u : 0, a = (uint32_t)(v < 0 ? -v : v);
+  int e = 31 - __builtin_clz(a);
+  return sign | (uint32_t)((e + 15) << 10) | ((a << (10 - e)) & 0x3ffu);
+}
+
+static void put(unsigned char *p, size_t i, mdr_dtype dt, uint32_t bits) {
+  if (dt == MDR_DTYPE_FP32) {
+    memcpy(p + 4 * i, &bits, 4);
+  } else {
+    const uint16_t h = (uint16_t)bits;
+    memcpy(p + 2 * i, &h, 2);
+  }
+}
+
+static uint32_t get(const unsigned char *p, size_t i, mdr_dtype dt) {
+  if (dt == MDR_DTYPE_FP32) {
+    uint32_t u;
+    memcpy(&u, p + 4 * i, 4);
+    return u;
+  }
+  uint16_t h;
+  memcpy(&h, p + 2 * i, 2);
+  return h;
+}
+
+static void *seq_main(void *p) {
+  seq_rank *sr = p;
+  team *t = sr->t;
+  const int r = sr->rank, n = t->n;
+  mdr_arena *a = t->a[r];
+  mdr_backend *b = t->b[r];
+  unsigned char in[M * ROW], res[M * ROW], got[M * ROW], gres[M * ROW];
+  uint64_t rng = sr->seed; /* the same on every rank: lockstep */
+  const mdr_dptr word = mdr_arena_ptr(a, WORD);
+  for (size_t c = 0; c < sr->calls; c++) {
+    const mdr_dtype dt = k_dts[tb_rng_range(&rng, 0, 2)];
+    const size_t es = dt == MDR_DTYPE_FP32 ? 4 : 2, per_row = ROW / es;
+    const int kind = (int)tb_rng_range(&rng, 0, 9);
+    size_t tokens = tb_rng_range(&rng, 0, M);
+    const int with_res = (int)tb_rng_range(&rng, 0, 1);
+    mdr_all_reduce_desc d = mdr_all_reduce_desc_make(BUF, dt, tokens);
+    uint32_t count = 0;
+    size_t rows = tokens; /* rows summed */
+    switch (kind) {
+      case 0: case 1: case 2: d.algo = MDR_ALL_REDUCE_ONE_SHOT; break;
+      case 3: case 4: d.algo = MDR_ALL_REDUCE_TWO_SHOT; break;
+      case 5: case 6: /* counted AUTO: a count word between 0 and beyond the bound */
+        d.tokens = tokens ? tokens : 1;
+        count = (uint32_t)tb_rng_range(&rng, 0, M);
+        d.count_ptr = word;
+        rows = count < d.tokens ? count : d.tokens;
+        break;
+      case 7: d.algo = MDR_ALL_REDUCE_NCCL; break;
+      default: d.tokens = rows = 0; break; /* an empty call */
+    }
+    const size_t elems = M * per_row, live = rows * per_row;
+    for (size_t i = 0; i < elems; i++) {
+      put(in, i, dt, i < live ? encode(input_of(c, r, i), dt) : (dt == MDR_DTYPE_FP32 ? 0x7F80BEEFu : 0x7DEDu));
+      put(res, i, dt, encode(residual_of(c, i), dt));
+    }
+    /* NCCL's twin sums the whole bound: its rows past the count are inputs too */
+    if (d.algo == MDR_ALL_REDUCE_NCCL)
+      for (size_t i = live; i < d.tokens * per_row; i++) put(in, i, dt, encode(input_of(c, r, i), dt));
+    if (mdr_backend_copy_h2d(b, mdr_arena_ptr(a, BUF), in, M * ROW) != MDR_OK ||
+        mdr_backend_copy_h2d(b, mdr_arena_ptr(a, RES), res, M * ROW) != MDR_OK ||
+        mdr_backend_copy_h2d(b, word, &count, 4) != MDR_OK) {
+      snprintf(sr->first, sizeof sr->first, "rank %d: staging call %zu failed", r, c);
+      sr->wrong++;
+      return NULL;
+    }
+    if (with_res) d.residual = RES;
+    const mdr_status st = mdr_all_reduce(a, &d, t->s[r]);
+    if (st != MDR_OK) {
+      snprintf(sr->first, sizeof sr->first, "rank %d, call %zu: %s: %s", r, c, mdr_status_string(st),
+               mdr_backend_last_error(b));
+      sr->wrong++;
+      return NULL;
+    }
+    mdr_backend_copy_d2h(b, got, mdr_arena_ptr(a, BUF), M * ROW);
+    mdr_backend_copy_d2h(b, gres, mdr_arena_ptr(a, RES), M * ROW);
+    const size_t summed = d.algo == MDR_ALL_REDUCE_NCCL ? d.tokens * per_row : live;
+    for (size_t i = 0; i < elems; i++) {
+      int sum = 0;
+      for (int q = 0; q < n; q++) sum += input_of(c, q, i);
+      const uint32_t want = i < summed ? encode(sum, dt) : get(in, i, dt);
+      const uint32_t want_res =
+          with_res && i < live ? encode(residual_of(c, i) + sum, dt) : encode(residual_of(c, i), dt);
+      if (get(got, i, dt) != want || get(gres, i, dt) != want_res) {
+        if (!sr->wrong)
+          snprintf(sr->first, sizeof sr->first,
+                   "rank %d, call %zu (kind %d, %zu rows, dtype %d): element %zu is 0x%x (residual 0x%x), want 0x%x "
+                   "(0x%x)",
+                   r, c, kind, rows, (int)dt, i, get(got, i, dt), get(gres, i, dt), want, want_res);
+        sr->wrong++;
+      }
+    }
+  }
+  return NULL;
+}
+
+static size_t twin_calls(void) {
+  const char *v = getenv("MDR_AR_TWIN_CALLS");
+  const long n = v ? strtol(v, NULL, 10) : 0;
+  return n > 0 ? (size_t)n : 20000;
+}
+
+static void run_sequence(int n, uint32_t e0, uint32_t b0, size_t calls, uint64_t seed) {
+  team t;
+  team_init(&t, n);
+  team_state(&t, e0, b0);
+  seq_rank sr[MAXR];
+  pthread_t th[MAXR];
+  for (int i = 0; i < n; i++) {
+    sr[i] = (seq_rank){.t = &t, .rank = i, .e0 = e0, .b0 = b0, .calls = calls, .seed = seed};
+    cr_assert_eq(pthread_create(&th[i], NULL, seq_main, &sr[i]), 0);
+  }
+  for (int i = 0; i < n; i++) pthread_join(th[i], NULL);
+  size_t wrong = 0;
+  for (int i = 0; i < n; i++) wrong += sr[i].wrong;
+  cr_log_info("ar_protocol: %d ranks from 0x%08x/0x%08x: %zu calls each, %zu wrong values", n, e0, b0, calls, wrong);
+  for (int i = 0; i < n; i++) cr_assert_eq(sr[i].wrong, 0, "%d ranks, start 0x%08x/0x%08x: %zu wrong: %s", n, e0, b0,
+                                             sr[i].wrong, sr[i].first);
+  /* the counters moved only by what moved data, the same on every rank */
+  mdr_arp_block s0;
+  cr_assert_eq(mdr_all_reduce_state(t.a[0], &s0, NULL), MDR_OK);
+  for (int i = 1; i < n; i++) {
+    mdr_arp_block si;
+    cr_assert_eq(mdr_all_reduce_state(t.a[i], &si, NULL), MDR_OK);
+    cr_assert(si.calls == s0.calls && si.one_shot == s0.one_shot && si.barriers == s0.barriers,
+              "rank %d's counters differ from rank 0's", i);
+  }
+  team_fini(&t);
+}
+
+Test(ar_protocol, random_lockstep_sequences_are_exact_from_every_start_state, .timeout = 900) {
+  const size_t calls = twin_calls();
+  const int ranks[] = {2, 4, 8};
+  for (int k = 0; k < 3; k++) {
+    const size_t per = ranks[k] == 8 ? calls / 4 : ranks[k] == 4 ? calls / 2 : calls; /* 8 threads on 2 cores */
+    run_sequence(ranks[k], 0, 0, per, 1000 + (uint64_t)k);
+    for (size_t i = 0; i < sizeof k_long / sizeof k_long[0]; i++) {
+      run_sequence(ranks[k], k_long[i], 0, per / 8 + 16, 2000 + 10 * (uint64_t)k + i);
+      run_sequence(ranks[k], k_long[i] - 40, k_long[i] - 40, per / 8 + 16, 3000 + 10 * (uint64_t)k + i);
+    }
+  }
+}
