@@ -441,3 +441,30 @@ Test(ar_protocol, random_lockstep_sequences_are_exact_from_every_start_state, .t
     }
   }
 }
+
+/* ==== lockstep caches: every one compared, no silent limit ==== */
+
+Test(ar_protocol, every_graph_cache_is_compared_however_many_a_rank_makes) {
+  team t;
+  team_init(&t, 2);
+  mdr_graph_cache_options o;
+  mdr_graph_cache_options_default(&o);
+  o.mode = MDR_GRAPH_EXACT;
+  for (int k = 0; k < 40; k++) /* alike: accepted, past any fixed table */
+    for (int r = 0; r < 2; r++) {
+      mdr_graph_cache *c = NULL;
+      cr_assert_eq(mdr_graph_cache_create(t.a[r], t.s[r], &o, &c), MDR_OK, "cache #%d of rank %d: %s", k, r,
+                   mdr_backend_last_error(t.b[r]));
+      mdr_graph_cache_destroy(c);
+    }
+  mdr_graph_cache *c0 = NULL, *c1 = NULL;
+  cr_assert_eq(mdr_graph_cache_create(t.a[0], t.s[0], &o, &c0), MDR_OK);
+  o.mode = MDR_GRAPH_LADDER;
+  cr_assert_eq(mdr_graph_cache_create(t.a[1], t.s[1], &o, &c1), MDR_ERR_INVALID_ARGUMENT,
+               "the 41st cache differs from rank 0's");
+  cr_assert_null(c1);
+  cr_assert(strstr(mdr_backend_last_error(t.b[1]), "#40") && strstr(mdr_backend_last_error(t.b[1]), "other options"),
+            "%s", mdr_backend_last_error(t.b[1]));
+  mdr_graph_cache_destroy(c0);
+  team_fini(&t);
+}
