@@ -105,7 +105,12 @@ mdr_status mdr_comm_check_backends(mdr_backend *const *backends, int n, mdr_comm
   for (int i = 0; i < n; i++) out[i] = NULL;
   if (!backends) return MDR_ERR_INVALID_ARGUMENT;
   for (int i = 0; i < n; i++)
-    if (!backends[i]) return MDR_ERR_INVALID_ARGUMENT;
+    if (!backends[i]) {
+      for (int j = 0; j < n; j++) /* the text goes to a backend the caller gave, if any */
+        if (backends[j])
+          return mdr_backend_fail(backends[j], MDR_ERR_INVALID_ARGUMENT, "comm: rank %d's backend is NULL", i);
+      return MDR_ERR_INVALID_ARGUMENT;
+    }
   return MDR_OK;
 }
 

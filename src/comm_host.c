@@ -660,6 +660,9 @@ static long timeout_ms(void) {
 mdr_status mdr_comm_create_host(mdr_backend *const *backends, int n, mdr_comm **out) {
   mdr_status st = mdr_comm_check_backends(backends, n, out);
   if (st != MDR_OK) return st;
+  if (n > MDR_ARP_MAX_RANKS)
+    return mdr_backend_fail(backends[0], MDR_ERR_UNSUPPORTED, "host comm: %d ranks (at most %d, as mdr's kernels)", n,
+                            MDR_ARP_MAX_RANKS);
   for (int i = 0; i < n; i++)
     if (!mdr_be_has_host_fn(backends[i]))
       return mdr_backend_fail(backends[i], MDR_ERR_INVALID_ARGUMENT,

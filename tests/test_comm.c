@@ -195,6 +195,13 @@ Test(comm, bad_creation_arguments_are_refused_with_out_cleared) {
   cr_assert_eq(mdr_comm_create_host(bs, 2, out), MDR_ERR_INVALID_ARGUMENT);
   cr_assert_null(out[0]);
   cr_assert_null(out[1]);
+  cr_assert_str_eq(mdr_backend_last_error(h), "comm: rank 1's backend is NULL", "the refusal records its own text");
+  mdr_backend *nine[9];
+  for (int i = 0; i < 9; i++) nine[i] = h;
+  mdr_comm *nine_out[9];
+  cr_assert_eq(mdr_comm_create_host(nine, 9, nine_out), MDR_ERR_UNSUPPORTED);
+  cr_assert_not_null(strstr(mdr_backend_last_error(h), "at most 8"), "%s", mdr_backend_last_error(h));
+  for (int i = 0; i < 9; i++) cr_assert_null(nine_out[i]);
   cr_assert_eq(mdr_comm_create_host(NULL, 2, out), MDR_ERR_INVALID_ARGUMENT);
   cr_assert_eq(mdr_comm_create_host(bs, 0, out), MDR_ERR_INVALID_ARGUMENT);
   cr_assert_eq(mdr_comm_create_host(bs, 1, NULL), MDR_ERR_INVALID_ARGUMENT);

@@ -86,7 +86,8 @@ MDR_API mdr_status mdr_comm_adopt_nccl(mdr_backend *b, void *nccl_comm, mdr_comm
 MDR_API mdr_status mdr_comm_create_local(mdr_backend *const *backends, int n, mdr_comm **out);
 
 /* Create n host communicators (ranks as threads of this process), rank i on
- * backends[i] (host backends). An all-reduce sums through shared memory
+ * backends[i] (host backends; n at most MDR_ALL_REDUCE_MAX_RANKS, else
+ * MDR_ERR_UNSUPPORTED). An all-reduce sums through shared memory
  * behind a barrier; it is recorded by host captures and replayed like any
  * op. out[0..n-1] set on success, all NULL on failure. */
 MDR_API mdr_status mdr_comm_create_host(mdr_backend *const *backends, int n, mdr_comm **out);
