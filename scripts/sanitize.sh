@@ -13,7 +13,8 @@
 #      skips itself; only definite leaks count.)
 #   3. tsan: -DMDR_SANITIZE=thread build of test_workflow_threads (the thread
 #      tests of the workflow suite as a plain program: Criterion does not
-#      start under ThreadSanitizer), any race fails.
+#      start under ThreadSanitizer) and ar_twin_threads (the all-reduce
+#      protocol's host twin: ranks as threads), any race fails.
 # Prints one summary line per check; exits 1 if any failed.
 # Usage: bash scripts/sanitize.sh        (build dirs build-asan, build-plain, build-tsan)
 set -uo pipefail
@@ -95,9 +96,11 @@ fi
 
 # 3. ThreadSanitizer over the thread tests of the workflow suite
 t0=$SECONDS
-if build build-tsan thread test_workflow_threads; then
+if build build-tsan thread test_workflow_threads ar_twin_threads; then
   if TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 build-tsan/tests/test_workflow_threads \
-      >build-tsan/threads.log 2>&1; then
+      >build-tsan/threads.log 2>&1 &&
+     TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 build-tsan/tests/ar_twin_threads \
+      >>build-tsan/threads.log 2>&1; then
     record PASS "tsan: PASS, $(grep -c ': ok$' build-tsan/threads.log) thread tests, 0 races ($((SECONDS - t0)) s)"
   else
     record FAIL "tsan: FAIL (build-tsan/threads.log)"

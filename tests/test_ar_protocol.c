@@ -32,13 +32,13 @@
 #include <string.h>
 #include <time.h>
 
-#include "all_reduce_impl.h"
+#include "ar_sequence.h"
 #include "support.h"
 
-enum { M = 40, ROW = 64, MAXR = 8 };
-#define BUF MDR_BUF_HIDDEN_STATES
-#define RES MDR_BUF_RESIDUAL
-#define WORD MDR_BUF_LORA_SEQ_SLOT /* a uint32 count word in the arena */
+enum { M = AR_SEQ_M, ROW = AR_SEQ_ROW, MAXR = AR_SEQ_MAXR };
+#define BUF AR_SEQ_BUF
+#define RES AR_SEQ_RES
+typedef ar_team team;
 
 static double now_ms(void) {
   struct timespec t;
@@ -46,53 +46,15 @@ static double now_ms(void) {
   return (double)t.tv_sec * 1e3 + (double)t.tv_nsec * 1e-6;
 }
 
-static mdr_sizes sizes(void) {
-  mdr_sizes s;
-  memset(&s, 0, sizeof s);
-  s.max_batch_tokens = M;
-  s.logits_rows = M;
-  s.bytes[MDR_BUF_TOKEN_IDS] = 256;
-  s.bytes[MDR_BUF_LOGITS] = M * 4;
-  s.bytes[BUF] = M * ROW;
-  s.bytes[RES] = M * ROW;
-  s.bytes[WORD] = 256;
-  return s;
-}
-
-typedef struct team {
-  int n;
-  mdr_backend *b[MAXR];
-  mdr_stream s[MAXR];
-  mdr_comm *c[MAXR];
-  mdr_arena *a[MAXR];
-} team;
-
 static void team_init(team *t, int n) {
-  memset(t, 0, sizeof *t);
-  t->n = n;
-  for (int i = 0; i < n; i++) {
-    cr_assert_eq(mdr_backend_host_create(&t->b[i]), MDR_OK);
-    cr_assert_eq(mdr_backend_stream_create(t->b[i], &t->s[i]), MDR_OK);
-  }
-  cr_assert_eq(mdr_comm_create_host(t->b, n, t->c), MDR_OK);
-  const mdr_sizes s = sizes();
-  cr_assert_eq(mdr_arena_create_on_comms(t->c, n, &s, t->a), MDR_OK, "%s", mdr_backend_last_error(t->b[0]));
+  const mdr_status st = ar_team_init(t, n);
+  cr_assert_eq(st, MDR_OK, "a team of %d host ranks: %s", n, mdr_status_string(st));
 }
 
-static void team_fini(team *t) {
-  for (int i = 0; i < t->n; i++) mdr_arena_destroy(t->a[i]);
-  for (int i = 0; i < t->n; i++) mdr_comm_destroy(t->c[i]);
-  for (int i = 0; i < t->n; i++) {
-    mdr_backend_stream_destroy(t->b[i], t->s[i]);
-    mdr_backend_destroy(t->b[i]);
-  }
-}
+static void team_fini(team *t) { ar_team_fini(t); }
 
-/* Every rank's counters as a run leaves them: `calls` and `one_shot` at e,
- * barriers (and so every flag) at b. */
 static void team_state(team *t, uint32_t e, uint32_t b) {
-  const mdr_arp_block set = {.calls = e, .one_shot = e, .barriers = b};
-  for (int i = 0; i < t->n; i++) cr_assert_eq(mdr_all_reduce_state(t->a[i], NULL, &set), MDR_OK);
+  cr_assert_eq(ar_team_state(t, e, b), MDR_OK, "%s", mdr_backend_last_error(t->b[0]));
 }
 
 /* ==== a rank launched alone waits ==== */
@@ -270,131 +232,6 @@ Test(ar_protocol, ranks_whose_calls_differ_fail_instead_of_summing_garbage, .tim
 
 /* ==== random lockstep sequences ==== */
 
-typedef struct seq_rank {
-  team *t;
-  int rank;
-  uint32_t e0, b0; /* start state */
-  size_t calls;
-  uint64_t seed;
-  size_t wrong;
-  char first[256];
-} seq_rank;
-
-static const mdr_dtype k_dts[3] = {MDR_DTYPE_BF16, MDR_DTYPE_FP16, MDR_DTYPE_FP32};
-
-/* Element i of rank r's input at call c: a small integer, so every sum is
- * exact in every dtype (at most 8 x 15 in magnitude). */
-static int input_of(size_t c, int r, size_t i) { return (int)((c * 7 + (size_t)r * 13 + i * 3) % 31) - 15; }
-static int residual_of(size_t c, size_t i) { return (int)((c + i) % 9) - 4; }
-
-static uint32_t encode(int v, mdr_dtype dt) {
-  const float f = (float)v;
-  uint32_t u;
-  memcpy(&u, &f, 4);
-  if (dt == MDR_DTYPE_FP32) return u;
-  if (dt == MDR_DTYPE_BF16) return u >> 16; /* exact: small integers */
-  /* fp16 of a small integer, exact */
-  if (v == 0) return 0;
-  const uint32_t sign = v < 0 ? 0x8000u : 0, a = (uint32_t)(v < 0 ? -v : v);
-  int e = 31 - __builtin_clz(a);
-  return sign | (uint32_t)((e + 15) << 10) | ((a << (10 - e)) & 0x3ffu);
-}
-
-static void put(unsigned char *p, size_t i, mdr_dtype dt, uint32_t bits) {
-  if (dt == MDR_DTYPE_FP32) {
-    memcpy(p + 4 * i, &bits, 4);
-  } else {
-    const uint16_t h = (uint16_t)bits;
-    memcpy(p + 2 * i, &h, 2);
-  }
-}
-
-static uint32_t get(const unsigned char *p, size_t i, mdr_dtype dt) {
-  if (dt == MDR_DTYPE_FP32) {
-    uint32_t u;
-    memcpy(&u, p + 4 * i, 4);
-    return u;
-  }
-  uint16_t h;
-  memcpy(&h, p + 2 * i, 2);
-  return h;
-}
-
-static void *seq_main(void *p) {
-  seq_rank *sr = p;
-  team *t = sr->t;
-  const int r = sr->rank, n = t->n;
-  mdr_arena *a = t->a[r];
-  mdr_backend *b = t->b[r];
-  unsigned char in[M * ROW], res[M * ROW], got[M * ROW], gres[M * ROW];
-  uint64_t rng = sr->seed; /* the same on every rank: lockstep */
-  const mdr_dptr word = mdr_arena_ptr(a, WORD);
-  for (size_t c = 0; c < sr->calls; c++) {
-    const mdr_dtype dt = k_dts[tb_rng_range(&rng, 0, 2)];
-    const size_t es = dt == MDR_DTYPE_FP32 ? 4 : 2, per_row = ROW / es;
-    const int kind = (int)tb_rng_range(&rng, 0, 9);
-    size_t tokens = tb_rng_range(&rng, 0, M);
-    const int with_res = (int)tb_rng_range(&rng, 0, 1);
-    mdr_all_reduce_desc d = mdr_all_reduce_desc_make(BUF, dt, tokens);
-    uint32_t count = 0;
-    size_t rows = tokens; /* rows summed */
-    switch (kind) {
-      case 0: case 1: case 2: d.algo = MDR_ALL_REDUCE_ONE_SHOT; break;
-      case 3: case 4: d.algo = MDR_ALL_REDUCE_TWO_SHOT; break;
-      case 5: case 6: /* counted AUTO: a count word between 0 and beyond the bound */
-        d.tokens = tokens ? tokens : 1;
-        count = (uint32_t)tb_rng_range(&rng, 0, M);
-        d.count_ptr = word;
-        rows = count < d.tokens ? count : d.tokens;
-        break;
-      case 7: d.algo = MDR_ALL_REDUCE_NCCL; break;
-      default: d.tokens = rows = 0; break; /* an empty call */
-    }
-    const size_t elems = M * per_row, live = rows * per_row;
-    for (size_t i = 0; i < elems; i++) {
-      put(in, i, dt, i < live ? encode(input_of(c, r, i), dt) : (dt == MDR_DTYPE_FP32 ? 0x7F80BEEFu : 0x7DEDu));
-      put(res, i, dt, encode(residual_of(c, i), dt));
-    }
-    /* NCCL's twin sums the whole bound: its rows past the count are inputs too */
-    if (d.algo == MDR_ALL_REDUCE_NCCL)
-      for (size_t i = live; i < d.tokens * per_row; i++) put(in, i, dt, encode(input_of(c, r, i), dt));
-    if (mdr_backend_copy_h2d(b, mdr_arena_ptr(a, BUF), in, M * ROW) != MDR_OK ||
-        mdr_backend_copy_h2d(b, mdr_arena_ptr(a, RES), res, M * ROW) != MDR_OK ||
-        mdr_backend_copy_h2d(b, word, &count, 4) != MDR_OK) {
-      snprintf(sr->first, sizeof sr->first, "rank %d: staging call %zu failed", r, c);
-      sr->wrong++;
-      return NULL;
-    }
-    if (with_res) d.residual = RES;
-    const mdr_status st = mdr_all_reduce(a, &d, t->s[r]);
-    if (st != MDR_OK) {
-      snprintf(sr->first, sizeof sr->first, "rank %d, call %zu: %s: %s", r, c, mdr_status_string(st),
-               mdr_backend_last_error(b));
-      sr->wrong++;
-      return NULL;
-    }
-    mdr_backend_copy_d2h(b, got, mdr_arena_ptr(a, BUF), M * ROW);
-    mdr_backend_copy_d2h(b, gres, mdr_arena_ptr(a, RES), M * ROW);
-    const size_t summed = d.algo == MDR_ALL_REDUCE_NCCL ? d.tokens * per_row : live;
-    for (size_t i = 0; i < elems; i++) {
-      int sum = 0;
-      for (int q = 0; q < n; q++) sum += input_of(c, q, i);
-      const uint32_t want = i < summed ? encode(sum, dt) : get(in, i, dt);
-      const uint32_t want_res =
-          with_res && i < live ? encode(residual_of(c, i) + sum, dt) : encode(residual_of(c, i), dt);
-      if (get(got, i, dt) != want || get(gres, i, dt) != want_res) {
-        if (!sr->wrong)
-          snprintf(sr->first, sizeof sr->first,
-                   "rank %d, call %zu (kind %d, %zu rows, dtype %d): element %zu is 0x%x (residual 0x%x), want 0x%x "
-                   "(0x%x)",
-                   r, c, kind, rows, (int)dt, i, get(got, i, dt), get(gres, i, dt), want, want_res);
-        sr->wrong++;
-      }
-    }
-  }
-  return NULL;
-}
-
 static size_t twin_calls(void) {
   const char *v = getenv("MDR_AR_TWIN_CALLS");
   const long n = v ? strtol(v, NULL, 10) : 0;
@@ -405,18 +242,10 @@ static void run_sequence(int n, uint32_t e0, uint32_t b0, size_t calls, uint64_t
   team t;
   team_init(&t, n);
   team_state(&t, e0, b0);
-  seq_rank sr[MAXR];
-  pthread_t th[MAXR];
-  for (int i = 0; i < n; i++) {
-    sr[i] = (seq_rank){.t = &t, .rank = i, .e0 = e0, .b0 = b0, .calls = calls, .seed = seed};
-    cr_assert_eq(pthread_create(&th[i], NULL, seq_main, &sr[i]), 0);
-  }
-  for (int i = 0; i < n; i++) pthread_join(th[i], NULL);
-  size_t wrong = 0;
-  for (int i = 0; i < n; i++) wrong += sr[i].wrong;
+  char first[256] = "";
+  const size_t wrong = ar_sequence_run(&t, calls, seed, first, sizeof first);
   cr_log_info("ar_protocol: %d ranks from 0x%08x/0x%08x: %zu calls each, %zu wrong values", n, e0, b0, calls, wrong);
-  for (int i = 0; i < n; i++) cr_assert_eq(sr[i].wrong, 0, "%d ranks, start 0x%08x/0x%08x: %zu wrong: %s", n, e0, b0,
-                                             sr[i].wrong, sr[i].first);
+  cr_assert_eq(wrong, 0, "%d ranks, start 0x%08x/0x%08x: %zu wrong: %s", n, e0, b0, wrong, first);
   /* the counters moved only by what moved data, the same on every rank */
   mdr_arp_block s0;
   cr_assert_eq(mdr_all_reduce_state(t.a[0], &s0, NULL), MDR_OK);
