@@ -521,7 +521,7 @@ cudaGraphExec_t capture(const harness &h, version v, int r, const call_shape &c)
   CUDA_CHECK(cudaStreamBeginCapture(h.stream[r], cudaStreamCaptureModeThreadLocal));
   for (int i = 0; i < K; i++) CUDA_CHECK((cudaError_t)launch_call(h, v, r, c));
   CUDA_CHECK(cudaStreamEndCapture(h.stream[r], &g));
-  CUDA_CHECK(cudaGraphInstantiateWithFlags(&x, g, cudaGraphInstantiateFlagUpload));
+  CUDA_CHECK(cudaGraphInstantiateWithFlags(&x, g, 0));
   CUDA_CHECK(cudaGraphDestroy(g));
   CUDA_CHECK(cudaGraphUpload(x, h.stream[r]));
   return x;
