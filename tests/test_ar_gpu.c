@@ -632,6 +632,10 @@ static void batch_upload(const harness *h, const batch *b) {
     CUDA_OK(cudaMemcpy(h->slab[r] + RES_OFF, b->in[r] + AREA, bytes, cudaMemcpyHostToDevice));
     CUDA_OK(cudaMemcpy(h->slab[r] + COUNT_OFF, b->counts, (size_t)b->n_cases * 4u, cudaMemcpyHostToDevice));
   }
+  /* cudaMemcpy from pageable memory may return before its DMA lands, and
+   * the ranks' non-blocking streams do not wait for it: a late copy would
+   * land on memory the kernels already use (a flag a peer wrote) */
+  CUDA_OK(cudaDeviceSynchronize());
 }
 
 static void batch_download(const harness *h, batch *b) {
@@ -871,6 +875,7 @@ static void write_state(const harness *h, const start_state *s) {
     CUDA_OK(cudaMemcpy(h->slab[r] + REGION_OFF + MDR_ARP_FLAGS_OFF, flags, MDR_ARP_FLAGS_BYTES(h->n),
                        cudaMemcpyHostToDevice));
   }
+  CUDA_OK(cudaDeviceSynchronize()); /* the copies have landed before any kernel runs (batch_upload says why) */
 }
 
 /* ==== cases ==== */
@@ -1052,6 +1057,7 @@ Test(ar_gpu, a_lone_rank_waits_at_every_start_state_until_aborted, .timeout = 60
         empty.counted = 1;
         const uint32_t zero = 0;
         CUDA_OK(cudaMemcpy(h.slab[0] + COUNT_OFF + 4, &zero, 4, cudaMemcpyHostToDevice));
+        CUDA_OK(cudaDeviceSynchronize());
         k = h_call(&h, 0, &empty, 1, 1, 0);
         cr_assert_eq(mdr_cuda_ar_launch(&k, h.stream[0]), 0);
         cr_expect(stream_wait(h.stream[0], now_s() + 2.0), "%s: a lone empty call did not finish", what);
