@@ -327,6 +327,14 @@ typedef struct harness {
   uint32_t *words, *words_dev;   /* MDR_ARP_HOST_WORDS(n), pinned and mapped */
 } harness;
 
+/* Ranks on one GPU spin while they wait for each other, so each rank's
+ * stream must have a hardware queue of its own: with the default 8 queues,
+ * streams made later share a queue with earlier ones, and a kernel queued
+ * behind a peer's spinning kernel never starts (a false hang of the harness;
+ * one rank per GPU, as in the product, has no such limit). 32 is the most
+ * the driver gives; it must be set before the process's first CUDA call. */
+__attribute__((constructor)) static void ar_gpu_queues(void) { setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 0); }
+
 static int device_count(void) {
   int n = 0;
   if (cudaGetDeviceCount(&n) != cudaSuccess) {
