@@ -602,6 +602,10 @@ bool run_case(harness &h, version v, const call_shape &c, int reps, result *out)
 }  // namespace
 
 int main(int argc, char **argv) {
+  /* the two ranks spin while they wait for each other on one GPU: each
+   * stream needs a hardware queue of its own (set before the first CUDA
+   * call; the default 8 can put a rank behind its peer's spinning kernel) */
+  setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 0);
   if (argc < 2) {
     fprintf(stderr, "usage: %s OUT_DIR [--reps N] [--no-pdl]\n", argv[0]);
     return 2;
