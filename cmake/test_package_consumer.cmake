@@ -1,7 +1,11 @@
 # Install mdr from its build tree into a scratch prefix, then configure,
 # build and run examples/consumer against it with find_package(mdr CONFIG)
 # (its C and, with a C++ compiler, C++ program) and, separately, the C
-# program through pkg-config.
+# program through pkg-config: against the shared library, and as a static
+# consumer would (every object of the library's static archive,
+# MDR_STATIC_ARCHIVE, linked with the .pc file's --static flags alone, so a
+# dependency missing from Libs.private fails to link). Checks too that the
+# installed mdr-bench runs from the prefix.
 set(prefix ${WORK_DIR}/prefix)
 file(REMOVE_RECURSE ${WORK_DIR})
 file(MAKE_DIRECTORY ${WORK_DIR})
@@ -34,4 +38,17 @@ if(PKG_CONFIG)
   run(cc -std=c11 ${MDR_SOURCE_DIR}/examples/consumer/main.c ${flags}
       -Wl,-rpath,${prefix}/lib -o ${WORK_DIR}/consumer_pc)
   run(${WORK_DIR}/consumer_pc)
+  if(MDR_STATIC_ARCHIVE)
+    execute_process(COMMAND ${PKG_CONFIG} --static --libs mdr OUTPUT_VARIABLE static_flags
+                    RESULT_VARIABLE rc OUTPUT_STRIP_TRAILING_WHITESPACE)
+    separate_arguments(static_flags UNIX_COMMAND "${static_flags}")
+    list(REMOVE_ITEM static_flags -lmdr) # the archive below stands in for it
+    run(cc -std=c11 -DMDR_STATIC_DEFINE=1 -I${prefix}/include ${MDR_SOURCE_DIR}/examples/consumer/main.c
+        -Wl,--whole-archive ${MDR_STATIC_ARCHIVE} -Wl,--no-whole-archive ${static_flags}
+        -o ${WORK_DIR}/consumer_static)
+    run(${WORK_DIR}/consumer_static)
+  endif()
+endif()
+if(EXISTS ${prefix}/bin/mdr-bench)
+  run(${prefix}/bin/mdr-bench --version)
 endif()
