@@ -78,8 +78,9 @@ MDR_API const char *mdr_backend_name(const mdr_backend *b);
  * "" when none (and for a NULL backend). Every refusal on a valid backend
  * records its own text. Besides failures, a call that succeeds records one
  * note here: an environment switch set to a value it does not recognise
- * (README.md, "Environment"; for example MDR_POISON=y), which is then taken
- * as off. Borrowed; valid until the calling thread's next failure. */
+ * (for example MDR_POISON=y), which is then taken as off (README.md,
+ * "Environment", installed as <prefix>/share/doc/mdr/README.md).
+ * Borrowed; valid until the calling thread's next failure. */
 MDR_API const char *mdr_backend_last_error(const mdr_backend *b);
 
 /* Create a stream (CUDA: cudaStreamNonBlocking; never the legacy stream).
