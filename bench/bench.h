@@ -7,6 +7,7 @@
  *   bench_gpu.c       GPU timing: events, the blocker, L2 flush, floors
  *   bench_validate.c  plan helpers and the poison / step / read-back check
  *   bench_report.c    stdout tables, results.json, results.csv, plans.json
+ *   bench_headline.c  the headline: the last lines, what wins
  *   bench_util.c      failure handling, statistics, files, JSON/CSV numbers
  *   bench_version.c   what was built: git revision, build type
  *   bench_cuda.cu/.h  the raw kernels (empty, blocker) the library lacks
@@ -350,8 +351,9 @@ void print_table_header(bool gpu); /* gpu false: says "host backend" above the c
 void print_case(const bench_case *c);
 /* p50 / p90 / p99 / max of CPU (and GPU) µs per step of one block. */
 void print_tail_table(const bench_case *c, size_t n, const size_t *tokens, size_t n_tokens, bool gpu);
-/* The last lines of a run: the strategies side by side against eager
- * memsets at a few token counts, what was measured, and what wins. */
+/* The last lines of a run (bench_headline.c): the strategies side by side
+ * against eager memsets at a few token counts, what was measured, and what
+ * wins. */
 void print_headline(const bench_env *e, const sweep *sw);
 void print_graph_costs(const bench_env *e, const graph_costs *g, const sweep *sw);
 /* Append one preset's buffers and plans to plans.json (e->plans). */
