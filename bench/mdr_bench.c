@@ -109,6 +109,8 @@ static void measure_group(bench_env *e, runner *rs, bench_case **cases, size_t n
         gpu_time_samples(&e->gpu, runner_step, r, c->tokens, gn, false, gpu[i] + g0);
         c->round_gpu[k] = median_of(gpu[i] + g0, gn);
       }
+#else
+      (void)gn; /* no GPU figures in a build without CUDA */
 #endif
       if (cn) {
         cpu_time_samples(r, c->tokens, cn, cpu[i] + c0);
