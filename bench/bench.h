@@ -7,6 +7,7 @@
  *   bench_gpu.c       GPU timing: events, the blocker, L2 flush, floors
  *   bench_validate.c  plan helpers and the poison / step / read-back check
  *   bench_report.c    stdout tables, results.json, results.csv, plans.json
+ *   bench_headline.c  the headline: the last lines, what wins
  *   bench_util.c      failure handling, statistics, files, JSON/CSV numbers
  *   bench_version.c   what was built: git revision, build type
  *   bench_cuda.cu/.h  the raw kernels (empty, blocker) the library lacks
@@ -42,6 +43,7 @@ enum {
   DEFAULT_REPS = 200,       /* timed steps per figure */
   DEFAULT_CPU_REPS = 2000,  /* timed steps per CPU figure with a GPU: a p99 of 20 samples' tail */
   QUICK_REPS = 30,
+  ROUNDS = 6,               /* strategies of a case are timed in this many interleaved rounds */
   WARMUP_STEPS = 10,        /* untimed steps before each case */
   CPU_BATCH = 4,            /* steps between drains when timing CPU (< staging slots) */
   CEILING_REPS = 20,        /* memsets timed for the write ceiling */
@@ -151,6 +153,7 @@ typedef struct options {
   bool policy_on[MDR_ROWS_POLICY_COUNT];
   size_t reps;
   size_t cpu_reps;       /* steps per CPU figure (--cpu-reps; default: see resolve_defaults) */
+  size_t cpu_vary_reps;  /* steps of the CPU figure with a changing count (cpu_reps; a third on the host sweep) */
   const char *out_dir;   /* --out; NULL: a fresh bench-out/<timestamp>/ */
   bool force;            /* --force: write into an --out that holds results */
   bool quick, full;
@@ -225,6 +228,9 @@ void gpu_time_beside_floor(gpu_ctx *g, const floors *f, step_fn fn, void *arg, s
 /* The raw per-rep figures behind gpu_time_steps: out gets reps µs
  * (reps <= the context's event pairs). */
 void gpu_time_samples(gpu_ctx *g, step_fn fn, void *arg, size_t tokens, size_t reps, bool cold, double *out);
+/* The floor's 1-kernel graph replay, timed as gpu_time_samples: out gets
+ * reps µs. mdr-bench times it in the rounds beside each strategy. */
+void gpu_time_replay_samples(gpu_ctx *g, const floors *f, size_t reps, double *out);
 void floors_fini(floors *f);
 #endif
 
@@ -246,10 +252,16 @@ bool is_graph(strategy s);
 void runner_step(void *arg, size_t tokens); /* a step_fn; arg is a runner */
 /* Set the runner up for strategy s; false (and *why) when s is unsupported. */
 bool runner_begin(runner *r, strategy s, const size_t *prepare, size_t n_prepare, const char **why);
+/* Make r's strategy the arena's before timing it: the eager strategies
+ * share the arena's zero strategy, so several runners can be alive at once
+ * and be timed in turn. */
+void runner_activate(runner *r);
 void runner_end(runner *r);
 void runner_sync(runner *r);
 /* Host µs to submit one step; the stream is drained every CPU_BATCH steps. */
 summary cpu_time_steps(runner *r, size_t tokens, size_t reps);
+/* The raw per-step figures behind cpu_time_steps: out gets reps µs. */
+void cpu_time_samples(runner *r, size_t tokens, size_t reps, double *out);
 /* The count a "changing" CPU run alternates with: a neighbour of tokens. */
 size_t partner_tokens(size_t tokens);
 /* The same with the count alternating between tokens and partner_tokens. */
@@ -280,6 +292,9 @@ typedef struct bench_case {
   double loop_us;         /* µs per step back to back */
   double gbps, floor_us, x_floor, speedup, cpu_speedup;
   double floor_replay_us; /* the 1-kernel graph replay timed just before this case (GPU) */
+  /* medians of each interleaved round (GPU: NAN on the host backend): the
+   * spread between rounds is what a "wins" line must exceed */
+  double round_gpu[ROUNDS], round_cpu[ROUNDS];
   uint64_t eager_steps;   /* graph strategies: steps that ran eagerly */
 } bench_case;
 
@@ -332,12 +347,13 @@ typedef struct graph_costs {
 void print_floors(const floors *f);
 /* The meaning of every column, printed once before the first table. */
 void print_legend(bool gpu);
-void print_table_header(void);
+void print_table_header(bool gpu); /* gpu false: says "host backend" above the columns */
 void print_case(const bench_case *c);
 /* p50 / p90 / p99 / max of CPU (and GPU) µs per step of one block. */
 void print_tail_table(const bench_case *c, size_t n, const size_t *tokens, size_t n_tokens, bool gpu);
-/* The last lines of a run: the strategies side by side against eager
- * memsets at a few token counts, what was measured, and what wins. */
+/* The last lines of a run (bench_headline.c): the strategies side by side
+ * against eager memsets at a few token counts, what was measured, and what
+ * wins. */
 void print_headline(const bench_env *e, const sweep *sw);
 void print_graph_costs(const bench_env *e, const graph_costs *g, const sweep *sw);
 /* Append one preset's buffers and plans to plans.json (e->plans). */

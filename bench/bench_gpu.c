@@ -199,6 +199,11 @@ void gpu_time_beside_floor(gpu_ctx *g, const floors *f, step_fn fn, void *arg, s
   free(b);
 }
 
+void gpu_time_replay_samples(gpu_ctx *g, const floors *f, size_t reps, double *out) {
+  replay_arg r = {.exec = (cudaGraphExec_t)f->replay_exec, .stream = g->stream};
+  gpu_time_samples(g, step_graph_replay, &r, 0, reps, false, out);
+}
+
 void floors_fini(floors *f) {
   if (f->replay_exec) CUDA_CHECK(cudaGraphExecDestroy((cudaGraphExec_t)f->replay_exec));
   if (f->replay_graph) CUDA_CHECK(cudaGraphDestroy((cudaGraph_t)f->replay_graph));

@@ -1,8 +1,8 @@
 /* bench_report.c — what mdr-bench prints and writes: the legend, the floors,
  * the table and tail table of each (preset, policy) block, the graph-cost
- * section, the headline, the output folder, plans.json (what the PyTorch
- * peer zeroes), results.json and results.csv. bench/README.md documents
- * every column and field. */
+ * section, the output folder, plans.json (what the PyTorch peer zeroes),
+ * results.json and results.csv; the headline is bench_headline.c's.
+ * bench/README.md documents every column and field. */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
 #include <math.h>
@@ -17,25 +17,6 @@
 #define DEFAULT_OUT_BASE "bench-out"     /* parent of the fresh per-run folders */
 #define LATEST_LINK "latest"             /* bench-out/latest -> the newest run */
 #define MAX_SAME_SECOND_RUNS 100         /* bench-out/<stamp>-2 ... before giving up */
-#define HOST_FIGURES_NOTE                                                                            \
-  "host figures do not predict the GPU ranking: on the host backend every strategy is CPU work "    \
-  "(a fused \"kernel\" is a CPU loop, a graph replay walks a list of recorded operations), so "      \
-  "their order says nothing about a GPU; GPU figures: bench/results/ (H200)"
-/* A strategy "wins" only when its geometric-mean ratio against eager memsets
- * is past this margin; within it, the headline calls it a tie (run-to-run
- * noise of the CPU figures is a few per cent). */
-#define WIN_MARGIN 1.03
-enum {
-  HEADLINE_COUNTS = 4,   /* token counts per headline table */
-  HEADLINE_CELL = 15,    /* "1234.56 (0.42x)" */
-  DEVICE_IDS_CELL = 16,  /* "1234.56 [1.02x]" */
-};
-/* The device-ids goal (#13): graph-fused-dev on a GLM preset under
- * MDR_ROWS_ALL at 1..DEV_GOAL_MAX_TOKENS tokens, GPU µs and xfloor. */
-#define DEV_GOAL_PRESET_PREFIX "glm"
-#define DEV_GOAL_MAX_TOKENS 8
-#define DEV_GOAL_GPU_US 4.0
-#define DEV_GOAL_X_FLOOR 1.15
 
 /* Files of a run; an --out folder holding any of them is refused without --force. */
 static const char *const k_out_files[] = {"results.json", "results.csv", "plans.json"};
@@ -78,7 +59,9 @@ void print_legend(bool gpu) {
          "            timing; mdr_graph_cache_step_device): no staging slot, nothing read from host memory\n");
 }
 
-void print_table_header(void) {
+void print_table_header(bool gpu) {
+  if (!gpu)
+    printf("host backend (no GPU): CPU us of the host emulation; they rank nothing on a GPU, GPU columns \"-\"\n");
   printf("%-18s %-6s %6s %-19s %9s %22s %8s %8s %8s %8s %8s %7s %7s %7s\n", "preset", "policy", "tokens",
          "strategy", "MB", "GPU us med [p10-p90]", "loop us", "cold us", "CPU us", "CPU chg", "GB/s",
          "xfloor", "speedup", "CPU spd");
@@ -107,7 +90,8 @@ void print_case(const bench_case *c) {
 }
 
 void print_tail_table(const bench_case *c, size_t n, const size_t *tokens, size_t n_tokens, bool gpu) {
-  printf("tail: us per step (CPU over the CPU reps, GPU over the reps; p50 is the median above)\n");
+  printf("tail: us per step (CPU over the CPU reps, GPU over the reps; p50 is the median above)%s\n",
+         gpu ? "" : "; host backend: CPU us of the host emulation");
   printf("%-18s %-6s %6s %-19s |%8s %8s %8s %8s", "preset", "policy", "tokens", "strategy", "CPU p50", "CPU p90",
          "CPU p99", "CPU max");
   if (gpu) printf(" |%8s %8s %8s %8s", "GPU p50", "GPU p90", "GPU p99", "GPU max");
@@ -133,248 +117,6 @@ void print_tail_table(const bench_case *c, size_t n, const size_t *tokens, size_
       }
       printf("\n");
     }
-}
-
-/* ---- the headline ---- */
-
-static double headline_metric(const bench_case *c, bool gpu) {
-  if (!c->measured) return NAN;
-  double v = gpu ? c->gpu.med : c->cpu.med;
-  return v > 0 ? v : NAN;
-}
-
-static bool same_group(const bench_case *a, const bench_case *b) {
-  return a->tokens == b->tokens && a->policy == b->policy && strcmp(a->preset, b->preset) == 0;
-}
-
-/* The eager-memset case of c's (preset, policy, tokens), or NULL. */
-static const bench_case *baseline_of(const sweep *sw, const bench_case *c) {
-  for (size_t i = 0; i < sw->n; i++)
-    if (sw->cases[i].strat == STRAT_EAGER_MEMSET && same_group(&sw->cases[i], c)) return &sw->cases[i];
-  return NULL;
-}
-
-static const bench_case *find_case(const sweep *sw, const char *preset, mdr_rows_policy p, size_t tokens,
-                                   strategy s) {
-  for (size_t i = 0; i < sw->n; i++) {
-    const bench_case *c = &sw->cases[i];
-    if (c->strat == s && c->tokens == tokens && c->policy == p && strcmp(c->preset, preset) == 0) return c;
-  }
-  return NULL;
-}
-
-static int cmp_size(const void *a, const void *b) {
-  size_t x = *(const size_t *)a, y = *(const size_t *)b;
-  return (x > y) - (x < y);
-}
-
-/* Up to HEADLINE_COUNTS token counts of the sweep, ascending: the smallest,
- * the largest and evenly spaced ones between. Returns how many. */
-static size_t headline_counts(const options *o, size_t *out) {
-  size_t sorted[MAX_TOKEN_COUNTS], n = 0;
-  memcpy(sorted, o->tokens, o->n_tokens * sizeof *sorted);
-  qsort(sorted, o->n_tokens, sizeof *sorted, cmp_size);
-  for (size_t i = 0; i < o->n_tokens; i++)
-    if (n == 0 || sorted[i] != sorted[n - 1]) sorted[n++] = sorted[i];
-  if (n <= HEADLINE_COUNTS) {
-    memcpy(out, sorted, n * sizeof *out);
-    return n;
-  }
-  for (size_t k = 0; k < HEADLINE_COUNTS; k++) out[k] = sorted[k * (n - 1) / (HEADLINE_COUNTS - 1)];
-  return HEADLINE_COUNTS;
-}
-
-/* One strategy against eager-memset over every (preset, policy, tokens). */
-typedef struct versus {
-  size_t cases, fastest;       /* cases with both figures; cases where it was the fastest strategy */
-  double geomean, lo, hi;      /* of eager-memset / strategy */
-} versus;
-
-static versus versus_memset(const sweep *sw, strategy s, bool gpu) {
-  versus v = {0, 0, NAN, INFINITY, -INFINITY};
-  double log_sum = 0;
-  for (size_t i = 0; i < sw->n; i++) {
-    const bench_case *c = &sw->cases[i];
-    if (c->strat != s) continue;
-    double mine = headline_metric(c, gpu);
-    if (!isfinite(mine)) continue;
-    const bench_case *base = baseline_of(sw, c);
-    double ratio = base ? headline_metric(base, gpu) / mine : NAN;
-    bool fastest = true;
-    for (size_t j = 0; j < sw->n; j++)
-      if (j != i && same_group(&sw->cases[j], c) && headline_metric(&sw->cases[j], gpu) < mine) fastest = false;
-    v.fastest += fastest;
-    if (!isfinite(ratio)) continue;
-    v.cases++;
-    log_sum += log(ratio);
-    if (ratio < v.lo) v.lo = ratio;
-    if (ratio > v.hi) v.hi = ratio;
-  }
-  if (v.cases) v.geomean = exp(log_sum / (double)v.cases);
-  return v;
-}
-
-/* "wins (<what>): ..." — the strategy with the best geometric-mean ratio
- * against eager memsets, or eager-memset itself when none beats it. */
-static void print_wins(const bench_env *e, const sweep *sw, bool gpu, const char *what) {
-  int best = -1;
-  versus vb = {0};
-  for (int s = 0; s < STRAT_COUNT; s++) {
-    if (s == STRAT_EAGER_MEMSET || !e->o->strategy_on[s]) continue;
-    versus v = versus_memset(sw, (strategy)s, gpu);
-    if (v.cases && (best < 0 || v.geomean > vb.geomean)) best = s, vb = v;
-  }
-  if (!e->o->strategy_on[STRAT_EAGER_MEMSET] || best < 0) {
-    printf("wins (%s): no ratio against eager memsets (eager-memset and another strategy must both be measured)\n",
-           what);
-    return;
-  }
-  size_t memset_fastest = versus_memset(sw, STRAT_EAGER_MEMSET, gpu).fastest;
-  if (vb.geomean > WIN_MARGIN)
-    printf("wins (%s): %s, %.2fx eager memsets (geometric mean over %zu cases, %.2fx-%.2fx); fastest strategy "
-           "in %zu of %zu cases\n",
-           what, k_strategy_names[best], vb.geomean, vb.cases, vb.lo, vb.hi, vb.fastest, vb.cases);
-  else if (vb.geomean >= 1.0 / WIN_MARGIN)
-    printf("wins (%s): none clearly: %s ties with eager memsets at %.2fx (geometric mean over %zu cases, "
-           "%.2fx-%.2fx; within %.0f%%); eager-memset fastest in %zu of %zu cases\n",
-           what, k_strategy_names[best], vb.geomean, vb.cases, vb.lo, vb.hi, (WIN_MARGIN - 1.0) * 100.0,
-           memset_fastest, vb.cases);
-  else
-    printf("wins (%s): eager-memset (plain memsets): no strategy beats it (fastest in %zu of %zu cases); "
-           "closest: %s at %.2fx (geometric mean, %.2fx-%.2fx)\n",
-           what, memset_fastest, vb.cases, k_strategy_names[best], vb.geomean, vb.lo, vb.hi);
-}
-
-/* "a [x]" or "a" or "-" into cell. */
-static void fmt_with_floor(char *cell, size_t n, const bench_case *c, bool gpu) {
-  double v = c ? headline_metric(c, gpu) : NAN;
-  if (!isfinite(v)) snprintf(cell, n, "-");
-  else if (gpu && isfinite(c->x_floor)) snprintf(cell, n, "%.2f [%.2fx]", v, c->x_floor);
-  else snprintf(cell, n, "%.2f", v);
-}
-
-static double ratio_of(const bench_case *a, const bench_case *b, bool gpu) {
-  return a && b ? headline_metric(a, gpu) / headline_metric(b, gpu) : NAN;
-}
-
-/* The goal line of graph-fused-dev (GPU only): the worst GPU µs and xfloor
- * over the sweep's counts 1..DEV_GOAL_MAX_TOKENS on GLM presets, policy all. */
-static void print_device_goal(const bench_env *e, const sweep *sw) {
-  const options *o = e->o;
-  for (size_t p = 0; p < mdr_model_preset_count(); p++) {
-    const char *preset = mdr_model_preset_name(p);
-    if (!o->preset_on[p] || strncmp(preset, DEV_GOAL_PRESET_PREFIX, strlen(DEV_GOAL_PRESET_PREFIX)) != 0) continue;
-    double worst_us = -INFINITY, worst_x = -INFINITY;
-    char counts[128] = "";
-    size_t used = 0, n = 0;
-    for (size_t t = 0; t < o->n_tokens && o->policy_on[MDR_ROWS_ALL]; t++) {
-      if (o->tokens[t] > DEV_GOAL_MAX_TOKENS) continue;
-      const bench_case *c = find_case(sw, preset, MDR_ROWS_ALL, o->tokens[t], STRAT_GRAPH_FUSED_DEV);
-      if (!c || !isfinite(headline_metric(c, true))) continue;
-      if (c->gpu.med > worst_us) worst_us = c->gpu.med;
-      if (c->x_floor > worst_x) worst_x = c->x_floor;
-      if (used < sizeof counts)
-        used += (size_t)snprintf(counts + used, sizeof counts - used, "%s%zu", n ? "," : "", o->tokens[t]);
-      n++;
-    }
-    if (!n) {
-      printf("goal (graph-fused-dev, %s, policy all, tokens <= %d): not measured in this run (needs policy all "
-             "and token counts <= %d)\n", preset, DEV_GOAL_MAX_TOKENS, DEV_GOAL_MAX_TOKENS);
-      continue;
-    }
-    bool met = worst_us <= DEV_GOAL_GPU_US && worst_x <= DEV_GOAL_X_FLOOR;
-    printf("goal (graph-fused-dev, %s, policy all, tokens %s): GPU us max %.2f (goal <= %.2f), xfloor max %.2f "
-           "(goal <= %.2f): %s\n", preset, counts, worst_us, DEV_GOAL_GPU_US, worst_x, DEV_GOAL_X_FLOOR,
-           met ? "met" : "NOT met");
-  }
-}
-
-/* graph-fused-dev beside graph-fused at the headline's counts: the same
- * EXACT fused graph, ids in device memory against ids staged in host
- * memory; on a GPU with xfloor in brackets. */
-static void print_device_ids(const bench_env *e, const sweep *sw, const size_t *counts, size_t n_counts) {
-  const options *o = e->o;
-  const bool gpu = e->gpu.on;
-  if (!o->strategy_on[STRAT_GRAPH_FUSED_DEV]) return;
-  const mdr_rows_policy policy = o->policy_on[MDR_ROWS_ALL] ? MDR_ROWS_ALL : MDR_ROWS_SEED;
-  printf("device ids: graph-fused-dev (ids already in device memory, mdr_graph_cache_step_device) beside "
-         "graph-fused (ids staged in host memory); %s; policy %s\n",
-         gpu ? "GPU us median [xfloor], CPU us median" : "CPU us median (host backend)", k_policy_names[policy]);
-  printf("%-18s %6s", "", "tokens");
-  if (gpu)
-    printf("  %*s  %*s  %9s", DEVICE_IDS_CELL, "fused GPU", DEVICE_IDS_CELL, "fused-dev GPU", "dev/fused");
-  printf("  %9s  %13s  %9s\n", "fused CPU", "fused-dev CPU", "dev/fused");
-  for (size_t p = 0; p < mdr_model_preset_count(); p++) {
-    if (!o->preset_on[p]) continue;
-    const char *preset = mdr_model_preset_name(p);
-    for (size_t t = 0; t < n_counts; t++) {
-      const bench_case *host = find_case(sw, preset, policy, counts[t], STRAT_GRAPH_FUSED);
-      const bench_case *dev = find_case(sw, preset, policy, counts[t], STRAT_GRAPH_FUSED_DEV);
-      char a[48], b[48], r[16];
-      printf("%-18s %6zu", t ? "" : preset, counts[t]);
-      if (gpu) {
-        fmt_with_floor(a, sizeof a, host, true);
-        fmt_with_floor(b, sizeof b, dev, true);
-        fmt_num(r, sizeof r, "%.2f", ratio_of(dev, host, true));
-        printf("  %*s  %*s  %9s", DEVICE_IDS_CELL, a, DEVICE_IDS_CELL, b, r);
-      }
-      fmt_with_floor(a, sizeof a, host, false);
-      fmt_with_floor(b, sizeof b, dev, false);
-      fmt_num(r, sizeof r, "%.2f", ratio_of(dev, host, false));
-      printf("  %9s  %13s  %9s\n", a, b, r);
-    }
-  }
-  if (gpu) print_device_goal(e, sw);
-}
-
-void print_headline(const bench_env *e, const sweep *sw) {
-  const options *o = e->o;
-  const bool gpu = e->gpu.on;
-  const mdr_rows_policy policy = o->policy_on[MDR_ROWS_SEED] ? MDR_ROWS_SEED : MDR_ROWS_ALL;
-  size_t counts[HEADLINE_COUNTS];
-  size_t n_counts = headline_counts(o, counts);
-  printf("\n== headline: %s per step, median; in brackets eager-memset / strategy (> 1: faster than plain "
-         "memsets); policy %s\n",
-         gpu ? "GPU us" : "CPU us (host backend)", k_policy_names[policy]);
-  for (size_t p = 0; p < mdr_model_preset_count(); p++) {
-    if (!o->preset_on[p]) continue;
-    const char *preset = mdr_model_preset_name(p);
-    printf("%-18s %6s", preset, "tokens");
-    for (int s = 0; s < STRAT_COUNT; s++)
-      if (o->strategy_on[s]) printf("  %*s", HEADLINE_CELL, k_strategy_names[s]);
-    printf("\n");
-    for (size_t t = 0; t < n_counts; t++) {
-      printf("%-18s %6zu", "", counts[t]);
-      const bench_case *base = find_case(sw, preset, policy, counts[t], STRAT_EAGER_MEMSET);
-      double base_v = base ? headline_metric(base, gpu) : NAN;
-      for (int s = 0; s < STRAT_COUNT; s++) {
-        if (!o->strategy_on[s]) continue;
-        const bench_case *c = find_case(sw, preset, policy, counts[t], (strategy)s);
-        double v = c ? headline_metric(c, gpu) : NAN;
-        char cell[48];
-        if (!isfinite(v)) snprintf(cell, sizeof cell, "-");
-        else if (s == STRAT_EAGER_MEMSET || !isfinite(base_v)) snprintf(cell, sizeof cell, "%.2f", v);
-        else snprintf(cell, sizeof cell, "%.2f (%.2fx)", v, base_v / v);
-        printf("  %*s", (int)(strlen(k_strategy_names[s]) > HEADLINE_CELL ? strlen(k_strategy_names[s])
-                                                                             : HEADLINE_CELL), cell);
-      }
-      printf("\n");
-    }
-  }
-  print_device_ids(e, sw, counts, n_counts);
-  size_t n_presets = count_on(o->preset_on, mdr_model_preset_count());
-  size_t n_policies = count_on(o->policy_on, MDR_ROWS_POLICY_COUNT);
-  if (gpu)
-    printf("measured: GPU time to prepare one decode step (zero plan + token-id upload), blocker kernel + events, "
-           "median of %zu steps per case, on %s; %zu presets x %zu policies x %zu token counts\n",
-           o->reps, e->run->device, n_presets, n_policies, o->n_tokens);
-  else
-    printf("measured: host backend, no GPU: CPU time of one step of the host emulation (memsets and copies in "
-           "host memory), median of %zu steps per case, on %s; %zu presets x %zu policies x %zu token counts\n",
-           o->reps, e->run->device, n_presets, n_policies, o->n_tokens);
-  if (!gpu) printf("%s\n", HOST_FIGURES_NOTE);
-  if (gpu) print_wins(e, sw, true, "GPU us per step");
-  print_wins(e, sw, false, gpu ? "CPU us to submit a step" : "CPU us per step, host backend");
 }
 
 /* CPU µs of a strategy at (preset, policy, tokens) from the sweep; NAN if absent. */

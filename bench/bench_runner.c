@@ -72,6 +72,11 @@ bool runner_begin(runner *r, strategy s, const size_t *prepare, size_t n_prepare
   return true;
 }
 
+void runner_activate(runner *r) {
+  if (is_graph(r->strat)) return; /* a cache's zero strategy is its own, fixed at create */
+  CHECK(r->b, mdr_arena_set_zero_strategy(r->arena, r->strat == STRAT_EAGER_FUSED ? MDR_ZERO_FUSED : MDR_ZERO_MEMSET));
+}
+
 void runner_end(runner *r) {
   mdr_graph_cache_destroy(r->cache); /* waits for the stream */
   r->cache = NULL;
@@ -80,8 +85,7 @@ void runner_end(runner *r) {
 
 void runner_sync(runner *r) { CHECK(r->b, mdr_backend_synchronize(r->b, r->stream)); }
 
-summary cpu_time_steps(runner *r, size_t tokens, size_t reps) {
-  double *us = xmalloc(reps * sizeof *us);
+void cpu_time_samples(runner *r, size_t tokens, size_t reps, double *us) {
   for (size_t i = 0; i < reps; i++) {
     if (i % CPU_BATCH == 0) runner_sync(r);
     double t0 = now_us();
@@ -89,6 +93,11 @@ summary cpu_time_steps(runner *r, size_t tokens, size_t reps) {
     us[i] = now_us() - t0;
   }
   runner_sync(r);
+}
+
+summary cpu_time_steps(runner *r, size_t tokens, size_t reps) {
+  double *us = xmalloc(reps * sizeof *us);
+  cpu_time_samples(r, tokens, reps, us);
   summary s = summarize(us, reps);
   free(us);
   return s;

@@ -71,7 +71,7 @@ typedef enum tp_path {
   TP_NCCL_EAGER,  /* ncclAllReduce per op on cudaMalloc memory */
   TP_NCCL_GRAPH,  /* the same captured in a CUDA graph, replayed */
   TP_NCCL_WINDOW, /* ncclMemAlloc + ncclCommWindowRegister(SYMMETRIC), captured */
-  TP_MDR,         /* mdr_comm_all_reduce_rows (AUTO) in an EXACT graph cache body, mdr_graph_cache_step */
+  TP_MDR,         /* mdr_all_reduce (AUTO, mdr_all_reduce_desc_make) in an EXACT graph cache body, mdr_graph_cache_step */
   TP_MDR_DEV,     /* the same caches, mdr_graph_cache_step_device (ids already in token_ids: no host read) */
   TP_MDR_1SHOT,   /* mdr_all_reduce, MDR_ALL_REDUCE_ONE_SHOT, EXACT cache, device steps */
   TP_MDR_2SHOT,   /* mdr_all_reduce, MDR_ALL_REDUCE_TWO_SHOT, EXACT cache, device steps */
@@ -153,7 +153,7 @@ typedef struct tp_case {
   bool measured;
   bool skipped;              /* not run: skip_reason says why (the same on both ranks) */
   char skip_reason[160];
-  mdr_all_reduce_algo auto_algo;     /* mdr_all_reduce_choice(arena, bytes, 0): what AUTO runs at this size */
+  mdr_all_reduce_algo auto_algo;     /* mdr_all_reduce_choice: what AUTO runs at this size */
   mdr_all_reduce_algo auto_counted;  /* the same with counted = 1 (mdr-dyn): MDR_ALL_REDUCE_AUTO = mdr's kernel picks on the device */
   summary gpu;               /* µs, one all-reduce between events; per rep the slower rank */
   double gpu_rank_med[TP_RANKS];
@@ -199,7 +199,7 @@ typedef struct tp_run_info {
 typedef struct tp_soak_result {
   size_t replays, rows, bytes;
   mdr_all_reduce_algo algo;          /* as asked (--soak-algo) */
-  mdr_all_reduce_algo resolved;      /* AUTO: mdr_all_reduce_choice at the soak's bytes; else algo */
+  mdr_all_reduce_algo resolved;      /* AUTO: mdr_all_reduce_choice at the soak's rows; else algo */
   uint32_t epoch_start, epoch_end[TP_RANKS];
   uint64_t calls;            /* all-reduce calls made (one per replay) */
   bool wrapped;              /* an epoch read at a check was below the one before it */
@@ -210,7 +210,7 @@ typedef struct tp_soak_result {
   bool ok;
 } tp_soak_result;
 
-/* ---- reports (mdr_bench_tp_report.c) ---- */
+/* ---- the output folder (mdr_bench_tp_files.c) ---- */
 
 /* Refuse (exit TP_EXIT_USAGE) an --out that holds an earlier run's files,
  * unless --force; nothing is created. */
@@ -218,6 +218,8 @@ void tp_check_out_dir(const tp_options *o);
 /* Create --out, or a fresh bench-out/tp-<stamp>/ (bench-out/tp-latest
  * points to it); fills info->out_dir. */
 void tp_make_out_dir(const tp_options *o, tp_run_info *info, const char *stamp);
+
+/* ---- reports (mdr_bench_tp_report.c) ---- */
 void tp_print_legend(void);
 void tp_print_table_header(void);
 /* Floors and ratios of the cases of one (sweep, rows), then their rows and
@@ -228,11 +230,30 @@ void tp_print_case(const tp_case *c);
 void tp_print_count_summary(const tp_case *c, size_t n);
 void tp_print_captures(const tp_results *r, tp_sweep_kind s);
 void tp_print_headline(const tp_options *o, const tp_run_info *info, const tp_sweep *sw, const tp_results *r);
+/* results.json, results.csv, capture.csv (mdr_bench_tp_files.c). */
 void tp_write_results(const tp_options *o, const tp_run_info *info, const tp_sweep *sw, const tp_results *r);
+/* The report's lookups, shared with the files (mdr_bench_tp_files.c). */
+/* The fastest exact mdr path (mdr-graph, -dev, -1shot, -2shot) among cs,
+ * by GPU us (batch: K-batch); NULL when none was measured. */
+const tp_case *tp_best_mdr(const tp_case *const *cs, size_t n, bool batch);
+/* The sweep's row counts, ascending, into out; returns how many. */
+size_t tp_sorted_rows(const tp_sweep *w, size_t *out);
+/* The cases of (s, rows), one per path, measured or skipped (NULL: path off). */
+void tp_cases_of(const tp_results *r, tp_sweep_kind s, size_t rows, const tp_case **out);
+/* Any case of (s, rows), measured or skipped (bytes, AUTO's choice). */
+const tp_case *tp_any_case(const tp_results *r, tp_sweep_kind s, size_t rows);
+/* The smallest size of sweep w whose mdr-2shot K-batch beats mdr-1shot's,
+ * among the sizes where both ran: *one, *two (NULL: none); *last: the
+ * largest size where both ran (NULL: none). */
+void tp_crossover(const tp_results *r, const tp_sweep *w, const tp_case **one, const tp_case **two,
+                  const tp_case **last);
+
+/* ---- files (mdr_bench_tp_files.c) ---- */
+
 void tp_print_soak(const tp_soak_result *s);
 void tp_write_soak(const tp_options *o, const tp_run_info *info, const tp_soak_result *s);
 
-/* ---- the run (mdr_bench_tp_rank.c) ---- */
+/* ---- the run (mdr_bench_tp_sweep.c, _rank.c, _soak.c) ---- */
 
 #ifdef TP_GPU
 typedef struct tp_shared {

@@ -54,35 +54,105 @@ static void fill_speedups(bench_case *c, size_t n) {
   }
 }
 
-static void measure_case(bench_env *e, runner *r, bench_case *c) {
-  mdr_graph_stats before = {0}, after = {0};
-  if (r->cache) CHECK(e->b, mdr_graph_cache_stats(r->cache, &before));
-  for (int i = 0; i < WARMUP_STEPS; i++) runner_step(r, c->tokens);
-  runner_sync(r);
-  c->gpu = c->cold = k_no_summary;
-  c->loop_us = c->floor_replay_us = NAN;
+/* The median of n samples, the samples left as they were. */
+static double median_of(const double *v, size_t n) {
+  double *tmp = xmalloc(n * sizeof *tmp);
+  memcpy(tmp, v, n * sizeof *tmp);
+  double m = percentile(tmp, n, 0.5);
+  free(tmp);
+  return m;
+}
+
+/* Every strategy of one (preset, policy) at one token count: cases[i] is
+ * runner rs[i]'s (NULL when that strategy was skipped). The headline
+ * figures (GPU µs per step beside the floor's replay, CPU µs per step) are
+ * taken in ROUNDS interleaved rounds: each round times every strategy in
+ * turn, starting one strategy later than the round before, so that a
+ * drift or a burst of background load reaches every strategy alike, and
+ * each round's median is kept (the spread between rounds is what a
+ * "wins" line must exceed). The secondary figures (loop, cold, CPU with a
+ * changing count) follow, one strategy after the other. */
+static void measure_group(bench_env *e, runner *rs, bench_case **cases, size_t n) {
+  const size_t reps = e->o->reps, cpu_reps = e->o->cpu_reps;
+  const size_t per = (reps + ROUNDS - 1) / ROUNDS, cpu_per = (cpu_reps + ROUNDS - 1) / ROUNDS;
+  double **gpu = xmalloc(n * sizeof *gpu), **replay = xmalloc(n * sizeof *replay), **cpu = xmalloc(n * sizeof *cpu);
+  mdr_graph_stats *before = xmalloc(n * sizeof *before);
+  for (size_t i = 0; i < n; i++) {
+    gpu[i] = replay[i] = cpu[i] = NULL;
+    bench_case *c = cases[i];
+    if (!c) continue;
+    c->gpu = c->cold = c->cpu_vary = k_no_summary;
+    c->loop_us = c->floor_replay_us = NAN;
+    for (int k = 0; k < ROUNDS; k++) c->round_gpu[k] = c->round_cpu[k] = NAN;
+    gpu[i] = xmalloc(reps * sizeof **gpu);
+    replay[i] = xmalloc(reps * sizeof **replay);
+    cpu[i] = xmalloc(cpu_reps * sizeof **cpu);
+    memset(&before[i], 0, sizeof before[i]);
+    if (rs[i].cache) CHECK(e->b, mdr_graph_cache_stats(rs[i].cache, &before[i]));
+    runner_activate(&rs[i]);
+    for (int w = 0; w < WARMUP_STEPS; w++) runner_step(&rs[i], c->tokens);
+    runner_sync(&rs[i]);
+  }
+  for (size_t k = 0; k < ROUNDS; k++) {
+    const size_t g0 = k * per, c0 = k * cpu_per;
+    const size_t gn = g0 >= reps ? 0 : reps - g0 < per ? reps - g0 : per;
+    const size_t cn = c0 >= cpu_reps ? 0 : cpu_reps - c0 < cpu_per ? cpu_reps - c0 : cpu_per;
+    for (size_t j = 0; j < n; j++) {
+      const size_t i = (j + k) % n;
+      bench_case *c = cases[i];
+      if (!c) continue;
+      runner *r = &rs[i];
+      runner_activate(r);
 #ifdef MDR_HAVE_CUDA
-  if (e->gpu.on) {
-    const size_t reps = e->o->reps;
-    summary replay;
-    gpu_time_beside_floor(&e->gpu, &e->fl, runner_step, r, c->tokens, reps, &c->gpu, &replay);
-    c->floor_replay_us = replay.med;
-    c->loop_us = gpu_time_loop(&e->gpu, runner_step, r, c->tokens, reps);
-    c->cold = gpu_time_steps(&e->gpu, runner_step, r, c->tokens, reps, true);
-  }
+      if (e->gpu.on && gn) {
+        gpu_time_replay_samples(&e->gpu, &e->fl, gn, replay[i] + g0);
+        gpu_time_samples(&e->gpu, runner_step, r, c->tokens, gn, false, gpu[i] + g0);
+        c->round_gpu[k] = median_of(gpu[i] + g0, gn);
+      }
+#else
+      (void)gn; /* no GPU figures in a build without CUDA */
 #endif
-  c->cpu = cpu_time_steps(r, c->tokens, e->o->cpu_reps);
-  c->cpu_vary = k_no_summary;
-  if (r->cache && partner_tokens(c->tokens) <= e->o->m)
-    c->cpu_vary = cpu_time_steps_vary(r, c->tokens, e->o->cpu_reps);
-  if (r->cache) {
-    CHECK(e->b, mdr_graph_cache_stats(r->cache, &after));
-    c->eager_steps = after.eager_steps - before.eager_steps;
+      if (cn) {
+        cpu_time_samples(r, c->tokens, cn, cpu[i] + c0);
+        c->round_cpu[k] = median_of(cpu[i] + c0, cn);
+      }
+    }
   }
-  c->gbps = (double)c->bytes / (nan_if_zero(c->gpu.med) * 1e3);
-  c->floor_us = e->gpu.on ? floor_us(&e->fl, c->bytes, c->floor_replay_us) : NAN;
-  c->x_floor = c->gpu.med / c->floor_us;
-  c->measured = true;
+  for (size_t i = 0; i < n; i++) {
+    bench_case *c = cases[i];
+    if (!c) continue;
+    runner *r = &rs[i];
+    runner_activate(r);
+    if (e->gpu.on) {
+      c->gpu = summarize(gpu[i], reps);
+      c->floor_replay_us = summarize(replay[i], reps).med;
+    }
+    c->cpu = summarize(cpu[i], cpu_reps);
+#ifdef MDR_HAVE_CUDA
+    if (e->gpu.on) {
+      c->loop_us = gpu_time_loop(&e->gpu, runner_step, r, c->tokens, reps);
+      c->cold = gpu_time_steps(&e->gpu, runner_step, r, c->tokens, reps, true);
+    }
+#endif
+    if (r->cache && partner_tokens(c->tokens) <= e->o->m)
+      c->cpu_vary = cpu_time_steps_vary(r, c->tokens, e->o->cpu_vary_reps);
+    if (r->cache) {
+      mdr_graph_stats after;
+      CHECK(e->b, mdr_graph_cache_stats(r->cache, &after));
+      c->eager_steps = after.eager_steps - before[i].eager_steps;
+    }
+    c->gbps = (double)c->bytes / (nan_if_zero(c->gpu.med) * 1e3);
+    c->floor_us = e->gpu.on ? floor_us(&e->fl, c->bytes, c->floor_replay_us) : NAN;
+    c->x_floor = c->gpu.med / c->floor_us;
+    c->measured = true;
+    free(gpu[i]);
+    free(replay[i]);
+    free(cpu[i]);
+  }
+  free(gpu);
+  free(replay);
+  free(cpu);
+  free(before);
 }
 
 /* The token count each strategy is validated at: the middle of the sweep. */
@@ -100,52 +170,65 @@ static mdr_arena *make_arena(bench_env *e, const char *preset) {
   return a;
 }
 
-/* Every (policy, strategy, tokens) case of one preset. */
+/* Every (policy, strategy, tokens) case of one preset: for each policy the
+ * strategies are set up side by side (one runner each, every graph cache
+ * prepared), validated, then timed together at each token count
+ * (measure_group). */
 static void run_preset(bench_env *e, const char *preset, sweep *sw) {
   options *o = e->o;
   mdr_arena *a = make_arena(e, preset);
   printf("\n%s: arena %.1f MB, M = %zu\n", preset, (double)mdr_arena_slab_bytes(a) / 1e6, o->m);
   write_plans(e, preset, a);
-  runner r = {.b = e->b, .arena = a, .stream = e->stream, .ids = e->ids, .ids_upload = e->ids_upload,
-              .ids_dev = e->ids_dev, .gpu = e->gpu.on};
+  const runner proto = {.b = e->b, .arena = a, .stream = e->stream, .ids = e->ids, .ids_upload = e->ids_upload,
+                        .ids_dev = e->ids_dev, .gpu = e->gpu.on};
+  runner rs[STRAT_COUNT];
+  bool ok[STRAT_COUNT];
+  const char *why[STRAT_COUNT];
   for (int p = 0; p < MDR_ROWS_POLICY_COUNT; p++) {
     if (!o->policy_on[p]) continue;
     CHECK(e->b, mdr_arena_set_rows_policy(a, (mdr_rows_policy)p));
     bench_case *block = sw->cases + sw->n;
     for (int s = 0; s < STRAT_COUNT; s++) {
-      if (!o->strategy_on[s]) continue;
-      const char *why = NULL;
-      bool ok = runner_begin(&r, (strategy)s, o->tokens, o->n_tokens, &why);
-      if (ok) {
-        char label[128];
-        snprintf(label, sizeof label, "%s %s %s at %zu tokens", preset, k_policy_names[p], k_strategy_names[s],
-                 validation_tokens(o));
-        validate(&r, validation_tokens(o), label);
-      }
-      for (size_t t = 0; t < o->n_tokens; t++) {
+      rs[s] = proto;
+      why[s] = NULL;
+      ok[s] = o->strategy_on[s] && runner_begin(&rs[s], (strategy)s, o->tokens, o->n_tokens, &why[s]);
+      if (!ok[s]) continue;
+      char label[128];
+      snprintf(label, sizeof label, "%s %s %s at %zu tokens", preset, k_policy_names[p], k_strategy_names[s],
+               validation_tokens(o));
+      runner_activate(&rs[s]);
+      validate(&rs[s], validation_tokens(o), label);
+    }
+    for (size_t t = 0; t < o->n_tokens; t++) {
+      bench_case *cases[STRAT_COUNT];
+      for (int s = 0; s < STRAT_COUNT; s++) {
+        cases[s] = NULL;
+        if (!o->strategy_on[s]) continue;
         bench_case *c = &sw->cases[sw->n++];
         *c = (bench_case){.preset = preset, .policy = (mdr_rows_policy)p, .tokens = o->tokens[t],
-                          .strat = (strategy)s, .note = why};
+                          .strat = (strategy)s, .note = why[s]};
         c->bytes = plan_bytes(e->b, a, c->tokens, &c->segments);
-        /* progress: one line per case in a log, one line rewritten in place on a terminal */
-        fprintf(stderr, "%s[%zu/%zu] %s %s %zu %s%s", e->progress_in_place ? "\r\033[K" : "", sw->n, sw->total,
-                preset, k_policy_names[p], c->tokens, k_strategy_names[s], e->progress_in_place ? "" : "\n");
-        fflush(stderr);
-        if (ok) measure_case(e, &r, c);
+        if (ok[s]) cases[s] = c;
       }
-      if (ok) runner_end(&r);
+      /* progress: one line per group in a log, one line rewritten in place on a terminal */
+      fprintf(stderr, "%s[%zu/%zu] %s %s %zu tokens, every strategy%s", e->progress_in_place ? "\r\033[K" : "",
+              sw->n, sw->total, preset, k_policy_names[p], o->tokens[t], e->progress_in_place ? "" : "\n");
+      fflush(stderr);
+      measure_group(e, rs, cases, STRAT_COUNT);
     }
+    for (int s = 0; s < STRAT_COUNT; s++)
+      if (ok[s]) runner_end(&rs[s]);
     size_t n_block = (size_t)(sw->cases + sw->n - block);
     fill_speedups(block, n_block);
     if (e->progress_in_place) fprintf(stderr, "\r\033[K");
-    print_table_header();
+    print_table_header(e->gpu.on);
     for (size_t t = 0; t < o->n_tokens; t++)
       for (size_t i = 0; i < n_block; i++)
         if (block[i].tokens == o->tokens[t]) print_case(&block[i]);
     print_tail_table(block, n_block, o->tokens, o->n_tokens, e->gpu.on);
   }
   fflush(stdout);
-  runner_sync(&r);
+  CHECK(e->b, mdr_backend_synchronize(e->b, e->stream));
   mdr_arena_destroy(a);
 }
 

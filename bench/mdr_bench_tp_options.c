@@ -49,7 +49,7 @@ static void tp_usage(FILE *f) {
           "  nccl-eager     ncclAllReduce per op\n"
           "  nccl-graph     the same captured in a CUDA graph\n"
           "  nccl-window    a symmetric NCCL window, captured\n"
-          "  mdr-graph      mdr_comm_all_reduce_rows (AUTO) in an EXACT graph cache body, mdr_graph_cache_step\n"
+          "  mdr-graph      mdr_all_reduce (AUTO, mdr_all_reduce_desc_make) in an EXACT graph cache body, mdr_graph_cache_step\n"
           "  mdr-graph-dev  the same caches, mdr_graph_cache_step_device (ids already on the device)\n"
           "  mdr-1shot      mdr_all_reduce, MDR_ALL_REDUCE_ONE_SHOT, EXACT cache, device steps (skipped over\n"
           "                 MDR_ALL_REDUCE_ONE_SHOT_MAX_BYTES, %zu KiB)\n"

@@ -30,7 +30,18 @@ import os
 import sys
 import time
 
-import torch
+torch = None  # imported in main(), so that --help works without it
+
+
+def import_torch():
+    """torch, or exit with what to install."""
+    try:
+        import torch as t
+    except ModuleNotFoundError:
+        sys.exit("peer_torch: needs torch (a CUDA build): "
+                 "pip install -r bench/requirements-peer.txt --extra-index-url "
+                 "https://download.pytorch.org/whl/cu130 (the index of your CUDA version)")
+    return t
 
 STRATEGIES = ["torch-eager", "torch-foreach", "torch-graph", "torch-foreach-graph"]
 QUICK_TOKENS = {1, 8, 64, 512, 4096}
@@ -178,6 +189,8 @@ def main():
     ap.add_argument("--reps", type=int, default=200, help="timed steps per figure (default 200)")
     ap.add_argument("--quick", action="store_true", help="reps 30, tokens 1,8,64,512,4096 only")
     args = ap.parse_args()
+    global torch
+    torch = import_torch()
     reps = QUICK_REPS if args.quick and args.reps == 200 else args.reps
     if not torch.cuda.is_available():
         sys.exit("peer_torch: no CUDA device")

@@ -8,18 +8,30 @@ Reads DIR/results.json and, when present, DIR/peer_torch.json; writes
                              1-kernel graph replay) in black
   DIR/cpu-us.png             CPU us per step against tokens, one panel per
                              preset (first policy of the run), one line per
-                             strategy
+                             strategy; a host-backend run says "host
+                             backend" in every title
+Needs matplotlib (pip install -r bench/requirements-plot.txt); --help
+works without it.
 Usage: python3 bench/plot.py [--dir bench-out/latest]
 """
 import argparse
 import json
 import os
+import sys
 from collections import defaultdict
 
-import matplotlib
+plt = None  # matplotlib.pyplot, imported in main(), so that --help works without it
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402  (after the backend is chosen)
+
+def import_pyplot():
+    """matplotlib.pyplot on the Agg backend, or exit with what to install."""
+    try:
+        import matplotlib
+    except ModuleNotFoundError:
+        sys.exit("plot: needs matplotlib: pip install -r bench/requirements-plot.txt")
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as pyplot
+    return pyplot
 
 
 def load(path):
@@ -27,6 +39,12 @@ def load(path):
         return []
     with open(path) as f:
         return json.load(f)["cases"]
+
+
+def backend_of(path):
+    """The run's backend ("cuda", "host"), from results.json's machine."""
+    with open(path) as f:
+        return (json.load(f).get("machine") or {}).get("backend", "unknown")
 
 
 def series(cases, key):
@@ -79,7 +97,7 @@ def plot_gpu(out_dir, mdr_cases, torch_cases):
     return written
 
 
-def plot_cpu(out_dir, mdr_cases, torch_cases):
+def plot_cpu(out_dir, mdr_cases, torch_cases, backend):
     cpu = series(mdr_cases + torch_cases, "cpu_us_med")
     if not cpu:
         return []
@@ -92,10 +110,13 @@ def plot_cpu(out_dir, mdr_cases, torch_cases):
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
         ax.set_xlabel("tokens")
-        ax.set_ylabel("CPU us per step (median)")
-        ax.set_title(f"{preset}, policy {first_policy}")
+        host = backend == "host"
+        ax.set_ylabel("CPU us per step (median)" + (", host backend" if host else ""))
+        ax.set_title(f"{preset}, policy {first_policy}" + (" (host backend)" if host else ""))
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=7)
+    if backend == "host":
+        fig.suptitle("host backend, no GPU: CPU work of the host emulation (ranks nothing on a GPU)", fontsize=9)
     path = os.path.join(out_dir, "cpu-us.png")
     fig.savefig(path, dpi=120, bbox_inches="tight")
     plt.close(fig)
@@ -106,6 +127,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--dir", default="bench-out/latest", help="folder holding results.json (default bench-out/latest, the newest mdr-bench run)")
     args = ap.parse_args()
+    global plt
+    plt = import_pyplot()
     mdr_cases = load(os.path.join(args.dir, "results.json"))
     torch_cases = load(os.path.join(args.dir, "peer_torch.json"))
     if not mdr_cases:
@@ -113,7 +136,7 @@ def main():
     written = plot_gpu(args.dir, mdr_cases, torch_cases)
     if not written:
         print("plot: no GPU figures (host backend run): GPU plots skipped")
-    written += plot_cpu(args.dir, mdr_cases, torch_cases)
+    written += plot_cpu(args.dir, mdr_cases, torch_cases, backend_of(os.path.join(args.dir, "results.json")))
     for path in written:
         print(f"wrote {path}")
 

@@ -3,7 +3,8 @@
 into Markdown tables and a goals check.
 
 Usage: python3 bench/summarize.py [DIR] [--out FILE]
-       python3 bench/summarize.py bench-out > bench-out/SUMMARY.md
+       python3 bench/summarize.py bench-out/latest > bench-out/latest/SUMMARY.md
+       (DIR defaults to bench-out/latest, the newest run)
 
 A GPU run gets the floors, GPU and CPU tables and the goals. A host-backend
 run (no GPU: `floors` is null, GPU figures are null) gets its CPU table only,
@@ -69,11 +70,11 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("dir", nargs="?", default=None,
-                    help="mdr-bench output folder with results.json (default bench-out)")
+                    help="mdr-bench output folder with results.json (default bench-out/latest, the newest run)")
     ap.add_argument("--dir", dest="dir_opt", metavar="DIR", help="the same as the positional DIR")
     ap.add_argument("--out", "-o", metavar="FILE", help="write the Markdown here instead of stdout")
     a = ap.parse_args(argv)
-    d = a.dir_opt or a.dir or "bench-out"
+    d = a.dir_opt or a.dir or "bench-out/latest"
     if not os.path.exists(os.path.join(d, "results.json")):
         ap.error(f"no results.json in {d} (run mdr-bench --out {d} first)")
     if a.out:
@@ -115,7 +116,7 @@ def summarize(d):
         strats = [s for s in MDR + PEER if any((preset, policy, t, s) in cases for t in toks)]
         strats += sorted({k[3] for k in cases if k[0] == preset and k[1] == policy and k[3] not in strats})
         if not has_gpu:
-            print(f"### {preset}, policy {policy}: CPU us per step, median\n")
+            print(f"### {preset}, policy {policy}: CPU us per step, median, host backend\n")
             print("| tokens | MB | " + " | ".join(strats) + " |")
             print("|---:|---:|" + "---:|" * len(strats))
             for t in toks:

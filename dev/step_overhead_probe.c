@@ -12,7 +12,7 @@
  * adds (migrations) can be told from what the calls cost, and once (pinned)
  * with every batch submitted behind a 1 GiB memset, the GPU writing at full
  * bandwidth meanwhile ("loaded"), and once behind a 6 GiB one ("long"):
- * each drain then waits about 1.4 ms, as mdr-bench's drains of four
+ * each drain then waits about as long as mdr-bench's drains of four
  * 4096-token steps do.
  *
  * Usage: step_overhead_probe [--calls N] [--batches B] [--tail-samples S].
@@ -28,8 +28,8 @@
 #include <mdr/mdr.h>
 
 enum { DEFAULT_CALLS = 4, DEFAULT_BATCHES = 20000, MAX_BATCHES = 1000000, TAIL_DRAIN = 4 };
-#define LOAD_BYTES ((size_t)1 << 30)      /* the loaded tails' memset: about 230 us on an H200 */
-#define LONG_LOAD_BYTES ((size_t)6 << 30) /* the long-loaded ones': about 1.4 ms, four 4096-token steps */
+#define LOAD_BYTES ((size_t)1 << 30)      /* the loaded tails' memset */
+#define LONG_LOAD_BYTES ((size_t)6 << 30) /* the long-loaded ones': as long as four 4096-token steps */
 
 static double now_ns(void) {
   struct timespec ts;

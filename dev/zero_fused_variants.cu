@@ -25,8 +25,8 @@
  *       for the aligned body; head and tail bytes by plain stores
  *   v10 one chunk per block, no grid stride: grid = chunks (like a memset
  *       kernel sized to the buffer)
- *   v11 v10 with a select locate (measured: 0.57x memset, +1.65 us on plan18,
- *       far slower than the binary search): every thread loads prefix[i], ptr and
+ *   v11 v10 with a select locate (measured far slower than the binary
+ *       search: docs/KERNELS.md): every thread loads prefix[i], ptr and
  *       bytes of all (up to 20) segments with uniform, independent loads
  *       and keeps the last segment starting at or before its chunk: one
  *       round of parameter loads, no dependent binary search

@@ -31,6 +31,7 @@
 #include <time.h>
 
 #include "arena_impl.h"
+#include "env.h"
 #include "comm_impl.h"
 #include "mdr/graph.h"
 #include "staging.h"
@@ -100,16 +101,6 @@ void mdr_graph_cache_options_default(mdr_graph_cache_options *o) {
   o->mode = MDR_GRAPH_EXACT;
   o->zero = MDR_ZERO_FROM_ARENA;
   o->rows = MDR_ROWS_FROM_ARENA;
-}
-
-/* An environment variable set to 1, true, yes or on (any case). */
-static int env_true(const char *name) {
-  const char *v = getenv(name);
-  if (!v) return 0;
-  static const char *const k_true[] = {"1", "true", "yes", "on"};
-  for (size_t i = 0; i < sizeof k_true / sizeof k_true[0]; i++)
-    if (strcasecmp(v, k_true[i]) == 0) return 1;
-  return 0;
 }
 
 static double monotonic_us(void) {
@@ -196,9 +187,9 @@ static mdr_status build_table(mdr_graph_cache *c) {
 
 mdr_status mdr_graph_cache_create(mdr_arena *a, mdr_stream stream, const mdr_graph_cache_options *o,
                                   mdr_graph_cache **out) {
-  if (!out) return MDR_ERR_INVALID_ARGUMENT;
-  *out = NULL;
   mdr_backend *b = mdr_arena_backend(a);
+  if (!out) return mdr_backend_fail(b, MDR_ERR_INVALID_ARGUMENT, "graph cache: NULL out");
+  *out = NULL;
   if (!a || !stream || !o)
     return mdr_backend_fail(b, MDR_ERR_INVALID_ARGUMENT, "graph cache: NULL %s",
                             !a ? "arena" : !stream ? "stream (the legacy stream is refused)" : "options");
@@ -221,8 +212,8 @@ mdr_status mdr_graph_cache_create(mdr_arena *a, mdr_stream stream, const mdr_gra
   c->o = opt;
   c->o.ladder = NULL;
   c->max_tokens = m;
-  c->graphs_disabled = env_true("MDR_DISABLE_GRAPHS");
-  c->poison = opt.poison || env_true("MDR_POISON");
+  c->graphs_disabled = mdr_env_switch(b, "MDR_DISABLE_GRAPHS", "graph cache");
+  c->poison = mdr_env_switch(b, "MDR_POISON", "graph cache") || opt.poison;
   c->measure_memory = mdr_be_has_mem_used(b);
   c->count_nodes = mdr_be_has_graph_nodes(b);
   st = build_ladder(c, o);

@@ -26,10 +26,11 @@
 #     `git archive REV | tar -x -C .device-prev` and carried); both
 #     mdr-bench builds run COMPARE_RUNS times each, alternately, with the
 #     same COMPARE_ARGS, and scripts/compare_bench.py prints the ratios.
-# Criterion comes from .device-deps/criterion/*.deb (shared/device/README.md).
+# Criterion comes from .device-deps/criterion/*.deb, made by
+# scripts/fetch-criterion-debs.sh (docs/GPU-MACHINE.md).
 set -uo pipefail
 # NVLink multicast stays off on the shared GPU machines, for this script and
-# every child (shared/device/README.md).
+# every child (docs/GPU-MACHINE.md).
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 out=${1:?usage: device-check.sh OUT [phase...]}
 shift

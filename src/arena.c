@@ -8,9 +8,9 @@
 #define _POSIX_C_SOURCE 200809L
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 
 #include "arena_impl.h"
+#include "env.h"
 #include "trace.h"
 
 struct mdr_arena {
@@ -98,9 +98,7 @@ mdr_status mdr_arena_create_on_slab(mdr_backend *b, const mdr_sizes *s, mdr_dptr
   }
   a->zero = MDR_ZERO_MEMSET;
   a->rows = MDR_ROWS_SEED;
-  const char *poison = getenv("MDR_POISON");
-  a->poison = poison && (!strcmp(poison, "1") || !strcasecmp(poison, "true") || !strcasecmp(poison, "yes") ||
-                         !strcasecmp(poison, "on"));
+  a->poison = mdr_env_switch(b, "MDR_POISON", "arena");
   *out = a;
   return MDR_OK;
 }
@@ -255,7 +253,9 @@ mdr_status mdr_arena_zero_prefill_essentials(mdr_arena *a, mdr_stream stream) {
 
 mdr_status mdr_arena_zero_plan(const mdr_arena *a, size_t tokens, mdr_segment *out, size_t cap,
                                size_t *n) {
-  if (!a || !n || (cap && !out)) return MDR_ERR_INVALID_ARGUMENT;
+  if (!a) return MDR_ERR_INVALID_ARGUMENT;
+  if (!n || (cap && !out))
+    return mdr_backend_fail(a->backend, MDR_ERR_INVALID_ARGUMENT, "zero plan: NULL %s", !n ? "n" : "out with cap > 0");
   mdr_zero_seg plan[MDR_ZERO_PLAN_MAX];
   mdr_zero_seg rules[MDR_ZERO_PLAN_MAX];
   const size_t nr = mdr_arena_rules(a, MDR_COVER_ROWS, a->rows, rules);

@@ -67,7 +67,8 @@ const char *mdr_backend_last_error(const mdr_backend *b) {
 }
 
 mdr_status mdr_backend_stream_create(mdr_backend *b, mdr_stream *out) {
-  if (!b || !out) return MDR_ERR_INVALID_ARGUMENT;
+  if (!b) return MDR_ERR_INVALID_ARGUMENT;
+  if (!out) return mdr_backend_fail(b, MDR_ERR_INVALID_ARGUMENT, "stream create: NULL out");
   return b->ops->stream_create(b, out);
 }
 
@@ -113,7 +114,9 @@ mdr_status mdr_backend_memset_async(mdr_backend *b, mdr_dptr dst, unsigned char 
 }
 
 mdr_status mdr_backend_alloc(mdr_backend *b, size_t n, mdr_dptr *out) {
-  if (!b || !out || n == 0) return MDR_ERR_INVALID_ARGUMENT;
+  if (!b) return MDR_ERR_INVALID_ARGUMENT;
+  if (!out || n == 0)
+    return mdr_backend_fail(b, MDR_ERR_INVALID_ARGUMENT, "alloc: %s", !out ? "NULL out" : "0 bytes");
   return mdr_be_alloc_device(b, n, out);
 }
 

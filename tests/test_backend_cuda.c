@@ -5,7 +5,9 @@
  *     never wait for an unrelated busy stream of the application;
  *   - a backend made for device d allocates, launches and synchronises on d
  *     whatever the calling thread's current device is, and leaves that
- *     current device as it found it; from one thread and from two. */
+ *     current device as it found it; from one thread and from two;
+ *   - an engine's own non-blocking cudaStream_t, cast to mdr_stream, works
+ *     wherever an mdr_stream is taken (include/mdr/backend.h). */
 #define _POSIX_C_SOURCE 200809L
 #include <criterion/criterion.h>
 #include <pthread.h>
@@ -174,6 +176,61 @@ Test(backend_cuda, two_threads_drive_two_backends_on_two_devices) {
   pthread_t th[2];
   for (int i = 0; i < 2; i++) cr_assert_eq(pthread_create(&th[i], NULL, worker_main, &w[i]), 0);
   for (int i = 0; i < 2; i++) cr_assert_eq(pthread_join(th[i], NULL), 0);
+}
+
+/* The engine's own stream (include/mdr/backend.h, mdr_stream): a
+ * non-blocking cudaStream_t made by the application, cast to mdr_stream,
+ * carries the arena's helpers, an async memset and a graph cache's steps;
+ * work the engine queued on it before a step runs before it, and the engine
+ * destroys the stream itself after the cache. */
+Test(backend_cuda, an_engines_own_non_blocking_stream_is_an_mdr_stream) {
+  if (device_count() < 1) cr_skip_test("no CUDA device");
+  cr_assert_eq(cudaSetDevice(0), cudaSuccess);
+  mdr_backend *b = tb_backend(TB_CUDA);
+  cudaStream_t own = NULL;
+  cr_assert_eq(cudaStreamCreateWithFlags(&own, cudaStreamNonBlocking), cudaSuccess);
+  const mdr_stream s = (mdr_stream)own;
+  mdr_sizes sizes = tb_small_sizes();
+  mdr_arena *a = NULL;
+  cr_assert_eq(mdr_arena_create(b, &sizes, &a), MDR_OK, "%s", mdr_backend_last_error(b));
+  const mdr_dptr hs = mdr_arena_hidden_states(a);
+  const size_t n = mdr_arena_hidden_states_bytes(a);
+  cr_assert_eq(mdr_backend_fill(b, hs, 0x5A, n), MDR_OK);
+  cr_assert_eq(mdr_arena_zero_all(a, s), MDR_OK, "%s", mdr_backend_last_error(b));
+  cr_assert_eq(mdr_backend_synchronize(b, s), MDR_OK, "%s", mdr_backend_last_error(b));
+  unsigned char *got = malloc(n);
+  cr_assert_not_null(got);
+  cr_assert_eq(mdr_backend_copy_d2h(b, got, hs, n), MDR_OK);
+  cr_assert_eq(tb_first_not(got, n, 0), n, "zero_all on the engine's stream left bytes");
+
+  cr_assert_eq(mdr_backend_memset_async(b, hs, 0x11, n, s), MDR_OK, "%s", mdr_backend_last_error(b));
+  cr_assert_eq(cudaStreamSynchronize(own), cudaSuccess);
+  cr_assert_eq(mdr_backend_copy_d2h(b, got, hs, n), MDR_OK);
+  cr_assert_eq(tb_first_not(got, n, 0x11), n, "memset_async on the engine's stream");
+
+  mdr_graph_cache_options o;
+  mdr_graph_cache_options_default(&o);
+  o.zero = MDR_ZERO_FUSED;
+  mdr_graph_cache *c = NULL;
+  cr_assert_eq(mdr_graph_cache_create(a, s, &o, &c), MDR_OK, "%s", mdr_backend_last_error(b));
+  const uint32_t ids[4] = {9, 8, 7, 6};
+  for (int k = 0; k < 3; k++) { /* the capture, then replays */
+    cr_assert_eq(tb_cuda_sleep(own, 20000000), 0); /* the engine's kernel, queued first */
+    cr_assert_eq(mdr_graph_cache_step(c, ids, 4), MDR_OK, "%s", mdr_backend_last_error(b));
+  }
+  cr_assert_eq(cudaStreamSynchronize(own), cudaSuccess);
+  uint32_t back[4];
+  cr_assert_eq(mdr_backend_copy_d2h(b, back, mdr_arena_token_ids(a), sizeof back), MDR_OK);
+  cr_assert_eq(memcmp(back, ids, sizeof back), 0, "the step's ids on the engine's stream");
+  mdr_graph_stats st;
+  cr_assert_eq(mdr_graph_cache_stats(c, &st), MDR_OK);
+  cr_assert_eq(st.eager_steps, 0, "every step of the engine's stream ran as a graph");
+
+  mdr_graph_cache_destroy(c);
+  cr_assert_eq(cudaStreamDestroy(own), cudaSuccess, "the engine destroys its stream itself");
+  free(got);
+  mdr_arena_destroy(a);
+  mdr_backend_destroy(b);
 }
 
 #else

@@ -1,4 +1,4 @@
-/* Tests for src/config.c: the presets of shared/spec/arena-sizes.md section 10.
+/* Tests for src/config.c: the presets of docs/SIZES.md §10.
  * Each expected config is the spec table's column, written out here. */
 #include <criterion/criterion.h>
 #include <string.h>

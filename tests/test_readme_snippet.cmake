@@ -1,10 +1,12 @@
-# The C snippet of the README's "Use it" section is taken from
-# examples/quickstart.c (CTest `readme_quickstart`): every line of the first
-# ```c block after "## Use it" appears in quickstart.c, in the same order,
-# except blank lines and elision comments (a comment opening with three dots,
-# "/* ... */", over one line or more). So the README shows code that CTest
-# compiles and runs.
-# Usage: cmake -DREADME=README.md -DSOURCE=examples/quickstart.c -P test_readme_snippet.cmake
+# The C snippets of the README's "Use it" section are code CTest compiles
+# and runs. BLOCK (default 1) picks the n-th ```c block after "## Use it".
+# EXACT=ON (CTest `readme_minimal`): the block is SOURCE, whole and line for
+# line (examples/minimal.c: the README's first snippet compiles as given).
+# Otherwise (CTest `readme_quickstart`): every line of the block appears in
+# SOURCE in the same order, except blank lines and elision comments (a
+# comment opening with three dots, "/* ... */", over one line or more).
+# Usage: cmake -DREADME=README.md -DSOURCE=examples/quickstart.c [-DBLOCK=2] [-DEXACT=ON]
+#        -P test_readme_snippet.cmake
 cmake_minimum_required(VERSION 3.24)
 
 # Lines of a text as a CMake list; ; [ ] are encoded so that list handling
@@ -21,8 +23,12 @@ endfunction()
 read_lines(${README} readme)
 read_lines(${SOURCE} source)
 
+if(NOT BLOCK)
+  set(BLOCK 1)
+endif()
 set(in_section OFF)
 set(in_block OFF)
+set(block_no 0)
 set(snippet)
 foreach(line IN LISTS readme)
   if(line MATCHES "^## ")
@@ -33,15 +39,38 @@ foreach(line IN LISTS readme)
     endif()
   elseif(in_section AND NOT in_block AND line MATCHES "^```c *$")
     set(in_block ON)
+    math(EXPR block_no "${block_no} + 1")
   elseif(in_block AND line MATCHES "^``` *$")
-    break()
-  elseif(in_block)
+    set(in_block OFF)
+    if(block_no EQUAL BLOCK)
+      break()
+    endif()
+  elseif(in_block AND block_no EQUAL BLOCK)
     list(APPEND snippet "${line}")
   endif()
 endforeach()
 list(LENGTH snippet n)
 if(n LESS 10)
-  message(FATAL_ERROR "readme_quickstart: no C snippet of 10+ lines in the \"## Use it\" section of ${README}")
+  message(FATAL_ERROR "readme snippet: no C block ${BLOCK} of 10+ lines in the \"## Use it\" section of ${README}")
+endif()
+
+if(EXACT)
+  # the block is the file: same lines, same order, nothing left out
+  list(LENGTH source nsource)
+  if(nsource GREATER 0)
+    math(EXPR last "${nsource} - 1")
+    list(GET source ${last} tail)
+    if(tail STREQUAL "")
+      list(REMOVE_AT source ${last}) # the file's final newline
+    endif()
+  endif()
+  if(NOT snippet STREQUAL source)
+    message(FATAL_ERROR "readme snippet: C block ${BLOCK} of the README's \"## Use it\" is not ${SOURCE} "
+      "as a whole: copy the file into the README again")
+  endif()
+  list(LENGTH snippet n)
+  message("readme snippet: ok, block ${BLOCK} is ${SOURCE} (${n} lines)")
+  return()
 endif()
 
 set(pos 0)

@@ -1,4 +1,4 @@
-/* Tests for src/sizes.c: the arena sizing of shared/spec/arena-sizes.md.
+/* Tests for src/sizes.c: the arena sizing of docs/SIZES.md.
  *
  * Expected values come from the spec: section 11's worked example verbatim,
  * and, for the other presets and custom configs, arithmetic done by hand from

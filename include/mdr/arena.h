@@ -3,7 +3,8 @@
  *
  * Lifetime: the arena borrows its backend (which must outlive it) and owns
  * one slab allocated at create; nothing is allocated afterwards and no
- * pointer ever moves. Thread safety (docs/THREADS.md): the accessors and
+ * pointer ever moves. Thread safety (docs/THREADS.md, installed as
+ * <prefix>/share/doc/mdr/docs/THREADS.md): the accessors and
  * mdr_arena_zero_plan only read the arena and may be called from several
  * threads at once, as long as no setter (mdr_arena_set_zero_strategy,
  * mdr_arena_set_rows_policy) runs at the same time; the setters and the
@@ -113,7 +114,7 @@ MDR_API mdr_rows_policy mdr_arena_rows_policy(const mdr_arena *a);
  * capture-safe (no allocation, no synchronisation). With MDR_ZERO_MEMSET the
  * first failed enqueue is returned and later buffers are not zeroed; with
  * MDR_ZERO_FUSED the plan is one launch. NULL entries are skipped. Coverage
- * and the row rule are the seed's (docs/SIZES.md §9):
+ * and the row rule are the seed's (sizes.h; <prefix>/share/doc/mdr/docs/SIZES.md §9):
  *   zero_all                 18 buffers, whole;
  *   zero_all_rows(tokens)    splitk_workspace, logits, scratch whole, the
  *                            other 15 for zero_head_bytes(n, M, tokens) bytes

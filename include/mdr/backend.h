@@ -27,7 +27,26 @@ extern "C" {
 typedef struct mdr_backend mdr_backend;
 /* A device address; 0 is NULL. On the host backend it is a host pointer. */
 typedef uint64_t mdr_dptr;
-/* A stream; a cudaStream_t on the CUDA backend. */
+/* A stream: on the CUDA backend a cudaStream_t, on the host backend an
+ * object of the backend's own.
+ *
+ * An engine's own stream (CUDA backend). Any call that takes an mdr_stream
+ * also takes a cudaStream_t the engine created, cast:
+ * `(mdr_stream)engine_stream`. The rules:
+ *   - the stream belongs to the backend's device (it was created while that
+ *     device was current);
+ *   - it is non-blocking (cudaStreamNonBlocking). A blocking stream works
+ *     but orders itself with the legacy stream, which mdr never uses;
+ *   - it is never a special handle: NULL / 0 (the legacy stream),
+ *     cudaStreamLegacy or cudaStreamPerThread. A graph cache refuses NULL
+ *     (MDR_ERR_INVALID_ARGUMENT) and a capture on it is MDR_ERR_CAPTURE;
+ *   - the engine keeps it: never pass it to mdr_backend_stream_destroy, and
+ *     destroy it only after every cache created on it is destroyed and the
+ *     work mdr enqueued on it has finished;
+ *   - one thread at a time enqueues on it through mdr (as for mdr's own
+ *     streams); the engine's own kernels on it are ordered with mdr's work
+ *     by the stream itself, so no extra synchronisation is needed.
+ * On the host backend a stream comes from mdr_backend_stream_create only. */
 typedef void *mdr_stream;
 
 /* Create a CUDA backend on `device`. Every call made through it runs on that
@@ -56,12 +75,17 @@ MDR_API void mdr_backend_destroy(mdr_backend *b);
 MDR_API const char *mdr_backend_name(const mdr_backend *b);
 
 /* Text of the latest failure this backend recorded in the calling thread,
- * "" when none (and for a NULL backend). Borrowed; valid until the calling
- * thread's next failure. */
+ * "" when none (and for a NULL backend). Every refusal on a valid backend
+ * records its own text. Besides failures, a call that succeeds records one
+ * note here: an environment switch set to a value it does not recognise
+ * (for example MDR_POISON=y), which is then taken as off (README.md,
+ * "Environment", installed as <prefix>/share/doc/mdr/README.md).
+ * Borrowed; valid until the calling thread's next failure. */
 MDR_API const char *mdr_backend_last_error(const mdr_backend *b);
 
 /* Create a stream (CUDA: cudaStreamNonBlocking; never the legacy stream).
- * Caller owns *out; release with mdr_backend_stream_destroy. */
+ * NULL b or out: MDR_ERR_INVALID_ARGUMENT. Caller owns *out; release with
+ * mdr_backend_stream_destroy. Not capture-safe. */
 MDR_API mdr_status mdr_backend_stream_create(mdr_backend *b, mdr_stream *out);
 
 /* Destroy a stream made by mdr_backend_stream_create. Accepts NULL. */
@@ -83,7 +107,9 @@ MDR_API mdr_status mdr_backend_memset_async(mdr_backend *b, mdr_dptr dst, unsign
                                             size_t n, mdr_stream s);
 
 /* Allocate / free n bytes of device memory outside any arena (for callers'
- * own buffers and tests). Not capture-safe. Caller owns *out. */
+ * own buffers and tests). NULL b or out, or n == 0:
+ * MDR_ERR_INVALID_ARGUMENT. Not capture-safe. Caller owns *out; release
+ * with mdr_backend_free (which accepts 0). */
 MDR_API mdr_status mdr_backend_alloc(mdr_backend *b, size_t n, mdr_dptr *out);
 MDR_API void mdr_backend_free(mdr_backend *b, mdr_dptr p);
 

@@ -1,4 +1,5 @@
-/* mdr — model configuration and serve limits (docs/SIZES.md §2). */
+/* mdr — model configuration and serve limits (SIZES.md §2: docs/SIZES.md,
+ * installed as <prefix>/share/doc/mdr/docs/SIZES.md). */
 #ifndef MDR_CONFIG_H
 #define MDR_CONFIG_H
 
@@ -23,7 +24,7 @@ typedef enum mdr_model_family {
 
 /* The config fields the sizing reads; every count is a non-negative integer,
  * an absent field is 0 / false. Symbols in comments are those of
- * docs/SIZES.md §2.2. */
+ * SIZES.md §2.2. */
 typedef struct mdr_model_config {
   mdr_model_family family;
   size_t hidden_size;                     /* H   */
