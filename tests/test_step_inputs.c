@@ -1,0 +1,571 @@
+/* Suite `step_inputs`: the per-step inputs a graph cache stages with the
+ * ids (positions, sequence lengths, a block table, 8-byte and 2-byte
+ * inputs, a fixed input, an input already in device memory), in every mode,
+ * replayed and eager, on the host backend and, when present, the CUDA
+ * backend; the refusal of bad declarations and bad steps; and the ring's
+ * survival of failures (an application's pending error, a failure inside a
+ * step, two threads on one cache, a prepare after a failed capture). Every
+ * destination is poisoned before each step and read back whole after it. */
+#define _POSIX_C_SOURCE 200809L
+#include <criterion/criterion.h>
+#include <criterion/parameterized.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fault_backend.h"
+#include "support.h"
+#if defined(MDR_HAVE_CUDA)
+#include "gpu_helpers.h"
+#endif
+
+enum { M = TB_SMALL_M, S = 24, WIDTH = 8, FIXED_ROWS = 4, N_IN = 7, POISON = 0xC7 };
+
+/* The declared inputs, in order (index 1 + i). */
+enum { IN_POS, IN_SEQLEN, IN_BLOCKS, IN_SLOTMAP, IN_HALF, IN_TEMP, IN_DEV };
+
+typedef struct inputs_fixture {
+  mdr_backend *b;
+  mdr_stream s;
+  mdr_arena *a;
+  mdr_dptr dst[N_IN];   /* the destinations (IN_BLOCKS: in the arena) */
+  size_t bytes[N_IN];   /* their extents */
+  mdr_dptr dev_src;     /* IN_DEV's values in device memory */
+  mdr_step_input in[N_IN];
+} inputs_fixture;
+
+static const size_t k_elem[N_IN] = {4, 4, 4, 8, 2, 4, 4};
+
+static void inputs_init(inputs_fixture *f, mdr_backend *b) {
+  memset(f, 0, sizeof *f);
+  f->b = b;
+  f->s = tb_stream(b);
+  mdr_sizes sizes = tb_small_sizes();
+  cr_assert_eq(mdr_arena_create(b, &sizes, &f->a), MDR_OK, "%s", mdr_backend_last_error(b));
+  const size_t rows[N_IN] = {M, S, S, M, M, FIXED_ROWS, M};
+  const size_t width[N_IN] = {1, 1, WIDTH, 1, 1, 1, 1};
+  const mdr_step_input_shape shape[N_IN] = {MDR_INPUT_PER_TOKEN, MDR_INPUT_PER_SEQUENCE, MDR_INPUT_PER_SEQUENCE,
+                                            MDR_INPUT_PER_TOKEN, MDR_INPUT_PER_TOKEN,    MDR_INPUT_FIXED,
+                                            MDR_INPUT_PER_TOKEN};
+  const char *names[N_IN] = {"positions", "seq_lens", "block_table", "slot_mapping", "half", "temperature",
+                             "device_positions"};
+  const uint64_t pad[N_IN] = {0xFFFFFFF0u, 0, 0xFFFFFFFFu, (uint64_t)-1, 0xABCD, 0, 0x5A5A5A5Au};
+  for (int i = 0; i < N_IN; i++) {
+    f->bytes[i] = rows[i] * width[i] * k_elem[i];
+    f->in[i] = (mdr_step_input){.name = names[i],
+                                .elem_bytes = k_elem[i],
+                                .shape = shape[i],
+                                .width = width[i],
+                                .max_rows = i == IN_TEMP ? FIXED_ROWS : 0,
+                                .pad = pad[i],
+                                .dest = MDR_INPUT_TO_DEVICE};
+    if (i == IN_BLOCKS) {
+      cr_assert_geq(mdr_arena_fp8_act_bytes(f->a), f->bytes[i], "fp8_act holds the block table");
+      f->in[i].dest = MDR_INPUT_TO_ARENA;
+      f->in[i].buffer = MDR_BUF_FP8_ACT; /* outside the zero plan */
+      f->in[i].offset = 0;
+      f->dst[i] = mdr_arena_fp8_act(f->a);
+    } else {
+      cr_assert_eq(mdr_backend_alloc(b, f->bytes[i], &f->dst[i]), MDR_OK);
+      f->in[i].address = f->dst[i];
+    }
+  }
+  cr_assert_eq(mdr_backend_alloc(b, f->bytes[IN_DEV], &f->dev_src), MDR_OK);
+  f->in[IN_DEV].device_src = f->dev_src;
+}
+
+static void inputs_fini(inputs_fixture *f) {
+  for (int i = 0; i < N_IN; i++)
+    if (i != IN_BLOCKS) mdr_backend_free(f->b, f->dst[i]);
+  mdr_backend_free(f->b, f->dev_src);
+  mdr_arena_destroy(f->a);
+  mdr_backend_stream_destroy(f->b, f->s);
+}
+
+static mdr_graph_cache *make_cache(inputs_fixture *f, mdr_graph_mode mode, mdr_zero_strategy zero,
+                                   mdr_graph_dynamic_impl impl) {
+  mdr_graph_cache_options o;
+  mdr_graph_cache_options_default(&o);
+  o.mode = mode;
+  o.zero = zero;
+  o.dynamic_impl = impl;
+  o.inputs = f->in;
+  o.n_inputs = N_IN;
+  o.max_sequences = S;
+  o.pad_token_id = 3;
+  mdr_graph_cache *c = NULL;
+  cr_assert_eq(mdr_graph_cache_create(f->a, f->s, &o, &c), MDR_OK, "%s", mdr_backend_last_error(f->b));
+  return c;
+}
+
+/* One step's host values, generated from a seed. */
+typedef struct step_values {
+  uint32_t ids[M];
+  uint32_t pos[M], seqlen[S], blocks[S * WIDTH], temp[FIXED_ROWS], dev[M];
+  uint64_t slotmap[M];
+  uint16_t half[M];
+} step_values;
+
+static void make_values(uint64_t *rng, step_values *v, size_t t, size_t s) {
+  for (size_t i = 0; i < t; i++) {
+    v->ids[i] = (uint32_t)(tb_rng_next(rng) % 150000) + 1;
+    v->pos[i] = (uint32_t)tb_rng_next(rng);
+    v->slotmap[i] = tb_rng_next(rng);
+    v->half[i] = (uint16_t)tb_rng_next(rng);
+    v->dev[i] = (uint32_t)tb_rng_next(rng);
+  }
+  for (size_t i = 0; i < s; i++) v->seqlen[i] = (uint32_t)tb_rng_next(rng);
+  for (size_t i = 0; i < s * WIDTH; i++) v->blocks[i] = (uint32_t)tb_rng_next(rng);
+  for (size_t i = 0; i < FIXED_ROWS; i++) v->temp[i] = (uint32_t)tb_rng_next(rng);
+}
+
+static const void *const *values_of(const step_values *v, const void **arr) {
+  arr[0] = v->ids;
+  arr[1 + IN_POS] = v->pos;
+  arr[1 + IN_SEQLEN] = v->seqlen;
+  arr[1 + IN_BLOCKS] = v->blocks;
+  arr[1 + IN_SLOTMAP] = v->slotmap;
+  arr[1 + IN_HALF] = v->half;
+  arr[1 + IN_TEMP] = v->temp;
+  arr[1 + IN_DEV] = NULL; /* in device memory */
+  return arr;
+}
+
+static void poison_inputs(inputs_fixture *f) {
+  for (int i = 0; i < N_IN; i++) cr_assert_eq(mdr_backend_fill(f->b, f->dst[i], POISON, f->bytes[i]), MDR_OK);
+  cr_assert_eq(mdr_backend_fill(f->b, mdr_arena_token_ids(f->a), POISON, mdr_arena_token_ids_bytes(f->a)), MDR_OK);
+}
+
+/* Destination i after a step: `real` bytes of `want`, then the pad element
+ * up to `copy` bytes, then poison to the end. */
+static void expect_dst(inputs_fixture *f, int i, const void *want, size_t real, size_t copy, const char *what) {
+  unsigned char got[M * WIDTH * 8 + 64];
+  cr_assert_leq(f->bytes[i], sizeof got);
+  cr_assert_eq(mdr_backend_copy_d2h(f->b, got, f->dst[i], f->bytes[i]), MDR_OK);
+  const size_t e = k_elem[i];
+  for (size_t k = 0; k < f->bytes[i]; k++) {
+    unsigned char w;
+    if (k < real)
+      w = ((const unsigned char *)want)[k];
+    else if (k < copy)
+      w = (unsigned char)(f->in[i].pad >> (8 * (k % e)));
+    else
+      w = POISON;
+    cr_assert_eq(got[k], w, "%s: input %s byte %zu (real %zu, copy %zu bytes)", what, f->in[i].name, k, real, copy);
+  }
+}
+
+/* Check every destination after a step of t tokens and s sequences: graph
+ * bound g (token rows) and sb (sequence rows) in EXACT / LADDER, exactly
+ * t and s in DYNAMIC. */
+static void expect_step(inputs_fixture *f, mdr_graph_cache *c, const step_values *v, const step_values *dev,
+                        size_t t, size_t s, int dynamic, const char *what) {
+  size_t g = 0, sb = 0;
+  cr_assert_eq(mdr_graph_cache_graph_tokens(c, t, &g), MDR_OK);
+  cr_assert_eq(mdr_graph_cache_sequence_bound(c, t, &sb), MDR_OK);
+  const size_t ct = dynamic ? t : g, cs = dynamic ? s : sb;
+  uint32_t ids[M];
+  unsigned char raw[M * 4];
+  cr_assert_eq(mdr_backend_copy_d2h(f->b, raw, mdr_arena_token_ids(f->a), M * 4), MDR_OK);
+  memcpy(ids, raw, sizeof ids);
+  for (size_t i = 0; i < ct; i++) cr_assert_eq(ids[i], i < t ? v->ids[i] : 3u, "%s: id %zu", what, i);
+  for (size_t k = ct * 4; k < M * 4; k++) cr_assert_eq(raw[k], POISON, "%s: token_ids byte %zu", what, k);
+  expect_dst(f, IN_POS, v->pos, 4 * t, 4 * ct, what);
+  expect_dst(f, IN_SEQLEN, v->seqlen, 4 * s, 4 * cs, what);
+  expect_dst(f, IN_BLOCKS, v->blocks, 4 * WIDTH * s, 4 * WIDTH * cs, what);
+  expect_dst(f, IN_SLOTMAP, v->slotmap, 8 * t, 8 * ct, what);
+  expect_dst(f, IN_HALF, v->half, 2 * t, 2 * ct, what);
+  expect_dst(f, IN_TEMP, v->temp, 4 * FIXED_ROWS, 4 * FIXED_ROWS, what);
+  expect_dst(f, IN_DEV, dev->dev, 4 * t, 4 * ct, what);
+  uint32_t counts[2];
+  cr_assert_eq(mdr_backend_copy_d2h(f->b, &counts[0], mdr_graph_cache_count_ptr(c), 4), MDR_OK);
+  cr_assert_eq(mdr_backend_copy_d2h(f->b, &counts[1], mdr_graph_cache_sequences_ptr(c), 4), MDR_OK);
+  cr_assert_eq(counts[0], t, "%s: token count", what);
+  cr_assert_eq(counts[1], s, "%s: sequence count", what);
+}
+
+typedef struct mode_case {
+  tb_kind kind;
+  mdr_graph_mode mode;
+  mdr_zero_strategy zero;
+  mdr_graph_dynamic_impl impl;
+  int device_ids;
+} mode_case;
+
+ParameterizedTestParameters(step_inputs, every_input_reaches_its_destination_padded_in_every_mode) {
+  static mode_case cases[TB_KIND_COUNT * 6 * 2];
+  size_t n = 0;
+  for (int k = 0; k < TB_KIND_COUNT; k++)
+    for (int d = 0; d < 2; d++) {
+      cases[n++] = (mode_case){(tb_kind)k, MDR_GRAPH_EXACT, MDR_ZERO_FUSED, MDR_DYNAMIC_NODE_UPDATE, d};
+      cases[n++] = (mode_case){(tb_kind)k, MDR_GRAPH_EXACT, MDR_ZERO_MEMSET, MDR_DYNAMIC_NODE_UPDATE, d};
+      cases[n++] = (mode_case){(tb_kind)k, MDR_GRAPH_LADDER, MDR_ZERO_FUSED, MDR_DYNAMIC_NODE_UPDATE, d};
+      cases[n++] = (mode_case){(tb_kind)k, MDR_GRAPH_LADDER, MDR_ZERO_MEMSET, MDR_DYNAMIC_NODE_UPDATE, d};
+      cases[n++] = (mode_case){(tb_kind)k, MDR_GRAPH_DYNAMIC, MDR_ZERO_FUSED, MDR_DYNAMIC_NODE_UPDATE, d};
+      cases[n++] = (mode_case){(tb_kind)k, MDR_GRAPH_DYNAMIC, MDR_ZERO_FUSED, MDR_DYNAMIC_DEVICE_COUNT, d};
+    }
+  return cr_make_param_array(mode_case, cases, n);
+}
+
+ParameterizedTest(mode_case *mc, step_inputs, every_input_reaches_its_destination_padded_in_every_mode) {
+  mdr_backend *b = tb_backend(mc->kind);
+  inputs_fixture f;
+  inputs_init(&f, b);
+  mdr_graph_cache *c = make_cache(&f, mc->mode, mc->zero, mc->impl);
+  mdr_dptr dev_ids = 0;
+  cr_assert_eq(mdr_backend_alloc(b, M * 4, &dev_ids), MDR_OK);
+  uint64_t rng = 1234 + (uint64_t)mc->mode * 7 + (uint64_t)mc->zero + (uint64_t)mc->impl * 3 + (uint64_t)mc->device_ids;
+  /* counts from 1 to M, sequences from 1 to min(t, S), with repeats (hits)
+   * and ring wraps; the same seed replays some counts */
+  for (int step = 0; step < 3 * MDR_GRAPH_STAGING_SLOTS + 5; step++) {
+    const size_t t = step < 4 ? (size_t)(step + 1) : 1 + tb_rng_next(&rng) % M;
+    const size_t smax = t < S ? t : S;
+    const size_t s = 1 + tb_rng_next(&rng) % smax;
+    step_values v, dv;
+    make_values(&rng, &v, t, s);
+    memset(&dv, 0, sizeof dv);
+    memcpy(dv.dev, v.dev, sizeof v.dev);
+    poison_inputs(&f);
+    cr_assert_eq(mdr_backend_copy_h2d(b, f.dev_src, v.dev, 4 * t), MDR_OK);
+    const void *arr[1 + N_IN];
+    mdr_status st;
+    if (mc->device_ids) {
+      cr_assert_eq(mdr_backend_copy_h2d(b, dev_ids, v.ids, 4 * t), MDR_OK);
+      st = mdr_graph_cache_step_inputs_device(c, dev_ids, values_of(&v, arr), 1 + N_IN, t, s);
+    } else {
+      st = mdr_graph_cache_step_inputs(c, values_of(&v, arr), 1 + N_IN, t, s);
+    }
+    cr_assert_eq(st, MDR_OK, "step %d: %s", step, mdr_backend_last_error(b));
+    step_values shown = v;
+    memset(&v, 0xEE, sizeof v); /* the caller may reuse its arrays at once */
+    cr_assert_eq(mdr_backend_synchronize(b, f.s), MDR_OK);
+    char what[96];
+    snprintf(what, sizeof what, "step %d (t=%zu s=%zu)", step, t, s);
+    expect_step(&f, c, &shown, &dv, t, s, mc->mode == MDR_GRAPH_DYNAMIC, what);
+  }
+  mdr_graph_stats gs;
+  cr_assert_eq(mdr_graph_cache_stats(c, &gs), MDR_OK);
+  cr_assert_gt(gs.hits, 0, "graphs were replayed");
+  mdr_graph_cache_destroy(c);
+  mdr_backend_free(b, dev_ids);
+  inputs_fini(&f);
+  mdr_backend_destroy(b);
+}
+
+/* The eager path (graphs disabled) stages the same values. */
+Test(step_inputs, eager_steps_stage_the_same_values) {
+  setenv("MDR_DISABLE_GRAPHS", "1", 1);
+  mdr_backend *b = tb_backend(TB_HOST);
+  inputs_fixture f;
+  inputs_init(&f, b);
+  mdr_graph_cache *c = make_cache(&f, MDR_GRAPH_LADDER, MDR_ZERO_FUSED, MDR_DYNAMIC_NODE_UPDATE);
+  unsetenv("MDR_DISABLE_GRAPHS");
+  uint64_t rng = 99;
+  for (int step = 0; step < 20; step++) {
+    const size_t t = 1 + tb_rng_next(&rng) % M, s = 1 + tb_rng_next(&rng) % (t < S ? t : S);
+    step_values v, dv;
+    make_values(&rng, &v, t, s);
+    memcpy(dv.dev, v.dev, sizeof v.dev);
+    poison_inputs(&f);
+    cr_assert_eq(mdr_backend_copy_h2d(b, f.dev_src, v.dev, 4 * t), MDR_OK);
+    const void *arr[1 + N_IN];
+    cr_assert_eq(mdr_graph_cache_step_inputs(c, values_of(&v, arr), 1 + N_IN, t, s), MDR_OK);
+    expect_step(&f, c, &v, &dv, t, s, 0, "eager");
+  }
+  mdr_graph_stats gs;
+  cr_assert_eq(mdr_graph_cache_stats(c, &gs), MDR_OK);
+  cr_assert_eq(gs.eager_steps, 20);
+  mdr_graph_cache_destroy(c);
+  inputs_fini(&f);
+  mdr_backend_destroy(b);
+}
+
+Test(step_inputs, the_layout_is_queryable_input_by_input) {
+  mdr_backend *b = tb_backend(TB_HOST);
+  inputs_fixture f;
+  inputs_init(&f, b);
+  mdr_graph_cache *c = make_cache(&f, MDR_GRAPH_EXACT, MDR_ZERO_FUSED, MDR_DYNAMIC_NODE_UPDATE);
+  cr_assert_eq(mdr_graph_cache_step_input_count(c), 1 + N_IN);
+  cr_assert_eq(mdr_graph_cache_step_input_count(NULL), 0);
+  mdr_step_input_info info;
+  cr_assert_eq(mdr_graph_cache_step_input_info(c, 0, &info), MDR_OK);
+  cr_assert_str_eq(info.name, "token_ids");
+  cr_assert_eq(info.elem_bytes, 4);
+  cr_assert_eq(info.max_rows, M);
+  cr_assert_eq(info.dst, mdr_arena_token_ids(f.a));
+  cr_assert_eq(info.slot_offset, 16);
+  size_t end = 16 + 4 * M;
+  for (int i = 0; i < N_IN; i++) {
+    cr_assert_eq(mdr_graph_cache_step_input_info(c, 1 + (size_t)i, &info), MDR_OK);
+    cr_assert_str_eq(info.name, f.in[i].name);
+    cr_assert_neq(info.name, f.in[i].name, "the name is the cache's copy");
+    cr_assert_eq(info.elem_bytes, k_elem[i]);
+    cr_assert_eq(info.dst, f.dst[i]);
+    cr_assert_eq(info.max_bytes, f.bytes[i]);
+    cr_assert_eq(info.row_bytes * info.max_rows, f.bytes[i]);
+    if (i == IN_DEV) {
+      cr_assert_eq(info.slot_offset, 0);
+      cr_assert_eq(info.device_src, f.dev_src);
+      continue;
+    }
+    cr_assert_eq(info.slot_offset % 16, 0);
+    cr_assert_geq(info.slot_offset, end, "inputs do not overlap in the slot");
+    end = info.slot_offset + info.max_bytes;
+    size_t index = 99;
+    cr_assert_eq(mdr_graph_cache_step_input_find(c, f.in[i].name, &index), MDR_OK);
+    cr_assert_eq(index, 1 + (size_t)i);
+  }
+  cr_assert_geq(mdr_graph_cache_slot_bytes(c), end);
+  size_t index = 0;
+  cr_assert_eq(mdr_graph_cache_step_input_find(c, "nope", &index), MDR_ERR_OUT_OF_RANGE);
+  cr_assert_eq(mdr_graph_cache_step_input_info(c, 1 + N_IN, &info), MDR_ERR_OUT_OF_RANGE);
+  cr_assert_eq(mdr_graph_cache_step_input_info(c, 0, NULL), MDR_ERR_INVALID_ARGUMENT);
+  mdr_graph_cache_destroy(c);
+  inputs_fini(&f);
+  mdr_backend_destroy(b);
+}
+
+/* A declaration is refused with the field named, and nothing leaks. */
+typedef void (*breaker)(inputs_fixture *f, mdr_graph_cache_options *o, mdr_step_input *in);
+static void dup_name(inputs_fixture *f, mdr_graph_cache_options *o, mdr_step_input *in) {
+  (void)f, (void)o;
+  in[3].name = "positions";
+}
+static void null_name(inputs_fixture *f, mdr_graph_cache_options *o, mdr_step_input *in) {
+  (void)f, (void)o;
+  in[2].name = NULL;
+}
+static void ids_name(inputs_fixture *f, mdr_graph_cache_options *o, mdr_step_input *in) {
+  (void)f, (void)o;
+  in[0].name = "token_ids";
+}
+static void elem3(inputs_fixture *f, mdr_graph_cache_options *o, mdr_step_input *in) {
+  (void)f, (void)o;
+  in[1].elem_bytes = 3;
+}
+static void bad_shape(inputs_fixture *f, mdr_graph_cache_options *o, mdr_step_input *in) {
+  (void)f, (void)o;
+  in[1].shape = MDR_INPUT_SHAPE_COUNT;
+}
+static void rows_over_m(inputs_fixture *f, mdr_graph_cache_options *o, mdr_step_input *in) {
+  (void)f, (void)o;
+  in[IN_POS].max_rows = M + 1;
+}
+static void rows_over_s(inputs_fixture *f, mdr_graph_cache_options *o, mdr_step_input *in) {
+  (void)f, (void)o;
+  in[IN_SEQLEN].max_rows = S + 1;
+}
+static void fixed_zero(inputs_fixture *f, mdr_graph_cache_options *o, mdr_step_input *in) {
+  (void)f, (void)o;
+  in[IN_TEMP].max_rows = 0;
+}
+static void seqs_over_m(inputs_fixture *f, mdr_graph_cache_options *o, mdr_step_input *in) {
+  (void)f, (void)in;
+  o->max_sequences = M + 1;
+}
+static void past_arena(inputs_fixture *f, mdr_graph_cache_options *o, mdr_step_input *in) {
+  (void)o;
+  in[IN_BLOCKS].offset = mdr_arena_fp8_act_bytes(f->a) - 16;
+}
+static void not_a_buffer(inputs_fixture *f, mdr_graph_cache_options *o, mdr_step_input *in) {
+  (void)f, (void)o;
+  in[IN_BLOCKS].buffer = (mdr_buffer)MDR_BUF_COUNT;
+}
+static void unaligned(inputs_fixture *f, mdr_graph_cache_options *o, mdr_step_input *in) {
+  (void)f, (void)o;
+  in[IN_POS].address += 4;
+}
+static void no_address(inputs_fixture *f, mdr_graph_cache_options *o, mdr_step_input *in) {
+  (void)f, (void)o;
+  in[IN_POS].address = 0;
+}
+static void host_address(inputs_fixture *f, mdr_graph_cache_options *o, mdr_step_input *in) {
+  (void)o, (void)in;
+  fault_backend_host_range(f->b, f->dst[IN_SLOTMAP], f->dst[IN_SLOTMAP] + 1);
+}
+static void host_src(inputs_fixture *f, mdr_graph_cache_options *o, mdr_step_input *in) {
+  (void)o, (void)in;
+  fault_backend_host_range(f->b, f->dev_src, f->dev_src + 1);
+}
+static void bad_dest(inputs_fixture *f, mdr_graph_cache_options *o, mdr_step_input *in) {
+  (void)f, (void)o;
+  in[IN_HALF].dest = MDR_INPUT_DEST_COUNT;
+}
+static void overflow(inputs_fixture *f, mdr_graph_cache_options *o, mdr_step_input *in) {
+  (void)f, (void)o;
+  in[IN_TEMP].width = MDR_STAGING_SLOT_MAX_BYTES / 4 / FIXED_ROWS + 1;
+}
+static void slot_sum(inputs_fixture *f, mdr_graph_cache_options *o, mdr_step_input *in) {
+  (void)f, (void)o;
+  /* each fits alone; together they overflow the slot */
+  in[IN_TEMP].width = MDR_STAGING_SLOT_MAX_BYTES / 4 / FIXED_ROWS / 2 + 1;
+  in[IN_TEMP].dest = MDR_INPUT_TO_DEVICE;
+  in[IN_SLOTMAP].shape = MDR_INPUT_FIXED;
+  in[IN_SLOTMAP].max_rows = 1;
+  in[IN_SLOTMAP].width = MDR_STAGING_SLOT_MAX_BYTES / 8 / 2 + 1;
+}
+static void too_many(inputs_fixture *f, mdr_graph_cache_options *o, mdr_step_input *in) {
+  (void)f, (void)in;
+  o->n_inputs = MDR_STEP_INPUTS_MAX + 1;
+}
+static void null_inputs(inputs_fixture *f, mdr_graph_cache_options *o, mdr_step_input *in) {
+  (void)f, (void)in;
+  o->inputs = NULL;
+}
+
+typedef struct bad_decl {
+  breaker fn;
+  const char *field;
+} bad_decl;
+
+Test(step_inputs, a_bad_declaration_is_refused_naming_the_field) {
+  static const bad_decl cases[] = {
+      {dup_name, "inputs[3] (\"positions\").name: duplicates inputs[0]"},
+      {null_name, "inputs[2] (\"\").name"},
+      {ids_name, ".name: \"token_ids\""},
+      {elem3, "inputs[1] (\"seq_lens\").elem_bytes"},
+      {bad_shape, "inputs[1] (\"seq_lens\").shape"},
+      {rows_over_m, "(\"positions\").max_rows"},
+      {rows_over_s, "(\"seq_lens\").max_rows"},
+      {fixed_zero, "(\"temperature\").max_rows"},
+      {seqs_over_m, "max_sequences"},
+      {past_arena, "(\"block_table\").offset"},
+      {not_a_buffer, "(\"block_table\").buffer"},
+      {unaligned, "(\"positions\").address"},
+      {no_address, "(\"positions\").address: 0"},
+      {host_address, "(\"slot_mapping\").address"},
+      {host_src, "(\"device_positions\").device_src"},
+      {bad_dest, "(\"half\").dest"},
+      {overflow, "(\"temperature\").max_rows * width"},
+      {slot_sum, "overflow a staging slot"},
+      {too_many, "n_inputs"},
+      {null_inputs, "inputs: NULL"},
+  };
+  mdr_backend *host = tb_backend(TB_HOST), *fb = NULL;
+  cr_assert_eq(fault_backend_create(host, &fb), MDR_OK);
+  for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+    inputs_fixture f;
+    inputs_init(&f, fb);
+    const long live = fault_backend_live(fb);
+    mdr_step_input in[N_IN];
+    memcpy(in, f.in, sizeof in);
+    mdr_graph_cache_options o;
+    mdr_graph_cache_options_default(&o);
+    o.inputs = in;
+    o.n_inputs = N_IN;
+    o.max_sequences = S;
+    cases[k].fn(&f, &o, in);
+    mdr_graph_cache *c = (mdr_graph_cache *)&o;
+    cr_assert_eq(mdr_graph_cache_create(f.a, f.s, &o, &c), MDR_ERR_INVALID_ARGUMENT, "case %zu", k);
+    cr_assert_null(c);
+    const char *e = mdr_backend_last_error(fb);
+    cr_assert_not_null(strstr(e, cases[k].field), "case %zu: \"%s\" does not name %s", k, e, cases[k].field);
+    cr_assert_eq(fault_backend_live(fb), live, "case %zu leaked", k);
+    fault_backend_host_range(fb, 0, 0);
+    inputs_fini(&f);
+  }
+  mdr_backend_destroy(fb);
+  mdr_backend_destroy(host);
+}
+
+/* A bad step is refused with the field named, and stages nothing: the next
+ * good step sees a ring as it was. */
+Test(step_inputs, a_bad_step_is_refused_and_stages_nothing) {
+  mdr_backend *b = tb_backend(TB_HOST);
+  inputs_fixture f;
+  inputs_init(&f, b);
+  mdr_graph_cache *c = make_cache(&f, MDR_GRAPH_EXACT, MDR_ZERO_FUSED, MDR_DYNAMIC_NODE_UPDATE);
+  uint64_t rng = 5;
+  step_values v;
+  make_values(&rng, &v, M, S);
+  const void *arr[1 + N_IN];
+  values_of(&v, arr);
+  poison_inputs(&f);
+  struct {
+    size_t n_values, t, s;
+    int null_at;
+    mdr_status want;
+    const char *field;
+  } cases[] = {
+      {N_IN, 4, 2, -1, MDR_ERR_INVALID_ARGUMENT, "n_values"},
+      {1 + N_IN, 4, 2, 0, MDR_ERR_INVALID_ARGUMENT, "values[0] (token_ids)"},
+      {1 + N_IN, 4, 2, 1 + IN_BLOCKS, MDR_ERR_INVALID_ARGUMENT, "values[3] (\"block_table\")"},
+      {1 + N_IN, 4, 0, -1, MDR_ERR_OUT_OF_RANGE, "sequences"},
+      {1 + N_IN, 4, 5, -1, MDR_ERR_OUT_OF_RANGE, "sequences"},
+      {1 + N_IN, M, S + 1, -1, MDR_ERR_OUT_OF_RANGE, "sequences"},
+      {1 + N_IN, 0, 1, -1, MDR_ERR_OUT_OF_RANGE, "tokens"},
+      {1 + N_IN, M + 1, 1, -1, MDR_ERR_OUT_OF_RANGE, "tokens"},
+  };
+  for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+    const void *saved = cases[k].null_at >= 0 ? arr[cases[k].null_at] : NULL;
+    if (cases[k].null_at >= 0) arr[cases[k].null_at] = NULL;
+    cr_assert_eq(mdr_graph_cache_step_inputs(c, arr, cases[k].n_values, cases[k].t, cases[k].s), cases[k].want,
+                 "case %zu", k);
+    cr_assert_not_null(strstr(mdr_backend_last_error(b), cases[k].field), "case %zu: %s", k,
+                       mdr_backend_last_error(b));
+    if (cases[k].null_at >= 0) arr[cases[k].null_at] = saved;
+  }
+  /* the plain calls refuse a cache whose inputs take host values */
+  cr_assert_eq(mdr_graph_cache_step(c, v.ids, 4), MDR_ERR_INVALID_ARGUMENT);
+  cr_assert_not_null(strstr(mdr_backend_last_error(b), "mdr_graph_cache_step_inputs"));
+  cr_assert_eq(mdr_graph_cache_step_device(c, 0, 4), MDR_ERR_INVALID_ARGUMENT);
+  cr_assert_eq(mdr_graph_cache_step_inputs(c, NULL, 1 + N_IN, 4, 2), MDR_ERR_INVALID_ARGUMENT);
+  mdr_graph_stats gs;
+  cr_assert_eq(mdr_graph_cache_stats(c, &gs), MDR_OK);
+  cr_assert_eq(gs.steps, 0);
+  cr_assert_eq(gs.captures, 0);
+  for (int i = 0; i < N_IN; i++) {
+    unsigned char got[M * WIDTH * 8];
+    cr_assert_eq(mdr_backend_copy_d2h(b, got, f.dst[i], f.bytes[i]), MDR_OK);
+    cr_assert_eq(tb_first_not(got, f.bytes[i], POISON), f.bytes[i], "input %d written by a refused step", i);
+  }
+  /* an input's own max_rows below the cache's bound */
+  mdr_graph_cache_destroy(c);
+  mdr_step_input in[N_IN];
+  memcpy(in, f.in, sizeof in);
+  in[IN_POS].max_rows = 8;
+  mdr_graph_cache_options o;
+  mdr_graph_cache_options_default(&o);
+  o.inputs = in;
+  o.n_inputs = N_IN;
+  o.max_sequences = S;
+  cr_assert_eq(mdr_graph_cache_create(f.a, f.s, &o, &c), MDR_OK, "%s", mdr_backend_last_error(b));
+  cr_assert_eq(mdr_graph_cache_step_inputs(c, arr, 1 + N_IN, 9, 2), MDR_ERR_OUT_OF_RANGE);
+  cr_assert_not_null(strstr(mdr_backend_last_error(b), "(\"positions\"): 9 rows"), "%s", mdr_backend_last_error(b));
+  cr_assert_eq(mdr_graph_cache_step_inputs(c, arr, 1 + N_IN, 8, 2), MDR_OK, "%s", mdr_backend_last_error(b));
+  mdr_graph_cache_destroy(c);
+  inputs_fini(&f);
+  mdr_backend_destroy(b);
+}
+
+/* A cache without inputs: plain steps write one sequence per token (up to
+ * max_sequences) into the sequence count. */
+Test(step_inputs, a_plain_step_counts_one_sequence_per_token) {
+  mdr_backend *b = tb_backend(TB_HOST);
+  mdr_stream s = tb_stream(b);
+  mdr_sizes sizes = tb_small_sizes();
+  mdr_arena *a = NULL;
+  cr_assert_eq(mdr_arena_create(b, &sizes, &a), MDR_OK);
+  mdr_graph_cache_options o;
+  mdr_graph_cache_options_default(&o);
+  o.max_sequences = 5;
+  mdr_graph_cache *c = NULL;
+  cr_assert_eq(mdr_graph_cache_create(a, s, &o, &c), MDR_OK, "%s", mdr_backend_last_error(b));
+  cr_assert_eq(mdr_graph_cache_step_input_count(c), 1);
+  const uint32_t ids[M] = {1, 2, 3, 4, 5, 6, 7, 8, 9};
+  for (size_t t = 1; t <= 9; t++) {
+    cr_assert_eq(mdr_graph_cache_step(c, ids, t), MDR_OK);
+    uint32_t n = 0;
+    cr_assert_eq(mdr_backend_copy_d2h(b, &n, mdr_graph_cache_sequences_ptr(c), 4), MDR_OK);
+    cr_assert_eq(n, t < 5 ? t : 5);
+    const void *arr[1] = {ids};
+    cr_assert_eq(mdr_graph_cache_step_inputs(c, arr, 1, t, 1), MDR_OK);
+    cr_assert_eq(mdr_backend_copy_d2h(b, &n, mdr_graph_cache_sequences_ptr(c), 4), MDR_OK);
+    cr_assert_eq(n, 1);
+  }
+  mdr_graph_cache_destroy(c);
+  mdr_arena_destroy(a);
+  mdr_backend_stream_destroy(b, s);
+  mdr_backend_destroy(b);
+}
