@@ -569,3 +569,266 @@ Test(step_inputs, a_plain_step_counts_one_sequence_per_token) {
   mdr_backend_stream_destroy(b, s);
   mdr_backend_destroy(b);
 }
+
+/* ---- the ring survives failures ---------------------------------------- */
+
+typedef struct ring_fixture {
+  mdr_backend *b;
+  mdr_stream s;
+  mdr_arena *a;
+  int fail_body; /* the body's op fails when it runs (after the staged launch) */
+  int body_breaks_capture;
+} ring_fixture;
+
+static mdr_status failing_op(mdr_backend *b, void *arg) {
+  const int *fail = *(int *const *)arg;
+  return *fail ? mdr_backend_fail(b, MDR_ERR_BACKEND, "test: the communicator aborted") : MDR_OK;
+}
+
+/* A body whose one op fails at run time when asked (as a communicator
+ * abort or a peer timeout inside a replayed step would). */
+static mdr_status ring_body(void *user, mdr_stream s, size_t tokens) {
+  (void)tokens;
+  ring_fixture *r = user;
+  if (r->body_breaks_capture) {
+    int capturing = 0;
+    mdr_be_is_capturing(r->b, s, &capturing);
+    if (capturing) return mdr_backend_synchronize(r->b, s); /* illegal under capture */
+  }
+  const int *p = &r->fail_body;
+  return mdr_be_host_fn(r->b, failing_op, &p, sizeof p, s);
+}
+
+static void ring_init(ring_fixture *r, mdr_backend *b) {
+  memset(r, 0, sizeof *r);
+  r->b = b;
+  r->s = tb_stream(b);
+  mdr_sizes sizes = tb_small_sizes();
+  cr_assert_eq(mdr_arena_create(b, &sizes, &r->a), MDR_OK);
+}
+
+static void ring_fini(ring_fixture *r) {
+  mdr_arena_destroy(r->a);
+  mdr_backend_stream_destroy(r->b, r->s);
+}
+
+static mdr_graph_cache *ring_cache(ring_fixture *r, mdr_graph_mode mode) {
+  mdr_graph_cache_options o;
+  mdr_graph_cache_options_default(&o);
+  o.mode = mode;
+  o.zero = MDR_ZERO_FUSED;
+  if (mode != MDR_GRAPH_DYNAMIC) {
+    o.body = ring_body;
+    o.user = r;
+  }
+  mdr_graph_cache *c = NULL;
+  cr_assert_eq(mdr_graph_cache_create(r->a, r->s, &o, &c), MDR_OK, "%s", mdr_backend_last_error(r->b));
+  return c;
+}
+
+/* Steps of random counts after a failure: each delivers its own ids. */
+static void expect_healthy(ring_fixture *r, mdr_graph_cache *c, uint64_t seed, const char *what) {
+  uint64_t rng = seed;
+  for (int i = 0; i < 3 * MDR_GRAPH_STAGING_SLOTS; i++) {
+    uint32_t ids[M], got[M];
+    const size_t t = 1 + tb_rng_next(&rng) % M;
+    for (size_t k = 0; k < t; k++) ids[k] = (uint32_t)tb_rng_next(&rng);
+    mdr_status st = mdr_graph_cache_step(c, ids, t);
+    cr_assert_eq(st, MDR_OK, "%s: step %d after the failure: %s", what, i, mdr_backend_last_error(r->b));
+    cr_assert_eq(mdr_backend_synchronize(r->b, r->s), MDR_OK);
+    cr_assert_eq(mdr_backend_copy_d2h(r->b, got, mdr_arena_token_ids(r->a), 4 * t), MDR_OK);
+    cr_assert_eq(memcmp(got, ids, 4 * t), 0, "%s: step %d's ids", what, i);
+  }
+}
+
+/* An error the application left pending before an eager step (graphs
+ * disabled, or a count demoted after a failed capture) is reported as the
+ * application's, once; the cache stays usable. */
+Test(step_inputs, an_error_left_pending_by_the_application_is_not_blamed_on_mdr) {
+  for (int demoted = 0; demoted < 2; demoted++) {
+    mdr_backend *host = tb_backend(TB_HOST), *fb = NULL;
+    cr_assert_eq(fault_backend_create(host, &fb), MDR_OK);
+    ring_fixture r;
+    ring_init(&r, fb);
+    if (!demoted) setenv("MDR_DISABLE_GRAPHS", "1", 1);
+    r.body_breaks_capture = demoted;
+    mdr_graph_cache *c = ring_cache(&r, MDR_GRAPH_EXACT);
+    unsetenv("MDR_DISABLE_GRAPHS");
+    const uint32_t ids[4] = {1, 2, 3, 4};
+    if (demoted) cr_assert_eq(mdr_graph_cache_step(c, ids, 4), MDR_ERR_CAPTURE); /* demoted to eager */
+    for (int round = 0; round < 3; round++) {
+      fault_backend_leave_pending(fb);
+      cr_assert_eq(mdr_graph_cache_step(c, ids, 4), MDR_ERR_BACKEND);
+      const char *e = mdr_backend_last_error(fb);
+      cr_assert_not_null(strstr(e, "outside mdr"), "%s", e);
+      cr_assert_null(strstr(e, "corrupt"), "%s", e);
+    }
+    r.body_breaks_capture = 0; /* other counts capture; count 4 stays eager */
+    expect_healthy(&r, c, 11 + (uint64_t)demoted, demoted ? "demoted count" : "graphs disabled");
+    cr_assert_eq(mdr_graph_cache_step(c, ids, 4), MDR_OK, "%s", mdr_backend_last_error(fb));
+    mdr_graph_cache_destroy(c);
+    ring_fini(&r);
+    mdr_backend_destroy(fb);
+    mdr_backend_destroy(host);
+  }
+}
+
+/* A failure inside a step after its staged launch ran (a body's op failing
+ * in a replayed graph, or eagerly) is counted: later steps run, with their
+ * own ids, never "the ring is corrupt". */
+Test(step_inputs, a_failure_inside_a_step_leaves_the_ring_consistent) {
+  for (int eager = 0; eager < 2; eager++) {
+    mdr_backend *b = tb_backend(TB_HOST);
+    ring_fixture r;
+    ring_init(&r, b);
+    if (eager) setenv("MDR_DISABLE_GRAPHS", "1", 1);
+    mdr_graph_cache *c = ring_cache(&r, MDR_GRAPH_EXACT);
+    unsetenv("MDR_DISABLE_GRAPHS");
+    const uint32_t ids[4] = {1, 2, 3, 4};
+    cr_assert_eq(mdr_graph_cache_step(c, ids, 4), MDR_OK);
+    for (int round = 0; round < MDR_GRAPH_STAGING_SLOTS + 2; round++) {
+      r.fail_body = 1;
+      cr_assert_eq(mdr_graph_cache_step(c, ids, 4), MDR_ERR_BACKEND, "round %d", round);
+      cr_assert_not_null(strstr(mdr_backend_last_error(b), "aborted"), "%s", mdr_backend_last_error(b));
+      r.fail_body = 0;
+      cr_assert_eq(mdr_graph_cache_step(c, ids, 4), MDR_OK, "round %d: %s", round, mdr_backend_last_error(b));
+    }
+    expect_healthy(&r, c, 21 + (uint64_t)eager, eager ? "eager" : "replayed");
+    mdr_graph_cache_destroy(c);
+    ring_fini(&r);
+    mdr_backend_destroy(b);
+  }
+}
+
+/* A prepare that captures an eager-only count takes it off `uncapturable`. */
+Test(step_inputs, uncapturable_drops_when_a_prepare_captures_the_count) {
+  mdr_backend *b = tb_backend(TB_HOST);
+  ring_fixture r;
+  ring_init(&r, b);
+  r.body_breaks_capture = 1;
+  mdr_graph_cache *c = ring_cache(&r, MDR_GRAPH_EXACT);
+  const uint32_t ids[4] = {1, 2, 3, 4};
+  cr_assert_eq(mdr_graph_cache_step(c, ids, 4), MDR_ERR_CAPTURE);
+  mdr_graph_stats st;
+  cr_assert_eq(mdr_graph_cache_stats(c, &st), MDR_OK);
+  cr_assert_eq(st.uncapturable, 1);
+  r.body_breaks_capture = 0;
+  const size_t four = 4;
+  cr_assert_eq(mdr_graph_cache_prepare(c, &four, 1), MDR_OK, "%s", mdr_backend_last_error(b));
+  cr_assert_eq(mdr_graph_cache_stats(c, &st), MDR_OK);
+  cr_assert_eq(st.uncapturable, 0, "the count is captured now");
+  cr_assert_eq(st.graphs, 1);
+  cr_assert_eq(mdr_graph_cache_step(c, ids, 4), MDR_OK);
+  cr_assert_eq(mdr_graph_cache_stats(c, &st), MDR_OK);
+  cr_assert_eq(st.hits, 1);
+  cr_assert_eq(st.uncapturable, 0);
+  mdr_graph_cache_destroy(c);
+  ring_fini(&r);
+  mdr_backend_destroy(b);
+}
+
+/* Two threads driving one cache: every call either runs or is refused with
+ * a text saying a second thread was inside; never a crash, never a broken
+ * ring. */
+typedef struct racer {
+  mdr_graph_cache *c;
+  mdr_backend *b;
+  int ok, refused, other;
+  char other_text[256];
+} racer;
+
+static void *race(void *arg) {
+  racer *r = arg;
+  const uint32_t ids[8] = {9, 8, 7, 6, 5, 4, 3, 2};
+  for (int i = 0; i < 2000; i++) {
+    mdr_status st = mdr_graph_cache_step(r->c, ids, 1 + (size_t)(i % 8));
+    if (st == MDR_OK) {
+      r->ok++;
+    } else if (st == MDR_ERR_STATE && strstr(mdr_backend_last_error(r->b), "second thread")) {
+      r->refused++;
+    } else {
+      if (!r->other) snprintf(r->other_text, sizeof r->other_text, "%s: %s", mdr_status_string(st),
+                              mdr_backend_last_error(r->b));
+      r->other++;
+    }
+  }
+  return NULL;
+}
+
+Test(step_inputs, two_threads_on_one_cache_are_refused_every_time) {
+  mdr_backend *b = tb_backend(TB_HOST);
+  ring_fixture rf;
+  ring_init(&rf, b);
+  mdr_graph_cache_options o;
+  mdr_graph_cache_options_default(&o);
+  o.zero = MDR_ZERO_FUSED;
+  mdr_graph_cache *c = NULL;
+  cr_assert_eq(mdr_graph_cache_create(rf.a, rf.s, &o, &c), MDR_OK);
+  racer rs[2] = {{.c = c, .b = b}, {.c = c, .b = b}};
+  pthread_t th[2];
+  for (int i = 0; i < 2; i++) cr_assert_eq(pthread_create(&th[i], NULL, race, &rs[i]), 0);
+  for (int i = 0; i < 2; i++) pthread_join(th[i], NULL);
+  for (int i = 0; i < 2; i++) cr_assert_eq(rs[i].other, 0, "thread %d: %s", i, rs[i].other_text);
+  cr_assert_gt(rs[0].ok + rs[1].ok, 0);
+  mdr_graph_stats st;
+  cr_assert_eq(mdr_graph_cache_stats(c, &st), MDR_OK);
+  cr_assert_eq(st.steps, (uint64_t)(rs[0].ok + rs[1].ok), "every call that ran was counted, no other");
+  expect_healthy(&rf, c, 31, "after the race");
+  mdr_graph_cache_destroy(c);
+  ring_fini(&rf);
+  mdr_backend_destroy(b);
+}
+
+/* Deterministically: while one thread is inside a step (its body runs),
+ * another thread's step is refused, naming the cause. */
+typedef struct intruder {
+  mdr_graph_cache *c;
+  mdr_backend *b;
+  mdr_status st;
+  char text[512];
+} intruder;
+
+static void *intrude(void *arg) {
+  intruder *in = arg;
+  const uint32_t ids[2] = {5, 6};
+  in->st = mdr_graph_cache_step(in->c, ids, 2);
+  snprintf(in->text, sizeof in->text, "%s", mdr_backend_last_error(in->b));
+  return NULL;
+}
+
+static mdr_status body_with_intruder(void *user, mdr_stream s, size_t tokens) {
+  (void)s, (void)tokens;
+  intruder *in = user;
+  pthread_t th;
+  if (pthread_create(&th, NULL, intrude, in) != 0) return MDR_ERR_BACKEND;
+  pthread_join(th, NULL);
+  return MDR_OK;
+}
+
+Test(step_inputs, a_second_thread_inside_a_step_is_told_so) {
+  mdr_backend *b = tb_backend(TB_HOST);
+  ring_fixture rf;
+  ring_init(&rf, b);
+  intruder in = {.b = b, .st = MDR_OK};
+  mdr_graph_cache_options o;
+  mdr_graph_cache_options_default(&o);
+  o.body = body_with_intruder;
+  o.user = &in;
+  cr_assert_eq(mdr_graph_cache_create(rf.a, rf.s, &o, &in.c), MDR_OK);
+  const uint32_t ids[3] = {1, 2, 3};
+  for (int i = 0; i < 3; i++) { /* capture, then replays (the body runs at capture only) */
+    in.st = MDR_OK;
+    cr_assert_eq(mdr_graph_cache_step(in.c, ids, 3), MDR_OK, "%s", mdr_backend_last_error(b));
+    if (i == 0) {
+      cr_assert_eq(in.st, MDR_ERR_STATE);
+      cr_assert_not_null(strstr(in.text, "second thread"), "%s", in.text);
+      cr_assert_null(strstr(in.text, "inside this cache's step or prepare (a body"), "%s", in.text);
+    }
+  }
+  mdr_graph_stats st;
+  cr_assert_eq(mdr_graph_cache_stats(in.c, &st), MDR_OK);
+  cr_assert_eq(st.steps, 3);
+  mdr_graph_cache_destroy(in.c);
+  ring_fini(&rf);
+  mdr_backend_destroy(b);
+}
