@@ -832,3 +832,112 @@ Test(step_inputs, a_second_thread_inside_a_step_is_told_so) {
   ring_fini(&rf);
   mdr_backend_destroy(b);
 }
+
+#if defined(MDR_HAVE_CUDA)
+#include <cuda_runtime.h>
+
+/* The ring's guarantee for every input on the GPU: a slow kernel is queued
+ * in front, then far more steps than the ring holds are submitted behind
+ * it; each step's body folds its ids, positions (per token) and sequence
+ * lengths (per sequence, by the sequence count on the device) into
+ * accumulators. A slot overwritten before its launch read it would change
+ * the sums. */
+typedef struct gpu_acc {
+  mdr_arena *a;
+  mdr_graph_cache *c;
+  mdr_dptr pos, seqlen;
+  uint64_t *acc; /* ids, positions, sequence lengths: 2 words each */
+} gpu_acc;
+
+static mdr_status gpu_acc_body(void *user, mdr_stream s, mdr_dptr count, size_t max_tokens) {
+  (void)max_tokens;
+  gpu_acc *u = user;
+  const uint32_t *seqs = (const uint32_t *)(uintptr_t)mdr_graph_cache_sequences_ptr(u->c);
+  int e = tb_cuda_accumulate_dev(s, (const uint32_t *)(uintptr_t)mdr_arena_token_ids(u->a),
+                                 (const uint32_t *)(uintptr_t)count, u->acc);
+  if (!e) e = tb_cuda_accumulate_dev(s, (const uint32_t *)(uintptr_t)u->pos, (const uint32_t *)(uintptr_t)count,
+                                     u->acc + 2);
+  if (!e) e = tb_cuda_accumulate_dev(s, (const uint32_t *)(uintptr_t)u->seqlen, seqs, u->acc + 4);
+  return e ? MDR_ERR_BACKEND : MDR_OK;
+}
+
+Test(step_inputs, every_input_survives_a_host_running_far_ahead_of_the_gpu) {
+  mdr_backend *b = tb_backend(TB_CUDA);
+  for (int mode = 0; mode < 4; mode++) { /* EXACT, LADDER, DYNAMIC x2 impls */
+    inputs_fixture f;
+    inputs_init(&f, b);
+    mdr_dptr acc_dev = 0;
+    cr_assert_eq(mdr_backend_alloc(b, 48, &acc_dev), MDR_OK);
+    cr_assert_eq(mdr_backend_fill(b, acc_dev, 0, 48), MDR_OK);
+    gpu_acc u = {f.a, NULL, f.dst[IN_POS], f.dst[IN_SEQLEN], (uint64_t *)(uintptr_t)acc_dev};
+    mdr_graph_cache_options o;
+    mdr_graph_cache_options_default(&o);
+    o.mode = mode == 0 ? MDR_GRAPH_EXACT : mode == 1 ? MDR_GRAPH_LADDER : MDR_GRAPH_DYNAMIC;
+    o.zero = MDR_ZERO_FUSED;
+    o.dynamic_impl = mode == 3 ? MDR_DYNAMIC_DEVICE_COUNT : MDR_DYNAMIC_NODE_UPDATE;
+    o.inputs = f.in;
+    o.n_inputs = N_IN;
+    o.max_sequences = S;
+    o.body_dynamic = gpu_acc_body;
+    o.user = &u;
+    cr_assert_eq(mdr_graph_cache_create(f.a, f.s, &o, &u.c), MDR_OK, "%s", mdr_backend_last_error(b));
+    size_t all[M];
+    for (size_t t = 1; t <= M; t++) all[t - 1] = t;
+    cr_assert_eq(mdr_graph_cache_prepare(u.c, all, M), MDR_OK, "%s", mdr_backend_last_error(b));
+    cr_assert_eq(mdr_backend_synchronize(b, f.s), MDR_OK);
+    cr_assert_eq(tb_cuda_sleep(f.s, 50ull * 1000 * 1000), 0);
+    uint64_t rng = 177 + (uint64_t)mode, want[6] = {0};
+    for (int step = 0; step < 300; step++) {
+      const size_t t = 1 + tb_rng_next(&rng) % M, s = 1 + tb_rng_next(&rng) % (t < S ? t : S);
+      step_values v;
+      make_values(&rng, &v, t, s);
+      for (size_t i = 0; i < t; i++) {
+        want[0] += (uint64_t)(i + 1) * v.ids[i];
+        want[2] += (uint64_t)(i + 1) * v.pos[i];
+      }
+      for (size_t i = 0; i < s; i++) want[4] += (uint64_t)(i + 1) * v.seqlen[i];
+      want[1] += t;
+      want[3] += t;
+      want[5] += s;
+      const void *arr[1 + N_IN];
+      cr_assert_eq(mdr_graph_cache_step_inputs(u.c, values_of(&v, arr), 1 + N_IN, t, s), MDR_OK, "%s",
+                   mdr_backend_last_error(b));
+      memset(&v, 0xEE, sizeof v);
+    }
+    cr_assert_eq(mdr_backend_synchronize(b, f.s), MDR_OK);
+    uint64_t got[6];
+    cr_assert_eq(mdr_backend_copy_d2h(b, got, acc_dev, 48), MDR_OK);
+    for (int k = 0; k < 6; k++) cr_assert_eq(got[k], want[k], "mode %d: accumulator %d (a slot overwritten early)", mode, k);
+    mdr_graph_cache_destroy(u.c);
+    mdr_backend_free(b, acc_dev);
+    inputs_fini(&f);
+  }
+  mdr_backend_destroy(b);
+}
+
+/* On the GPU: an error the application left pending (cudaSetDevice of a
+ * device that does not exist) is reported as the application's by the next
+ * step, eagerly and on a graph, and the cache stays usable. */
+Test(step_inputs, a_pending_cuda_error_is_reported_as_the_applications) {
+  mdr_backend *b = tb_backend(TB_CUDA);
+  for (int eager = 0; eager < 2; eager++) {
+    ring_fixture r;
+    ring_init(&r, b);
+    if (eager) setenv("MDR_DISABLE_GRAPHS", "1", 1);
+    mdr_graph_cache *c = ring_cache(&r, MDR_GRAPH_DYNAMIC);
+    unsetenv("MDR_DISABLE_GRAPHS");
+    const uint32_t ids[4] = {1, 2, 3, 4};
+    cr_assert_eq(mdr_graph_cache_step(c, ids, 4), MDR_OK, "%s", mdr_backend_last_error(b));
+    int current = 0;
+    cr_assert_eq(cudaGetDevice(&current), cudaSuccess);
+    cr_assert_neq(cudaSetDevice(1 << 20), cudaSuccess);
+    cr_assert_eq(mdr_graph_cache_step(c, ids, 4), MDR_ERR_BACKEND);
+    cr_assert_not_null(strstr(mdr_backend_last_error(b), "outside mdr"), "%s", mdr_backend_last_error(b));
+    cr_assert_eq(cudaSetDevice(current), cudaSuccess);
+    expect_healthy(&r, c, 41 + (uint64_t)eager, eager ? "cuda eager" : "cuda graph");
+    mdr_graph_cache_destroy(c);
+    ring_fini(&r);
+  }
+  mdr_backend_destroy(b);
+}
+#endif
