@@ -70,7 +70,7 @@ if has sanitize; then
   for suite in zero_fused arena; do
     run "memcheck-$suite" $cs --tool memcheck $build/tests/test_$suite --jobs 1
   done
-  for suite in backend graph_cache; do
+  for suite in backend graph_cache step_inputs; do
     run "memcheck-$suite" $cs --tool memcheck --report-api-errors no $build/tests/test_$suite --jobs 1
   done
   # compute-sanitizer serialises kernels, so the case showing that no call
@@ -78,7 +78,7 @@ if has sanitize; then
   run memcheck-backend_cuda $cs --tool memcheck --report-api-errors no $build/tests/test_backend_cuda --jobs 1 \
     --filter 'backend_cuda/[at]*'
 
-  for suite in zero_fused graph_cache; do
+  for suite in zero_fused graph_cache step_inputs; do
     run "initcheck-$suite" $cs --tool initcheck $build/tests/test_$suite --jobs 1
     run "synccheck-$suite" $cs --tool synccheck $build/tests/test_$suite --jobs 1
   done
