@@ -299,10 +299,12 @@ MDR_API mdr_status mdr_graph_cache_prepare(mdr_graph_cache *c, const size_t *tok
  *   MDR_ERR_INVALID_ARGUMENT  NULL cache or ids; nothing changed;
  *   MDR_ERR_OUT_OF_RANGE      tokens 0 or > max_batch_tokens; nothing changed;
  *   MDR_ERR_STATE             called while the cache's stream is being
- *                             captured, or from inside this cache's step or
- *                             prepare (a body); nothing changed. Also: the
- *                             staging ring found corrupt (the device served
- *                             a staged launch the cache never enqueued);
+ *                             captured, from inside this cache's step or
+ *                             prepare (a body), or from a second thread
+ *                             while another is inside (the text says
+ *                             which); nothing changed. Also: the staging
+ *                             ring found corrupt (the device served a
+ *                             staged launch the cache never enqueued);
  *   MDR_ERR_CAPTURE           the capture failed (the body's failure
  *                             included, named in the last error); it was
  *                             ended cleanly, no graph was kept, and the step
@@ -313,7 +315,15 @@ MDR_API mdr_status mdr_graph_cache_prepare(mdr_graph_cache *c, const size_t *tok
  *                             this status is returned once per such count;
  *   other                     the step failed (backend error, or the body
  *                             failed when run eagerly); see
- *                             mdr_backend_last_error.
+ *                             mdr_backend_last_error. An error that earlier
+ *                             work outside mdr left pending (CUDA: a failed
+ *                             launch of the application's) is returned
+ *                             before anything is staged, named as the
+ *                             application's, and cleared. A failed step
+ *                             leaves the ring consistent: the next step
+ *                             works (after a graph launch that failed part
+ *                             way, it first waits for the stream to drain
+ *                             and re-reads the ring's count).
  * Not capture-safe itself (it launches graphs). */
 MDR_API mdr_status mdr_graph_cache_step(mdr_graph_cache *c, const uint32_t *token_ids, size_t tokens);
 
