@@ -121,6 +121,7 @@ static void run_preset(bench_env *e, const char *preset, sweep *sw) {
         snprintf(label, sizeof label, "%s %s %s at %zu tokens", preset, k_policy_names[p], k_strategy_names[s],
                  validation_tokens(o));
         validate(&r, validation_tokens(o), label);
+        validate_inputs(&r, validation_tokens(o), label);
       }
       for (size_t t = 0; t < o->n_tokens; t++) {
         bench_case *c = &sw->cases[sw->n++];
