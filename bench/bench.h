@@ -53,6 +53,10 @@ enum {
   UNTOUCHED_PROBE = 256,    /* head bytes of a buffer outside the plan checked */
   POISON = 0xA5,
   FIRST_TOKEN_ID = 1000,    /* ids of step: FIRST_TOKEN_ID + i */
+  INPUT_BLOCKS_PER_SEQ = 128, /* graph-fused-inputs: block-table entries per sequence */
+  INPUT_MAX_SEQS = 256,     /* graph-fused-inputs: max_sequences (at most M); a step over t tokens
+                               carries min(t, INPUT_MAX_SEQS) sequences */
+  N_STEP_INPUTS = 3,        /* graph-fused-inputs: positions, seq_lens, block_table */
 };
 
 #define FLUSH_BYTES (256 * MIB)        /* > L2 of any current GPU (H200: 50 MB) */
@@ -68,6 +72,8 @@ typedef enum strategy {
   STRAT_GRAPH_FUSED_DEV, /* the same, the ids already in device memory (step_device) */
   STRAT_GRAPH_DYNAMIC,/* graph cache DYNAMIC (node update): one graph for every count */
   STRAT_GRAPH_DYNAMIC_COUNT, /* DYNAMIC, count read on the device from the slot */
+  STRAT_GRAPH_FUSED_INPUTS, /* graph-fused with a decode step's inputs staged beside the ids:
+                               positions, sequence lengths and a block table (step inputs) */
   STRAT_COUNT
 } strategy;
 extern const char *const k_strategy_names[STRAT_COUNT];
@@ -246,6 +252,14 @@ typedef struct runner {
   const uint32_t *ids_upload; /* eager upload source: pinned on the GPU */
   mdr_dptr ids_dev;       /* the same M ids in device memory (graph-fused-dev) */
   bool gpu;
+  /* graph-fused-inputs: the declared inputs, their device destinations, the
+   * host values of every step (M positions, max_seqs lengths, max_seqs
+   * block-table rows) and the step's values array (ids first) */
+  mdr_step_input inputs[N_STEP_INPUTS];
+  mdr_dptr input_dst[N_STEP_INPUTS];
+  uint32_t *input_host[N_STEP_INPUTS];
+  const void *values[1 + N_STEP_INPUTS];
+  size_t max_seqs;
 } runner;
 
 bool is_graph(strategy s);
@@ -264,6 +278,8 @@ summary cpu_time_steps(runner *r, size_t tokens, size_t reps);
 void cpu_time_samples(runner *r, size_t tokens, size_t reps, double *out);
 /* The count a "changing" CPU run alternates with: a neighbour of tokens. */
 size_t partner_tokens(size_t tokens);
+/* The sequences of a graph-fused-inputs step over `tokens` tokens. */
+size_t input_sequences(const runner *r, size_t tokens);
 /* The same with the count alternating between tokens and partner_tokens. */
 summary cpu_time_steps_vary(runner *r, size_t tokens, size_t reps);
 
@@ -276,6 +292,9 @@ size_t plan_bytes(mdr_backend *b, const mdr_arena *a, size_t tokens, size_t *seg
 /* Poison, one step at `tokens`, then check every byte the step owns; die
  * on the first wrong one, naming `label`. */
 void validate(runner *r, size_t tokens, const char *label);
+/* graph-fused-inputs, after validate: each input's rows of that step
+ * arrived in its destination (other strategies: nothing). */
+void validate_inputs(runner *r, size_t tokens, const char *label);
 
 /* ---- cases and the run ---- */
 

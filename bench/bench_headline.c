@@ -273,6 +273,67 @@ static void print_device_ids(const bench_env *e, const sweep *sw, const size_t *
   if (gpu) print_device_goal(e, sw);
 }
 
+/* The step-inputs goal: graph-fused-inputs over graph-fused, at
+ * counts up to INPUTS_GOAL_MAX_TOKENS, costs at most INPUTS_GOAL_US more,
+ * GPU and CPU (medians). */
+#define INPUTS_GOAL_MAX_TOKENS 64
+#define INPUTS_GOAL_US 0.3
+
+/* graph-fused-inputs beside graph-fused (the same EXACT fused graph, ids
+ * only) at every count of the run, per preset and policy: medians and their
+ * differences. On a GPU the difference is also given net of the 1-kernel
+ * replay timed beside each case (what a drift between the two cases moved
+ * alike), and the goal line takes the larger of the two. */
+static void print_step_inputs(const bench_env *e, const sweep *sw) {
+  const options *o = e->o;
+  const bool gpu = e->gpu.on;
+  if (!o->strategy_on[STRAT_GRAPH_FUSED_INPUTS] || !o->strategy_on[STRAT_GRAPH_FUSED]) return;
+  printf("\nstep inputs: graph-fused-inputs (ids + positions + seq lens + a %d-entry block table per sequence, "
+         "min(tokens, %d) sequences, mdr_graph_cache_step_inputs) beside graph-fused (ids only); %s\n",
+         INPUT_BLOCKS_PER_SEQ, INPUT_MAX_SEQS, gpu ? "GPU and CPU us, medians" : "CPU us medians (host backend)");
+  printf("%-18s %-6s %6s", "", "policy", "tokens");
+  if (gpu) printf("  %9s  %10s  %8s  %8s", "ids GPU", "inputs GPU", "+GPU", "+GPU net");
+  printf("  %9s  %10s  %8s\n", "ids CPU", "inputs CPU", "+CPU");
+  for (size_t p = 0; p < mdr_model_preset_count(); p++) {
+    if (!o->preset_on[p]) continue;
+    const char *preset = mdr_model_preset_name(p);
+    for (int pol = 0; pol < MDR_ROWS_POLICY_COUNT; pol++) {
+      if (!o->policy_on[pol]) continue;
+      double worst_gpu = -INFINITY, worst_cpu = -INFINITY;
+      size_t n = 0;
+      for (size_t t = 0; t < o->n_tokens; t++) {
+        const bench_case *ids = find_case(sw, preset, (mdr_rows_policy)pol, o->tokens[t], STRAT_GRAPH_FUSED);
+        const bench_case *in = find_case(sw, preset, (mdr_rows_policy)pol, o->tokens[t], STRAT_GRAPH_FUSED_INPUTS);
+        if (!ids || !in || !ids->measured || !in->measured) continue;
+        printf("%-18s %-6s %6zu", n ? "" : preset, k_policy_names[pol], o->tokens[t]);
+        if (gpu) {
+          const double d = in->gpu.med - ids->gpu.med;
+          const double net = (in->gpu.med - in->floor_replay_us) - (ids->gpu.med - ids->floor_replay_us);
+          printf("  %9.2f  %10.2f  %+8.2f  %+8.2f", ids->gpu.med, in->gpu.med, d, net);
+          if (o->tokens[t] <= INPUTS_GOAL_MAX_TOKENS && (d > worst_gpu || net > worst_gpu))
+            worst_gpu = d > net ? d : net;
+        }
+        const double dc = in->cpu.med - ids->cpu.med;
+        printf("  %9.2f  %10.2f  %+8.2f\n", ids->cpu.med, in->cpu.med, dc);
+        if (o->tokens[t] <= INPUTS_GOAL_MAX_TOKENS && dc > worst_cpu) worst_cpu = dc;
+        n++;
+      }
+      if (!isfinite(worst_cpu)) {
+        printf("goal (step inputs, %s, policy %s): not measured at counts <= %d\n", preset, k_policy_names[pol],
+               INPUTS_GOAL_MAX_TOKENS);
+        continue;
+      }
+      if (gpu)
+        printf("goal (step inputs, %s, policy %s, tokens <= %d): +GPU us max %.2f, +CPU us max %.2f (goal <= %.2f "
+               "each): %s\n", preset, k_policy_names[pol], INPUTS_GOAL_MAX_TOKENS, worst_gpu, worst_cpu,
+               INPUTS_GOAL_US, worst_gpu <= INPUTS_GOAL_US && worst_cpu <= INPUTS_GOAL_US ? "met" : "NOT met");
+      else
+        printf("goal (step inputs, %s, policy %s, tokens <= %d): +CPU us max %.2f on the host backend (the goal "
+               "is read on a GPU)\n", preset, k_policy_names[pol], INPUTS_GOAL_MAX_TOKENS, worst_cpu);
+    }
+  }
+}
+
 void print_headline(const bench_env *e, const sweep *sw) {
   const options *o = e->o;
   const bool gpu = e->gpu.on;
@@ -308,6 +369,7 @@ void print_headline(const bench_env *e, const sweep *sw) {
     }
   }
   print_device_ids(e, sw, counts, n_counts);
+  print_step_inputs(e, sw);
   size_t n_presets = count_on(o->preset_on, mdr_model_preset_count());
   size_t n_policies = count_on(o->policy_on, MDR_ROWS_POLICY_COUNT);
   if (gpu)

@@ -57,6 +57,9 @@ void print_legend(bool gpu) {
   if (!gpu) printf("  without a GPU the GPU columns (GPU us, loop, cold, GB/s, xfloor, speedup) are \"-\"\n");
   printf("  graph-fused-dev is graph-fused with the step's ids already in device memory (written once before\n"
          "            timing; mdr_graph_cache_step_device): no staging slot, nothing read from host memory\n");
+  printf("  graph-fused-inputs is graph-fused with positions, sequence lengths and a %d-entry block table per\n"
+         "            sequence staged in the same slot as the ids (mdr_graph_cache_step_inputs)\n",
+         INPUT_BLOCKS_PER_SEQ);
 }
 
 void print_table_header(bool gpu) {

@@ -3,7 +3,11 @@
  * CPU timing of its submitting call. graph-fused-dev is graph-fused with the
  * ids already in device memory (r->ids_dev, written once before any timing,
  * as an engine's sampling kernel would leave them): its step copies them on
- * the device, reading nothing from host memory. */
+ * the device, reading nothing from host memory. graph-fused-inputs is
+ * graph-fused with a decode step's inputs declared beside the ids
+ * (positions per token, a sequence length and INPUT_BLOCKS_PER_SEQ
+ * block-table entries per sequence, each to a device buffer of its own) and
+ * staged with them in the one slot by mdr_graph_cache_step_inputs. */
 #define _POSIX_C_SOURCE 200809L
 #include <stdlib.h>
 #include <string.h>
@@ -26,9 +30,14 @@ static void upload_ids_eager(runner *r, size_t tokens) {
   memcpy((void *)(uintptr_t)dst, r->ids_upload, bytes); /* host backend: device memory is host memory */
 }
 
+size_t input_sequences(const runner *r, size_t tokens) { return tokens < r->max_seqs ? tokens : r->max_seqs; }
+
 void runner_step(void *arg, size_t tokens) {
   runner *r = arg;
-  if (r->strat == STRAT_GRAPH_FUSED_DEV) {
+  if (r->strat == STRAT_GRAPH_FUSED_INPUTS) {
+    CHECK(r->b, mdr_graph_cache_step_inputs(r->cache, r->values, 1 + N_STEP_INPUTS, tokens,
+                                            input_sequences(r, tokens)));
+  } else if (r->strat == STRAT_GRAPH_FUSED_DEV) {
     CHECK(r->b, mdr_graph_cache_step_device(r->cache, r->ids_dev, tokens));
   } else if (is_graph(r->strat)) {
     CHECK(r->b, mdr_graph_cache_step(r->cache, r->ids, tokens));
@@ -36,6 +45,55 @@ void runner_step(void *arg, size_t tokens) {
     CHECK(r->b, mdr_arena_zero_all_rows(r->arena, r->stream, tokens));
     upload_ids_eager(r, tokens);
   }
+}
+
+/* graph-fused-inputs: declare the inputs, allocate their destinations and
+ * fill the host values every step stages (positions 1000 + i, lengths
+ * 2000 + s, block ids s * INPUT_BLOCKS_PER_SEQ + j). */
+static void inputs_begin(runner *r, mdr_graph_cache_options *o) {
+  const size_t m = mdr_arena_max_batch_tokens(r->arena);
+  r->max_seqs = m < INPUT_MAX_SEQS ? m : INPUT_MAX_SEQS;
+  static const char *const names[N_STEP_INPUTS] = {"positions", "seq_lens", "block_table"};
+  const size_t rows[N_STEP_INPUTS] = {m, r->max_seqs, r->max_seqs};
+  const size_t width[N_STEP_INPUTS] = {1, 1, INPUT_BLOCKS_PER_SEQ};
+  for (int i = 0; i < N_STEP_INPUTS; i++) {
+    const size_t n = rows[i] * width[i];
+    CHECK(r->b, mdr_backend_alloc(r->b, n * sizeof(uint32_t), &r->input_dst[i]));
+    r->input_host[i] = xmalloc(n * sizeof(uint32_t));
+    for (size_t k = 0; k < n; k++) r->input_host[i][k] = (uint32_t)(i == 0 ? 1000 + k : i == 1 ? 2000 + k : k);
+    r->inputs[i] = (mdr_step_input){.name = names[i], .elem_bytes = sizeof(uint32_t),
+                                    .shape = i == 0 ? MDR_INPUT_PER_TOKEN : MDR_INPUT_PER_SEQUENCE,
+                                    .width = width[i], .dest = MDR_INPUT_TO_DEVICE, .address = r->input_dst[i]};
+    r->values[1 + i] = r->input_host[i];
+  }
+  r->values[0] = r->ids;
+  o->inputs = r->inputs;
+  o->n_inputs = N_STEP_INPUTS;
+  o->max_sequences = r->max_seqs;
+}
+
+static void inputs_end(runner *r) {
+  for (int i = 0; i < N_STEP_INPUTS; i++) {
+    if (r->input_dst[i]) mdr_backend_free(r->b, r->input_dst[i]);
+    free(r->input_host[i]);
+    r->input_dst[i] = 0;
+    r->input_host[i] = NULL;
+  }
+}
+
+void validate_inputs(runner *r, size_t tokens, const char *label) {
+  if (r->strat != STRAT_GRAPH_FUSED_INPUTS) return;
+  const size_t seqs = input_sequences(r, tokens);
+  const size_t n[N_STEP_INPUTS] = {tokens, seqs, seqs * INPUT_BLOCKS_PER_SEQ};
+  uint32_t *got = xmalloc(n[2] > n[0] ? n[2] * sizeof *got : n[0] * sizeof *got);
+  for (int i = 0; i < N_STEP_INPUTS; i++) {
+    CHECK(r->b, mdr_backend_copy_d2h(r->b, got, r->input_dst[i], n[i] * sizeof *got));
+    for (size_t k = 0; k < n[i]; k++)
+      if (got[k] != r->input_host[i][k])
+        die("validation failed (%s): %s[%zu] = %u, expected %u", label, r->inputs[i].name, k, got[k],
+            r->input_host[i][k]);
+  }
+  free(got);
 }
 
 bool runner_begin(runner *r, strategy s, const size_t *prepare, size_t n_prepare, const char **why) {
@@ -54,12 +112,14 @@ bool runner_begin(runner *r, strategy s, const size_t *prepare, size_t n_prepare
   o.mode = dynamic ? MDR_GRAPH_DYNAMIC : MDR_GRAPH_EXACT;
   o.dynamic_impl = s == STRAT_GRAPH_DYNAMIC_COUNT ? MDR_DYNAMIC_DEVICE_COUNT : MDR_DYNAMIC_NODE_UPDATE;
   o.zero = s == STRAT_GRAPH_MEMSET ? MDR_ZERO_MEMSET : MDR_ZERO_FUSED;
+  if (s == STRAT_GRAPH_FUSED_INPUTS) inputs_begin(r, &o);
   mdr_status st = mdr_graph_cache_create(r->arena, r->stream, &o, &r->cache);
   if (st != MDR_OK) {
     if (dynamic || st == MDR_ERR_UNSUPPORTED) {
       *why = mdr_status_string(st);
       fprintf(stderr, "note: %s skipped: %s: %s\n", k_strategy_names[s], mdr_status_string(st),
               mdr_backend_last_error(r->b));
+      inputs_end(r);
       return false;
     }
     CHECK(r->b, st);
@@ -80,6 +140,7 @@ void runner_activate(runner *r) {
 void runner_end(runner *r) {
   mdr_graph_cache_destroy(r->cache); /* waits for the stream */
   r->cache = NULL;
+  inputs_end(r);
   CHECK(r->b, mdr_arena_set_zero_strategy(r->arena, MDR_ZERO_MEMSET));
 }
 

@@ -198,6 +198,7 @@ static void run_preset(bench_env *e, const char *preset, sweep *sw) {
                validation_tokens(o));
       runner_activate(&rs[s]);
       validate(&rs[s], validation_tokens(o), label);
+      validate_inputs(&rs[s], validation_tokens(o), label);
     }
     for (size_t t = 0; t < o->n_tokens; t++) {
       bench_case *cases[STRAT_COUNT];

@@ -45,6 +45,7 @@
 #include <cuda_runtime.h>
 #include <mdr/mdr.h>
 
+#include "staging_layout.h"
 #include "zero_map.h"
 
 #include "lab.h"
@@ -265,7 +266,7 @@ static void switch_destroy(switch_graph *g) {
  * at least every PB_SLOTS / 2 steps, so a slot is never rewritten early. */
 static void switch_step(switch_graph *g, const uint32_t *ids, size_t tokens, cudaStream_t s) {
   unsigned char *slot = g->ring_h + (g->steps % PB_SLOTS) * g->slot_bytes;
-  mdr_stage_header h = {(uint32_t)tokens, (uint32_t)tokens, {0, 0}};
+  mdr_stage_header h = {(uint32_t)tokens, (uint32_t)tokens, 0, 0};
   memcpy(slot + MDR_STAGE_HEADER_BYTES, ids, tokens * sizeof(uint32_t));
   memcpy(slot, &h, sizeof h);
   g->steps++;

@@ -591,7 +591,7 @@ static staged staged_init(void) {
   CUDA_CHECK(cudaHostAlloc((void **)&st.ring_h, slot_bytes * slots, cudaHostAllocMapped));
   CUDA_CHECK(cudaHostAlloc((void **)&st.ack_h, sizeof(uint64_t), cudaHostAllocMapped));
   for (uint32_t s = 0; s < slots; s++) {
-    mdr_stage_header h = {tokens, tokens, {0, 0}};
+    mdr_stage_header h = {tokens, tokens, 0, 0};
     unsigned char *p = st.ring_h + s * slot_bytes;
     memcpy(p, &h, sizeof h);
     for (uint32_t i = 0; i < tokens; i++) {
@@ -603,7 +603,7 @@ static staged staged_init(void) {
   CUDA_CHECK(cudaMalloc((void **)&st.counter, sizeof(uint64_t)));
   CUDA_CHECK(cudaMalloc((void **)&st.sync, sizeof(mdr_stage_sync)));
   CUDA_CHECK(cudaMalloc((void **)&st.ids, tokens * sizeof(uint32_t)));
-  CUDA_CHECK(cudaMalloc((void **)&st.count, sizeof(uint32_t)));
+  CUDA_CHECK(cudaMalloc((void **)&st.count, 2 * sizeof(uint32_t))); /* tokens, sequences */
   CUDA_CHECK(cudaMemset(st.counter, 0, sizeof(uint64_t)));
   CUDA_CHECK(cudaMemset(st.sync, 0, sizeof(mdr_stage_sync)));
   memset(&st.desc, 0, sizeof st.desc);

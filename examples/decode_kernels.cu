@@ -227,3 +227,82 @@ extern "C" cudaError_t dk_empty(cudaStream_t stream) {
   empty_kernel<<<1, 1, 0, stream>>>();
   return cudaGetLastError();
 }
+
+/* ---- paged decode attention (decode_model_paged.h has the formula) ---- */
+
+namespace {
+
+constexpr int kAttnThreads = 256; /* = PAGED_HEAD_DIM: one thread per output element */
+constexpr int kAttnMaxKeys = 256; /* = PAGED_MAX_KEYS */
+
+/* One block per (sequence row, head). Reads the step's counts and inputs on
+ * the device; rows at or past the step's sequences return at once. Scores:
+ * thread j computes key j's dot product over the head dimension in order;
+ * the softmax's max and sum are taken by thread 0 in key order; each thread
+ * then sums its output element over the keys in order. Fixed order
+ * throughout: a launch gives the same bits every time. */
+__global__ void paged_attention_kernel(float *out, const __nv_bfloat16 *q_rows, size_t q_stride,
+                                       const __nv_bfloat16 *k_cache, const __nv_bfloat16 *v_cache,
+                                       const uint32_t *positions, const uint32_t *seq_lens,
+                                       const uint32_t *query_token, const uint32_t *block_table,
+                                       uint32_t table_width, uint32_t block, const uint32_t *tokens_word,
+                                       const uint32_t *sequences_word, int heads) {
+  __shared__ float q[kAttnThreads];
+  __shared__ float score[kAttnMaxKeys];
+  __shared__ float norm;
+  const uint32_t s = blockIdx.x, h = blockIdx.y, d = threadIdx.x;
+  if (s >= *sequences_word) return;
+  const uint32_t t = query_token[s];
+  float *o = out + ((size_t)s * heads + h) * kAttnThreads;
+  if (t >= *tokens_word) { /* a bad input: say so in the output rather than read out of bounds */
+    o[d] = __int_as_float(0x7fc00000);
+    return;
+  }
+  const uint32_t pos = positions[t];
+  uint32_t n = seq_lens[s] < pos + 1 ? seq_lens[s] : pos + 1;
+  if (n > kAttnMaxKeys) n = kAttnMaxKeys;
+  if (n > table_width * block) n = table_width * block;
+  q[d] = __bfloat162float(q_rows[(size_t)t * q_stride + (size_t)h * kAttnThreads + d]);
+  __syncthreads();
+  const float scale = rsqrtf((float)kAttnThreads), slope = exp2f(-(float)(h + 1));
+  for (uint32_t j = d; j < n; j += blockDim.x) {
+    const uint32_t blk = block_table[(size_t)s * table_width + j / block];
+    const __nv_bfloat16 *k = k_cache + ((size_t)blk * block + j % block) * kAttnThreads;
+    float dot = 0.f;
+    for (int i = 0; i < kAttnThreads; ++i) dot = fmaf(q[i], __bfloat162float(k[i]), dot);
+    score[j] = dot * scale - slope * (float)(pos - j);
+  }
+  __syncthreads();
+  if (d == 0) {
+    float mx = -INFINITY, sum = 0.f;
+    for (uint32_t j = 0; j < n; ++j) mx = fmaxf(mx, score[j]);
+    for (uint32_t j = 0; j < n; ++j) sum += (score[j] = expf(score[j] - mx));
+    norm = 1.f / sum;
+  }
+  __syncthreads();
+  float acc = 0.f;
+  for (uint32_t j = 0; j < n; ++j) {
+    const uint32_t blk = block_table[(size_t)s * table_width + j / block];
+    acc = fmaf(score[j], __bfloat162float(v_cache[((size_t)blk * block + j % block) * kAttnThreads + d]), acc);
+  }
+  o[d] = acc * norm;
+}
+
+}  // namespace
+
+extern "C" cudaError_t dk_paged_attention(float *out, const void *q_rows, size_t q_stride, const void *k_cache,
+                               const void *v_cache, const uint32_t *positions, const uint32_t *seq_lens,
+                               const uint32_t *query_token, const uint32_t *block_table, size_t table_width,
+                               size_t block, size_t head_dim, size_t heads, size_t max_keys,
+                               const uint32_t *tokens_word, const uint32_t *sequences_word, size_t seq_rows,
+                               cudaStream_t stream) {
+  if (head_dim != (size_t)kAttnThreads || max_keys > (size_t)kAttnMaxKeys || max_keys > table_width * block ||
+      block == 0 || heads == 0 || heads > 65535 || seq_rows == 0 || seq_rows > kMaxGridX)
+    return cudaErrorInvalidValue;
+  dim3 grid((unsigned)seq_rows, (unsigned)heads);
+  paged_attention_kernel<<<grid, kAttnThreads, 0, stream>>>(
+      out, static_cast<const __nv_bfloat16 *>(q_rows), q_stride, static_cast<const __nv_bfloat16 *>(k_cache),
+      static_cast<const __nv_bfloat16 *>(v_cache), positions, seq_lens, query_token, block_table,
+      (uint32_t)table_width, (uint32_t)block, tokens_word, sequences_word, (int)heads);
+  return cudaGetLastError();
+}

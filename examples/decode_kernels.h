@@ -1,5 +1,5 @@
 /* mdr example — the decode loop's own device kernels (gather, RMSNorm, MoE
- * accumulate, greedy sampling, an empty kernel), with C-callable launchers.
+ * accumulate, greedy sampling, paged decode attention, an empty kernel), with C-callable launchers.
  *
  * Layout: every activation is row-major BF16 [rows, width], one token per
  * row. `tokens` rows are real; rows tokens .. rows-1 are the GEMM padding up
@@ -50,6 +50,26 @@ cudaError_t dk_moe_accumulate(void *moe_out, const void *expert_out, size_t slot
  * aligned, vocab <= UINT32_MAX. */
 cudaError_t dk_sample_argmax(uint32_t *next_ids, const void *logits, size_t tokens, size_t vocab,
                              cudaStream_t stream);
+
+/* Paged decode attention, one query token per sequence (decode_model_paged.h
+ * gives the formula and paged_attention_ref its CPU reference). Everything
+ * of the step is read on the device: its token and sequence counts
+ * (tokens_word, sequences_word: mdr_graph_cache_count_ptr and
+ * mdr_graph_cache_sequences_ptr in a graph), and per sequence s <
+ * *sequences_word its query token, its length and its block-table row, and
+ * the query token's position. q_rows: BF16 rows of q_stride elements, head h
+ * at h * head_dim; k_cache, v_cache: BF16 [blocks][block][head_dim] (one KV
+ * head); out: F32 [seq_rows][heads][head_dim], rows at or past the step's
+ * sequences not written (a query token past the step's tokens gives NaN).
+ * The grid is seq_rows x heads blocks (a bound: the graph's sequence rows).
+ * head_dim 256; at most 256 keys per sequence (max_keys <= table_width *
+ * block). */
+cudaError_t dk_paged_attention(float *out, const void *q_rows, size_t q_stride, const void *k_cache,
+                               const void *v_cache, const uint32_t *positions, const uint32_t *seq_lens,
+                               const uint32_t *query_token, const uint32_t *block_table, size_t table_width,
+                               size_t block, size_t head_dim, size_t heads, size_t max_keys,
+                               const uint32_t *tokens_word, const uint32_t *sequences_word, size_t seq_rows,
+                               cudaStream_t stream);
 
 /* One block of one thread that does nothing: padding for a body of a given
  * kernel count (capture-cost measurements). */

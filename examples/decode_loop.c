@@ -26,6 +26,15 @@
  *                       what they held (the seed's ids, or an older
  *                       sample): a step with more tokens reads them.
  *
+ * Every step also carries a paged-attention step's inputs (decode_model_paged.h):
+ * positions, sequence lengths, query tokens and a block table, for a mixed
+ * count of sequences (1 .. min(tokens, PAGED_MAX_SEQS)) that grow, end and
+ * start again over the run. The graph path stages them with the ids in one
+ * slot (mdr_graph_cache_step_inputs; device-fed: _step_inputs_device); the
+ * eager path uploads them itself into buffers of its own. The body's
+ * attention kernel reads them (and both counts) on the device; its output
+ * is compared bit for bit between the paths and against a CPU reference.
+ *
  * Measured and printed: the start-up prepare of counts 1..N (--prepare-all,
  * default M; --max-tokens sizes the arena up to 8192, --pad-kernels pads the
  * body, --zero picks the zeroing) in total ms, ms per graph, device memory
@@ -83,6 +92,16 @@ typedef struct loop {
   int *bucket;                   /* per step */
   uint64_t rng;                  /* the token schedule */
   size_t mismatched_steps, printed, last_tokens;
+  /* paged attention */
+  paged_state ps;
+  paged_step *st;                /* this step's inputs */
+  const void *values[1 + PAGED_INPUTS];
+  uint32_t *paged_pinned;        /* the eager upload's source: the counts, then each input */
+  float *attn_a, *attn_b;        /* attention output read back: eager, graph */
+  double *attn_ref;              /* the CPU reference */
+  uint16_t *q_host;              /* qkv_output rows read back (the reference's queries) */
+  size_t attn_mismatched_steps, attn_ref_failures, attn_checked_values;
+  double attn_worst;
 } loop;
 
 /* ---- one step, two ways ------------------------------------------------ */
@@ -113,11 +132,29 @@ fail:
 static int eager_step(model *m, loop *L, size_t tokens, bool fed, bool zero, timing *t) {
   const size_t id_bytes = tokens * sizeof *L->ids;
   if (!fed) memcpy(L->ids_pinned, L->ids, id_bytes); /* the previous step has finished */
+  /* the paged inputs: the counts, then each input's rows, packed */
+  const paged_set *ps = &m->paged.set[PAGED_EAGER];
+  size_t off[PAGED_INPUTS], used = 2;
+  L->paged_pinned[0] = (uint32_t)L->st->tokens;
+  L->paged_pinned[1] = (uint32_t)L->st->sequences;
+  for (int i = 0; i < PAGED_INPUTS; ++i) {
+    off[i] = used;
+    memcpy(L->paged_pinned + used, L->values[1 + i], paged_elems(L->st, i) * sizeof(uint32_t));
+    used += paged_elems(L->st, i);
+  }
+  CUDA_OK(cudaMemsetAsync(m->paged.out, 0xFF, PAGED_MAX_SEQS * PAGED_HEADS * PAGED_HEAD_DIM * sizeof(float),
+                          m->stream)); /* NaN: a row the attention does not write shows */
+  m->paged.use = PAGED_EAGER;
   double h0 = now_us();
   CUDA_OK(cudaEventRecord(L->ev0, m->stream));
   if (zero) MDR_CHECK_(m->backend, mdr_arena_zero_all_rows(m->arena, m->stream, tokens));
   CUDA_OK(cudaMemcpyAsync(arena_ptr(m, MDR_BUF_TOKEN_IDS), fed ? (const void *)L->fed_eager : L->ids_pinned,
                           id_bytes, fed ? cudaMemcpyDeviceToDevice : cudaMemcpyHostToDevice, m->stream));
+  CUDA_OK(cudaMemcpyAsync(m->paged.eager_words, L->paged_pinned, 2 * sizeof(uint32_t), cudaMemcpyHostToDevice,
+                          m->stream));
+  for (int i = 0; i < PAGED_INPUTS; ++i)
+    CUDA_OK(cudaMemcpyAsync(ps->in[i], L->paged_pinned + off[i], paged_elems(L->st, i) * sizeof(uint32_t),
+                            cudaMemcpyHostToDevice, m->stream));
   MDR_CHECK_(m->backend, decode_body(m, m->stream, tokens));
   if (fed) MDR_CHECK_(m->backend, decode_sample(m, m->stream, tokens, L->fed_eager));
   return finish_timing(m, L, h0, t);
@@ -126,13 +163,19 @@ fail:
 }
 
 /* Graph step: what an engine's loop calls once per decode step. Host ids:
- * mdr_graph_cache_step stages L->ids. Device-fed: the ids are where the
- * previous step's body sampled them (L->fed_graph = m->sample_ids). */
+ * mdr_graph_cache_step_inputs stages L->ids and the paged inputs in one
+ * slot. Device-fed: the ids are where the previous step's body sampled them
+ * (L->fed_graph = m->sample_ids), the paged inputs staged as before. */
 static int graph_step(model *m, loop *L, mdr_graph_cache *cache, size_t tokens, timing *t) {
+  const size_t n_values = 1 + PAGED_INPUTS, seqs = L->st->sequences;
+  CUDA_OK(cudaMemsetAsync(m->paged.out, 0xFF, PAGED_MAX_SEQS * PAGED_HEADS * PAGED_HEAD_DIM * sizeof(float),
+                          m->stream));
+  m->paged.use = PAGED_GRAPH; /* what a capture on a miss records */
   double h0 = now_us();
   CUDA_OK(cudaEventRecord(L->ev0, m->stream));
-  mdr_status st = L->device_fed ? mdr_graph_cache_step_device(cache, dptr(L->fed_graph), tokens)
-                                : mdr_graph_cache_step(cache, L->ids, tokens);
+  mdr_status st = L->device_fed
+                      ? mdr_graph_cache_step_inputs_device(cache, dptr(L->fed_graph), L->values, n_values, tokens, seqs)
+                      : mdr_graph_cache_step_inputs(cache, L->values, n_values, tokens, seqs);
   if (st == MDR_ERR_CAPTURE) {
     /* The cache ran this step eagerly; the step's work is enqueued. */
     fprintf(stderr, "decode_loop: warning: capture for %zu tokens failed, ran eagerly (%s)\n",
@@ -158,6 +201,17 @@ static int loop_init(loop *L, const model *m, const options *opt) {
   L->ids = malloc(M * sizeof *L->ids);
   L->logits_a = malloc(m->logit_rows * m->vocab * sizeof *L->logits_a);
   L->logits_b = malloc(m->logit_rows * m->vocab * sizeof *L->logits_b);
+  L->st = malloc(sizeof *L->st);
+  size_t pinned = 2;
+  for (int i = 0; i < PAGED_INPUTS; ++i) pinned += paged_input_bytes(i, M) / sizeof(uint32_t);
+  CUDA_OK(cudaMallocHost((void **)&L->paged_pinned, pinned * sizeof(uint32_t)));
+  const size_t attn = (size_t)PAGED_MAX_SEQS * PAGED_HEADS * PAGED_HEAD_DIM;
+  L->attn_a = malloc(attn * sizeof *L->attn_a);
+  L->attn_b = malloc(attn * sizeof *L->attn_b);
+  L->attn_ref = malloc(attn * sizeof *L->attn_ref);
+  L->q_host = malloc(M * m->qkv_dim * sizeof *L->q_host);
+  if (!L->st || !L->attn_a || !L->attn_b || !L->attn_ref || !L->q_host) goto fail;
+  paged_init(&L->ps, opt->seed);
   L->bucket = malloc(opt->steps * sizeof *L->bucket);
   L->scratch = malloc(opt->steps * sizeof *L->scratch);
   if (!L->ids || !L->logits_a || !L->logits_b || !L->bucket || !L->scratch) goto fail;
@@ -176,6 +230,12 @@ static void loop_fini(loop *L) {
   if (L->ev0) cudaEventDestroy(L->ev0);
   if (L->ev1) cudaEventDestroy(L->ev1);
   if (L->ids_pinned) cudaFreeHost(L->ids_pinned);
+  if (L->paged_pinned) cudaFreeHost(L->paged_pinned);
+  free(L->st);
+  free(L->attn_a);
+  free(L->attn_b);
+  free(L->attn_ref);
+  free(L->q_host);
   if (L->fed_eager) cudaFree(L->fed_eager);
   if (L->fed_graph) cudaFree(L->fed_graph);
   free(L->ids);
@@ -219,6 +279,49 @@ static void fill_ids(uint64_t *rng, uint32_t *ids, size_t tokens, size_t vocab) 
   for (size_t i = 0; i < tokens; ++i) ids[i] = (uint32_t)(ex_splitmix64(rng) % vocab);
 }
 
+/* The next step's paged inputs over `tokens` tokens: a mixed sequence count
+ * up to max_seqs, the sequences advanced (decode_model_paged.c). */
+static void next_paged(loop *L, size_t tokens, size_t max_seqs) {
+  paged_next(&L->ps, tokens, paged_pick_sequences(&L->ps, tokens, max_seqs), L->st);
+  paged_values(L->st, L->ids, L->values);
+}
+
+/* The attention output of the step just run (its sequences' rows). */
+static int read_attention(model *m, float *host, size_t sequences) {
+  CUDA_OK(cudaMemcpyAsync(host, m->paged.out, sequences * PAGED_HEADS * PAGED_HEAD_DIM * sizeof *host,
+                          cudaMemcpyDeviceToHost, m->stream));
+  CUDA_OK(cudaStreamSynchronize(m->stream));
+  return 0;
+fail:
+  return -1;
+}
+
+/* The step's attention, both paths: bit for bit against each other, and the
+ * graph's against the CPU reference over the queries in qkv_output (the
+ * last path's, bit-identical to the other's when the logits are). */
+static int check_attention(model *m, loop *L, size_t step) {
+  const size_t s = L->st->sequences, n = s * PAGED_HEADS * PAGED_HEAD_DIM, t = L->st->tokens;
+  if (memcmp(L->attn_a, L->attn_b, n * sizeof *L->attn_a) != 0) {
+    if (L->attn_mismatched_steps++ < MAX_PRINTED_MISMATCHES)
+      printf("MISMATCH step %zu (%zu tokens, %zu sequences): attention outputs differ (eager vs graph)\n", step,
+             t, s);
+  }
+  CUDA_OK(cudaMemcpyAsync(L->q_host, arena_ptr(m, MDR_BUF_QKV_OUTPUT), t * m->qkv_dim * sizeof *L->q_host,
+                          cudaMemcpyDeviceToHost, m->stream));
+  CUDA_OK(cudaStreamSynchronize(m->stream));
+  paged_attention_ref(L->st, L->q_host, m->qkv_dim, m->paged.k_host, m->paged.v_host, L->attn_ref);
+  double worst = 0;
+  size_t bad = paged_compare(L->attn_b, L->attn_ref, s, &worst);
+  if (worst > L->attn_worst) L->attn_worst = worst;
+  L->attn_checked_values += n;
+  if (bad && L->attn_ref_failures++ < MAX_PRINTED_MISMATCHES)
+    printf("MISMATCH step %zu (%zu tokens, %zu sequences): %zu attention values off the CPU reference (max "
+           "|diff| %.3g)\n", step, t, s, bad, worst);
+  return 0;
+fail:
+  return -1;
+}
+
 /* Warm-up: one eager step per GEMM shape loads every kernel before the
  * first capture and before timing (device-fed: the sampling kernel too). */
 static int warm_up(model *m, loop *L) {
@@ -226,12 +329,14 @@ static int warm_up(model *m, loop *L) {
     size_t t = rows < m->max_tokens ? rows : m->max_tokens;
     timing tm;
     fill_ids(&L->rng, L->ids, t, m->vocab);
+    next_paged(L, t, PAGED_MAX_SEQS);
     if (eager_step(m, L, t, false, true, &tm) != 0) return -1;
     if (L->device_fed) {
       MDR_CHECK_(m->backend, decode_sample(m, m->stream, t, L->fed_eager)); /* seed_chains rewrites it */
       CUDA_OK(cudaStreamSynchronize(m->stream));
     }
   }
+  paged_init(&L->ps, L->rng); /* the run's sequences start empty */
   return 0;
 fail:
   return -1;
@@ -279,17 +384,22 @@ static int run_steps(model *m, mdr_graph_cache *cache, loop *L, size_t steps) {
   for (size_t step = 0; step < steps; ++step) {
     size_t t = pick_tokens(&L->rng, m->max_tokens);
     if (!fed) fill_ids(&L->rng, L->ids, t, V); /* device-fed: the ids are on the device already */
+    next_paged(L, t, PAGED_MAX_SEQS);
+    const size_t seqs = L->st->sequences;
     timing te, tg;
     uint16_t *eager_out = L->logits_a, *graph_out = L->logits_b;
     if (step % 2 == 0) {
       if (eager_step(m, L, t, fed, true, &te) || read_logits(m, eager_out, t) ||
-          graph_step(m, L, cache, t, &tg) || read_logits(m, graph_out, t))
+          read_attention(m, L->attn_a, seqs) || graph_step(m, L, cache, t, &tg) ||
+          read_logits(m, graph_out, t) || read_attention(m, L->attn_b, seqs))
         return -1;
     } else {
       if (graph_step(m, L, cache, t, &tg) || read_logits(m, graph_out, t) ||
-          eager_step(m, L, t, fed, true, &te) || read_logits(m, eager_out, t))
+          read_attention(m, L->attn_b, seqs) || eager_step(m, L, t, fed, true, &te) ||
+          read_logits(m, eager_out, t) || read_attention(m, L->attn_a, seqs))
         return -1;
     }
+    if (check_attention(m, L, step) != 0) return -1;
     size_t first, n = logit_tokens(m, t) * V;
     size_t diffs = count_diffs(eager_out, graph_out, n, &first);
     if (diffs) {
@@ -310,8 +420,10 @@ static int run_steps(model *m, mdr_graph_cache *cache, loop *L, size_t steps) {
     if ((step + 1) % PROGRESS_EVERY == 0 || step + 1 == steps) {
       summary so_far;
       summarize(L->samples, L->bucket, step + 1, -1, L->scratch, &so_far);
-      printf("step %zu/%zu: mismatched steps %zu; median host us eager %.1f graph %.1f\n",
-             step + 1, steps, L->mismatched_steps, so_far.median[SERIES_EAGER_HOST],
+      printf("step %zu/%zu: mismatched steps %zu (attention %zu, off the reference %zu); median host us eager "
+             "%.1f graph %.1f\n",
+             step + 1, steps, L->mismatched_steps, L->attn_mismatched_steps, L->attn_ref_failures,
+             so_far.median[SERIES_EAGER_HOST],
              so_far.median[SERIES_GRAPH_HOST]);
       fflush(stdout);
     }
@@ -421,7 +533,8 @@ int main(int argc, char **argv) {
   /* (the engine's own model on that arena: weights, cuBLASLt; then the
    * buffers of this example's loop and one eager step per GEMM shape) */
   m->pad_kernels = opt.pad_kernels;
-  if (model_init(m, &cfg, opt.seed) != 0 || loop_init(&L, m, &opt) != 0 || warm_up(m, &L) != 0)
+  if (model_init(m, &cfg, opt.seed) != 0 || model_paged_init(m, opt.seed) != 0 || loop_init(&L, m, &opt) != 0 ||
+      warm_up(m, &L) != 0)
     goto fail;
   m->sample_ids = L.fed_graph; /* device-fed: where the graphs' body samples the next ids */
   printf("decode_loop: %s ids%s\n", opt.device_fed ? "device-fed" : "host",
@@ -439,7 +552,19 @@ int main(int argc, char **argv) {
   go.zero = opt.zero;
   go.body = opt.device_fed ? decode_body_sampled : decode_body;
   go.user = m;
+  /* The paged attention's step inputs: staged with the ids, one slot per
+   * step, each to its buffer in the graph set (decode_model_paged.c). */
+  mdr_step_input inputs[PAGED_INPUTS];
+  mdr_dptr dst[PAGED_INPUTS];
+  for (int i = 0; i < PAGED_INPUTS; ++i) dst[i] = dptr(m->paged.set[PAGED_GRAPH].in[i]);
+  paged_declare(inputs, dst);
+  go.inputs = inputs;
+  go.n_inputs = PAGED_INPUTS;
+  go.max_sequences = PAGED_MAX_SEQS < opt.max_tokens ? PAGED_MAX_SEQS : opt.max_tokens;
   MDR_CHECK_(m->backend, mdr_graph_cache_create(m->arena, stream, &go, &cache));
+  /* the graphs' attention reads the counts where every step writes them */
+  m->paged.set[PAGED_GRAPH].tokens_word = (const uint32_t *)(uintptr_t)mdr_graph_cache_count_ptr(cache);
+  m->paged.set[PAGED_GRAPH].sequences_word = (const uint32_t *)(uintptr_t)mdr_graph_cache_sequences_ptr(cache);
 
   /* Prepare: capture every count 1..N (--prepare-all, default M) up front,
    * so that steps only replay. */
@@ -467,8 +592,16 @@ int main(int argc, char **argv) {
   if (opt.json && write_json(opt.json, &opt, m, per, &all, L.mismatched_steps, &gs, &prep) != 0)
     goto fail;
 
+  printf("paged attention: %zu steps, %zu values checked; eager vs graph bit-identical in %zu steps; CPU "
+         "reference: %zu steps off, max |diff| %.3g\n", opt.steps, L.attn_checked_values,
+         opt.steps - L.attn_mismatched_steps, L.attn_ref_failures, L.attn_worst);
   if (L.mismatched_steps) {
     printf("FAIL: %zu of %zu steps differ between eager and graph\n", L.mismatched_steps, opt.steps);
+  } else if (L.attn_mismatched_steps) {
+    printf("FAIL: the attention of %zu of %zu steps differs between eager and graph\n", L.attn_mismatched_steps,
+           opt.steps);
+  } else if (L.attn_ref_failures) {
+    printf("FAIL: the attention of %zu of %zu steps is off the CPU reference\n", L.attn_ref_failures, opt.steps);
   } else if (!chains_same) {
     printf("FAIL: the eager and graph chains of sampled ids differ\n");
   } else if (!zeroing_shown) {

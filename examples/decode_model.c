@@ -194,6 +194,15 @@ mdr_status decode_body(void *user, mdr_stream stream, size_t tokens) {
   BODY_OK(kernel_status(dk_rmsnorm(norm, hidden, NULL, m->gamma_in, tokens, rows, H, RMS_EPS, s),
                         "rmsnorm (input)"));
   BODY_OK(run_gemm(m, GEMM_QKV, rows, s));
+  const paged_set *ps = &m->paged.set[m->paged.use];
+  const size_t seq_rows = tokens < PAGED_MAX_SEQS ? tokens : PAGED_MAX_SEQS; /* the graph's sequence bound */
+  BODY_OK(kernel_status(dk_paged_attention(m->paged.out, arena_ptr(m, MDR_BUF_QKV_OUTPUT), m->qkv_dim,
+                                           m->paged.k_cache, m->paged.v_cache, ps->in[PAGED_IN_POSITIONS],
+                                           ps->in[PAGED_IN_SEQ_LENS], ps->in[PAGED_IN_QUERY],
+                                           ps->in[PAGED_IN_BLOCKS], PAGED_BLOCKS_PER_SEQ, PAGED_BLOCK,
+                                           PAGED_HEAD_DIM, PAGED_HEADS, PAGED_MAX_KEYS, ps->tokens_word,
+                                           ps->sequences_word, seq_rows, s),
+                        "paged attention"));
   BODY_OK(run_gemm(m, GEMM_O, rows, s));
   BODY_OK(kernel_status(
       dk_rmsnorm(norm, residual, NULL, m->gamma_post, tokens, rows, H, RMS_EPS, s),
@@ -375,4 +384,47 @@ void model_fini(model *m) {
                      m->gamma_in, m->gamma_post, m->gamma_final};
   for (size_t i = 0; i < sizeof weights / sizeof *weights; ++i)
     if (weights[i]) cudaFree(weights[i]);
+  model_paged *p = &m->paged;
+  void *paged[] = {p->k_cache, p->v_cache, p->out, p->eager_words};
+  for (size_t i = 0; i < sizeof paged / sizeof *paged; ++i)
+    if (paged[i]) cudaFree(paged[i]);
+  for (int k = 0; k < 2; ++k)
+    for (int i = 0; i < PAGED_INPUTS; ++i)
+      if (p->set[k].in[i]) cudaFree(p->set[k].in[i]);
+  free(p->k_host);
+  free(p->v_host);
+  memset(p, 0, sizeof *p);
+}
+
+int model_paged_init(model *m, uint64_t seed) {
+  model_paged *p = &m->paged;
+  const size_t kv = (size_t)PAGED_BLOCKS * PAGED_BLOCK * PAGED_HEAD_DIM;
+  uint64_t rng = seed ^ 0x6b76636163686521ull;
+  if (m->qkv_dim < PAGED_HEADS * PAGED_HEAD_DIM) {
+    fprintf(stderr, "decode_loop: qkv_dim %zu holds fewer than %d query heads of %d\n", m->qkv_dim, PAGED_HEADS,
+            PAGED_HEAD_DIM);
+    return -1;
+  }
+  p->k_host = malloc(kv * sizeof *p->k_host);
+  p->v_host = malloc(kv * sizeof *p->v_host);
+  if (!p->k_host || !p->v_host) return -1;
+  paged_fill_bf16(p->k_host, kv, &rng);
+  paged_fill_bf16(p->v_host, kv, &rng);
+  CUDA_OK(cudaMalloc(&p->k_cache, kv * sizeof *p->k_host));
+  CUDA_OK(cudaMalloc(&p->v_cache, kv * sizeof *p->v_host));
+  CUDA_OK(cudaMemcpy(p->k_cache, p->k_host, kv * sizeof *p->k_host, cudaMemcpyHostToDevice));
+  CUDA_OK(cudaMemcpy(p->v_cache, p->v_host, kv * sizeof *p->v_host, cudaMemcpyHostToDevice));
+  CUDA_OK(cudaMalloc((void **)&p->out, (size_t)PAGED_MAX_SEQS * PAGED_HEADS * PAGED_HEAD_DIM * sizeof *p->out));
+  CUDA_OK(cudaMalloc((void **)&p->eager_words, 2 * sizeof *p->eager_words));
+  for (int k = 0; k < 2; ++k)
+    for (int i = 0; i < PAGED_INPUTS; ++i)
+      CUDA_OK(cudaMalloc((void **)&p->set[k].in[i], paged_input_bytes(i, m->max_tokens)));
+  p->set[PAGED_EAGER].tokens_word = p->eager_words;
+  p->set[PAGED_EAGER].sequences_word = p->eager_words + 1;
+  printf("decode_loop: paged KV cache %d blocks of %d keys (head dim %d, %d query heads), block tables of %d; "
+         "attention inputs staged as step inputs\n", PAGED_BLOCKS, PAGED_BLOCK, PAGED_HEAD_DIM, PAGED_HEADS,
+         PAGED_BLOCKS_PER_SEQ);
+  return 0;
+fail:
+  return -1;
 }

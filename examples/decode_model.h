@@ -11,7 +11,12 @@
  *   moe_output += w(id, k) * expert k, one launch per expert   (needs the zeroed rows)
  *   residual + moe_output ─RMSNorm─► norm_output ─GEMM Wlm─► logits (rows x V; at most
  *                                                               logit_rows rows, see logit_tokens)
- * and, device-fed (--device-fed), logits ─argmax─► the next step's ids. */
+ * and, device-fed (--device-fed), logits ─argmax─► the next step's ids.
+ * Beside them, after the QKV GEMM: paged decode attention (one query token
+ * per sequence, dk_paged_attention) over a paged KV cache, reading the
+ * step's positions, sequence lengths, query tokens and block table, which
+ * mdr stages as step inputs (decode_model_paged.h); its output goes to
+ * m->paged.out and is checked on its own (it does not feed o_proj). */
 #ifndef MDR_EXAMPLE_DECODE_MODEL_H
 #define MDR_EXAMPLE_DECODE_MODEL_H
 
@@ -29,6 +34,7 @@
 #define EXAMPLE_NAME "decode_loop"
 #endif
 #include "example_util.h"
+#include "decode_model_paged.h"
 
 #define DEFAULT_MAX_TOKENS 64         /* M by default: token counts run 1 .. M */
 #define MAX_TOKENS_LIMIT 8192         /* the largest --max-tokens */
@@ -57,6 +63,25 @@ typedef struct gemm_plan {
   size_t workspace; /* bytes the chosen algorithm needs */
 } gemm_plan;
 
+/* Where the attention reads one path's inputs: the step inputs'
+ * destinations and the count words (a graph's: mdr_graph_cache_count_ptr
+ * and _sequences_ptr; the eager path's: words of its own). */
+typedef struct paged_set {
+  uint32_t *in[PAGED_INPUTS];
+  const uint32_t *tokens_word, *sequences_word;
+} paged_set;
+
+typedef struct model_paged {
+  void *k_cache, *v_cache;   /* BF16 [PAGED_BLOCKS][PAGED_BLOCK][PAGED_HEAD_DIM], from the seed */
+  uint16_t *k_host, *v_host; /* their host copies (the CPU reference) */
+  float *out;                /* [PAGED_MAX_SEQS][PAGED_HEADS][PAGED_HEAD_DIM], device */
+  paged_set set[2];          /* PAGED_GRAPH, PAGED_EAGER */
+  int use;                   /* the set the body reads (captured graphs: PAGED_GRAPH) */
+  uint32_t *eager_words;     /* the eager path's token and sequence counts, device */
+} model_paged;
+
+enum { PAGED_GRAPH, PAGED_EAGER };
+
 typedef struct model {
   mdr_backend *backend; /* borrowed */
   mdr_arena *arena;     /* borrowed: every activation lives here */
@@ -76,6 +101,7 @@ typedef struct model {
   bool plans_ready;
   size_t pad_kernels;          /* empty kernels appended to the body (capture-cost runs) */
   uint32_t *sample_ids;        /* decode_body_sampled's output: M ids, device memory */
+  model_paged paged;
 } model;
 
 /* The scaled-down Qwen3-Next-80B the arena is sized from: H 1024, V 8192, 4
@@ -94,7 +120,14 @@ mdr_limits model_limits(size_t max_tokens);
  * stderr); release with model_fini either way. */
 int model_init(model *m, const mdr_model_config *cfg, uint64_t seed);
 
-/* Release what model_init made (not the arena, stream or backend). */
+/* The paged attention's KV cache (from `seed`), output and the two sets of
+ * input buffers (each input's destination at max_tokens, and the eager
+ * path's count words); the graph set's count words are the cache's, set
+ * by the caller once it exists. 0 or -1; model_fini releases them. */
+int model_paged_init(model *m, uint64_t seed);
+
+/* Release what model_init and model_paged_init made (not the arena, stream
+ * or backend). */
 void model_fini(model *m);
 
 /* The decode work of one step: what the eager path enqueues after zeroing +

@@ -24,6 +24,9 @@
  * leaves the graph untouched and has the kernel read the count from the
  * slot. */
 #define _POSIX_C_SOURCE 200809L
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -54,6 +57,13 @@ typedef struct step_ids {
   mdr_dptr src; /* IDS_DEVICE: the ids' device address (token_ids or 0: in place) */
 } step_ids;
 
+/* What a step call carries: its counts and its host values. */
+typedef struct step_call {
+  const uint32_t *host_ids;  /* IDS_HOST */
+  const void *const *values; /* values[1 + i]: input i's host values; NULL: no inputs given */
+  size_t tokens, sequences;
+} step_call;
+
 /* The graphs of one kind of step. */
 typedef struct graph_set {
   graph_entry *entries; /* indexed by graph token count, 0 .. max_tokens */
@@ -61,7 +71,8 @@ typedef struct graph_set {
    * names a node of it) and the fused node the capture reported. */
   void *dyn_graph;
   void *dyn_node;
-  size_t dyn_tokens; /* the count the exec's fused node holds now */
+  size_t dyn_tokens; /* the counts the exec's fused node holds now */
+  size_t dyn_sequences;
 } graph_set;
 
 struct mdr_graph_cache {
@@ -74,10 +85,14 @@ struct mdr_graph_cache {
   size_t ladder_len;
   int graphs_disabled;
   int poison; /* fill what a static step does not zero with 0xFF (NaN) */
-  int busy;   /* inside step or prepare: a re-entrant call is refused */
+  _Atomic uintptr_t owner; /* the thread inside step or prepare (tls_self's address), or 0 */
   int measure_memory, count_nodes; /* the backend can tell */
 
   mdr_staging staging;
+  size_t max_sequences;
+  size_t n_inputs, n_host_inputs, n_seq_inputs;
+  mdr_step_input_info inputs[1 + MDR_STEP_INPUTS_MAX]; /* [0]: the ids */
+  char *names;                                         /* the inputs' names, one block */
 
   graph_set sets[IDS_KINDS];
   /* zero_all_rows as rules under the cache's row policy, resolved at
@@ -163,7 +178,8 @@ static uint64_t lockstep_hash(const mdr_graph_cache *c) {
   uint64_t h = 0xcbf29ce484222325ull;
   const uint64_t words[] = {(uint64_t)c->o.mode, (uint64_t)c->o.zero, (uint64_t)c->o.rows,
                             (uint64_t)c->o.dynamic_impl, (uint64_t)c->o.max_graphs, c->o.pad_token_id,
-                            c->max_tokens, c->ladder_len, (uint64_t)c->graphs_disabled, c->o.max_graph_bytes};
+                            c->max_tokens, c->ladder_len, (uint64_t)c->graphs_disabled, c->o.max_graph_bytes,
+                            c->n_inputs, c->max_sequences, c->staging.slot_bytes};
   for (size_t i = 0; i < sizeof words / sizeof words[0] + c->ladder_len; i++) {
     const uint64_t v = i < sizeof words / sizeof words[0] ? words[i] : c->ladder[i - sizeof words / sizeof words[0]];
     for (int k = 0; k < 8; k++) h = (h ^ ((v >> (8 * k)) & 0xff)) * 0x100000001b3ull;
@@ -183,6 +199,166 @@ static mdr_status build_table(mdr_graph_cache *c) {
   if (st == MDR_OK) st = mdr_be_copy_h2d(c->b, c->table, w, words * sizeof *w);
   free(w);
   return st;
+}
+
+/* A refusal of the input options, naming the input and the field. */
+#define INPUT_FAIL(i, in, ...) input_fail(c->b, i, in, __VA_ARGS__)
+static mdr_status input_fail(mdr_backend *b, size_t i, const mdr_step_input *in, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 4, 5)))
+#endif
+    ;
+static mdr_status input_fail(mdr_backend *b, size_t i, const mdr_step_input *in, const char *fmt, ...) {
+  char what[MDR_BACKEND_ERROR_MAX];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(what, sizeof what, fmt, ap);
+  va_end(ap);
+  return mdr_backend_fail(b, MDR_ERR_INVALID_ARGUMENT, "graph cache options: inputs[%zu] (\"%.64s\").%s", i,
+                          in->name ? in->name : "", what);
+}
+
+/* Whether [p, p + n) is device memory (as far as the backend can tell). */
+static mdr_status check_device(mdr_graph_cache *c, size_t i, const mdr_step_input *in, const char *field,
+                               mdr_dptr p, size_t n) {
+  if (!p) return INPUT_FAIL(i, in, "%s: 0", field);
+  if (p % 16) return INPUT_FAIL(i, in, "%s: 0x%llx is not 16-byte aligned", field, (unsigned long long)p);
+  int ok = 0;
+  mdr_status st = mdr_be_is_device_memory(c->b, p, n, &ok);
+  if (st != MDR_OK) return st;
+  if (!ok)
+    return INPUT_FAIL(i, in, "%s: [0x%llx, +%zu) is not device memory", field, (unsigned long long)p, n);
+  return MDR_OK;
+}
+
+/* Check and resolve one declared input into c->inputs[1 + i] and the
+ * device table entry *d (slot offset laid out by the staging ring). */
+static mdr_status resolve_input(mdr_graph_cache *c, size_t i, const mdr_step_input *in, mdr_stage_input *d,
+                                uint64_t *max_rows) {
+  if (!in->name || !in->name[0]) return INPUT_FAIL(i, in, "name: NULL or empty");
+  if (strcmp(in->name, "token_ids") == 0)
+    return INPUT_FAIL(i, in, "name: \"token_ids\" is the implicit first input");
+  for (size_t k = 0; k < i; k++)
+    if (strcmp(c->inputs[1 + k].name, in->name) == 0) return INPUT_FAIL(i, in, "name: duplicates inputs[%zu]", k);
+  const size_t e = in->elem_bytes;
+  if (e != 1 && e != 2 && e != 4 && e != 8) return INPUT_FAIL(i, in, "elem_bytes: %zu (1, 2, 4 or 8)", e);
+  if ((int)in->shape < 0 || in->shape >= MDR_INPUT_SHAPE_COUNT) return INPUT_FAIL(i, in, "shape: unknown value");
+  const size_t width = in->width ? in->width : 1;
+  size_t rows = in->max_rows;
+  if (in->shape == MDR_INPUT_PER_TOKEN) {
+    if (!rows) rows = c->max_tokens;
+    if (rows > c->max_tokens)
+      return INPUT_FAIL(i, in, "max_rows: %zu, more than max_batch_tokens (%zu)", rows, c->max_tokens);
+  } else if (in->shape == MDR_INPUT_PER_SEQUENCE) {
+    if (!rows) rows = c->max_sequences;
+    if (rows > c->max_sequences)
+      return INPUT_FAIL(i, in, "max_rows: %zu, more than max_sequences (%zu)", rows, c->max_sequences);
+  } else if (!rows) {
+    return INPUT_FAIL(i, in, "max_rows: 0 (a FIXED input carries max_rows rows every step)");
+  }
+  if (width > UINT32_MAX / e || rows > UINT32_MAX || rows > MDR_STAGING_SLOT_MAX_BYTES / (width * e))
+    return INPUT_FAIL(i, in, "max_rows * width * elem_bytes (%zu * %zu * %zu) overflows a staging slot", rows,
+                      width, e);
+  const size_t row_bytes = width * e, max_bytes = rows * row_bytes;
+  mdr_dptr dst = 0;
+  if (in->dest == MDR_INPUT_TO_ARENA) {
+    if ((int)in->buffer < 0 || in->buffer >= MDR_BUF_COUNT || !mdr_arena_ptr(c->arena, in->buffer))
+      return INPUT_FAIL(i, in, "buffer: not a buffer of the arena (unknown, or of size 0)");
+    const size_t have = mdr_arena_bytes(c->arena, in->buffer);
+    if (in->offset > have || max_bytes > have - in->offset)
+      return INPUT_FAIL(i, in, "offset: %zu + %zu bytes runs past the arena buffer's %zu", in->offset, max_bytes,
+                        have);
+    if (in->buffer == MDR_BUF_TOKEN_IDS) return INPUT_FAIL(i, in, "buffer: token_ids holds the ids");
+    dst = mdr_arena_ptr(c->arena, in->buffer) + in->offset;
+    if (dst % 16) return INPUT_FAIL(i, in, "offset: %zu is not 16-byte aligned", in->offset);
+  } else if (in->dest == MDR_INPUT_TO_DEVICE) {
+    mdr_status st = check_device(c, i, in, "address", in->address, max_bytes);
+    if (st != MDR_OK) return st;
+    dst = in->address;
+  } else {
+    return INPUT_FAIL(i, in, "dest: unknown value");
+  }
+  if (in->device_src) {
+    mdr_status st = check_device(c, i, in, "device_src", in->device_src, max_bytes);
+    if (st != MDR_OK) return st;
+  }
+  const uint64_t pad = e == 8 ? in->pad : in->pad & ((UINT64_C(1) << (8 * e)) - 1u);
+  c->inputs[1 + i] = (mdr_step_input_info){.elem_bytes = e,
+                                           .shape = in->shape,
+                                           .width = width,
+                                           .max_rows = rows,
+                                           .row_bytes = row_bytes,
+                                           .max_bytes = max_bytes,
+                                           .dst = dst,
+                                           .device_src = in->device_src,
+                                           .pad = pad};
+  *d = (mdr_stage_input){.dst = dst,
+                         .src = in->device_src,
+                         .pad = pad,
+                         .row_bytes = (uint32_t)row_bytes,
+                         .rows = in->shape == MDR_INPUT_PER_TOKEN      ? MDR_STAGE_ROWS_TOKENS
+                                 : in->shape == MDR_INPUT_PER_SEQUENCE ? MDR_STAGE_ROWS_SEQUENCES
+                                                                       : MDR_STAGE_ROWS_FIXED,
+                         .fixed_rows = in->shape == MDR_INPUT_FIXED ? (uint32_t)rows : 0u,
+                         .elem_bytes = (uint32_t)e};
+  *max_rows = rows;
+  return MDR_OK;
+}
+
+/* The ids as input 0, then every declared input; the staging ring laid out
+ * for them. */
+static mdr_status setup_inputs(mdr_graph_cache *c, const mdr_graph_cache_options *o) {
+  const size_t m = c->max_tokens;
+  if (o->max_sequences > m)
+    return mdr_backend_fail(c->b, MDR_ERR_INVALID_ARGUMENT,
+                            "graph cache options: max_sequences: %zu, more than max_batch_tokens (%zu): a "
+                            "step's sequences never outnumber its tokens",
+                            o->max_sequences, m);
+  c->max_sequences = o->max_sequences ? o->max_sequences : m;
+  if (o->n_inputs > MDR_STEP_INPUTS_MAX)
+    return mdr_backend_fail(c->b, MDR_ERR_INVALID_ARGUMENT, "graph cache options: n_inputs: %zu (at most %d)",
+                            o->n_inputs, MDR_STEP_INPUTS_MAX);
+  if (o->n_inputs && !o->inputs)
+    return mdr_backend_fail(c->b, MDR_ERR_INVALID_ARGUMENT, "graph cache options: inputs: NULL with n_inputs %zu",
+                            o->n_inputs);
+  c->inputs[0] = (mdr_step_input_info){.name = "token_ids",
+                                       .elem_bytes = 4,
+                                       .shape = MDR_INPUT_PER_TOKEN,
+                                       .width = 1,
+                                       .max_rows = m,
+                                       .row_bytes = 4,
+                                       .max_bytes = 4 * m,
+                                       .dst = mdr_arena_token_ids(c->arena),
+                                       .slot_offset = MDR_STAGE_HEADER_BYTES,
+                                       .pad = c->o.pad_token_id};
+  mdr_stage_input dev[MDR_STEP_INPUTS_MAX];
+  uint64_t max_rows[MDR_STEP_INPUTS_MAX];
+  size_t name_bytes = 0;
+  for (size_t i = 0; i < o->n_inputs; i++) {
+    const mdr_step_input *in = &o->inputs[i];
+    mdr_status st = resolve_input(c, i, in, &dev[i], &max_rows[i]);
+    c->inputs[1 + i].name = in->name; /* the caller's until copied below: the duplicate check reads it */
+    if (st != MDR_OK) return st;
+    name_bytes += strlen(in->name) + 1;
+    c->n_host_inputs += in->device_src == 0;
+    c->n_seq_inputs += in->shape == MDR_INPUT_PER_SEQUENCE;
+  }
+  c->n_inputs = o->n_inputs;
+  if (name_bytes) {
+    c->names = malloc(name_bytes);
+    if (!c->names) return mdr_backend_fail(c->b, MDR_ERR_OUT_OF_MEMORY, "graph cache: input names");
+    char *p = c->names;
+    for (size_t i = 0; i < o->n_inputs; i++) {
+      const size_t len = strlen(o->inputs[i].name) + 1;
+      memcpy(p, o->inputs[i].name, len);
+      c->inputs[1 + i].name = p;
+      p += len;
+    }
+  }
+  mdr_status st = mdr_staging_init(&c->staging, c->b, m, dev, max_rows, o->n_inputs);
+  if (st != MDR_OK) return st;
+  for (size_t i = 0; i < o->n_inputs; i++) c->inputs[1 + i].slot_offset = c->staging.inputs[i].offset;
+  return MDR_OK;
 }
 
 mdr_status mdr_graph_cache_create(mdr_arena *a, mdr_stream stream, const mdr_graph_cache_options *o,
@@ -225,7 +401,7 @@ mdr_status mdr_graph_cache_create(mdr_arena *a, mdr_stream stream, const mdr_gra
       goto fail;
     }
   }
-  st = mdr_staging_init(&c->staging, b, c->max_tokens);
+  st = setup_inputs(c, o);
   if (st != MDR_OK) goto fail;
   c->n_rules = mdr_arena_rules(a, MDR_COVER_ROWS, c->o.rows, c->rules);
   if (node_update_of(&c->o)) {
@@ -241,6 +417,7 @@ mdr_status mdr_graph_cache_create(mdr_arena *a, mdr_stream stream, const mdr_gra
 fail:
   mdr_be_free_device(b, c->table);
   mdr_staging_fini(&c->staging);
+  free(c->names);
   for (int k = 0; k < IDS_KINDS; k++) free(c->sets[k].entries);
   free(c->ladder);
   free(c);
@@ -257,6 +434,7 @@ void mdr_graph_cache_destroy(mdr_graph_cache *c) {
   }
   mdr_be_free_device(c->b, c->table);
   mdr_staging_fini(&c->staging);
+  free(c->names);
   free(c->ladder);
   free(c);
 }
@@ -322,30 +500,56 @@ mdr_status mdr_graph_cache_graph_info(const mdr_graph_cache *c, size_t tokens, m
 
 
 /* step and prepare change nothing when called from inside the cache's own
- * step or prepare (a body re-entering) or while the cache's stream is being
- * captured (an engine's capture around them): a staged launch recorded into
- * a graph the cache does not own would leave the ring and the device out of
- * step for good. */
-static mdr_status check_callable(mdr_graph_cache *c, const char *what) {
-  if (c->busy)
+ * step or prepare (a body re-entering), from a second thread while one is
+ * inside (a cache is driven by one thread: docs/THREADS.md), or while the
+ * cache's stream is being captured (an engine's capture around them): a
+ * staged launch recorded into a graph the cache does not own would leave
+ * the ring and the device out of step for good. The guard is an atomic
+ * owner word, so that two threads are told apart every time. */
+static _Thread_local char tls_self; /* its address names the calling thread */
+
+static mdr_status enter(mdr_graph_cache *c, const char *what) {
+  uintptr_t none = 0;
+  const uintptr_t me = (uintptr_t)&tls_self;
+  if (!atomic_compare_exchange_strong(&c->owner, &none, me)) {
+    if (none == me)
+      return mdr_backend_fail(c->b, MDR_ERR_STATE,
+                              "graph cache: %s called from inside this cache's step or prepare (a body "
+                              "must only enqueue work); nothing changed", what);
     return mdr_backend_fail(c->b, MDR_ERR_STATE,
-                            "graph cache: %s called from inside this cache's step or prepare (a body "
-                            "must only enqueue work)", what);
+                            "graph cache: %s called from a second thread while another thread is inside this "
+                            "cache's step or prepare (one thread drives a cache: docs/THREADS.md); nothing "
+                            "changed", what);
+  }
   int capturing = 0;
   mdr_status st = mdr_be_is_capturing(c->b, c->stream, &capturing);
-  if (st != MDR_OK) return st;
-  if (capturing)
-    return mdr_backend_fail(c->b, MDR_ERR_STATE,
-                            "graph cache: %s while the cache's stream is being captured (not "
-                            "capture-safe: replay the cache's graphs instead of capturing them)", what);
-  return MDR_OK;
+  if (st == MDR_OK && capturing)
+    st = mdr_backend_fail(c->b, MDR_ERR_STATE,
+                          "graph cache: %s while the cache's stream is being captured (not "
+                          "capture-safe: replay the cache's graphs instead of capturing them)", what);
+  /* an error earlier work left pending is the application's: reported as
+   * such before anything is staged, never taken for this call's launch */
+  if (st == MDR_OK) st = mdr_be_take_pending_error(c->b);
+  if (st != MDR_OK) atomic_store(&c->owner, 0);
+  return st;
+}
+
+static void leave(mdr_graph_cache *c) { atomic_store(&c->owner, 0); }
+
+/* Per-sequence rows of a graph of g tokens: min(g, max_sequences). */
+static size_t sequence_bound(const mdr_graph_cache *c, size_t g) {
+  return g < c->max_sequences ? g : c->max_sequences;
 }
 
 /* Whether a device step's launch must read its real count from the slot
  * header: when one graph serves several counts and its launch does not
  * carry the count (LADDER rungs, DYNAMIC by device count). */
 static int device_needs_header(const mdr_graph_cache *c) {
-  return c->o.mode == MDR_GRAPH_LADDER || (c->o.mode == MDR_GRAPH_DYNAMIC && !node_update_of(&c->o));
+  /* ... and whenever inputs are declared: host inputs travel in the slot,
+   * and inputs of a count the launch does not carry (sequences) need the
+   * header's counts */
+  return c->o.mode == MDR_GRAPH_LADDER || (c->o.mode == MDR_GRAPH_DYNAMIC && !node_update_of(&c->o)) ||
+         c->n_inputs > 0;
 }
 
 /* The stage descriptor of a step of this kind: host ids come from the slot
@@ -358,14 +562,14 @@ static int uses_slot(const mdr_graph_cache *c, step_ids ids) {
   return ids.kind == IDS_HOST || device_needs_header(c);
 }
 
-static mdr_stage_desc stage_of(const mdr_graph_cache *c, step_ids ids, uint32_t extra) {
+static mdr_stage_desc stage_of(const mdr_graph_cache *c, step_ids ids, uint32_t extra, size_t copy_sequences) {
   uint32_t flags = extra | (uses_slot(c, ids) ? MDR_STAGE_ADVANCE : 0u);
   if (ids.kind == IDS_HOST) {
     flags |= MDR_STAGE_FETCH;
   } else {
     flags |= MDR_STAGE_DEVICE_IDS | (device_needs_header(c) ? MDR_STAGE_FETCH : 0u);
   }
-  mdr_stage_desc d = mdr_staging_desc(&c->staging, mdr_arena_token_ids(c->arena), flags);
+  mdr_stage_desc d = mdr_staging_desc(&c->staging, mdr_arena_token_ids(c->arena), flags, (uint32_t)copy_sequences);
   d.ids_src = ids.kind == IDS_DEVICE ? ids.src : 0;
   d.pad_id = c->o.pad_token_id;
   if (flags & MDR_STAGE_TABLE) {
@@ -380,21 +584,24 @@ static mdr_stage_desc stage_of(const mdr_graph_cache *c, step_ids ids, uint32_t 
  * (`capturing`). *staged is set once the staged launch is enqueued. In
  * DYNAMIC mode g is the step's real count (NODE_UPDATE: the launch as the
  * update would make it; captured once at max_batch_tokens, and the capture
- * reports its node) or ignored (DEVICE_COUNT). */
-static mdr_status enqueue_step(mdr_graph_cache *c, size_t g, step_ids ids, int capturing, int *staged) {
+ * reports its node) or ignored (DEVICE_COUNT). `seqs` is NODE_UPDATE's
+ * sequence count (the static modes copy sequence_bound(g) rows; DEVICE_COUNT
+ * reads the header). */
+static mdr_status enqueue_step(mdr_graph_cache *c, size_t g, size_t seqs, step_ids ids, int capturing,
+                               int *staged) {
   mdr_status st;
   if (node_update_of(&c->o)) {
-    mdr_stage_desc stage = stage_of(c, ids, MDR_STAGE_TABLE);
+    mdr_stage_desc stage = stage_of(c, ids, MDR_STAGE_TABLE, seqs);
     st = mdr_be_zero_fused(c->b, c->rules, c->n_rules, g, &stage, c->stream,
                            capturing ? &c->sets[ids.kind].dyn_node : NULL);
   } else if (c->o.mode == MDR_GRAPH_DYNAMIC) {
-    mdr_stage_desc stage = stage_of(c, ids, MDR_STAGE_DYNAMIC);
+    mdr_stage_desc stage = stage_of(c, ids, MDR_STAGE_DYNAMIC, 0);
     st = mdr_be_zero_fused(c->b, c->rules, c->n_rules, g, &stage, c->stream, NULL);
   } else if (c->o.zero == MDR_ZERO_FUSED) {
-    mdr_stage_desc stage = stage_of(c, ids, 0);
+    mdr_stage_desc stage = stage_of(c, ids, 0, sequence_bound(c, g));
     st = mdr_be_zero_fused(c->b, c->rules, c->n_rules, g, &stage, c->stream, NULL);
   } else { /* memsets, then a stage-only launch */
-    mdr_stage_desc stage = stage_of(c, ids, 0);
+    mdr_stage_desc stage = stage_of(c, ids, 0, sequence_bound(c, g));
     st = mdr_arena_run_rules(c->arena, c->stream, c->rules, c->n_rules, g, MDR_ZERO_MEMSET);
     if (st == MDR_OK) st = mdr_be_zero_fused(c->b, NULL, 0, g, &stage, c->stream, NULL);
   }
@@ -460,7 +667,7 @@ static mdr_status capture_traced(mdr_graph_cache *c, size_t g, step_ids ids) {
   graph_set *set = &c->sets[ids.kind];
   mdr_status st = mdr_be_capture_begin(c->b, c->stream);
   if (st != MDR_OK) return MDR_ERR_CAPTURE;
-  mdr_status body = enqueue_step(c, g, ids, 1, &staged);
+  mdr_status body = enqueue_step(c, g, sequence_bound(c, g), ids, 1, &staged);
   st = mdr_be_capture_end(c->b, c->stream, &graph);
   if (body != MDR_OK) {
     mdr_be_graph_destroy(c->b, st == MDR_OK ? graph : NULL);
@@ -479,6 +686,7 @@ static mdr_status capture_traced(mdr_graph_cache *c, size_t g, step_ids ids) {
     mdr_be_graph_destroy(c->b, set->dyn_graph); /* a graph evicted and captured again */
     set->dyn_graph = graph;
     set->dyn_tokens = g; /* captured at max_batch_tokens */
+    set->dyn_sequences = sequence_bound(c, g);
     graph = NULL;
   }
   mdr_be_graph_destroy(c->b, graph);
@@ -509,10 +717,13 @@ static mdr_status prepare(mdr_graph_cache *c, const size_t *tokens, size_t n, st
     mdr_status st = check_tokens(c, tokens[i]);
     if (st != MDR_OK) return st;
   }
-  mdr_status st = check_callable(c, "prepare");
-  if (st != MDR_OK || c->graphs_disabled) return st;
+  mdr_status st = enter(c, "prepare");
+  if (st != MDR_OK) return st;
+  if (c->graphs_disabled) {
+    leave(c);
+    return MDR_OK;
+  }
   mdr_trace_push(MDR_TRACE_PREPARE, (int)c->o.mode, n);
-  c->busy = 1;
   for (size_t i = 0; i < n && st == MDR_OK; i++) {
     size_t g = graph_tokens_of(c, tokens[i]);
     graph_entry *e = &c->sets[ids.kind].entries[g];
@@ -521,9 +732,11 @@ static mdr_status prepare(mdr_graph_cache *c, const size_t *tokens, size_t n, st
       drop_graph(c, e);
       c->stats.evictions++;
     }
+    const int was_eager_only = e->eager_only;
     st = capture(c, g, ids);
+    if (st == MDR_OK && was_eager_only && c->stats.uncapturable) c->stats.uncapturable--;
   }
-  c->busy = 0;
+  leave(c);
   mdr_trace_pop();
   return st;
 }
@@ -545,25 +758,37 @@ mdr_status mdr_graph_cache_prepare_device(mdr_graph_cache *c, mdr_dptr token_ids
 
 /* Re-target the DYNAMIC exec's fused node to t when it holds another count
  * (decode batches keep their size for many steps: no update then). */
-static mdr_status retarget(mdr_graph_cache *c, void *exec, size_t t, step_ids ids) {
+static mdr_status retarget(mdr_graph_cache *c, void *exec, size_t t, size_t seqs, step_ids ids) {
   graph_set *set = &c->sets[ids.kind];
-  if (set->dyn_tokens == t) return MDR_OK;
-  mdr_stage_desc stage = stage_of(c, ids, MDR_STAGE_TABLE);
+  if (set->dyn_tokens == t && set->dyn_sequences == seqs) return MDR_OK;
+  mdr_stage_desc stage = stage_of(c, ids, MDR_STAGE_TABLE, seqs);
   mdr_status st = mdr_be_fused_node_update(c->b, exec, set->dyn_node, c->rules, c->n_rules, t, &stage);
-  if (st == MDR_OK) set->dyn_tokens = t;
+  if (st == MDR_OK) {
+    set->dyn_tokens = t;
+    set->dyn_sequences = seqs;
+  }
   return st;
 }
 
-static mdr_status step_locked(mdr_graph_cache *c, const uint32_t *host_ids, size_t tokens, step_ids ids) {
+static mdr_status step_locked(mdr_graph_cache *c, const step_call *call, step_ids ids) {
+  const size_t tokens = call->tokens, seqs = call->sequences;
   size_t g = graph_tokens_of(c, tokens);
-  /* DYNAMIC copies the real count's ids (NODE_UPDATE's launch is at t too) */
-  const size_t copy = c->o.mode == MDR_GRAPH_DYNAMIC ? tokens : g;
+  /* DYNAMIC copies the real counts' rows (NODE_UPDATE's launch is at t too) */
+  const int dynamic = c->o.mode == MDR_GRAPH_DYNAMIC;
+  const size_t copy = dynamic ? tokens : g, copy_seqs = dynamic ? seqs : sequence_bound(c, g);
   mdr_status st;
   const int slot = uses_slot(c, ids);
   if (slot) { /* the step writes a slot */
     st = mdr_staging_wait(&c->staging, c->stream);
     if (st != MDR_OK) return st;
-    mdr_staging_write(&c->staging, ids.kind == IDS_HOST ? host_ids : NULL, tokens, copy, c->o.pad_token_id);
+    const mdr_staging_step w = {.ids = ids.kind == IDS_HOST ? call->host_ids : NULL,
+                                .values = call->values ? call->values + 1 : NULL,
+                                .tokens = tokens,
+                                .copy_tokens = copy,
+                                .sequences = seqs,
+                                .copy_sequences = copy_seqs,
+                                .pad_id = c->o.pad_token_id};
+    mdr_staging_write(&c->staging, &w);
   }
 
   mdr_status outcome = MDR_OK;
@@ -593,49 +818,159 @@ static mdr_status step_locked(mdr_graph_cache *c, const uint32_t *host_ids, size
   }
   if (!c->graphs_disabled && e->exec) {
     if (node_update_of(&c->o)) {
-      st = retarget(c, e->exec, tokens, ids);
-      if (st != MDR_OK) return st;
+      st = retarget(c, e->exec, tokens, seqs, ids);
+      if (st != MDR_OK) return st; /* nothing enqueued: the slot is written again by the next step */
     }
     st = mdr_be_graph_launch(c->b, e->exec, c->stream);
-    if (st != MDR_OK) return st;
+    if (st != MDR_OK) {
+      /* a launch that failed part way (a body's op failing after the staged
+       * node ran, say) may or may not have served the slot: the next step
+       * re-reads the count from the device before it writes one */
+      if (slot) mdr_staging_unsure(&c->staging);
+      return st;
+    }
     e->last_used = ++c->tick;
     if (slot) mdr_staging_enqueued(&c->staging);
     c->stats.hits += hit;
   } else {
     int staged = 0;
-    st = enqueue_step(c, c->o.mode == MDR_GRAPH_DYNAMIC ? tokens : g, ids, 0, &staged);
-    if (staged && slot) mdr_staging_enqueued(&c->staging);
+    st = enqueue_step(c, dynamic ? tokens : g, seqs, ids, 0, &staged);
+    if (staged && slot) mdr_staging_enqueued(&c->staging); /* counted even when the body then failed */
     if (st != MDR_OK) return st;
     c->stats.eager_steps++;
   }
   c->stats.steps++;
   c->stats.device_steps += ids.kind == IDS_DEVICE;
-  c->stats.padded_tokens += c->o.mode == MDR_GRAPH_DYNAMIC ? 0 : g - tokens;
+  c->stats.padded_tokens += dynamic ? 0 : g - tokens;
   return outcome;
 }
 
-static mdr_status step(mdr_graph_cache *c, const uint32_t *host_ids, size_t tokens, step_ids ids) {
-  mdr_status st = check_tokens(c, tokens);
-  if (st == MDR_OK) st = check_callable(c, "step");
+/* Check a step's counts and values against the declared inputs, before
+ * anything is staged. */
+static mdr_status check_step(const mdr_graph_cache *c, const step_call *call, step_ids ids) {
+  mdr_status st = check_tokens(c, call->tokens);
   if (st != MDR_OK) return st;
-  mdr_trace_push(MDR_TRACE_STEP, (int)c->o.mode, tokens);
-  c->busy = 1;
-  st = step_locked(c, host_ids, tokens, ids);
-  c->busy = 0;
+  const size_t t = call->tokens, s = call->sequences;
+  if (s == 0 || s > t || s > c->max_sequences)
+    return mdr_backend_fail(c->b, MDR_ERR_OUT_OF_RANGE,
+                            "graph cache: sequences: %zu (1 .. min(tokens %zu, max_sequences %zu))", s, t,
+                            c->max_sequences);
+  if (ids.kind == IDS_HOST && !call->host_ids)
+    return mdr_backend_fail(c->b, MDR_ERR_INVALID_ARGUMENT, "graph cache: values[0] (token_ids): NULL");
+  for (size_t i = 1; i <= c->n_inputs; i++) {
+    const mdr_step_input_info *in = &c->inputs[i];
+    const size_t rows = in->shape == MDR_INPUT_PER_TOKEN      ? t
+                        : in->shape == MDR_INPUT_PER_SEQUENCE ? s
+                                                              : in->max_rows;
+    if (rows > in->max_rows)
+      return mdr_backend_fail(c->b, MDR_ERR_OUT_OF_RANGE,
+                              "graph cache: input %zu (\"%s\"): %zu rows at %zu tokens, %zu sequences; its "
+                              "max_rows is %zu",
+                              i, in->name, rows, t, s, in->max_rows);
+    if (!in->device_src && (!call->values || !call->values[i]))
+      return mdr_backend_fail(c->b, MDR_ERR_INVALID_ARGUMENT,
+                              "graph cache: values[%zu] (\"%s\"): NULL for an input that takes host values%s", i,
+                              in->name, call->values ? "" : " (give its values with mdr_graph_cache_step_inputs)");
+  }
+  return MDR_OK;
+}
+
+static mdr_status step(mdr_graph_cache *c, const step_call *call, step_ids ids) {
+  mdr_status st = check_step(c, call, ids);
+  if (st == MDR_OK) st = enter(c, "step");
+  if (st != MDR_OK) return st;
+  mdr_trace_push(MDR_TRACE_STEP, (int)c->o.mode, call->tokens);
+  st = step_locked(c, call, ids);
+  leave(c);
   mdr_trace_pop();
   return st;
+}
+
+/* The sequences of a step that does not say: one per token, up to
+ * max_sequences. */
+static size_t default_sequences(const mdr_graph_cache *c, size_t tokens) {
+  return tokens < c->max_sequences ? tokens : c->max_sequences;
 }
 
 mdr_status mdr_graph_cache_step(mdr_graph_cache *c, const uint32_t *token_ids, size_t tokens) {
   if (!c) return MDR_ERR_INVALID_ARGUMENT;
   if (!token_ids) return mdr_backend_fail(c->b, MDR_ERR_INVALID_ARGUMENT, "graph cache: step with NULL token ids");
-  return step(c, token_ids, tokens, (step_ids){IDS_HOST, 0});
+  const step_call call = {.host_ids = token_ids, .tokens = tokens, .sequences = default_sequences(c, tokens)};
+  return step(c, &call, (step_ids){IDS_HOST, 0});
 }
 
 mdr_status mdr_graph_cache_step_device(mdr_graph_cache *c, mdr_dptr token_ids, size_t tokens) {
   if (!c) return MDR_ERR_INVALID_ARGUMENT;
-  return step(c, NULL, tokens, device_ids_of(c, token_ids));
+  const step_call call = {.tokens = tokens, .sequences = default_sequences(c, tokens)};
+  return step(c, &call, device_ids_of(c, token_ids));
 }
+
+static mdr_status check_values(const mdr_graph_cache *c, const void *const *values, size_t n_values) {
+  if (n_values != 1 + c->n_inputs)
+    return mdr_backend_fail(c->b, MDR_ERR_INVALID_ARGUMENT,
+                            "graph cache: n_values: %zu, but the cache has %zu inputs (token_ids and %zu declared)",
+                            n_values, 1 + c->n_inputs, c->n_inputs);
+  if (!values) return mdr_backend_fail(c->b, MDR_ERR_INVALID_ARGUMENT, "graph cache: values: NULL");
+  return MDR_OK;
+}
+
+mdr_status mdr_graph_cache_step_inputs(mdr_graph_cache *c, const void *const *values, size_t n_values, size_t tokens,
+                                       size_t sequences) {
+  if (!c) return MDR_ERR_INVALID_ARGUMENT;
+  mdr_status st = check_values(c, values, n_values);
+  if (st != MDR_OK) return st;
+  const step_call call = {.host_ids = values[0], .values = values, .tokens = tokens, .sequences = sequences};
+  return step(c, &call, (step_ids){IDS_HOST, 0});
+}
+
+mdr_status mdr_graph_cache_step_inputs_device(mdr_graph_cache *c, mdr_dptr token_ids, const void *const *values,
+                                              size_t n_values, size_t tokens, size_t sequences) {
+  if (!c) return MDR_ERR_INVALID_ARGUMENT;
+  mdr_status st = check_values(c, values, n_values);
+  if (st != MDR_OK) return st;
+  const step_call call = {.values = values, .tokens = tokens, .sequences = sequences};
+  return step(c, &call, device_ids_of(c, token_ids));
+}
+
+mdr_dptr mdr_graph_cache_sequences_ptr(const mdr_graph_cache *c) {
+  return c ? mdr_staging_count_ptr(&c->staging) + sizeof(uint32_t) : 0;
+}
+
+mdr_status mdr_graph_cache_sequence_bound(const mdr_graph_cache *c, size_t tokens, size_t *out) {
+  if (!c) return MDR_ERR_INVALID_ARGUMENT;
+  if (!out) return mdr_backend_fail(c->b, MDR_ERR_INVALID_ARGUMENT, "graph cache: NULL out");
+  mdr_status st = check_tokens(c, tokens);
+  if (st != MDR_OK) return st;
+  *out = c->o.mode == MDR_GRAPH_DYNAMIC ? c->max_sequences : sequence_bound(c, graph_tokens_of(c, tokens));
+  return MDR_OK;
+}
+
+size_t mdr_graph_cache_step_input_count(const mdr_graph_cache *c) { return c ? 1 + c->n_inputs : 0; }
+
+mdr_status mdr_graph_cache_step_input_info(const mdr_graph_cache *c, size_t index, mdr_step_input_info *out) {
+  if (!c) return MDR_ERR_INVALID_ARGUMENT;
+  if (!out) return mdr_backend_fail(c->b, MDR_ERR_INVALID_ARGUMENT, "graph cache: step input info into NULL");
+  if (index > c->n_inputs)
+    return mdr_backend_fail(c->b, MDR_ERR_OUT_OF_RANGE, "graph cache: step input %zu (the cache has 0 .. %zu)", index,
+                            c->n_inputs);
+  *out = c->inputs[index];
+  return MDR_OK;
+}
+
+mdr_status mdr_graph_cache_step_input_find(const mdr_graph_cache *c, const char *name, size_t *index) {
+  if (!c) return MDR_ERR_INVALID_ARGUMENT;
+  if (!name || !index)
+    return mdr_backend_fail(c->b, MDR_ERR_INVALID_ARGUMENT, "graph cache: step input find: NULL %s",
+                            !name ? "name" : "index");
+  for (size_t i = 0; i <= c->n_inputs; i++)
+    if (strcmp(c->inputs[i].name, name) == 0) {
+      *index = i;
+      return MDR_OK;
+    }
+  return mdr_backend_fail(c->b, MDR_ERR_OUT_OF_RANGE, "graph cache: no step input named \"%.64s\"", name);
+}
+
+size_t mdr_graph_cache_slot_bytes(const mdr_graph_cache *c) { return c ? c->staging.slot_bytes : 0; }
 
 mdr_status mdr_graph_cache_stats(const mdr_graph_cache *c, mdr_graph_stats *out) {
   if (!c) return MDR_ERR_INVALID_ARGUMENT;

@@ -8,8 +8,8 @@
 enum {
   BLOCK_COUNTER = 0, /* uint64: staged launches served */
   BLOCK_SYNC = 8,    /* mdr_stage_sync, 16 bytes */
-  BLOCK_COUNT = 32,  /* uint32: the current step's real token count */
-  MDR_STAGING_BLOCK_BYTES = 256
+  BLOCK_COUNT = 32,  /* uint32[2]: the current step's real token and sequence counts */
+  BLOCK_INPUTS = 256 /* the input table: mdr_stage_input[n] */
 };
 /* Bytes after the ring's last slot: the ack word, padded to the slots'
  * alignment. */
@@ -17,19 +17,53 @@ enum { ACK_BYTES = 256 };
 /* Polls of the ack between two queries of the stream while waiting. */
 enum { POLLS_PER_QUERY = 64 };
 
-mdr_status mdr_staging_init(mdr_staging *s, mdr_backend *b, size_t max_tokens) {
+static uint64_t ceil16(uint64_t x) { return (x + 15u) / 16u * 16u; }
+
+mdr_status mdr_staging_init(mdr_staging *s, mdr_backend *b, size_t max_tokens, const mdr_stage_input *inputs,
+                            const uint64_t *max_rows, size_t n) {
   memset(s, 0, sizeof *s);
+  if (n > MDR_STAGE_INPUTS_MAX)
+    return mdr_backend_fail(b, MDR_ERR_INVALID_ARGUMENT, "staging: %zu inputs (at most %d)", n,
+                            MDR_STAGE_INPUTS_MAX);
+  /* the slot: header, ids, then each host input at its largest count */
+  uint64_t end = MDR_STAGE_HEADER_BYTES + (uint64_t)max_tokens * 4u;
+  int over = max_tokens > MDR_STAGING_SLOT_MAX_BYTES / 4;
+  for (size_t i = 0; i < n && !over; i++) {
+    s->inputs[i] = inputs[i];
+    s->inputs[i].offset = 0;
+    if (inputs[i].src) continue;
+    const uint64_t bytes = max_rows[i] * inputs[i].row_bytes;
+    if (inputs[i].row_bytes && max_rows[i] > MDR_STAGING_SLOT_MAX_BYTES / inputs[i].row_bytes) {
+      over = 1;
+      break;
+    }
+    end = ceil16(end);
+    s->inputs[i].offset = (uint32_t)end;
+    end += bytes;
+    over = end > MDR_STAGING_SLOT_MAX_BYTES;
+  }
+  if (over)
+    return mdr_backend_fail(b, MDR_ERR_INVALID_ARGUMENT,
+                            "staging: the ids and inputs at their largest counts overflow a staging slot "
+                            "(more than MDR_STAGING_SLOT_MAX_BYTES, %zu bytes)",
+                            (size_t)MDR_STAGING_SLOT_MAX_BYTES);
+  s->n_inputs = n;
   s->b = b;
-  s->slot_bytes = (size_t)mdr_stage_slot_bytes(max_tokens);
+  s->slot_bytes = (size_t)((end + 255u) / 256u * 256u);
   const size_t ring_bytes = s->slot_bytes * MDR_GRAPH_STAGING_SLOTS;
   void *ring_host = NULL;
   mdr_status st = mdr_be_alloc_pinned(b, ring_bytes + ACK_BYTES, &ring_host, &s->ring_dev);
-  if (st != MDR_OK) return st;
+  if (st != MDR_OK) {
+    memset(s, 0, sizeof *s);
+    return st;
+  }
   s->ring_host = ring_host;
   memset(s->ring_host, 0, ring_bytes + ACK_BYTES);
   s->ack_host = (volatile uint64_t *)(s->ring_host + ring_bytes);
-  st = mdr_be_alloc_device(b, MDR_STAGING_BLOCK_BYTES, &s->block);
-  if (st == MDR_OK) st = mdr_be_fill(b, s->block, 0, MDR_STAGING_BLOCK_BYTES);
+  const size_t block_bytes = BLOCK_INPUTS + MDR_STAGE_INPUTS_MAX * sizeof(mdr_stage_input);
+  st = mdr_be_alloc_device(b, block_bytes, &s->block);
+  if (st == MDR_OK) st = mdr_be_fill(b, s->block, 0, BLOCK_INPUTS);
+  if (st == MDR_OK && n) st = mdr_be_copy_h2d(b, s->block + BLOCK_INPUTS, s->inputs, n * sizeof *s->inputs);
   if (st != MDR_OK) mdr_staging_fini(s);
   return st;
 }
@@ -51,7 +85,26 @@ static mdr_status check_ack(mdr_staging *s, uint64_t ack) {
                           (unsigned long long)ack, (unsigned long long)s->host_step);
 }
 
+/* After a failed step: let the stream drain, then take the device's count
+ * of staged launches served as the host's. */
+static mdr_status resync(mdr_staging *s, mdr_stream stream) {
+  for (;;) {
+    int idle = 0;
+    mdr_status st = mdr_be_stream_query(s->b, stream, &idle);
+    if (st != MDR_OK) return st;
+    if (idle) break;
+    sched_yield();
+  }
+  s->host_step = *s->ack_host;
+  s->resync = 0;
+  return MDR_OK;
+}
+
 mdr_status mdr_staging_wait(mdr_staging *s, mdr_stream stream) {
+  if (s->resync) {
+    mdr_status rs = resync(s, stream);
+    if (rs != MDR_OK) return rs;
+  }
   uint64_t ack = *s->ack_host;
   mdr_status st = check_ack(s, ack);
   for (unsigned polls = 1; st == MDR_OK && s->host_step - ack >= MDR_GRAPH_STAGING_SLOTS; polls++) {
@@ -73,18 +126,38 @@ mdr_status mdr_staging_wait(mdr_staging *s, mdr_stream stream) {
   return st;
 }
 
-void mdr_staging_write(mdr_staging *s, const uint32_t *ids, size_t t, size_t copy, uint32_t pad_id) {
+/* Fill `rows` elements of elem_bytes bytes at dst with the low bytes of v. */
+static void fill_elems(unsigned char *dst, size_t n, size_t elem_bytes, uint64_t v) {
+  unsigned char e[8];
+  for (size_t k = 0; k < elem_bytes; k++) e[k] = (unsigned char)(v >> (8 * k)); /* little-endian, as the device */
+  for (size_t i = 0; i < n; i++) memcpy(dst + i * elem_bytes, e, elem_bytes);
+}
+
+void mdr_staging_write(mdr_staging *s, const mdr_staging_step *p) {
   unsigned char *slot = s->ring_host + (s->host_step % MDR_GRAPH_STAGING_SLOTS) * s->slot_bytes;
-  mdr_stage_header h = {.tokens = (uint32_t)t, .copy_tokens = (uint32_t)copy};
-  if (ids) {
+  const mdr_stage_header h = {.tokens = (uint32_t)p->tokens,
+                              .copy_tokens = (uint32_t)p->copy_tokens,
+                              .sequences = (uint32_t)p->sequences,
+                              .copy_sequences = (uint32_t)p->copy_sequences};
+  if (p->ids) {
     uint32_t *dst = (uint32_t *)(slot + MDR_STAGE_HEADER_BYTES);
-    memcpy(dst, ids, t * sizeof *ids);
-    for (size_t i = t; i < copy; i++) dst[i] = pad_id;
+    memcpy(dst, p->ids, p->tokens * sizeof *p->ids);
+    for (size_t i = p->tokens; i < p->copy_tokens; i++) dst[i] = p->pad_id;
+  }
+  for (size_t i = 0; i < s->n_inputs && p->values; i++) {
+    const mdr_stage_input *in = &s->inputs[i];
+    if (in->src) continue;
+    const size_t rows = (size_t)mdr_stage_input_rows(in, p->tokens, p->sequences);
+    const size_t copy = (size_t)mdr_stage_input_rows(in, p->copy_tokens, p->copy_sequences);
+    unsigned char *dst = slot + in->offset;
+    if (rows) memcpy(dst, p->values[i], rows * in->row_bytes);
+    if (copy > rows) fill_elems(dst + rows * in->row_bytes, (copy - rows) * (in->row_bytes / in->elem_bytes),
+                                in->elem_bytes, in->pad);
   }
   memcpy(slot, &h, sizeof h);
 }
 
-mdr_stage_desc mdr_staging_desc(const mdr_staging *s, mdr_dptr token_ids, uint32_t flags) {
+mdr_stage_desc mdr_staging_desc(const mdr_staging *s, mdr_dptr token_ids, uint32_t flags, uint32_t copy_sequences) {
   mdr_stage_desc d = {
       .ring = s->ring_dev,
       .slot_bytes = s->slot_bytes,
@@ -95,6 +168,9 @@ mdr_stage_desc mdr_staging_desc(const mdr_staging *s, mdr_dptr token_ids, uint32
       .count_out = s->block + BLOCK_COUNT,
       .slots = MDR_GRAPH_STAGING_SLOTS,
       .flags = flags,
+      .n_inputs = (uint32_t)s->n_inputs,
+      .inputs = s->n_inputs ? s->block + BLOCK_INPUTS : 0,
+      .copy_sequences = copy_sequences,
   };
   return d;
 }

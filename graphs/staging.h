@@ -23,9 +23,18 @@
  * wait for every step); one kernel node also costs less per replay than a
  * copy node plus a kernel.
  *
- * Device block (MDR_STAGING_BLOCK_BYTES, zeroed at init): the ring counter,
- * the launch's block-coordination words (mdr_stage_sync) and the count word
- * a body reads (mdr_staging_count_ptr). */
+ * Step inputs travel in the same slot, after the ids (layout:
+ * kernels/staging_layout.h); the same launch copies them.
+ *
+ * Failures. A step that fails before its staged launch was enqueued leaves
+ * host_step as it was (the slot is written again by the next step); one
+ * that fails after counts it; one that cannot tell (a graph launch that
+ * failed part way) marks the ring for a resync: the next wait lets the
+ * stream drain and takes the ack, which the device wrote, as the count.
+ *
+ * Device block (zeroed at init): the ring counter, the launch's
+ * block-coordination words (mdr_stage_sync), the count words a body reads
+ * (mdr_staging_count_ptr) and the input table (mdr_stage_input each). */
 #ifndef MDR_STAGING_H
 #define MDR_STAGING_H
 
@@ -33,6 +42,7 @@
 #include <stdint.h>
 
 #include "backend_impl.h"
+#include "staging_layout.h"
 #include "mdr/graph.h"
 
 typedef struct mdr_staging {
@@ -41,13 +51,23 @@ typedef struct mdr_staging {
   mdr_dptr ring_dev;        /* the same memory as the device sees it */
   size_t slot_bytes;
   volatile uint64_t *ack_host;
-  mdr_dptr block;     /* device block: counter, sync words, count word */
+  mdr_dptr block;     /* device block: counter, sync words, count words, input table */
   uint64_t host_step; /* staged launches enqueued */
+  int resync;         /* a step failed with its staged launch perhaps enqueued: re-read
+                         host_step from the ack once the stream is idle, before the next slot */
+  size_t n_inputs;
+  mdr_stage_input inputs[MDR_STAGE_INPUTS_MAX]; /* as the device table holds them */
 } mdr_staging;
 
-/* Allocate the ring for steps of up to max_tokens ids and the device
- * block, both zeroed. On failure nothing is left allocated. */
-mdr_status mdr_staging_init(mdr_staging *s, mdr_backend *b, size_t max_tokens);
+/* Allocate the ring for steps of up to max_tokens ids and the n inputs
+ * (their dst, src, pad, rows, fixed_rows, elem_bytes and row_bytes set; the
+ * slot offsets are laid out here, ids first, each 16-byte aligned, room for
+ * max_rows[i] rows), and the device block with the input table, all
+ * zeroed but the table. MDR_ERR_INVALID_ARGUMENT when a slot would exceed
+ * MDR_STAGING_SLOT_MAX_BYTES (nothing allocated). On failure nothing is
+ * left allocated. */
+mdr_status mdr_staging_init(mdr_staging *s, mdr_backend *b, size_t max_tokens, const mdr_stage_input *inputs,
+                            const uint64_t *max_rows, size_t n);
 /* Free what init allocated; the launches reading it must have finished.
  * Accepts a zeroed (never initialised) struct. */
 void mdr_staging_fini(mdr_staging *s);
@@ -55,23 +75,41 @@ void mdr_staging_fini(mdr_staging *s);
 /* Wait until the next slot is free (the launch that read it last has
  * finished), polling `stream` now and then: a stream gone idle with the slot
  * still held is MDR_ERR_STATE. An ack ahead of host_step is MDR_ERR_STATE
- * too (corruption: see the header). Changes nothing. */
+ * too (corruption: see the header). After a failed step (resync set) it
+ * first waits for the stream to go idle and takes the ack as the count of
+ * staged launches (an error of the stream is returned, resync kept).
+ * Changes nothing else. */
 mdr_status mdr_staging_wait(mdr_staging *s, mdr_stream stream);
 
-/* Write the next slot: count t, `copy` ids (t of them from `ids`, then
- * copy - t of pad_id); ids NULL: the header alone (a step whose ids are in
- * device memory). Call after mdr_staging_wait. */
-void mdr_staging_write(mdr_staging *s, const uint32_t *ids, size_t t, size_t copy, uint32_t pad_id);
+/* The values of one step: its counts and what the slot carries. */
+typedef struct mdr_staging_step {
+  const uint32_t *ids;        /* NULL: no ids in the slot (device ids) */
+  const void *const *values;  /* values[i]: input i's host values (NULL for device inputs);
+                                 NULL with no host inputs */
+  size_t tokens, copy_tokens; /* real and copied token rows */
+  size_t sequences, copy_sequences;
+  uint32_t pad_id;
+} mdr_staging_step;
+
+/* Write the next slot: the header, then the ids (copy_tokens of them, pad
+ * after `tokens`) and each host input's rows at the copy counts (its pad
+ * value after the real rows). Call after mdr_staging_wait. */
+void mdr_staging_write(mdr_staging *s, const mdr_staging_step *step);
 
 /* A staged launch was enqueued (eagerly or as a graph replay). */
 static inline void mdr_staging_enqueued(mdr_staging *s) { s->host_step++; }
 
+/* A step failed after its slot was written, in a way that leaves open
+ * whether its staged launch was enqueued: the next wait re-reads the count. */
+static inline void mdr_staging_unsure(mdr_staging *s) { s->resync = 1; }
+
 /* The descriptor of a staged launch on this ring writing token_ids, with
  * stage flags `flags` (MDR_STAGE_*: FETCH to read the next slot, ADVANCE to
- * advance the ring, ...). */
-mdr_stage_desc mdr_staging_desc(const mdr_staging *s, mdr_dptr token_ids, uint32_t flags);
+ * advance the ring, ...) and copy_sequences per-sequence rows. */
+mdr_stage_desc mdr_staging_desc(const mdr_staging *s, mdr_dptr token_ids, uint32_t flags, uint32_t copy_sequences);
 
-/* Device address of the uint32 count word. */
+/* Device address of the uint32 count words: the step's tokens, then its
+ * sequences. */
 mdr_dptr mdr_staging_count_ptr(const mdr_staging *s);
 
 #endif

@@ -58,6 +58,7 @@
 #include <string.h>
 
 #include "mdr/arena.h"
+#include "staging.cuh"
 #include "zero_fused.h"
 #include "zero_map.h"
 
@@ -81,10 +82,7 @@
 #ifndef ZF_UNROLL
 #define ZF_UNROLL 4
 #endif
-/* 16-byte id loads in flight per thread while fetching from host memory. */
-#define ZF_FETCH_VECS 4
-/* Largest number of ids one thread copies with a single 16-byte load. */
-#define ZF_IDS_PER_VEC 4u
+static_assert(ZF_BLOCK == MDR_STAGE_BLOCK, "the stage block is one block of the launch");
 
 /* Kernel parameters for up to CAP segments. Two sizes are instantiated: the
  * arena's plans (at most ZF_SMALL_SEGS) travel in about 1 KiB, which keeps
@@ -198,91 +196,6 @@ __device__ __forceinline__ void zf_clear_phase(const zf_params &p, const uint64_
 // ----------------------------------------------------------------------------
 // kernel
 
-/* Copy ids [from, nvec) (16-byte vectors) of a slot into token_ids with one
- * block, ZF_FETCH_VECS loads in flight per thread before the stores: one
- * round trip to host memory per ZF_BLOCK * ZF_FETCH_VECS vectors. */
-__device__ __forceinline__ void zf_fetch_vectors(const uint4 *src, uint4 *dst, uint32_t from,
-                                                 uint32_t nvec) {
-  for (uint32_t base = from; base < nvec; base += ZF_BLOCK * ZF_FETCH_VECS) {
-    uint4 r[ZF_FETCH_VECS];
-#pragma unroll
-    for (int v = 0; v < ZF_FETCH_VECS; v++) {
-      const uint32_t i = base + v * ZF_BLOCK + threadIdx.x;
-      if (i < nvec) r[v] = src[i];
-    }
-#pragma unroll
-    for (int v = 0; v < ZF_FETCH_VECS; v++) {
-      const uint32_t i = base + v * ZF_BLOCK + threadIdx.x;
-      if (i < nvec) dst[i] = r[v];
-    }
-  }
-}
-
-/* The tail of a copy that is not a whole number of vectors (or not 16-byte
- * aligned at all): ids [from, copy) one by one. */
-__device__ __forceinline__ void zf_fetch_scalars(const uint32_t *src, uint32_t *dst, uint32_t from,
-                                                 uint32_t copy) {
-  for (uint32_t i = from + threadIdx.x; i < copy; i += ZF_BLOCK) dst[i] = src[i];
-}
-
-/* Ids that are already in device memory (DEVICE_IDS): copy the first t from
- * ids_src into token_ids with one block (nothing when they are there
- * already), then pad_id up to `copy`. */
-__device__ __forceinline__ void zf_device_ids(const mdr_stage_desc &st, uint32_t t, uint32_t copy) {
-  uint32_t *dst = (uint32_t *)st.token_ids;
-  if (st.ids_src && st.ids_src != st.token_ids) {
-    const bool vec = ((st.ids_src | st.token_ids) & 15u) == 0;
-    const uint32_t nvec = vec ? t / ZF_IDS_PER_VEC : 0;
-    zf_fetch_vectors((const uint4 *)st.ids_src, (uint4 *)dst, 0, nvec);
-    zf_fetch_scalars((const uint32_t *)st.ids_src, dst, nvec * ZF_IDS_PER_VEC, t);
-  }
-  for (uint32_t i = t + threadIdx.x; i < copy; i += ZF_BLOCK) dst[i] = st.pad_id;
-}
-
-/* Serve a staged step from one block: read the counter, then in one round
- * trip to host memory the slot's header and its `copy` ids (copy known on
- * the host: static plans), store them, and advance the counter and the ack.
- * Only this block touches the counter in such a launch, so no cross-block
- * handshake is needed. The ack is a plain posted write: the host only needs
- * to learn, eventually, that every read of the slot has completed, which
- * holds once the values read have been stored. */
-__device__ __forceinline__ void zf_stage_block(const mdr_stage_desc &st, uint32_t flags,
-                                               uint32_t copy) {
-  if ((flags & (MDR_STAGE_FETCH | MDR_STAGE_ADVANCE)) == 0) {
-    /* device ids whose count the launch carries (EXACT device steps): no
-     * slot and no counter to read, so nothing to wait for before the copy;
-     * a step at 1-8 tokens is short enough for that wait to show */
-    if (flags & MDR_STAGE_DEVICE_IDS) {
-      if (threadIdx.x == 0) *(uint32_t *)st.count_out = copy;
-      zf_device_ids(st, copy, copy);
-    }
-    return;
-  }
-  __shared__ uint32_t s_tokens;
-  const uint64_t step = *(volatile const uint64_t *)st.counter; /* one broadcast load */
-  const uint64_t slot = st.ring + (step % st.slots) * st.slot_bytes;
-  const uint64_t ids = slot + MDR_STAGE_HEADER_BYTES;
-  if (flags & MDR_STAGE_DEVICE_IDS) { /* no ids from host memory; the count only with FETCH */
-    if (threadIdx.x == 0) s_tokens = (flags & MDR_STAGE_FETCH) ? ((const mdr_stage_header *)slot)->tokens : copy;
-    __syncthreads();
-    zf_device_ids(st, s_tokens, copy);
-  } else if (flags & MDR_STAGE_FETCH) {
-    if (threadIdx.x == 0) s_tokens = ((const mdr_stage_header *)slot)->tokens;
-    const bool vec = ((ids | st.token_ids) & 15u) == 0;
-    const uint32_t nvec = vec ? copy / ZF_IDS_PER_VEC : 0;
-    zf_fetch_vectors((const uint4 *)ids, (uint4 *)st.token_ids, 0, nvec);
-    zf_fetch_scalars((const uint32_t *)ids, (uint32_t *)st.token_ids, nvec * ZF_IDS_PER_VEC, copy);
-  }
-  __syncthreads(); /* every load of the slot has completed */
-  if (threadIdx.x == 0) {
-    if (flags & (MDR_STAGE_FETCH | MDR_STAGE_DEVICE_IDS)) *(uint32_t *)st.count_out = s_tokens;
-    if (flags & MDR_STAGE_ADVANCE) {
-      *(volatile uint64_t *)st.counter = step + 1;
-      *(volatile uint64_t *)st.ack = step + 1;
-    }
-  }
-}
-
 /* Static plan: segments resolved to FIXED byte counts and chunk prefix sums
  * on the host (p.segs, p.prefix). Two grid shapes (zf_build picks):
  *   - rows (gridDim.y > 1): row y is segment y and block x of the row its
@@ -303,7 +216,7 @@ __global__ void __launch_bounds__(ZF_BLOCK)
   const unsigned first = STAGED ? 1u : 0u;
   if (gridDim.y > 1) {
     if (STAGED && blockIdx.y == 0) {
-      if (blockIdx.x == 0) zf_stage_block(p.stage, p.flags, (uint32_t)p.tokens);
+      if (blockIdx.x == 0) mdr_stage_block(p.stage, p.flags, (uint32_t)p.tokens);
       return;
     }
     const mdr_zero_seg &sg = p.segs[blockIdx.y - first];
@@ -312,7 +225,7 @@ __global__ void __launch_bounds__(ZF_BLOCK)
     return;
   }
   if (STAGED && blockIdx.x == 0) {
-    zf_stage_block(p.stage, p.flags, (uint32_t)p.tokens);
+    mdr_stage_block(p.stage, p.flags, (uint32_t)p.tokens);
     return;
   }
   const uint64_t total = p.prefix[p.n];
@@ -330,7 +243,7 @@ __global__ void __launch_bounds__(ZF_BLOCK)
 template <int CAP, bool STAGED>
 __global__ void __launch_bounds__(ZF_BLOCK) zero_list_kernel(const __grid_constant__ zf_list_params_t<CAP> p) {
   if (STAGED && blockIdx.x == 0) {
-    zf_stage_block(p.stage, p.flags, (uint32_t)p.tokens);
+    mdr_stage_block(p.stage, p.flags, (uint32_t)p.tokens);
     return;
   }
   zf_clear_span(mdr_zero_list_span(p.chunk[blockIdx.x - (STAGED ? 1u : 0u)]));
@@ -352,7 +265,7 @@ struct zf_table_params {
 __global__ void __launch_bounds__(ZF_BLOCK) zero_table_kernel(const __grid_constant__ zf_table_params p) {
   const unsigned first = p.flags ? 1u : 0u; /* a stage block */
   if (first && blockIdx.x == 0) {
-    zf_stage_block(p.stage, p.flags, (uint32_t)p.tokens);
+    mdr_stage_block(p.stage, p.flags, (uint32_t)p.tokens);
     return;
   }
   __shared__ uint64_t s_ptr[MDR_ZERO_MAX_SEGS], s_bytes[MDR_ZERO_MAX_SEGS];
@@ -392,7 +305,7 @@ __global__ void __launch_bounds__(ZF_BLOCK, ZF_BLOCKS_PER_SM)
   __shared__ uint64_t s_off[MDR_ZERO_MAX_SEGS], s_len[MDR_ZERO_MAX_SEGS];
   __shared__ uint64_t s_prefix[MDR_ZERO_MAX_SEGS + 1];
   __shared__ uint64_t s_step;
-  __shared__ uint32_t s_ticket, s_tokens, s_copy;
+  __shared__ uint32_t s_ticket, s_tokens;
   mdr_stage_sync *sync = (mdr_stage_sync *)p.stage.done;
   const uint32_t flags = p.flags;
 
@@ -405,38 +318,7 @@ __global__ void __launch_bounds__(ZF_BLOCK, ZF_BLOCKS_PER_SM)
   const uint64_t step = s_step, vblock = s_ticket;
   const bool stager = vblock == 0;
 
-  if (stager) {
-    const uint64_t slot = p.stage.ring + (step % p.stage.slots) * p.stage.slot_bytes;
-    const uint64_t ids = slot + MDR_STAGE_HEADER_BYTES;
-    const bool device_ids = flags & MDR_STAGE_DEVICE_IDS;
-    const bool fetch = (flags & MDR_STAGE_FETCH) && !device_ids; /* ids from the slot */
-    const bool vec = ((ids | p.stage.token_ids) & 15u) == 0;
-    uint4 spec = make_uint4(0u, 0u, 0u, 0u);
-    uint32_t spec_vecs = 0;
-    if (threadIdx.x == 0) {
-      const volatile mdr_stage_header *h = (const volatile mdr_stage_header *)slot;
-      const uint32_t t = h->tokens;
-      s_tokens = t;
-      s_copy = h->copy_tokens;
-      *(volatile uint64_t *)&sync->published = ((uint64_t)(uint32_t)(step + 1) << 32) | t;
-    }
-    if (fetch && vec) {
-      spec_vecs = (uint32_t)((p.stage.slot_bytes - MDR_STAGE_HEADER_BYTES) / 16u);
-      if (spec_vecs > ZF_BLOCK) spec_vecs = ZF_BLOCK;
-      if (threadIdx.x < spec_vecs) spec = ((const uint4 *)ids)[threadIdx.x];
-    }
-    __syncthreads();
-    if (fetch) {
-      const uint32_t copy = s_copy, nvec = vec ? copy / ZF_IDS_PER_VEC : 0;
-      if (threadIdx.x < nvec && threadIdx.x < spec_vecs) ((uint4 *)p.stage.token_ids)[threadIdx.x] = spec;
-      zf_fetch_vectors((const uint4 *)ids, (uint4 *)p.stage.token_ids, spec_vecs, nvec);
-      zf_fetch_scalars((const uint32_t *)ids, (uint32_t *)p.stage.token_ids, nvec * ZF_IDS_PER_VEC, copy);
-      if (threadIdx.x == 0) *(uint32_t *)p.stage.count_out = s_tokens;
-    } else if (device_ids) {
-      zf_device_ids(p.stage, s_tokens, s_copy);
-      if (threadIdx.x == 0) *(uint32_t *)p.stage.count_out = s_tokens;
-    }
-  }
+  if (stager) mdr_stage_dynamic(p.stage, flags, step, &sync->published, &s_tokens);
 
   zf_clear_phase(p, s_off, s_len, s_prefix, vblock, gridDim.x); /* the floor */
 

@@ -7,6 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "staging_layout.h"
 #include "zero_map.h"
 
 #ifdef __cplusplus

@@ -23,9 +23,8 @@
  *    before the first 16-byte boundary (head) and after the last (tail) are
  *    written one by one, the rest with 16-byte stores.
  *
- * 3. Staging slots (graphs). The ids of a step are written by the host into
- *    one slot of a ring in mapped pinned memory; a device counter says which
- *    slot the next launch reads (graphs/staging.h owns the ring).
+ * 3. (The staging ring's layout, once here, is a module of its own:
+ *    kernels/staging_layout.h.)
  *
  * 4. Plan tables (DYNAMIC by node update). The plan of every count 1..m,
  *    resolved once on the host and kept in device memory, so that a launch
@@ -239,74 +238,6 @@ MDR_HD void mdr_plan_table_fill(const mdr_zero_seg *rules, uint64_t n, uint64_t 
     }
     e[2 * n] = acc;
   }
-}
-
-/* Staging slot layout: a 16-byte header then the ids. */
-typedef struct mdr_stage_header {
-  uint32_t tokens;      /* real token count of the step */
-  uint32_t copy_tokens; /* ids to copy into token_ids (tokens, or the padded count) */
-  uint32_t reserved[2];
-} mdr_stage_header;
-#define MDR_STAGE_HEADER_BYTES 16u
-
-MDR_HD uint64_t mdr_stage_slot_bytes(uint64_t max_tokens) {
-  return (MDR_STAGE_HEADER_BYTES + max_tokens * 4u + 255u) / 256u * 256u;
-}
-
-/* Flags of a staged launch. */
-enum {
-  MDR_STAGE_FETCH = 1u,   /* copy the slot's ids into token_ids, the count into count_out */
-  MDR_STAGE_ADVANCE = 2u, /* the last block to finish advances the counter and writes ack */
-  MDR_STAGE_DYNAMIC = 4u, /* rules are evaluated at the slot's token count */
-  MDR_STAGE_TABLE = 8u,   /* the plan at `tokens` is read from the plan table (not with DYNAMIC) */
-  MDR_STAGE_DEVICE_IDS = 16u /* the ids come from ids_src in device memory, not from the slot: the
-                                first t are copied (t: the slot header's count with FETCH, else the
-                                launch's tokens, read from no host memory at all), then pad_id up
-                                to the copy count; count_out gets t */
-};
-
-/* Whether a static launch with these stage flags may take the chunk list
- * (section 5): not when it fetches from host memory, where the stage
- * block's PCIe round trip, not the stores, bounds the step. */
-MDR_HD int mdr_zero_list_allowed(uint32_t stage_flags) { return (stage_flags & MDR_STAGE_FETCH) == 0; }
-
-/* The device words a staged launch coordinates its blocks with (at
- * mdr_stage_desc.done, zeroed before the first launch, left zeroed by each).
- * DYNAMIC launches: each block takes a ticket when it starts; ticket 0 reads
- * the slot's header and publishes (step + 1) << 32 | t, which the others
- * wait for (in device memory) before clearing past their floors. A block
- * that holds ticket 0 is running, so the wait cannot deadlock whatever the
- * residency. The last block to finish (done) resets done and ticket. */
-typedef struct mdr_stage_sync {
-  uint32_t done;      /* blocks finished in this launch */
-  uint32_t ticket;    /* blocks started in this launch */
-  uint64_t published; /* (step + 1) << 32 | token count, from ticket 0 */
-} mdr_stage_sync;
-
-/* What a launch needs to read its step from the staging ring. All addresses
- * are device addresses (the ring and ack are mapped pinned host memory). */
-typedef struct mdr_stage_desc {
-  uint64_t ring;       /* slot 0 */
-  uint64_t slot_bytes; /* stride between slots */
-  uint64_t counter;    /* device uint64: launches consumed so far */
-  uint64_t done;       /* device mdr_stage_sync (16 bytes, 8-aligned) */
-  uint64_t ack;        /* mapped pinned uint64: counter value after the last finished launch */
-  uint64_t token_ids;  /* destination of the ids (uint32) */
-  uint64_t count_out;  /* device uint32: the step's real token count, for the caller's body */
-  uint32_t slots;      /* ring length */
-  uint32_t flags;      /* MDR_STAGE_* */
-  uint64_t table;      /* TABLE: device plan table of the launch's rules (section 4) */
-  uint64_t table_max;  /* TABLE: its largest count m */
-  uint64_t ids_src;    /* DEVICE_IDS: the engine's ids in device memory (0 or token_ids: already in place) */
-  uint32_t pad_id;     /* DEVICE_IDS: the id written after the first t, up to the copy count */
-  uint32_t reserved;
-} mdr_stage_desc;
-
-/* Whether a TABLE launch of n rules at t can be served: a table, t in
- * 1..table_max, at most MDR_ZERO_MAX_SEGS rules (one launch), not DYNAMIC. */
-MDR_HD int mdr_stage_table_ok(const mdr_stage_desc *st, uint64_t n, uint64_t t) {
-  return st->table != 0 && t >= 1 && t <= st->table_max && n <= MDR_ZERO_MAX_SEGS &&
-         !(st->flags & MDR_STAGE_DYNAMIC);
 }
 
 #ifdef __cplusplus

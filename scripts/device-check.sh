@@ -74,7 +74,7 @@ if has sanitize; then
   for suite in zero_fused arena; do
     run "memcheck-$suite" $cs --tool memcheck $build/tests/test_$suite --jobs 1
   done
-  for suite in backend graph_cache; do
+  for suite in backend graph_cache step_inputs; do
     run "memcheck-$suite" $cs --tool memcheck --report-api-errors no $build/tests/test_$suite --jobs 1
   done
   # compute-sanitizer serialises kernels, so the case showing that no call
@@ -82,7 +82,7 @@ if has sanitize; then
   run memcheck-backend_cuda $cs --tool memcheck --report-api-errors no $build/tests/test_backend_cuda --jobs 1 \
     --filter 'backend_cuda/[at]*'
 
-  for suite in zero_fused graph_cache; do
+  for suite in zero_fused graph_cache step_inputs; do
     run "initcheck-$suite" $cs --tool initcheck $build/tests/test_$suite --jobs 1
     run "synccheck-$suite" $cs --tool synccheck $build/tests/test_$suite --jobs 1
   done
@@ -131,6 +131,10 @@ if has soak; then
 fi
 if has bench; then
   run bench $build/bench/mdr-bench ${BENCH_ARGS:---quick} --out "$out/bench" --force
+  # issue 22's step-inputs figures, read off one run: graph-fused-inputs
+  # beside graph-fused at 1-64 tokens (the `step inputs:` block and its goal line)
+  run bench-inputs $build/bench/mdr-bench --strategies graph-fused,graph-fused-inputs --tokens 1,2,4,8,16,32,64 \
+    --presets glm-5.3-flash-tp2,qwen3-next-80b --cpu-reps 4000 --out "$out/bench-inputs" --force
 fi
 if has peer; then
   run peer env PYTHONUNBUFFERED=1 python3 bench/peer_torch.py --dir "$out/bench" ${PEER_ARGS:---quick}

@@ -196,6 +196,16 @@ mdr_status mdr_be_host_fn(mdr_backend *b, mdr_host_fn fn, const void *arg, size_
   MDR_REQUIRE_SLOT_(b, host_fn);
   return b->ops->host_fn(b, fn, arg, arg_bytes, s);
 }
+mdr_status mdr_be_take_pending_error(mdr_backend *b) {
+  return b->ops->take_pending_error ? b->ops->take_pending_error(b) : MDR_OK;
+}
+mdr_status mdr_be_is_device_memory(mdr_backend *b, mdr_dptr p, size_t n, int *ok) {
+  if (!b->ops->is_device_memory) {
+    *ok = 1;
+    return MDR_OK;
+  }
+  return b->ops->is_device_memory(b, p, n, ok);
+}
 int mdr_be_has_mem_used(const mdr_backend *b) { return b->ops->mem_used != NULL; }
 int mdr_be_has_graph_nodes(const mdr_backend *b) { return b->ops->graph_nodes != NULL; }
 mdr_status mdr_be_mem_used(mdr_backend *b, size_t *used) {

@@ -281,8 +281,36 @@ static void cuda_exec_destroy(mdr_backend *b, void *exec) {
   DEVICE_VOID(b, cudaGraphExecDestroy((cudaGraphExec_t)exec));
 }
 
+/* An error earlier work left pending is returned by the next
+ * cudaGetLastError, which the launchers call to check their own launch:
+ * take it first, as the application's. */
+static mdr_status cuda_take_pending_error(mdr_backend *b) {
+  const cudaError_t e = cudaGetLastError();
+  if (e == cudaSuccess) return MDR_OK;
+  return mdr_backend_fail(b, cuda_status_of(e),
+                          "cuda: an error was pending before this mdr call, left by earlier work outside mdr "
+                          "(now cleared; nothing of this call was enqueued): %s (%s)",
+                          cudaGetErrorName(e), cudaGetErrorString(e));
+}
+
+static mdr_status cuda_is_device_memory(mdr_backend *b, mdr_dptr p, size_t n, int *ok) {
+  (void)b;
+  *ok = 0;
+  struct cudaPointerAttributes first, last;
+  if (cudaPointerGetAttributes(&first, (const void *)(uintptr_t)p) != cudaSuccess ||
+      cudaPointerGetAttributes(&last, (const void *)(uintptr_t)(p + (n ? n - 1 : 0))) != cudaSuccess) {
+    (void)cudaGetLastError(); /* an unknown address: not device memory */
+    return MDR_OK;
+  }
+  *ok = (first.type == cudaMemoryTypeDevice || first.type == cudaMemoryTypeManaged) &&
+        (last.type == cudaMemoryTypeDevice || last.type == cudaMemoryTypeManaged);
+  return MDR_OK;
+}
+
 static mdr_status cuda_zero_fused(mdr_backend *b, const mdr_zero_seg *segs, size_t n, uint64_t tokens,
                                   const mdr_stage_desc *stage, mdr_stream s, void **node) {
+  mdr_status pending = cuda_take_pending_error(b);
+  if (pending != MDR_OK) return pending;
   DEVICE_SCOPE(b);
   int e = mdr_cuda_zero_and_stage(segs, n, tokens, stage, s, cuda_of(b)->sm_count);
   if (e != 0) CU((cudaError_t)e, "zero-and-stage launch");
@@ -368,6 +396,8 @@ static const struct mdr_backend_ops cuda_ops = {
     .exec_destroy = cuda_exec_destroy,
     .zero_fused = cuda_zero_fused,
     .fused_node_update = cuda_fused_node_update,
+    .take_pending_error = cuda_take_pending_error,
+    .is_device_memory = cuda_is_device_memory,
     .mem_used = cuda_mem_used,
     .graph_nodes = cuda_graph_nodes,
 };

@@ -17,6 +17,7 @@
 #include <stdarg.h>
 
 #include "mdr/backend.h"
+#include "../kernels/staging_layout.h"
 #include "../kernels/zero_map.h"
 
 #ifdef __cplusplus
@@ -91,6 +92,15 @@ struct mdr_backend_ops {
   mdr_status (*mem_used)(mdr_backend *b, size_t *used);
   /* optional: the number of nodes of a captured graph. */
   mdr_status (*graph_nodes)(mdr_backend *b, void *graph, size_t *n);
+  /* optional: an error that earlier work outside mdr left pending on this
+   * thread (CUDA: a failed launch's error, returned by the next
+   * cudaGetLastError): MDR_OK when none; else it is cleared, recorded as
+   * the application's and returned, so that mdr's next launch is not
+   * taken for the failing one. */
+  mdr_status (*take_pending_error)(mdr_backend *b);
+  /* optional: whether [p, p + n) is device memory the backend's kernels can
+   * write (*ok 1) or not (0: host memory, unknown addresses). */
+  mdr_status (*is_device_memory)(mdr_backend *b, mdr_dptr p, size_t n, int *ok);
 };
 
 #define MDR_BACKEND_ERROR_MAX 512
@@ -151,6 +161,10 @@ int mdr_be_has_graph_nodes(const mdr_backend *b);
 mdr_status mdr_be_mem_used(mdr_backend *b, size_t *used);
 mdr_status mdr_be_graph_nodes(mdr_backend *b, void *graph, size_t *n);
 mdr_status mdr_be_host_fn(mdr_backend *b, mdr_host_fn fn, const void *arg, size_t arg_bytes, mdr_stream s);
+/* MDR_OK when the backend has no such slot. */
+mdr_status mdr_be_take_pending_error(mdr_backend *b);
+/* *ok = 1 when the backend has no such slot (it cannot tell). */
+mdr_status mdr_be_is_device_memory(mdr_backend *b, mdr_dptr p, size_t n, int *ok);
 /* The CUDA device of a CUDA backend, -1 for any other. */
 int mdr_be_cuda_device(const mdr_backend *b);
 

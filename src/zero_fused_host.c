@@ -83,6 +83,28 @@ static void zero_table_host(size_t n, uint64_t t, const mdr_stage_desc *stage) {
   zero_ranges_host(segs, (uint32_t)n, off, e);
 }
 
+/* The stage block's inputs (kernels/staging.cuh): from the slot (when the
+ * launch reads one) the rows at the copy counts, which the host padded;
+ * from device memory the rows at the real counts, then each input's pad up
+ * to the copy counts. */
+static void stage_inputs_host(const mdr_stage_desc *stage, const unsigned char *slot, uint64_t t, uint64_t s,
+                              uint64_t copy_t, uint64_t copy_s) {
+  const mdr_stage_input *table = (const mdr_stage_input *)HOST_PTR(stage->inputs);
+  for (uint32_t i = 0; i < stage->n_inputs && i < MDR_STAGE_INPUTS_MAX; i++) {
+    const mdr_stage_input *in = &table[i];
+    unsigned char *dst = (unsigned char *)HOST_PTR(in->dst);
+    const uint64_t copy_bytes = mdr_stage_input_rows(in, copy_t, copy_s) * in->row_bytes;
+    if (!in->src) {
+      if (slot && copy_bytes) memcpy(dst, slot + in->offset, (size_t)copy_bytes);
+      continue;
+    }
+    const uint64_t bytes = mdr_stage_input_rows(in, t, s) * in->row_bytes;
+    if (in->src != in->dst && bytes) memmove(dst, HOST_PTR(in->src), (size_t)bytes);
+    for (uint64_t b = bytes; b + in->elem_bytes <= copy_bytes; b += in->elem_bytes)
+      for (uint32_t k = 0; k < in->elem_bytes; k++) dst[b + k] = (unsigned char)(in->pad >> (8 * k));
+  }
+}
+
 void mdr_zero_fused_host(const mdr_zero_seg *segs, size_t n, uint64_t tokens,
                          const mdr_stage_desc *stage) {
   if (n == 0 && !stage) return;
@@ -124,22 +146,30 @@ void mdr_zero_fused_host(const mdr_zero_seg *segs, size_t n, uint64_t tokens,
 
     if (count) zero_launch_host(segs + first, (uint32_t)count, t, dynamic, launches == 1, flags);
 
-    /* static plans copy the launch's own token count; DYNAMIC the slot's */
-    const uint64_t copy = (flags & MDR_STAGE_DYNAMIC) ? header->copy_tokens : tokens;
-    if (flags & MDR_STAGE_DEVICE_IDS) {
-      /* the first n ids from ids_src (n: the slot's count with FETCH, else
-       * the launch's), pad after them; no id is read from the slot */
-      const uint64_t n_ids = (flags & MDR_STAGE_FETCH) ? header->tokens : tokens;
-      uint32_t *dst = (uint32_t *)HOST_PTR(stage->token_ids);
-      if (stage->ids_src && stage->ids_src != stage->token_ids && n_ids)
-        memmove(dst, HOST_PTR(stage->ids_src), (size_t)n_ids * sizeof(uint32_t));
-      for (uint64_t i = n_ids; i < copy; i++) dst[i] = stage->pad_id;
-      *(uint32_t *)HOST_PTR(stage->count_out) = (uint32_t)n_ids;
-    } else if (flags & MDR_STAGE_FETCH) {
-      if (copy)
-        memcpy(HOST_PTR(stage->token_ids), slot + MDR_STAGE_HEADER_BYTES,
-               (size_t)copy * sizeof(uint32_t));
-      *(uint32_t *)HOST_PTR(stage->count_out) = header->tokens;
+    if (flags & (MDR_STAGE_FETCH | MDR_STAGE_DEVICE_IDS)) {
+      /* static plans copy the launch's own counts; DYNAMIC the slot's */
+      const uint64_t copy = dynamic ? header->copy_tokens : tokens;
+      const uint64_t copy_s = dynamic ? header->copy_sequences : stage->copy_sequences;
+      const uint64_t real_t = (flags & MDR_STAGE_FETCH) || dynamic ? header->tokens : tokens;
+      const uint64_t real_s = (flags & MDR_STAGE_FETCH) || dynamic ? header->sequences : copy_s;
+      if (flags & MDR_STAGE_DEVICE_IDS) {
+        /* the first n ids from ids_src (n: the slot's count with FETCH, else
+         * the launch's), pad after them; no id is read from the slot */
+        uint32_t *dst = (uint32_t *)HOST_PTR(stage->token_ids);
+        if (stage->ids_src && stage->ids_src != stage->token_ids && real_t)
+          memmove(dst, HOST_PTR(stage->ids_src), (size_t)real_t * sizeof(uint32_t));
+        for (uint64_t i = real_t; i < copy; i++) dst[i] = stage->pad_id;
+      } else if (flags & MDR_STAGE_FETCH) {
+        if (copy)
+          memcpy(HOST_PTR(stage->token_ids), slot + MDR_STAGE_HEADER_BYTES,
+                 (size_t)copy * sizeof(uint32_t));
+      }
+      if (flags & (MDR_STAGE_FETCH | MDR_STAGE_DEVICE_IDS)) {
+        stage_inputs_host(stage, (flags & MDR_STAGE_FETCH) ? slot : NULL, real_t, real_s, copy, copy_s);
+        uint32_t *counts = (uint32_t *)HOST_PTR(stage->count_out);
+        counts[0] = (uint32_t)real_t;
+        counts[1] = (uint32_t)real_s;
+      }
     }
     if (dynamic || (flags & MDR_STAGE_ADVANCE)) {
       uint32_t prev = sync->done++;

@@ -13,6 +13,8 @@ typedef struct fault_backend {
   int fail_kind;
   long live;
   long per_op[MDR_OP_COUNT];
+  int pending;               /* an application error left pending (fault_backend_leave_pending) */
+  mdr_dptr host_lo, host_hi; /* is_device_memory says "not device memory" inside */
 } fault_backend;
 
 static fault_backend *F(mdr_backend *b) { return (fault_backend *)b; }
@@ -146,7 +148,35 @@ static void f_exec_destroy(mdr_backend *b, void *x) {
 }
 static mdr_status f_zero_fused(mdr_backend *b, const mdr_zero_seg *segs, size_t n, uint64_t t,
                                const mdr_stage_desc *st, mdr_stream s, void **node) {
-  FORWARD(MDR_OP_ZERO_FUSED, zero_fused(I, segs, n, t, st, s, node));
+  mdr_status due_st = due(b, MDR_OP_ZERO_FUSED);
+  if (due_st != MDR_OK) return due_st;
+  mdr_status r = pass(b, I->ops->zero_fused(I, segs, n, t, st, s, node));
+  if (r == MDR_OK && F(b)->pending) {
+    /* as CUDA's launch check reports an error left pending before a launch
+     * that itself succeeded: the launch ran, the call says it failed */
+    F(b)->pending = 0;
+    return mdr_backend_fail(b, MDR_ERR_BACKEND, "fault: the application's pending error, reported by a launch");
+  }
+  return r;
+}
+static mdr_status f_take_pending_error(mdr_backend *b) {
+  if (F(b)->pending) {
+    F(b)->pending = 0;
+    return mdr_backend_fail(b, MDR_ERR_BACKEND,
+                            "fault: an error was pending before this mdr call, left by earlier work outside mdr");
+  }
+  return I->ops->take_pending_error ? pass(b, I->ops->take_pending_error(I)) : MDR_OK;
+}
+static mdr_status f_is_device_memory(mdr_backend *b, mdr_dptr p, size_t n, int *ok) {
+  if (F(b)->host_hi && p < F(b)->host_hi && p + n > F(b)->host_lo) {
+    *ok = 0;
+    return MDR_OK;
+  }
+  if (!I->ops->is_device_memory) {
+    *ok = 1;
+    return MDR_OK;
+  }
+  return pass(b, I->ops->is_device_memory(I, p, n, ok));
 }
 static mdr_status f_fused_node_update(mdr_backend *b, void *x, void *node, const mdr_zero_seg *segs,
                                       size_t n, uint64_t t, const mdr_stage_desc *st) {
@@ -194,6 +224,8 @@ static const struct mdr_backend_ops fault_ops = {
     .host_fn = f_host_fn,
     .mem_used = f_mem_used,
     .graph_nodes = f_graph_nodes,
+    .take_pending_error = f_take_pending_error,
+    .is_device_memory = f_is_device_memory,
 };
 
 mdr_status fault_backend_create(mdr_backend *inner, mdr_backend **out) {
@@ -213,3 +245,8 @@ long fault_backend_calls(const mdr_backend *f) { return CF(f)->calls; }
 long fault_backend_injected(const mdr_backend *f) { return CF(f)->injected; }
 long fault_backend_calls_of(const mdr_backend *f, mdr_op op) { return CF(f)->per_op[op]; }
 long fault_backend_live(const mdr_backend *f) { return CF(f)->live; }
+void fault_backend_leave_pending(mdr_backend *f) { F(f)->pending = 1; }
+void fault_backend_host_range(mdr_backend *f, mdr_dptr lo, mdr_dptr hi) {
+  F(f)->host_lo = lo;
+  F(f)->host_hi = hi;
+}

@@ -35,5 +35,12 @@ long fault_backend_calls_of(const mdr_backend *f, mdr_op op);
 /* Live resources made through the wrapper and not yet released:
  * device + pinned allocations, streams, graphs and execs. */
 long fault_backend_live(const mdr_backend *f);
+/* Leave an application error pending, as a failed launch of the
+ * application's own would on CUDA: take_pending_error reports it (and
+ * clears it); if nothing takes it first, the next fused launch runs and
+ * then reports it, as CUDA's launch check would. */
+void fault_backend_leave_pending(mdr_backend *f);
+/* Make is_device_memory say "not device memory" for [lo, hi) (0, 0: off). */
+void fault_backend_host_range(mdr_backend *f, mdr_dptr lo, mdr_dptr hi);
 
 #endif

@@ -6,6 +6,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include <criterion/criterion.h>
 #include <criterion/parameterized.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -501,17 +502,63 @@ Test(graph_cache, bad_input_gets_a_clear_status_and_changes_nothing) {
   mdr_backend_destroy(f.b);
 }
 
+/* The sweep's step inputs: positions (per token), sequence lengths (per
+ * sequence) and a block table of SWEEP_WIDTH entries per sequence, each to
+ * a device buffer of its own. */
+enum { SWEEP_INPUTS = 3, SWEEP_WIDTH = 4 };
+
+typedef struct sweep_inputs {
+  mdr_step_input in[SWEEP_INPUTS];
+  mdr_dptr dst[SWEEP_INPUTS];
+  size_t bytes[SWEEP_INPUTS];
+} sweep_inputs;
+
+static void sweep_inputs_init(sweep_inputs *w, mdr_backend *b) {
+  static const char *const names[SWEEP_INPUTS] = {"positions", "seq_lens", "block_table"};
+  static const mdr_step_input_shape shapes[SWEEP_INPUTS] = {MDR_INPUT_PER_TOKEN, MDR_INPUT_PER_SEQUENCE,
+                                                            MDR_INPUT_PER_SEQUENCE};
+  for (int i = 0; i < SWEEP_INPUTS; i++) {
+    size_t width = i == 2 ? SWEEP_WIDTH : 1;
+    w->bytes[i] = M * width * sizeof(uint32_t);
+    cr_assert_eq(mdr_backend_alloc(b, w->bytes[i], &w->dst[i]), MDR_OK);
+    w->in[i] = (mdr_step_input){.name = names[i], .elem_bytes = sizeof(uint32_t), .shape = shapes[i],
+                                .width = width, .pad = 0xEEEEEEEEu, .dest = MDR_INPUT_TO_DEVICE,
+                                .address = w->dst[i]};
+  }
+}
+
+/* One step's input values at t tokens and s sequences, from the rng. */
+typedef struct sweep_values {
+  uint32_t ids[M], pos[M], lens[M], table[M * SWEEP_WIDTH];
+  const void *v[1 + SWEEP_INPUTS];
+} sweep_values;
+
+static void sweep_values_make(sweep_values *v, uint64_t *rng, size_t t, size_t s) {
+  random_ids(rng, v->ids, t);
+  random_ids(rng, v->pos, t);
+  random_ids(rng, v->lens, s);
+  random_ids(rng, v->table, s * SWEEP_WIDTH);
+  v->v[0] = v->ids;
+  v->v[1] = v->pos;
+  v->v[2] = v->lens;
+  v->v[3] = v->table;
+}
+
 /* For every k, fail the k-th backend call of a whole workflow: create,
- * prepare, steps of random counts, destroy. No crash, every status is a
- * real one, nothing leaks, and once the faults stop the cache serves a
- * correct step (eagerly if a capture failed). */
+ * prepare, steps of random counts, destroy. Two workflows in three declare
+ * step inputs and drive the cache with mdr_graph_cache_step_inputs (the
+ * sequence count random too). No crash, every status is a real one,
+ * nothing leaks, and once the faults stop the cache serves a correct step
+ * (eagerly if a capture failed), its inputs in their destinations. */
 Test(graph_cache, every_injected_fault_is_reported_and_nothing_leaks) {
   mdr_backend *host = tb_backend(TB_HOST), *fb = NULL;
   cr_assert_eq(fault_backend_create(host, &fb), MDR_OK);
   fixture f;
   fixture_init(&f, fb);
+  sweep_inputs w;
+  sweep_inputs_init(&w, fb);
   long base_live = fault_backend_live(fb);
-  long total = 0;
+  long total = 0, with_inputs = 0;
   for (long k = 1;; k++) {
     mdr_graph_cache_options o;
     mdr_graph_cache_options_default(&o);
@@ -521,6 +568,11 @@ Test(graph_cache, every_injected_fault_is_reported_and_nothing_leaks) {
     if (o.mode == MDR_GRAPH_DYNAMIC) o.body_dynamic = body_dynamic; else o.body = body;
     o.max_graphs = 3;
     o.dynamic_impl = k % 4 < 2 ? MDR_DYNAMIC_NODE_UPDATE : MDR_DYNAMIC_DEVICE_COUNT;
+    const bool inputs = k % 6 < 4; /* every mode, with and without inputs */
+    if (inputs) {
+      o.inputs = w.in;
+      o.n_inputs = SWEEP_INPUTS;
+    }
     long start = fault_backend_calls(fb);
     fault_backend_fail_at(fb, k);
     mdr_graph_cache *c = NULL;
@@ -536,21 +588,35 @@ Test(graph_cache, every_injected_fault_is_reported_and_nothing_leaks) {
                 mdr_status_string(st));
       uint64_t rng = (uint64_t)k;
       for (int i = 0; i < 12; i++) {
-        uint32_t ids[M];
-        size_t t = 1 + tb_rng_next(&rng) % M;
-        random_ids(&rng, ids, t);
-        st = mdr_graph_cache_step(c, ids, t);
+        sweep_values v;
+        size_t t = 1 + tb_rng_next(&rng) % M, seqs = 1 + tb_rng_next(&rng) % t;
+        sweep_values_make(&v, &rng, t, seqs);
+        st = inputs ? mdr_graph_cache_step_inputs(c, v.v, 1 + SWEEP_INPUTS, t, seqs)
+                    : mdr_graph_cache_step(c, v.ids, t);
         cr_assert(st == MDR_OK || st == MDR_ERR_CAPTURE || st == MDR_ERR_BACKEND ||
                       st == MDR_ERR_OUT_OF_MEMORY,
                   "k=%ld step %d: %s", k, i, mdr_status_string(st));
       }
       /* faults off: a step is served correctly */
       fault_backend_fail_at(fb, 0);
-      uint32_t ids[M];
-      random_ids(&rng, ids, 6);
+      sweep_values v;
+      sweep_values_make(&v, &rng, 6, 4);
+      const uint32_t *ids = v.ids;
       poison_all(&f);
-      st = mdr_graph_cache_step(c, ids, 6);
+      for (int i = 0; i < SWEEP_INPUTS; i++) cr_assert_eq(mdr_backend_fill(fb, w.dst[i], 0x3C, w.bytes[i]), MDR_OK);
+      st = inputs ? mdr_graph_cache_step_inputs(c, v.v, 1 + SWEEP_INPUTS, 6, 4) : mdr_graph_cache_step(c, ids, 6);
       cr_assert(st == MDR_OK, "k=%ld: after the fault: %s", k, mdr_status_string(st));
+      if (inputs) {
+        cr_assert_eq(mdr_backend_synchronize(fb, f.s), MDR_OK);
+        uint32_t got[M * SWEEP_WIDTH];
+        const size_t rows[SWEEP_INPUTS] = {6, 4, 4 * SWEEP_WIDTH};
+        for (int i = 0; i < SWEEP_INPUTS; i++) {
+          cr_assert_eq(mdr_backend_copy_d2h(fb, got, w.dst[i], rows[i] * sizeof got[0]), MDR_OK);
+          cr_assert_eq(memcmp(got, v.v[1 + i], rows[i] * sizeof got[0]), 0, "k=%ld: input %s after the fault",
+                       k, w.in[i].name);
+        }
+        with_inputs++;
+      }
       size_t g = 0;
       cr_assert_eq(mdr_graph_cache_graph_tokens(c, 6, &g), MDR_OK);
       if (o.mode == MDR_GRAPH_DYNAMIC)
@@ -567,6 +633,8 @@ Test(graph_cache, every_injected_fault_is_reported_and_nothing_leaks) {
     total++;
   }
   cr_assert_gt(total, 50, "the workflow makes enough calls to be worth injecting into");
+  cr_assert_gt(with_inputs, 10, "the sweep drove caches with step inputs");
+  for (int i = 0; i < SWEEP_INPUTS; i++) mdr_backend_free(fb, w.dst[i]);
   fixture_fini(&f);
   mdr_backend_destroy(fb);
   mdr_backend_destroy(host);

@@ -14,7 +14,7 @@ enum { MAX_TOKENS = 40 };
 
 static mdr_staging make(mdr_backend *b) {
   mdr_staging s;
-  cr_assert_eq(mdr_staging_init(&s, b, MAX_TOKENS), MDR_OK, "%s", mdr_backend_last_error(b));
+  cr_assert_eq(mdr_staging_init(&s, b, MAX_TOKENS, NULL, NULL, 0), MDR_OK, "%s", mdr_backend_last_error(b));
   return s;
 }
 
@@ -46,22 +46,29 @@ Test(staging, a_slot_holds_the_header_the_ids_and_the_pad) {
     s.host_step = step;
     *s.ack_host = step; /* every earlier launch finished */
     cr_assert_eq(mdr_staging_wait(&s, NULL), MDR_OK);
-    mdr_staging_write(&s, ids, 3, 5, 0xFFFF);
+    const mdr_staging_step w = {.ids = ids, .tokens = 3, .copy_tokens = 5, .sequences = 2, .copy_sequences = 4,
+                                .pad_id = 0xFFFF};
+    mdr_staging_write(&s, &w);
     const unsigned char *slot = s.ring_host + (step % MDR_GRAPH_STAGING_SLOTS) * s.slot_bytes;
     mdr_stage_header h;
     memcpy(&h, slot, sizeof h);
     cr_assert_eq(h.tokens, 3);
     cr_assert_eq(h.copy_tokens, 5);
+    cr_assert_eq(h.sequences, 2);
+    cr_assert_eq(h.copy_sequences, 4);
     uint32_t got[5];
     memcpy(got, slot + MDR_STAGE_HEADER_BYTES, sizeof got);
     const uint32_t want[5] = {11, 22, 33, 0xFFFF, 0xFFFF};
     cr_assert_eq(memcmp(got, want, sizeof got), 0, "step %llu", (unsigned long long)step);
   }
-  const mdr_stage_desc d = mdr_staging_desc(&s, 0x1000, MDR_STAGE_FETCH | MDR_STAGE_TABLE);
+  const mdr_stage_desc d = mdr_staging_desc(&s, 0x1000, MDR_STAGE_FETCH | MDR_STAGE_TABLE, 7);
   cr_assert_eq(d.flags, MDR_STAGE_FETCH | MDR_STAGE_TABLE);
   cr_assert_eq(d.slots, MDR_GRAPH_STAGING_SLOTS);
   cr_assert_eq(d.token_ids, 0x1000);
   cr_assert_eq(d.count_out, mdr_staging_count_ptr(&s));
+  cr_assert_eq(d.copy_sequences, 7);
+  cr_assert_eq(d.n_inputs, 0);
+  cr_assert_eq(d.inputs, 0);
   cr_assert_eq(d.ack, s.ring_dev + s.slot_bytes * MDR_GRAPH_STAGING_SLOTS);
   mdr_staging_fini(&s);
   mdr_backend_destroy(b);
@@ -114,7 +121,7 @@ Test(staging, a_failed_init_leaks_nothing) {
   for (long k = 1; k <= 4; k++) {
     mdr_staging s;
     fault_backend_fail_at(fb, k);
-    mdr_status st = mdr_staging_init(&s, fb, MAX_TOKENS);
+    mdr_status st = mdr_staging_init(&s, fb, MAX_TOKENS, NULL, NULL, 0);
     fault_backend_fail_at(fb, 0);
     if (st == MDR_OK) {
       cr_assert_eq(fault_backend_injected(fb), k - 1, "k=%ld: the injected failure was swallowed", k);

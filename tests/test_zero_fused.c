@@ -213,11 +213,11 @@ static void dev_stage_init(dev_stage *st, uint64_t counter, uint32_t flags) {
   CU(cudaMalloc((void **)&st->counter, sizeof(uint64_t)));
   CU(cudaMalloc((void **)&st->sync, sizeof(mdr_stage_sync)));
   CU(cudaMalloc((void **)&st->ids, IDS_CAP * sizeof(uint32_t)));
-  CU(cudaMalloc((void **)&st->count, sizeof(uint32_t)));
+  CU(cudaMalloc((void **)&st->count, 2 * sizeof(uint32_t)));
   CU(cudaMemcpy(st->counter, &counter, sizeof counter, cudaMemcpyHostToDevice));
   CU(cudaMemset(st->sync, 0, sizeof(mdr_stage_sync)));
   CU(cudaMemset(st->ids, POISON, IDS_CAP * sizeof(uint32_t)));
-  CU(cudaMemset(st->count, POISON, sizeof(uint32_t)));
+  CU(cudaMemset(st->count, POISON, 2 * sizeof(uint32_t)));
   st->desc = (mdr_stage_desc){.ring = st->ring_d, .slot_bytes = st->slot_bytes,
                               .counter = ADDR(st->counter), .done = ADDR(st->sync),
                               .ack = st->ack_d, .token_ids = ADDR(st->ids),

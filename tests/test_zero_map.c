@@ -555,7 +555,7 @@ typedef struct host_stage {
   mdr_stage_sync sync;
   uint64_t ack;
   uint32_t token_ids[RING_MAX_TOKENS + 8];
-  uint32_t count_out;
+  uint32_t count_out, sequences_out; /* the two count words */
   mdr_stage_desc desc;
 } host_stage;
 

@@ -119,6 +119,97 @@ typedef enum mdr_graph_dynamic_impl {
  * GPU before mdr_graph_cache_step waits. */
 #define MDR_GRAPH_STAGING_SLOTS 8
 
+/* Step inputs. Besides the token ids, a decode step's kernels read small
+ * per-step inputs: positions, sequence lengths, a block table, a slot
+ * mapping, sampling parameters. A cache declares them once, at create
+ * (mdr_graph_cache_options.inputs); each step then carries their values in
+ * the same staging slot as the ids (mdr_graph_cache_step_inputs), and the
+ * same staged launch copies them to their destinations: one kernel node and
+ * one read of one slot per step, with the ring's guarantee (the host never
+ * overwrites values the GPU has not read yet) extended to every input.
+ *
+ * Inputs are indexed in declaration order from 1; index 0 is the token ids
+ * (the implicit first input: 4-byte elements, one per token, destination
+ * the arena's token_ids, pad pad_token_id), so that a step's `values`
+ * array and the layout query (mdr_graph_cache_step_input_info) list the
+ * ids first. A binding can present that layout as `decode_meta`.
+ *
+ * Rows. An input has rows of `width` elements; how many rows a step carries
+ * is its shape:
+ *   MDR_INPUT_PER_TOKEN     one row per token of the step (positions, slot
+ *                           mapping);
+ *   MDR_INPUT_PER_SEQUENCE  one row per sequence (sequence lengths; with
+ *                           width = blocks per sequence, a block table);
+ *   MDR_INPUT_FIXED         max_rows rows every step (sampling parameters
+ *                           of a fixed batch, a constant).
+ * Padding. A graph serves a bound of rows, not only the step's count: in
+ * EXACT and LADDER mode the graph's token count g (per token), and
+ * min(g, max_sequences) (per sequence, since a step's sequences never
+ * outnumber its tokens). Rows from the step's count up to that bound get the
+ * input's `pad` value, as ids get pad_token_id, so a graph's kernels may
+ * read every row of the bound. DYNAMIC graphs copy exactly the step's rows
+ * (their kernels read the counts on the device). */
+typedef enum mdr_step_input_shape {
+  MDR_INPUT_PER_TOKEN,
+  MDR_INPUT_PER_SEQUENCE,
+  MDR_INPUT_FIXED,
+  MDR_INPUT_SHAPE_COUNT
+} mdr_step_input_shape;
+
+/* Where an input's values go. A destination is captured into the graphs
+ * (like token_ids' address): it must stay valid for the cache's life. */
+typedef enum mdr_step_input_dest {
+  MDR_INPUT_TO_DEVICE, /* `address`: device memory the engine owns */
+  MDR_INPUT_TO_ARENA,  /* `buffer` of the cache's arena, from byte `offset` */
+  MDR_INPUT_DEST_COUNT
+} mdr_step_input_dest;
+
+/* Declared inputs besides the ids. */
+#define MDR_STEP_INPUTS_MAX 16
+/* Bytes of one staging slot at most (the ids and every host input at their
+ * largest counts, each aligned to 16 bytes, plus a 16-byte header). */
+#define MDR_STAGING_SLOT_MAX_BYTES ((size_t)16 << 20)
+
+/* One step input. Every address is 16-byte aligned; the element size is 1,
+ * 2, 4 or 8 bytes. */
+typedef struct mdr_step_input {
+  const char *name;            /* unique, non-empty, not "token_ids"; copied at create */
+  size_t elem_bytes;           /* 1, 2, 4 or 8 */
+  mdr_step_input_shape shape;
+  size_t width;                /* elements per row; 0 means 1 */
+  size_t max_rows;             /* the most rows a step carries. PER_TOKEN: 0 means
+                                  max_batch_tokens, at most max_batch_tokens; PER_SEQUENCE:
+                                  0 means max_sequences, at most max_sequences; FIXED: the
+                                  rows of every step, >= 1. A step over it is refused. */
+  uint64_t pad;                /* element value of the padded rows (its low elem_bytes bytes) */
+  mdr_step_input_dest dest;
+  mdr_dptr address;            /* MDR_INPUT_TO_DEVICE: the destination */
+  mdr_buffer buffer;           /* MDR_INPUT_TO_ARENA: the buffer ... */
+  size_t offset;               /* ... and the byte offset in it */
+  mdr_dptr device_src;         /* 0: the values come from the host, each step. Else the
+                                  values are already in device memory there (the engine's
+                                  own kernels wrote them, on the cache's stream or before
+                                  the step): the staged launch copies the step's rows
+                                  device to device and pads, and steps pass no host values
+                                  for it. Equal to the destination: only the pad is written. */
+} mdr_step_input;
+
+/* The layout of one input as the cache resolved it (index 0: the ids). */
+typedef struct mdr_step_input_info {
+  const char *name;            /* owned by the cache; valid for its life */
+  size_t elem_bytes;
+  mdr_step_input_shape shape;
+  size_t width;                /* elements per row */
+  size_t max_rows;             /* resolved (never 0) */
+  size_t row_bytes;            /* elem_bytes * width */
+  size_t max_bytes;            /* max_rows * row_bytes: the destination's extent */
+  mdr_dptr dst;                /* the destination's device address */
+  mdr_dptr device_src;         /* 0: host values */
+  size_t slot_offset;          /* byte offset of its values in a staging slot; 0 for inputs
+                                  already in device memory */
+  uint64_t pad;
+} mdr_step_input_info;
+
 typedef struct mdr_graph_cache_options {
   mdr_graph_mode mode;
   mdr_zero_strategy zero;                  /* MDR_ZERO_FROM_ARENA (default): the
@@ -142,6 +233,11 @@ typedef struct mdr_graph_cache_options {
                                               MDR_POISON=1 at create */
   uint64_t max_graph_bytes;                /* LRU cap on the graphs' device
                                               memory (graph_bytes); 0: none */
+  const mdr_step_input *inputs;            /* step inputs besides the ids (above);
+                                              copied at create, names included */
+  size_t n_inputs;                         /* 0 .. MDR_STEP_INPUTS_MAX */
+  size_t max_sequences;                    /* the most sequences of a step; 0 means
+                                              max_batch_tokens (at most that) */
 } mdr_graph_cache_options;
 
 /* Poison mode, for debugging: every EXACT or LADDER step (graph or eager)
@@ -203,10 +299,12 @@ MDR_API mdr_status mdr_graph_cache_prepare(mdr_graph_cache *c, const size_t *tok
  *   MDR_ERR_INVALID_ARGUMENT  NULL cache or ids; nothing changed;
  *   MDR_ERR_OUT_OF_RANGE      tokens 0 or > max_batch_tokens; nothing changed;
  *   MDR_ERR_STATE             called while the cache's stream is being
- *                             captured, or from inside this cache's step or
- *                             prepare (a body); nothing changed. Also: the
- *                             staging ring found corrupt (the device served
- *                             a staged launch the cache never enqueued);
+ *                             captured, from inside this cache's step or
+ *                             prepare (a body), or from a second thread
+ *                             while another is inside (the text says
+ *                             which); nothing changed. Also: the staging
+ *                             ring found corrupt (the device served a
+ *                             staged launch the cache never enqueued);
  *   MDR_ERR_CAPTURE           the capture failed (the body's failure
  *                             included, named in the last error); it was
  *                             ended cleanly, no graph was kept, and the step
@@ -217,7 +315,15 @@ MDR_API mdr_status mdr_graph_cache_prepare(mdr_graph_cache *c, const size_t *tok
  *                             this status is returned once per such count;
  *   other                     the step failed (backend error, or the body
  *                             failed when run eagerly); see
- *                             mdr_backend_last_error.
+ *                             mdr_backend_last_error. An error that earlier
+ *                             work outside mdr left pending (CUDA: a failed
+ *                             launch of the application's) is returned
+ *                             before anything is staged, named as the
+ *                             application's, and cleared. A failed step
+ *                             leaves the ring consistent: the next step
+ *                             works (after a graph launch that failed part
+ *                             way, it first waits for the stream to drain
+ *                             and re-reads the ring's count).
  * Not capture-safe itself (it launches graphs). */
 MDR_API mdr_status mdr_graph_cache_step(mdr_graph_cache *c, const uint32_t *token_ids, size_t tokens);
 
@@ -241,9 +347,76 @@ MDR_API mdr_status mdr_graph_cache_step_device(mdr_graph_cache *c, mdr_dptr toke
 MDR_API mdr_status mdr_graph_cache_prepare_device(mdr_graph_cache *c, mdr_dptr token_ids, const size_t *tokens,
                                                   size_t n);
 
+/* One decode step with its step inputs: `values` lists n_values host
+ * pointers in input order (mdr_graph_cache_step_input_info): values[0] the
+ * `tokens` token ids (uint32), values[i] input i's rows at this step's
+ * counts, packed (PER_TOKEN: tokens rows, PER_SEQUENCE: `sequences` rows,
+ * FIXED: max_rows rows; each row `width` elements). An input already in
+ * device memory (device_src) takes no host values: its entry is ignored
+ * and may be NULL. n_values must be 1 + the declared inputs. Everything is
+ * copied into one staging slot before the call returns: the caller may
+ * reuse every array at once. `sequences` is the step's sequence count,
+ * 1 .. min(tokens, max_sequences); the body's kernels read it at
+ * mdr_graph_cache_sequences_ptr. Asynchronous as mdr_graph_cache_step, and
+ * waits as it does. Returns, changing nothing and staging nothing:
+ *   MDR_ERR_INVALID_ARGUMENT  NULL cache or values, n_values not 1 + the
+ *                             declared inputs, a NULL values[i] of an
+ *                             input that takes host values (the text names
+ *                             it);
+ *   MDR_ERR_OUT_OF_RANGE      tokens 0 or > max_batch_tokens, sequences out
+ *                             of range, or an input's rows above its
+ *                             max_rows (named);
+ * otherwise as mdr_graph_cache_step. Not capture-safe; not thread-safe
+ * (one thread drives a cache; a second thread's call is refused with
+ * MDR_ERR_STATE). */
+MDR_API mdr_status mdr_graph_cache_step_inputs(mdr_graph_cache *c, const void *const *values, size_t n_values,
+                                               size_t tokens, size_t sequences);
+
+/* mdr_graph_cache_step_inputs with the ids in device memory, as
+ * mdr_graph_cache_step_device takes them (`token_ids`, 0: already in the
+ * arena's token_ids); values[0] is ignored. With step inputs declared, a
+ * device step reads the counts (and any host inputs) from a staging slot. */
+MDR_API mdr_status mdr_graph_cache_step_inputs_device(mdr_graph_cache *c, mdr_dptr token_ids,
+                                                      const void *const *values, size_t n_values, size_t tokens,
+                                                      size_t sequences);
+
+/* Inputs of the cache, the ids included (1 + the declared ones); 0 for a
+ * NULL cache. Reads the cache only. */
+MDR_API size_t mdr_graph_cache_step_input_count(const mdr_graph_cache *c);
+
+/* The resolved layout of input `index` (0: the token ids): element size,
+ * shape, width, rows, bytes, destination and slot offset, which a binding
+ * can present as the step's `decode_meta`. MDR_ERR_OUT_OF_RANGE for an
+ * index past the inputs, MDR_ERR_INVALID_ARGUMENT for NULL. The name
+ * belongs to the cache. Reads the cache only. */
+MDR_API mdr_status mdr_graph_cache_step_input_info(const mdr_graph_cache *c, size_t index,
+                                                   mdr_step_input_info *out);
+
+/* The index of the input called `name` ("token_ids": 0).
+ * MDR_ERR_OUT_OF_RANGE when there is none, MDR_ERR_INVALID_ARGUMENT for
+ * NULL. Reads the cache only. */
+MDR_API mdr_status mdr_graph_cache_step_input_find(const mdr_graph_cache *c, const char *name, size_t *index);
+
+/* Bytes of one staging slot (the header, the ids and the host inputs at
+ * their largest counts); the ring holds MDR_GRAPH_STAGING_SLOTS of them in
+ * pinned memory. 0 for a NULL cache. */
+MDR_API size_t mdr_graph_cache_slot_bytes(const mdr_graph_cache *c);
+
 /* Device address of the uint32 holding the current step's real token count
  * (written by every step before the body runs). 0 for a NULL cache. */
 MDR_API mdr_dptr mdr_graph_cache_count_ptr(const mdr_graph_cache *c);
+
+/* Device address of the uint32 holding the current step's real sequence
+ * count (written by every step before the body runs, next to the token
+ * count; a step that gives none has one per token, up to max_sequences).
+ * 0 for a NULL cache. */
+MDR_API mdr_dptr mdr_graph_cache_sequences_ptr(const mdr_graph_cache *c);
+
+/* The per-sequence rows the graph serving `tokens` holds: min(graph
+ * tokens, max_sequences) in EXACT and LADDER (rows past a step's sequences
+ * carry each input's pad), max_sequences in DYNAMIC (a bound: exactly the
+ * step's rows are copied). Errors as mdr_graph_cache_graph_tokens. */
+MDR_API mdr_status mdr_graph_cache_sequence_bound(const mdr_graph_cache *c, size_t tokens, size_t *out);
 
 /* The zero strategy and row policy the cache's graphs use (resolved at
  * create; never *_FROM_ARENA for a cache). A NULL cache gives

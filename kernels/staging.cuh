@@ -1,0 +1,311 @@
+/* staging.cuh — the staging ring's device code: what the stage block of a
+ * fused zero-and-stage launch does (kernels/zero_fused.cu includes it; the
+ * layout is kernels/staging_layout.h, the host side graphs/staging.c).
+ *
+ * A staged launch serves one step from one block of MDR_STAGE_BLOCK
+ * threads, dispatched first so that its round trip to host memory overlaps
+ * the zeroing: it reads the ring counter, then the slot (header, ids, the
+ * inputs that take host values) with every load issued before the first
+ * store, so a step costs one PCIe round trip whatever its inputs; it copies
+ * inputs already in device memory, writes the pad of their rows past the
+ * count, publishes the counts for the body, and advances the counter and
+ * the ack once every read of the slot has completed. */
+#ifndef MDR_STAGING_CUH
+#define MDR_STAGING_CUH
+
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#include "staging_layout.h"
+
+/* Threads of the block that serves the stage (the launches' block size). */
+#define MDR_STAGE_BLOCK 256
+/* 16-byte loads in flight per thread while reading host memory. */
+#define MDR_STAGE_FETCH_VECS 4
+/* Ids one 16-byte vector holds. */
+#define MDR_STAGE_IDS_PER_VEC 4u
+
+/* Copy ids [from, nvec) (16-byte vectors) of a slot into token_ids with one
+ * block, MDR_STAGE_FETCH_VECS loads in flight per thread before the stores:
+ * one round trip to host memory per MDR_STAGE_BLOCK * MDR_STAGE_FETCH_VECS
+ * vectors. */
+__device__ __forceinline__ void mdr_stage_fetch_vectors(const uint4 *src, uint4 *dst, uint32_t from,
+                                                        uint32_t nvec) {
+  for (uint32_t base = from; base < nvec; base += MDR_STAGE_BLOCK * MDR_STAGE_FETCH_VECS) {
+    uint4 r[MDR_STAGE_FETCH_VECS];
+#pragma unroll
+    for (int v = 0; v < MDR_STAGE_FETCH_VECS; v++) {
+      const uint32_t i = base + v * MDR_STAGE_BLOCK + threadIdx.x;
+      if (i < nvec) r[v] = src[i];
+    }
+#pragma unroll
+    for (int v = 0; v < MDR_STAGE_FETCH_VECS; v++) {
+      const uint32_t i = base + v * MDR_STAGE_BLOCK + threadIdx.x;
+      if (i < nvec) dst[i] = r[v];
+    }
+  }
+}
+
+/* The tail of a copy that is not a whole number of vectors (or not 16-byte
+ * aligned at all): ids [from, copy) one by one. */
+__device__ __forceinline__ void mdr_stage_fetch_scalars(const uint32_t *src, uint32_t *dst, uint32_t from,
+                                                        uint32_t copy) {
+  for (uint32_t i = from + threadIdx.x; i < copy; i += MDR_STAGE_BLOCK) dst[i] = src[i];
+}
+
+/* Ids that are already in device memory (DEVICE_IDS): copy the first t from
+ * ids_src into token_ids with one block (nothing when they are there
+ * already), then pad_id up to `copy`. */
+__device__ __forceinline__ void mdr_stage_device_ids(const mdr_stage_desc &st, uint32_t t, uint32_t copy) {
+  uint32_t *dst = (uint32_t *)st.token_ids;
+  if (st.ids_src && st.ids_src != st.token_ids) {
+    const bool vec = ((st.ids_src | st.token_ids) & 15u) == 0;
+    const uint32_t nvec = vec ? t / MDR_STAGE_IDS_PER_VEC : 0;
+    mdr_stage_fetch_vectors((const uint4 *)st.ids_src, (uint4 *)dst, 0, nvec);
+    mdr_stage_fetch_scalars((const uint32_t *)st.ids_src, dst, nvec * MDR_STAGE_IDS_PER_VEC, t);
+  }
+  for (uint32_t i = t + threadIdx.x; i < copy; i += MDR_STAGE_BLOCK) dst[i] = st.pad_id;
+}
+
+/* Pieces of one slot read: the ids (optional) and every input that takes
+ * host values, as byte ranges of the slot and their destinations. */
+#define MDR_STAGE_PIECES (MDR_STAGE_INPUTS_MAX + 1)
+
+/* Copy, from the slot at `slot`, the ids (`ids`: copy_t of them, when the
+ * ids come from the slot) and the rows of every slot input at the copy
+ * counts (copy_t, copy_s), every load of a round issued before its stores.
+ * The input table is read from device memory into shared memory first (it
+ * is at most 768 bytes). Every thread of the block calls it. */
+__device__ __forceinline__ void mdr_stage_copy_slot(const mdr_stage_desc &st, uint64_t slot, bool ids,
+                                                    uint32_t copy_t, uint32_t copy_s) {
+  __shared__ mdr_stage_input s_in[MDR_STAGE_INPUTS_MAX];
+  __shared__ uint64_t s_src[MDR_STAGE_PIECES], s_dst[MDR_STAGE_PIECES];
+  __shared__ uint32_t s_bytes[MDR_STAGE_PIECES], s_vpre[MDR_STAGE_PIECES + 1], s_tpre[MDR_STAGE_PIECES + 1];
+  __shared__ uint32_t s_np;
+  const uint32_t n = st.n_inputs < MDR_STAGE_INPUTS_MAX ? st.n_inputs : MDR_STAGE_INPUTS_MAX;
+  const uint32_t tid = threadIdx.x;
+  if (tid < n) s_in[tid] = ((const mdr_stage_input *)st.inputs)[tid];
+  __syncthreads();
+  if (tid == 0) { /* the pieces, their vectors' and tail bytes' prefix sums */
+    uint32_t k = 0;
+    if (ids && copy_t) {
+      s_src[k] = slot + MDR_STAGE_HEADER_BYTES;
+      s_dst[k] = st.token_ids;
+      s_bytes[k++] = copy_t * 4u;
+    }
+    for (uint32_t i = 0; i < n; i++) {
+      const mdr_stage_input &in = s_in[i];
+      const uint32_t bytes = (uint32_t)(mdr_stage_input_rows(&in, copy_t, copy_s) * in.row_bytes);
+      if (in.src || bytes == 0) continue;
+      s_src[k] = slot + in.offset;
+      s_dst[k] = in.dst;
+      s_bytes[k++] = bytes;
+    }
+    uint32_t v = 0, t = 0;
+    for (uint32_t i = 0; i < k; i++) {
+      s_vpre[i] = v;
+      s_tpre[i] = t;
+      const bool vec = ((s_src[i] | s_dst[i]) & 15u) == 0;
+      v += vec ? s_bytes[i] / 16u : 0;
+      t += vec ? s_bytes[i] % 16u : s_bytes[i];
+    }
+    s_vpre[k] = v;
+    s_tpre[k] = t;
+    s_np = k;
+  }
+  __syncthreads();
+  const uint32_t np = s_np, nvec = s_vpre[np], ntail = s_tpre[np];
+  /* a round: MDR_STAGE_FETCH_VECS vectors and one tail byte per thread, all
+   * loaded before any is stored (tail bytes: under 16 per aligned piece, so
+   * one round holds them unless a piece is unaligned) */
+  for (uint32_t round = 0;; round++) {
+    const uint32_t base = round * MDR_STAGE_BLOCK * MDR_STAGE_FETCH_VECS, tj = round * MDR_STAGE_BLOCK + tid;
+    if (base >= nvec && round * MDR_STAGE_BLOCK >= ntail) break;
+    uint4 r[MDR_STAGE_FETCH_VECS];
+    uint32_t piece[MDR_STAGE_FETCH_VECS];
+#pragma unroll
+    for (int u = 0; u < MDR_STAGE_FETCH_VECS; u++) {
+      const uint32_t i = base + u * MDR_STAGE_BLOCK + tid;
+      piece[u] = np;
+      if (i < nvec) {
+        uint32_t p = 0;
+        while (s_vpre[p + 1] <= i) p++;
+        piece[u] = p;
+        r[u] = ((const uint4 *)s_src[p])[i - s_vpre[p]];
+      }
+    }
+    unsigned char tb = 0;
+    uint64_t taddr = 0;
+    if (tj < ntail) {
+      uint32_t p = 0;
+      while (s_tpre[p + 1] <= tj) p++;
+      const bool vec = ((s_src[p] | s_dst[p]) & 15u) == 0;
+      const uint32_t off = (vec ? s_bytes[p] / 16u * 16u : 0u) + (tj - s_tpre[p]);
+      tb = ((const unsigned char *)s_src[p])[off];
+      taddr = s_dst[p] + off;
+    }
+#pragma unroll
+    for (int u = 0; u < MDR_STAGE_FETCH_VECS; u++) {
+      const uint32_t i = base + u * MDR_STAGE_BLOCK + tid;
+      if (piece[u] < np) ((uint4 *)s_dst[piece[u]])[i - s_vpre[piece[u]]] = r[u];
+    }
+    if (taddr) *(unsigned char *)taddr = tb;
+  }
+}
+
+/* Inputs already in device memory: copy each one's rows at the real counts
+ * (t, s) from src to dst (nothing when they are the same), then its pad
+ * value into the rows up to the copy counts (device to device: no round
+ * trip to host memory). Every thread of the block calls it. */
+__device__ __forceinline__ void mdr_stage_device_inputs(const mdr_stage_desc &st, uint32_t t, uint32_t s,
+                                                        uint32_t copy_t, uint32_t copy_s) {
+  const uint32_t n = st.n_inputs < MDR_STAGE_INPUTS_MAX ? st.n_inputs : MDR_STAGE_INPUTS_MAX;
+  const mdr_stage_input *table = (const mdr_stage_input *)st.inputs;
+  for (uint32_t i = 0; i < n; i++) {
+    const mdr_stage_input in = table[i];
+    if (!in.src) continue;
+    const uint64_t bytes = mdr_stage_input_rows(&in, t, s) * in.row_bytes;
+    const uint64_t copy_bytes = mdr_stage_input_rows(&in, copy_t, copy_s) * in.row_bytes;
+    if (in.src != in.dst) {
+      const uint64_t nvec = bytes / 16u;
+      for (uint64_t v = threadIdx.x; v < nvec; v += MDR_STAGE_BLOCK)
+        ((uint4 *)in.dst)[v] = ((const uint4 *)in.src)[v];
+      for (uint64_t b = nvec * 16u + threadIdx.x; b < bytes; b += MDR_STAGE_BLOCK)
+        ((unsigned char *)in.dst)[b] = ((const unsigned char *)in.src)[b];
+    }
+    const uint32_t e = in.elem_bytes;
+    for (uint64_t b = bytes + (uint64_t)threadIdx.x * e; b < copy_bytes; b += (uint64_t)MDR_STAGE_BLOCK * e) {
+      switch (e) {
+        case 1: *(uint8_t *)(in.dst + b) = (uint8_t)in.pad; break;
+        case 2: *(uint16_t *)(in.dst + b) = (uint16_t)in.pad; break;
+        case 4: *(uint32_t *)(in.dst + b) = (uint32_t)in.pad; break;
+        default: *(uint64_t *)(in.dst + b) = in.pad; break;
+      }
+    }
+  }
+}
+
+/* Write the counts the body reads. */
+__device__ __forceinline__ void mdr_stage_publish_counts(const mdr_stage_desc &st, uint32_t t, uint32_t s) {
+  ((uint32_t *)st.count_out)[0] = t;
+  ((uint32_t *)st.count_out)[1] = s;
+}
+
+/* Serve a staged step of a static or TABLE launch from one block: `copy` is
+ * the launch's ids count (known on the host), copy_sequences the
+ * per-sequence rows (in the descriptor). Reads the counter, then in one
+ * round trip to host memory the slot's header, ids and inputs; copies the
+ * device-resident inputs; advances the counter and the ack. Only this block
+ * touches the counter in such a launch, so no cross-block handshake is
+ * needed. The ack is a plain posted write: the host only needs to learn,
+ * eventually, that every read of the slot has completed, which holds once
+ * the values read have been stored. */
+__device__ __forceinline__ void mdr_stage_block(const mdr_stage_desc &st, uint32_t flags, uint32_t copy) {
+  const uint32_t copy_s = st.copy_sequences;
+  if ((flags & (MDR_STAGE_FETCH | MDR_STAGE_ADVANCE)) == 0) {
+    /* device ids whose count the launch carries (EXACT device steps): no
+     * slot and no counter to read, so nothing to wait for before the copy;
+     * a step at 1-8 tokens is short enough for that wait to show. Inputs
+     * here are all in device memory (the cache reads a slot otherwise). */
+    if (flags & MDR_STAGE_DEVICE_IDS) {
+      if (threadIdx.x == 0) mdr_stage_publish_counts(st, copy, copy_s);
+      mdr_stage_device_ids(st, copy, copy);
+      if (st.n_inputs) mdr_stage_device_inputs(st, copy, copy_s, copy, copy_s);
+    }
+    return;
+  }
+  __shared__ uint32_t s_tokens, s_seqs;
+  const uint64_t step = *(volatile const uint64_t *)st.counter; /* one broadcast load */
+  const uint64_t slot = st.ring + (step % st.slots) * st.slot_bytes;
+  const uint64_t ids = slot + MDR_STAGE_HEADER_BYTES;
+  const bool fetch = flags & MDR_STAGE_FETCH;
+  if (st.n_inputs) {
+    /* the header's load is issued with the slot's, and waited for after */
+    uint32_t ht = copy, hs = copy_s;
+    if (fetch && threadIdx.x == 0) {
+      const volatile mdr_stage_header *h = (const volatile mdr_stage_header *)slot;
+      ht = h->tokens;
+      hs = h->sequences;
+    }
+    if (fetch) mdr_stage_copy_slot(st, slot, !(flags & MDR_STAGE_DEVICE_IDS), copy, copy_s);
+    if (threadIdx.x == 0) {
+      s_tokens = ht;
+      s_seqs = hs;
+    }
+    __syncthreads();
+    if (flags & MDR_STAGE_DEVICE_IDS) mdr_stage_device_ids(st, s_tokens, copy);
+    mdr_stage_device_inputs(st, s_tokens, s_seqs, copy, copy_s);
+  } else if (flags & MDR_STAGE_DEVICE_IDS) { /* no ids from host memory; the count only with FETCH */
+    if (threadIdx.x == 0) {
+      s_tokens = fetch ? ((const mdr_stage_header *)slot)->tokens : copy;
+      s_seqs = fetch ? ((const mdr_stage_header *)slot)->sequences : copy_s;
+    }
+    __syncthreads();
+    mdr_stage_device_ids(st, s_tokens, copy);
+  } else if (fetch) {
+    if (threadIdx.x == 0) {
+      s_tokens = ((const mdr_stage_header *)slot)->tokens;
+      s_seqs = ((const mdr_stage_header *)slot)->sequences;
+    }
+    const bool vec = ((ids | st.token_ids) & 15u) == 0;
+    const uint32_t nvec = vec ? copy / MDR_STAGE_IDS_PER_VEC : 0;
+    mdr_stage_fetch_vectors((const uint4 *)ids, (uint4 *)st.token_ids, 0, nvec);
+    mdr_stage_fetch_scalars((const uint32_t *)ids, (uint32_t *)st.token_ids, nvec * MDR_STAGE_IDS_PER_VEC, copy);
+  }
+  __syncthreads(); /* every load of the slot has completed */
+  if (threadIdx.x == 0) {
+    if (flags & (MDR_STAGE_FETCH | MDR_STAGE_DEVICE_IDS)) mdr_stage_publish_counts(st, s_tokens, s_seqs);
+    if (flags & MDR_STAGE_ADVANCE) {
+      *(volatile uint64_t *)st.counter = step + 1;
+      *(volatile uint64_t *)st.ack = step + 1;
+    }
+  }
+}
+
+/* The stager of a DYNAMIC launch by device count (the block holding ticket
+ * 0): reads the slot's header, publishes t at `published` at once for the
+ * other blocks, then copies the ids (the first MDR_STAGE_BLOCK vectors in
+ * the header's round trip) and the inputs at the header's counts (no
+ * padding: a DYNAMIC step copies exactly its counts). Sets *s_tokens to t.
+ * Every thread of the block calls it. */
+__device__ __forceinline__ void mdr_stage_dynamic(const mdr_stage_desc &st, uint32_t flags, uint64_t step,
+                                                  volatile uint64_t *published, uint32_t *s_tokens) {
+  __shared__ uint32_t s_copy, s_seqs, s_copy_seqs;
+  const uint64_t slot = st.ring + (step % st.slots) * st.slot_bytes;
+  const uint64_t ids = slot + MDR_STAGE_HEADER_BYTES;
+  const bool device_ids = flags & MDR_STAGE_DEVICE_IDS;
+  const bool fetch = (flags & MDR_STAGE_FETCH) && !device_ids; /* ids from the slot */
+  const bool vec = ((ids | st.token_ids) & 15u) == 0;
+  uint4 spec = make_uint4(0u, 0u, 0u, 0u);
+  uint32_t spec_vecs = 0;
+  if (threadIdx.x == 0) {
+    const volatile mdr_stage_header *h = (const volatile mdr_stage_header *)slot;
+    const uint32_t t = h->tokens;
+    *s_tokens = t;
+    s_copy = h->copy_tokens;
+    s_seqs = h->sequences;
+    s_copy_seqs = h->copy_sequences;
+    *published = ((uint64_t)(uint32_t)(step + 1) << 32) | t;
+  }
+  if (fetch && vec) {
+    spec_vecs = (uint32_t)((st.slot_bytes - MDR_STAGE_HEADER_BYTES) / 16u);
+    if (spec_vecs > MDR_STAGE_BLOCK) spec_vecs = MDR_STAGE_BLOCK;
+    if (threadIdx.x < spec_vecs) spec = ((const uint4 *)ids)[threadIdx.x];
+  }
+  __syncthreads();
+  if (fetch) {
+    const uint32_t copy = s_copy, nvec = vec ? copy / MDR_STAGE_IDS_PER_VEC : 0;
+    if (threadIdx.x < nvec && threadIdx.x < spec_vecs) ((uint4 *)st.token_ids)[threadIdx.x] = spec;
+    mdr_stage_fetch_vectors((const uint4 *)ids, (uint4 *)st.token_ids, spec_vecs, nvec);
+    mdr_stage_fetch_scalars((const uint32_t *)ids, (uint32_t *)st.token_ids, nvec * MDR_STAGE_IDS_PER_VEC, copy);
+  } else if (device_ids) {
+    mdr_stage_device_ids(st, *s_tokens, s_copy);
+  }
+  if (st.n_inputs) {
+    if (flags & MDR_STAGE_FETCH) mdr_stage_copy_slot(st, slot, false, s_copy, s_copy_seqs);
+    mdr_stage_device_inputs(st, *s_tokens, s_seqs, s_copy, s_copy_seqs);
+  }
+  if (threadIdx.x == 0 && (fetch || device_ids)) mdr_stage_publish_counts(st, *s_tokens, s_seqs);
+}
+
+#endif

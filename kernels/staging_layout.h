@@ -1,0 +1,136 @@
+/* staging.h — the staging ring's layout, shared by the host (gcc) and the
+ * device (nvcc): what a slot holds, what a staged launch is told, and the
+ * device words it coordinates with. Nothing here touches memory.
+ *
+ * The module has three files: this layout; its device code,
+ * kernels/staging.cuh, which the fused zero-and-stage kernels include for
+ * their stage block; and its host side, graphs/staging.c (the ring, the
+ * slots' writer, the wait). The host backend runs the same stage work on
+ * the CPU (src/zero_fused_host.c) from the same layout.
+ *
+ * A slot: a 16-byte header (mdr_stage_header), the token ids from byte
+ * MDR_STAGE_HEADER_BYTES, then each declared step input that takes host
+ * values at its own 16-byte aligned offset (mdr_stage_input.offset), room
+ * for its largest count. A staged launch copies the slot's ids and inputs to
+ * their destinations, writes the step's counts where the body reads them,
+ * and advances the ring. Inputs already in device memory (src != 0) are
+ * copied device to device by the same launch. */
+#ifndef MDR_STAGING_LAYOUT_H
+#define MDR_STAGING_LAYOUT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "zero_map.h" /* MDR_HD, the plan table a TABLE launch reads */
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Slot layout: a 16-byte header, then the ids, then the inputs. */
+typedef struct mdr_stage_header {
+  uint32_t tokens;         /* real token count of the step */
+  uint32_t copy_tokens;    /* ids (and per-token rows) in the slot: tokens, or the padded count */
+  uint32_t sequences;      /* real sequence count of the step */
+  uint32_t copy_sequences; /* per-sequence rows in the slot: sequences, or the padded count */
+} mdr_stage_header;
+#define MDR_STAGE_HEADER_BYTES 16u
+
+/* Bytes of a slot holding the header and max_tokens ids (no inputs),
+ * rounded to 256. */
+MDR_HD uint64_t mdr_stage_slot_bytes(uint64_t max_tokens) {
+  return (MDR_STAGE_HEADER_BYTES + max_tokens * 4u + 255u) / 256u * 256u;
+}
+
+/* How many rows of an input a step carries. */
+enum {
+  MDR_STAGE_ROWS_TOKENS = 0,    /* one row per token */
+  MDR_STAGE_ROWS_SEQUENCES = 1, /* one row per sequence */
+  MDR_STAGE_ROWS_FIXED = 2      /* fixed_rows rows, every step */
+};
+
+/* Step inputs a cache may declare besides the ids (one launch's table). */
+#define MDR_STAGE_INPUTS_MAX 16
+
+/* One declared input as a staged launch reads it: a table of these sits in
+ * device memory (mdr_stage_desc.inputs). 48 bytes. */
+typedef struct mdr_stage_input {
+  uint64_t dst;        /* destination in device memory, 16-byte aligned */
+  uint64_t src;        /* 0: values in the slot at `offset`; else their device address (16-byte aligned) */
+  uint64_t pad;        /* src inputs: the element value of rows [count, copy count) */
+  uint32_t offset;     /* slot inputs: byte offset in the slot (16-byte aligned) */
+  uint32_t row_bytes;  /* bytes per row: elem_bytes * width */
+  uint32_t rows;       /* MDR_STAGE_ROWS_* */
+  uint32_t fixed_rows; /* MDR_STAGE_ROWS_FIXED: rows of every step */
+  uint32_t elem_bytes; /* 1, 2, 4 or 8 */
+  uint32_t reserved;
+} mdr_stage_input;
+
+/* Rows of input `in` at token count t and sequence count s. */
+MDR_HD uint64_t mdr_stage_input_rows(const mdr_stage_input *in, uint64_t t, uint64_t s) {
+  return in->rows == MDR_STAGE_ROWS_TOKENS ? t : in->rows == MDR_STAGE_ROWS_SEQUENCES ? s : in->fixed_rows;
+}
+
+/* Flags of a staged launch. */
+enum {
+  MDR_STAGE_FETCH = 1u,   /* read the slot: its ids into token_ids, its inputs, its counts */
+  MDR_STAGE_ADVANCE = 2u, /* the last block to finish advances the counter and writes ack */
+  MDR_STAGE_DYNAMIC = 4u, /* rules are evaluated at the slot's token count */
+  MDR_STAGE_TABLE = 8u,   /* the plan at `tokens` is read from the plan table (not with DYNAMIC) */
+  MDR_STAGE_DEVICE_IDS = 16u /* the ids come from ids_src in device memory, not from the slot: the
+                                first t are copied (t: the slot header's count with FETCH, else the
+                                launch's tokens, read from no host memory at all), then pad_id up
+                                to the copy count; count_out gets t */
+};
+
+/* Whether a static launch with these stage flags may take the chunk list
+ * (zero_map.h section 5): not when it fetches from host memory, where the
+ * stage block's PCIe round trip, not the stores, bounds the step. */
+MDR_HD int mdr_zero_list_allowed(uint32_t stage_flags) { return (stage_flags & MDR_STAGE_FETCH) == 0; }
+
+/* The device words a staged launch coordinates its blocks with (at
+ * mdr_stage_desc.done, zeroed before the first launch, left zeroed by each).
+ * DYNAMIC launches: each block takes a ticket when it starts; ticket 0 reads
+ * the slot's header and publishes (step + 1) << 32 | t, which the others
+ * wait for (in device memory) before clearing past their floors. A block
+ * that holds ticket 0 is running, so the wait cannot deadlock whatever the
+ * residency. The last block to finish (done) resets done and ticket. */
+typedef struct mdr_stage_sync {
+  uint32_t done;      /* blocks finished in this launch */
+  uint32_t ticket;    /* blocks started in this launch */
+  uint64_t published; /* (step + 1) << 32 | token count, from ticket 0 */
+} mdr_stage_sync;
+
+/* What a launch needs to read its step from the staging ring. All addresses
+ * are device addresses (the ring and ack are mapped pinned host memory). */
+typedef struct mdr_stage_desc {
+  uint64_t ring;       /* slot 0 */
+  uint64_t slot_bytes; /* stride between slots */
+  uint64_t counter;    /* device uint64: launches consumed so far */
+  uint64_t done;       /* device mdr_stage_sync (16 bytes, 8-aligned) */
+  uint64_t ack;        /* mapped pinned uint64: counter value after the last finished launch */
+  uint64_t token_ids;  /* destination of the ids (uint32) */
+  uint64_t count_out;  /* device uint32[2]: the step's real token and sequence counts, for the body */
+  uint32_t slots;      /* ring length */
+  uint32_t flags;      /* MDR_STAGE_* */
+  uint64_t table;      /* TABLE: device plan table of the launch's rules (zero_map.h section 4) */
+  uint64_t table_max;  /* TABLE: its largest count m */
+  uint64_t ids_src;    /* DEVICE_IDS: the engine's ids in device memory (0 or token_ids: already in place) */
+  uint32_t pad_id;     /* DEVICE_IDS: the id written after the first t, up to the copy count */
+  uint32_t n_inputs;   /* declared inputs (mdr_stage_input entries at `inputs`) */
+  uint64_t inputs;     /* device table of n_inputs mdr_stage_input */
+  uint32_t copy_sequences; /* per-sequence rows the launch copies (static and TABLE launches; DYNAMIC
+                              by device count reads them from the header) */
+  uint32_t reserved;
+} mdr_stage_desc;
+
+/* Whether a TABLE launch of n rules at t can be served: a table, t in
+ * 1..table_max, at most MDR_ZERO_MAX_SEGS rules (one launch), not DYNAMIC. */
+MDR_HD int mdr_stage_table_ok(const mdr_stage_desc *st, uint64_t n, uint64_t t) {
+  return st->table != 0 && t >= 1 && t <= st->table_max && n <= MDR_ZERO_MAX_SEGS && !(st->flags & MDR_STAGE_DYNAMIC);
+}
+
+#ifdef __cplusplus
+}
+#endif
+#endif
