@@ -440,7 +440,7 @@ def main():
         w(doc(c_doc(H[f], r"typedef enum %s\b" % name, "C enum `%s` (%s)." % (name, f))))
         w("pub type %s = c_int;\n" % name)
         for c, v in consts:
-            tr = H[f].trailing(r"\b%s\b[^\n]*?(?=/\*|$)" % c)
+            tr = H[f].trailing(r"(?m)^\s*%s\b[^\n]*?(?=/\*|$)" % c)
             txt = "`%s` = %d (enum `%s`)." % (c, v, name)
             if tr:
                 txt += " " + tr.replace("[", "\\[").replace("]", "\\]").replace("`", "'").replace("<", "&lt;")

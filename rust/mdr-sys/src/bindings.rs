@@ -248,7 +248,7 @@ pub const MDR_BUF_LORA_SEQ_SLOT: mdr_buffer = 43;
 pub const MDR_BUF_MOE_FP8_SCRATCH: mdr_buffer = 44;
 /// `MDR_BUF_SSM_ROWWISE_W_BF16` = 45 (enum `mdr_buffer`).
 pub const MDR_BUF_SSM_ROWWISE_W_BF16: mdr_buffer = 45;
-/// `MDR_BUF_COUNT` = 46 (enum `mdr_buffer`). allocated byte size; 0 means the buffer is NULL
+/// `MDR_BUF_COUNT` = 46 (enum `mdr_buffer`).
 pub const MDR_BUF_COUNT: mdr_buffer = 46;
 
 /// C enum `mdr_zero_strategy` (arena.h).
