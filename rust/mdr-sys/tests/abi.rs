@@ -103,6 +103,10 @@ fn header_functions(inc: &PathBuf) -> BTreeSet<String> {
 #[test]
 fn names_match_the_headers() {
     let inc = PathBuf::from(env!("MDR_INCLUDE_DIR"));
+    if !inc.join("mdr/mdr.h").exists() {
+        println!("skipped: the headers at {} are not on this machine", inc.display());
+        return;
+    }
     let c = header_functions(&inc);
     let rust: BTreeSet<String> = mdr_sys::FUNCTIONS.iter().map(|(n, _)| n.to_string()).collect();
     let only_c: Vec<_> = c.difference(&rust).collect();
@@ -120,6 +124,10 @@ fn signatures_layouts_and_constants_match_a_c_program() {
     }
     let inc = PathBuf::from(env!("MDR_INCLUDE_DIR"));
     let lib = PathBuf::from(env!("MDR_LIB_DIR"));
+    if !inc.join("mdr/mdr.h").exists() {
+        println!("skipped: the headers at {} are not on this machine", inc.display());
+        return;
+    }
     let mut prog = String::from(
         "#include <mdr/mdr.h>\n#include <stdio.h>\n#include <stddef.h>\n#include <stdint.h>\n\
          #pragma GCC diagnostic error \"-Wincompatible-pointer-types\"\nint main(void) {\n",
@@ -215,6 +223,10 @@ fn signatures_layouts_and_constants_match_a_c_program() {
 #[test]
 fn bindings_are_what_generate_py_gives_now() {
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("generate.py");
+    if !script.exists() {
+        println!("skipped: {} is not on this machine", script.display());
+        return;
+    }
     match Command::new("python3").arg(&script).arg("--check").output() {
         Err(e) => println!("skipped: python3 not runnable ({e})"),
         Ok(out) => assert!(out.status.success(), "{}{}", String::from_utf8_lossy(&out.stdout),

@@ -64,7 +64,7 @@ impl Backend {
     fn make(st: sys::mdr_status, raw: *mut sys::mdr_backend, what: &str) -> Result<Backend> {
         match (Status::from_raw(st), NonNull::new(raw)) {
             (None, Some(raw)) => Ok(Backend { raw }),
-            (s, _) => Err(Error::new(s.unwrap_or(Status::Backend), format!("{what}: {}", s.map_or("no backend", |s| s.text())))),
+            (s, _) => Err(Error::new(s.unwrap_or(Status::Backend), if s.is_some() { what.to_string() } else { format!("{what}: no backend") })),
         }
     }
 
