@@ -351,17 +351,31 @@ class Gen:
         for item in [x.strip() for x in body.split(",") if x.strip()]:
             if "=" in item:
                 c, e = [x.strip() for x in item.split("=", 1)]
-                if re.fullmatch(r"-?\d+", e):
-                    v = int(e)
-                elif e in self.enum_vals:
-                    v = self.enum_vals[e][0]
-                else:
+                v = self.const_expr(e)
+                if v is None:
                     die("enum value %r of %s" % (e, c))
             else:
                 c, v = item, v + 1
             consts.append((c, v))
             self.enum_vals[c] = (v, name)
         self.enums.append((name, f, consts))
+
+    def const_expr(self, e):
+        """An integer constant expression of literals (suffixes allowed),
+        earlier enum constants, casts to integer types and operators."""
+        e = re.sub(r"\(\s*(?:unsigned|int|size_t|uint32_t|uint64_t|long)(?:\s+\w+)*\s*\)", "", e)
+        e = re.sub(r"\b(0[xX][0-9a-fA-F]+|\d+)[uUlL]+\b", r"\1", e)
+        for ref in set(re.findall(r"\b[A-Za-z_]\w*\b", e)):
+            if ref not in self.enum_vals:
+                return None
+            e = re.sub(r"\b%s\b" % ref, str(self.enum_vals[ref][0]), e)
+        if not re.fullmatch(r"[\dxXa-fA-F\s()+\-*/<>|&~]+", e):
+            return None
+        try:
+            v = eval(e, {"__builtins__": {}}, {})
+        except Exception:
+            return None
+        return v if isinstance(v, int) else None
 
     def inline(self, f, d):
         m = re.match(r"static inline (.*?)\b(mdr_\w+)\s*\((.*?)\)\s*\{\s*return (mdr_\w+)\((.*)\);\s*\}$", d)
