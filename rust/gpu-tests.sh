@@ -27,7 +27,7 @@ while read -r name exe; do
   [ -n "$name" ] && cp "$exe" "$out/$name.test"
 done <<< "$bins"
 cp target/release/examples/decode target/release/examples/step_cpu "$out/"
-lib=$(grep -h '^cargo:lib_dir=' target/release/build/mdr-sys-*/output | tail -1 | cut -d= -f2-)
+lib=$(grep -h "^cargo:lib_dir=" $(ls -t target/release/build/mdr-sys-*/output | head -1) | cut -d= -f2-)
 cp -L "$lib"/libmdr.so* "$out/" 2>/dev/null || cp -L "$lib/libmdr.so" "$out/"
 cat > "$out/run.sh" <<'RUN'
 #!/usr/bin/env bash
