@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Build mdr and run every test suite (GPU cases skip themselves without a
 # device). Installs Criterion through apt-get when it is missing.
+# Then the Rust crates (rust/test.sh) when cargo is on PATH.
 # Usage: bash scripts/test.sh [build-dir]   (env MDR_SANITIZE=address,undefined to sanitize)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -17,4 +18,9 @@ fi
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMDR_REQUIRE_TESTS=ON \
   -DMDR_SANITIZE="${MDR_SANITIZE:-}" >/dev/null
 cmake --build "$build" -j "$(nproc)"
-cd "$build" && ctest --output-on-failure --no-tests=error -j "$(nproc)"
+(cd "$build" && ctest --output-on-failure --no-tests=error -j "$(nproc)")
+# The Rust crates (rust/test.sh), against this build's libmdr, when cargo is
+# here (not under MDR_SANITIZE; MDR_SKIP_RUST=1 leaves them to .ci/run's stage).
+if [ -n "${MDR_SANITIZE:-}" ] || [ "${MDR_SKIP_RUST:-0}" = 1 ]; then echo "== rust: skipped here"
+elif command -v cargo >/dev/null; then MDR_DIR="$(cd "$build" && pwd)" bash rust/test.sh
+else echo "== rust: skipped (no cargo on PATH)"; fi

@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# Build the Rust test binaries and examples against a libmdr (CUDA build)
+# and copy them, with libmdr and a runner, into a folder to carry to the GPU
+# machine (which has no cargo).
+#
+#   bash rust/gpu-tests.sh OUT_DIR            # libmdr from MDR_DIR / pkg-config / build/
+#   MDR_DIR=$PWD/build-cuda bash rust/gpu-tests.sh rust/gpu-out
+#
+# On the GPU machine: bash OUT_DIR/run.sh   (exit status 0 when every binary passed)
+set -euo pipefail
+out=${1:?usage: gpu-tests.sh OUT_DIR}
+cd "$(dirname "$0")"
+mkdir -p "$out"
+out=$(cd "$out" && pwd)
+export CARGO_PROFILE_RELEASE_DEBUG=false CARGO_PROFILE_RELEASE_STRIP=true
+json=$(cargo test --offline --release --workspace --no-run --message-format=json 2>/dev/null)
+cargo build --offline --release -p mdr --examples -q
+bins=$(printf '%s\n' "$json" | python3 -c '
+import json, sys
+for line in sys.stdin:
+    try: m = json.loads(line)
+    except ValueError: continue
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["profile"]["test"]:
+        print(m["target"]["name"] + " " + m["executable"])')
+rm -f "$out"/*.test
+while read -r name exe; do
+  [ -n "$name" ] && cp "$exe" "$out/$name.test"
+done <<< "$bins"
+cp target/release/examples/decode target/release/examples/step_cpu "$out/"
+lib=$(grep -h "^cargo:lib_dir=" $(ls -t target/release/build/mdr-sys-*/output | head -1) | cut -d= -f2-)
+cp -L "$lib"/libmdr.so* "$out/" 2>/dev/null || cp -L "$lib/libmdr.so" "$out/"
+cat > "$out/run.sh" <<'RUN'
+#!/usr/bin/env bash
+# Runs every carried Rust test binary, then the example and the CPU figure.
+# The binaries find libmdr here (LD_LIBRARY_PATH comes before their rpath).
+cd "$(dirname "$0")"
+export LD_LIBRARY_PATH=$PWD${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+export NCCL_NVLS_ENABLE=0
+rc=0
+for t in ./*.test; do
+  echo "== $t"
+  # The abi check compiles C: skip it where there is no cc.
+  if [ "$t" = ./abi.test ] && ! command -v cc >/dev/null; then echo "skipped (no cc)"; continue; fi
+  # The C twin of the host cases compiles C too; it skips itself without cc.
+  "$t" --test-threads=1 --nocapture || rc=1
+done
+echo "== decode"; ./decode || rc=1
+echo "== step_cpu"; ./step_cpu 20000 1 || rc=1
+./step_cpu 20000 8 || rc=1
+echo "rust gpu run: rc $rc"
+exit $rc
+RUN
+chmod +x "$out/run.sh"
+ls -la "$out"
