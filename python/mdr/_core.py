@@ -952,6 +952,9 @@ class BufferView:
         if self._backend.is_cuda:
             raise UnsupportedError("the buffer is device memory; use DLPack (torch, cupy)",
                                    "BufferView.numpy")
+        if not self.ptr or not self.nbytes:  # a NULL buffer (size 0)
+            self._alive()
+            return np.empty(self.shape, dtype=np.dtype(_CAI_TYPESTR[self.dtype]))
         h = self.owner._h
         h.acquire()
         pin = _Pin(h, {"shape": self.shape, "typestr": _CAI_TYPESTR[self.dtype],

@@ -49,7 +49,9 @@ class DLManagedTensorVersioned(Structure):
                 ("flags", c_uint64), ("dl_tensor", DLTensor)]
 
 
-_api = ctypes.pythonapi
+# A private handle on the Python API: other code setting argtypes on
+# ctypes.pythonapi's shared function objects cannot break ours.
+_api = ctypes.PyDLL(ctypes.pythonapi._name, handle=ctypes.pythonapi._handle)
 _api.PyCapsule_New.restype = ctypes.py_object
 _api.PyCapsule_New.argtypes = [c_void_p, ctypes.c_char_p, c_void_p]
 _api.PyCapsule_IsValid.restype = ctypes.c_int
