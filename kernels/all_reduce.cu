@@ -226,6 +226,20 @@ __device__ __forceinline__ uint32_t *flag_slot(char *slab, const mdr_ar_call &p,
   return (uint32_t *)(slab + p.region_off + MDR_ARP_FLAGS_OFF) + 2 * ((size_t)block * p.nranks + r);
 }
 
+/* 1 when peer r has put a header of block b into this rank's scratch, in
+ * either parity: a one-shot call of the peer's where this rank runs a
+ * two-shot (every earlier header was cleared when it was read). */
+__device__ bool peer_in_one_shot(const mdr_ar_call &p, unsigned block, int r) {
+  const size_t slot_bytes = MDR_ARP_SLOT_BYTES(p.slot_cap);
+  for (int k = 0; k < 2; k++) {
+    const uint4 *h = (const uint4 *)(p.self + p.region_off + MDR_ARP_SCRATCH_OFF(p.nranks) +
+                                     ((size_t)k * p.nranks + r) * slot_bytes) + block;
+    const uint4 v = ld_volatile(h);
+    if ((v.x & v.y & v.z & v.w) != 0xffffffffu) return true;
+  }
+  return false;
+}
+
 /* Block b of every rank meets at barrier k (1 or 2) of this call; at the
  * first, the ranks' signatures are compared. The block's earlier stores
  * (to any rank) are visible to the peers' block b once they pass. false:
@@ -243,8 +257,13 @@ __device__ bool block_barrier(const mdr_ar_call &p, const mdr_arp_block &st, uin
     const uint32_t *mine = flag_slot(p.self, p, blockIdx.x, r);
     spin s = {0, 0};
     uint32_t cause = 0;
-    while (mdr_arp_waiting(ld_acquire_sys(mine), value))
+    while (mdr_arp_waiting(ld_acquire_sys(mine), value)) {
       if ((cause = must_leave(p, s)) != 0) break;
+      if (k == 1 && s.turns % MDR_ARP_POLL_EVERY == 0 && peer_in_one_shot(p, blockIdx.x, r)) {
+        cause = MDR_ARP_MISMATCH;
+        break;
+      }
+    }
     if (!cause && k == 1 && *(volatile const uint32_t *)(mine + 1) != sig) cause = MDR_ARP_MISMATCH;
     if (cause) {
       give_up(p, cause, k == 1 ? MDR_ARP_WAIT_BARRIER1 : MDR_ARP_WAIT_BARRIER2, r, st.calls);
@@ -289,11 +308,23 @@ __device__ bool one_shot(const mdr_ar_call &p, const mdr_arp_block &st, size_t n
     for (int r = 0; r < p.nranks && !*(volatile int *)s_bad; r++) {
       if (r == p.rank) continue;
       uint4 *slot = (uint4 *)(local + (size_t)r * slot_bytes) + blockIdx.x;
+      const uint32_t *flag = flag_slot(p.self, p, blockIdx.x, r);
       uint4 v = ld_volatile(slot);
       spin s = {0, 0};
       uint32_t cause = 0;
       while (v.x == 0xffffffffu || v.y == 0xffffffffu || v.z == 0xffffffffu || v.w == 0xffffffffu) {
         if ((cause = must_leave(p, s)) != 0) break;
+        if (s.turns % MDR_ARP_POLL_EVERY == 0) {
+          /* a peer in a two-shot raised its barrier flag (after any header
+           * it had sent: read the flag first, then the header again) */
+          const uint32_t f = ld_acquire_sys(flag);
+          v = ld_volatile(slot);
+          if (v.x != 0xffffffffu && v.y != 0xffffffffu && v.z != 0xffffffffu && v.w != 0xffffffffu) break;
+          if (f != st.barriers) {
+            cause = MDR_ARP_MISMATCH;
+            break;
+          }
+        }
         v = ld_volatile(slot);
       }
       if (!cause && (v.x != want[0] || v.y != want[1] || v.z != want[2] || v.w != want[3])) cause = MDR_ARP_MISMATCH;

@@ -44,6 +44,20 @@
  *     reads and clears of parity k) had completed; so a slot is always
  *     clear when written, however the calls in between were shaped.
  *
+ * Algorithms that differ. A rank in a one-shot call whose peer runs a
+ * two-shot waits for a header that never comes, and the peer for a flag
+ * that never comes. So each wait also looks, when it polls (below), for
+ * the other algorithm's trace: the one-shot header wait checks that the
+ * peer's barrier flag still holds this rank's barrier count (a peer in a
+ * two-shot has raised it, and its release store orders any earlier header
+ * before it: read the flag with acquire first, then the header); the
+ * two-shot's first barrier checks that the peer's slots of this block's
+ * header, in both parities, are clear (a one-shot peer has filled one;
+ * every header of an earlier call was cleared by this rank). Either is a
+ * mismatch, never a false one. A peer that runs NCCL's all-reduce where
+ * this rank runs mdr's leaves no trace: only the abort or the time limit
+ * ends that wait.
+ *
  * Give-up. Every spin loop also polls, every MDR_ARP_POLL_EVERY turns, the
  * region's abort word, the host's abort request (pinned host memory the
  * host sets through mdr_comm_abort) and, when a time limit is set, the

@@ -5,7 +5,10 @@
 # benchmark, and print a short table last. Everything is logged under OUT.
 #
 # Usage: bash scripts/device-check.sh OUT [phase...]
-#   phases: build tests sanitize variants sweep probe ncu decode soak bench peer compare tp tpsan overhead floor
+#   phases: build tests sanitize variants sweep probe ncu decode soak bench peer compare tp tpsan arproto overhead floor
+#   arproto: mdr's all-reduce protocol on one GPU: the ar_gpu suite (AR_GPU_CALLS,
+#     default 100000), under memcheck and synccheck (AR_SAN_CALLS, default 2000),
+#     and dev/all_reduce_compare (the kernels before and after the protocol rebuild)
 #   tpsan: the several-GPU suites under compute-sanitizer (memcheck; synccheck
 #     for all_reduce)
 #   overhead: the host's cost of a step, piece by piece, and its tails (dev/step_overhead_probe)
@@ -165,6 +168,18 @@ if has tpsan; then
     --filter 'backend_cuda/[at]*'
   run memcheck-all-reduce $cs --tool memcheck --report-api-errors no $build/tests/test_all_reduce --jobs 1
   run synccheck-all-reduce $cs --tool synccheck $build/tests/test_all_reduce --jobs 1 --filter 'all_reduce/gpu_[ke]*'
+fi
+if has arproto; then
+  # mdr's all-reduce protocol on one GPU (the ar_gpu harness: 2, 4 and 8
+  # ranks, AR_GPU_CALLS random calls per rank count), its sanitizer runs
+  # with fewer calls, and the kernels before and after the protocol rebuild
+  # side by side (dev/all_reduce_compare)
+  run ar-gpu env MDR_AR_GPU_CALLS="${AR_GPU_CALLS:-100000}" $build/tests/test_ar_gpu --jobs 1 --verbose
+  cs="compute-sanitizer --error-exitcode 1"
+  run memcheck-ar-gpu env MDR_AR_GPU_CALLS="${AR_SAN_CALLS:-2000}" $cs --tool memcheck $build/tests/test_ar_gpu --jobs 1
+  run synccheck-ar-gpu env MDR_AR_GPU_CALLS="${AR_SAN_CALLS:-2000}" $cs --tool synccheck $build/tests/test_ar_gpu --jobs 1
+  mkdir -p "$out/ar-compare"
+  run ar-compare $build/dev/all_reduce_compare "$out/ar-compare" ${AR_COMPARE_ARGS:---reps 400}
 fi
 if has overhead; then
   run overhead $build/dev/step_overhead_probe

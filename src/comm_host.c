@@ -287,6 +287,18 @@ static uint32_t *flag_slot(const mdr_ar_call *k, char *slab, int r) {
   return (uint32_t *)(slab + k->region_off + MDR_ARP_FLAGS_OFF) + 2 * (size_t)r; /* block 0 */
 }
 
+/* The kernels' peer_in_one_shot: a header of peer r in either parity. */
+static int peer_in_one_shot(const mdr_ar_call *k, int r) {
+  const size_t slot_bytes = MDR_ARP_SLOT_BYTES(k->slot_cap);
+  for (int q = 0; q < 2; q++) {
+    const uint32_t *h = (const uint32_t *)(k->self + k->region_off + MDR_ARP_SCRATCH_OFF(k->nranks) +
+                                           ((size_t)q * (size_t)k->nranks + (size_t)r) * slot_bytes);
+    for (int w = 0; w < 4; w++)
+      if (__atomic_load_n(h + w, __ATOMIC_ACQUIRE) != 0xffffffffu) return 1;
+  }
+  return 0;
+}
+
 /* Barrier k (1 or 2) of this call: publish, wait for every peer, compare
  * the signatures at the first. */
 static mdr_status twin_barrier(twin *t, uint32_t kb) {
@@ -301,8 +313,13 @@ static mdr_status twin_barrier(twin *t, uint32_t kb) {
     const uint32_t *mine = flag_slot(k, k->self, r);
     unsigned turns = 0;
     uint32_t cause = 0;
-    while (mdr_arp_waiting(__atomic_load_n(mine, __ATOMIC_ACQUIRE), value))
+    while (mdr_arp_waiting(__atomic_load_n(mine, __ATOMIC_ACQUIRE), value)) {
       if ((cause = must_leave(t, &turns)) != 0) break;
+      if (kb == 1 && turns % MDR_ARP_POLL_EVERY == 0 && peer_in_one_shot(k, r)) {
+        cause = MDR_ARP_MISMATCH;
+        break;
+      }
+    }
     if (!cause && kb == 1 && __atomic_load_n(mine + 1, __ATOMIC_RELAXED) != t->sig) cause = MDR_ARP_MISMATCH;
     if (cause) return give_up(t, cause, kb == 1 ? MDR_ARP_WAIT_BARRIER1 : MDR_ARP_WAIT_BARRIER2, r);
   }
@@ -360,12 +377,18 @@ static mdr_status twin_one_shot(twin *t, size_t count, size_t nvec) {
   for (int r = 0; r < k->nranks; r++) {
     if (r == k->rank) continue;
     uint32_t *slot = (uint32_t *)(local + (size_t)r * slot_bytes);
+    const uint32_t *flag = flag_slot(k, k->self, r);
     unsigned turns = 0;
     uint32_t cause = 0, v[4];
     for (;;) {
+      const uint32_t f = __atomic_load_n(flag, __ATOMIC_ACQUIRE); /* first: then the header is current */
       int ready = 1;
       for (int w = 0; w < 4; w++) ready &= (v[w] = __atomic_load_n(slot + w, __ATOMIC_ACQUIRE)) != 0xffffffffu;
       if (ready || (cause = must_leave(t, &turns)) != 0) break;
+      if (turns % MDR_ARP_POLL_EVERY == 0 && f != t->st.barriers) { /* a peer in a two-shot */
+        cause = MDR_ARP_MISMATCH;
+        break;
+      }
     }
     if (!cause && memcmp(v, h, sizeof h) != 0) cause = MDR_ARP_MISMATCH;
     if (cause) return give_up(t, cause, MDR_ARP_WAIT_HEADER, r);

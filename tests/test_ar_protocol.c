@@ -227,6 +227,13 @@ Test(ar_protocol, ranks_whose_calls_differ_fail_instead_of_summing_garbage, .tim
     y.residual = RES;
     expect_mismatch(x, y, "residual");
   }
+  /* one rank in a one-shot, the other in a two-shot: each finds the other
+   * algorithm's trace (a raised barrier flag, a filled header) */
+  mdr_all_reduce_desc x = mdr_all_reduce_desc_make(BUF, MDR_DTYPE_FP32, 4), y = x;
+  x.algo = MDR_ALL_REDUCE_ONE_SHOT;
+  y.algo = MDR_ALL_REDUCE_TWO_SHOT;
+  expect_mismatch(x, y, "algorithm");
+  expect_mismatch(y, x, "algorithm, the other way");
   unsetenv("MDR_AR_TIMEOUT_MS");
 }
 
