@@ -17,4 +17,5 @@ fi
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMDR_REQUIRE_TESTS=ON \
   -DMDR_SANITIZE="${MDR_SANITIZE:-}" >/dev/null
 cmake --build "$build" -j "$(nproc)"
+if [ -z "${MDR_SANITIZE:-}" ]; then bash python/test.sh "$build"; fi # Python suite (python/tests)
 cd "$build" && ctest --output-on-failure --no-tests=error -j "$(nproc)"
