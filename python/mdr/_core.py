@@ -5,7 +5,7 @@ import threading
 from ctypes import byref, c_size_t, c_uint32, c_void_p
 
 from . import _dlpack, _errors
-from ._errors import (CaptureError, ClosedError, InvalidArgumentError, OutOfRangeError,
+from ._errors import (ClosedError, InvalidArgumentError, OutOfRangeError,
                       UnsupportedError, error_for)
 from ._lib import (BUF_COUNT, BUFFER_NAMES, CAPTURE_DYNAMIC_FN, CAPTURE_FN, AllReduceDescC,
                    GraphCacheOptionsC, GraphInfoC, GraphStatsC, LimitsC, ModelConfigC, SegmentC,
