@@ -309,7 +309,7 @@ enum {
   AREA = 8 << 20,             /* bytes of a slab's rows; its residual rows as many */
   MAX_CALLS = 4096,           /* calls in one batch (one count word each) */
   GUARD = 64,                 /* bytes past a call's bound, checked untouched */
-  DEADLINE_S = 30             /* host deadline of one batch, or of one case's wait */
+  DEADLINE_S = 10             /* host deadline of one batch, or of one case's wait */
 };
 
 #define BUF_OFF ((size_t)0)
@@ -495,6 +495,22 @@ static void run_lockstep(harness *h, const ar_case *cases, int ncases, int pdl, 
   if (late) {
     __atomic_store_n(&h->words[MDR_ARP_HOST_ABORT], 1u, __ATOMIC_SEQ_CST);
     for (int r = 0; r < h->n; r++) (void)stream_wait(h->stream[r], now_s() + 5);
+    /* where each rank was: the reports the abort made the waits write */
+    for (int r = 0; r < h->n; r++) {
+      const uint32_t *rep = &h->words[MDR_ARP_HOST_RANKS0 + (size_t)r * MDR_ARP_HOST_REPORT];
+      const uint32_t call = rep[MDR_ARP_REP_CALL];
+      printf("ar_gpu: hang: rank %d: cause %u (%s), wait %u (%s), peer %u, block %u, calls counter %u\n", r,
+             rep[MDR_ARP_REP_CAUSE], mdr_arp_cause_name(rep[MDR_ARP_REP_CAUSE]), rep[MDR_ARP_REP_WAIT],
+             mdr_arp_wait_name(rep[MDR_ARP_REP_WAIT]), rep[MDR_ARP_REP_PEER], rep[MDR_ARP_REP_BLOCK], call);
+    }
+    for (int i = 0; i < ncases; i++) {
+      const ar_case *c = &cases[i];
+      printf("ar_gpu: hang: case %d: %zu rows of %zu B (count %s%u), %s, %s%s, pdl %d\n", i, c->rows, c->row_bytes,
+             c->counted ? "" : "-", c->counted ? c->count : 0u, dt_name(c->dtype),
+             c->algo == MDR_ARP_ONE_SHOT ? "one-shot" : c->algo == MDR_ARP_TWO_SHOT ? "two-shot" : "auto",
+             c->residual ? ", residual" : "", pdl);
+    }
+    fflush(stdout);
     cr_assert_fail("%d ranks: %d calls did not finish within %d s (a hang; the abort word was raised)", h->n, ncases,
              DEADLINE_S);
   }
