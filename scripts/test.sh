@@ -19,6 +19,10 @@ cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMDR_REQUIRE_TESTS=ON 
   -DMDR_SANITIZE="${MDR_SANITIZE:-}" >/dev/null
 cmake --build "$build" -j "$(nproc)"
 (cd "$build" && ctest --output-on-failure --no-tests=error -j "$(nproc)")
+# The Python suite (python/tests) on this build's libmdr (not under
+# MDR_SANITIZE; MDR_SKIP_PYTHON=1 leaves it to .ci/run's own stage).
+if [ -n "${MDR_SANITIZE:-}" ] || [ "${MDR_SKIP_PYTHON:-0}" = 1 ]; then echo "== python: skipped here"
+else bash python/test.sh "$build"; fi
 # The Rust crates (rust/test.sh), against this build's libmdr, when cargo is
 # here (not under MDR_SANITIZE; MDR_SKIP_RUST=1 leaves them to .ci/run's stage).
 if [ -n "${MDR_SANITIZE:-}" ] || [ "${MDR_SKIP_RUST:-0}" = 1 ]; then echo "== rust: skipped here"

@@ -1,0 +1,162 @@
+"""The Python overhead of a decode step: mdr's cache.step(ids) from Python
+against torch.cuda.CUDAGraph.replay() of the same torch body, measured side
+by side in one run (interleaved rounds), ids in a preallocated pinned array.
+
+    PYTHONPATH=python python3 python/bench_step.py [--steps 20000] [--tokens 8]
+        [--device 0] [--json out.json]
+
+CPU time: the host time of one call (step / replay), in µs, median and p99;
+the GPU is kept from falling behind by a synchronize after every call,
+outside the timed region, so neither call ever waits for the GPU. GPU time:
+CUDA events around 500 back-to-back calls of each, per step. The figures
+to reach (issue 24): step median <= 5 µs, p99 <= 10 µs, and the step's
+median <= the replay's + 2 µs.
+"""
+import argparse
+import json
+import statistics
+import sys
+import time
+
+import torch
+
+import mdr
+import mdr.torch as mt
+
+
+def pct(xs, p):
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(round(p / 100.0 * (len(xs) - 1))))]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--steps", type=int, default=20000)
+    ap.add_argument("--tokens", type=int, default=8)
+    ap.add_argument("--device", type=int, default=0)
+    ap.add_argument("--preset", default="qwen3-next-80b")
+    ap.add_argument("--max-batch-tokens", type=int, default=64)
+    ap.add_argument("--round", type=int, default=500, help="calls per interleaved round")
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args()
+    dev = torch.device("cuda", args.device)
+    torch.cuda.set_device(dev)
+    M, n = args.max_batch_tokens, args.tokens
+
+    backend = mdr.Backend.cuda(args.device)
+    arena = mdr.Arena(backend, args.preset, max_batch_tokens=M, max_seq_len=4096,
+                      kv_block_size=16, max_batch_size=8)
+    hs = torch.from_dlpack(arena["hidden_states"])
+    ids_t = torch.from_dlpack(arena["token_ids"])[:M].view(torch.int32)
+    H = hs.shape[1]
+    g = torch.Generator(device="cpu").manual_seed(0)
+    emb = (torch.randn(4096, H, generator=g) * 0.02).to(dev, torch.bfloat16)
+    w = (torch.randn(H, H, generator=g) / H ** 0.5).to(dev, torch.bfloat16)
+
+    def body(stream, tokens):  # the same body for both
+        x = emb[ids_t[:tokens].long() % 4096]
+        hs[:tokens].copy_(torch.nn.functional.silu(x @ w))
+
+    stream = backend.stream()
+    cache = mt.GraphCache(arena, stream, mode="exact", zero="fused", body=body)
+    cache.warmup([n])
+    cache.prepare([n])
+    ids = torch.arange(M, dtype=torch.int32).pin_memory()
+
+    # torch's own graph of the same body, on a stream of its own
+    ts = torch.cuda.Stream(dev)
+    with torch.cuda.stream(ts):
+        body(None, n)
+        torch.cuda.synchronize()
+        cg = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(cg, stream=ts):
+            body(None, n)
+    torch.cuda.synchronize()
+
+    step = cache.step
+    replay = cg.replay
+    clock = time.perf_counter_ns
+    t_mdr, t_torch = [], []
+    for _ in range(200):  # warm both paths
+        step(ids, n)
+        replay()
+    stream.synchronize()
+    torch.cuda.synchronize()
+    done = 0
+    while done < args.steps:
+        k = min(args.round, args.steps - done)
+        for _ in range(k):
+            t0 = clock()
+            step(ids, n)
+            t1 = clock()
+            t_mdr.append(t1 - t0)
+            stream.synchronize()
+        for _ in range(k):
+            t0 = clock()
+            replay()
+            t1 = clock()
+            t_torch.append(t1 - t0)
+            ts.synchronize()
+        done += k
+
+    # GPU time per step: events around back-to-back calls
+    def gpu_us(fn, on):
+        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        reps = 500
+        with torch.cuda.stream(on):
+            e0.record()
+        for _ in range(reps):
+            fn()
+        with torch.cuda.stream(on):
+            e1.record()
+        e1.synchronize()
+        return e0.elapsed_time(e1) * 1000.0 / reps
+
+    mstream = mt.external_stream(stream)
+    g_mdr = [gpu_us(lambda: step(ids, n), mstream) for _ in range(5)]
+    g_torch = [gpu_us(replay, ts) for _ in range(5)]
+
+    us = lambda ns: ns / 1000.0  # noqa: E731
+    res = {
+        "device": torch.cuda.get_device_name(dev), "torch": torch.__version__,
+        "mdr": mdr.version(), "python": sys.version.split()[0], "preset": args.preset,
+        "max_batch_tokens": M, "tokens": n, "steps": args.steps,
+        "mdr_step_cpu_us": {"median": us(statistics.median(t_mdr)), "p99": us(pct(t_mdr, 99)),
+                            "min": us(min(t_mdr))},
+        "torch_replay_cpu_us": {"median": us(statistics.median(t_torch)),
+                                "p99": us(pct(t_torch, 99)), "min": us(min(t_torch))},
+        "mdr_step_gpu_us": {"median": statistics.median(g_mdr), "min": min(g_mdr),
+                            "max": max(g_mdr)},
+        "torch_replay_gpu_us": {"median": statistics.median(g_torch), "min": min(g_torch),
+                                "max": max(g_torch)},
+        "stats": vars(cache.stats()) if hasattr(cache.stats(), "__dict__") else None,
+    }
+    ms, tr = res["mdr_step_cpu_us"], res["torch_replay_cpu_us"]
+    res["targets"] = {
+        "step_median_le_5us": ms["median"] <= 5.0,
+        "step_p99_le_10us": ms["p99"] <= 10.0,
+        "step_median_le_replay_plus_2us": ms["median"] <= tr["median"] + 2.0,
+    }
+    print("device %s, torch %s, mdr %s, %d tokens of M=%d, %d steps each (interleaved)"
+          % (res["device"], res["torch"], res["mdr"], n, M, args.steps))
+    print("%-28s %10s %10s %10s" % ("CPU µs per call", "median", "p99", "min"))
+    print("%-28s %10.2f %10.2f %10.2f" % ("mdr cache.step(ids)", ms["median"], ms["p99"], ms["min"]))
+    print("%-28s %10.2f %10.2f %10.2f" % ("torch CUDAGraph.replay()", tr["median"], tr["p99"],
+                                          tr["min"]))
+    print("GPU µs per step (5 runs of 500): mdr %.2f [%.2f..%.2f], torch %.2f [%.2f..%.2f]" % (
+        res["mdr_step_gpu_us"]["median"], res["mdr_step_gpu_us"]["min"],
+        res["mdr_step_gpu_us"]["max"], res["torch_replay_gpu_us"]["median"],
+        res["torch_replay_gpu_us"]["min"], res["torch_replay_gpu_us"]["max"]))
+    print("targets: " + ", ".join("%s %s" % (k, "PASS" if v else "FAIL")
+                                  for k, v in res["targets"].items()))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(res, f, indent=1)
+    cache.close()
+    arena.close()
+    stream.close()
+    backend.close()
+
+
+if __name__ == "__main__":
+    main()
