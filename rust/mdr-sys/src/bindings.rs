@@ -38,14 +38,29 @@ pub const MDR_ARENA_ALIGN: usize = 256;
 /// ```
 pub const MDR_GRAPH_STAGING_SLOTS: usize = 8;
 
+/// `#define MDR_STAGING_SLOT_MAX_BYTES` (graph.h).
+///
+/// ```text
+/// Bytes of one staging slot at most (the ids and every host input at their
+/// largest counts, each aligned to 16 bytes, plus a 16-byte header).
+/// ```
+pub const MDR_STAGING_SLOT_MAX_BYTES: usize = 16777216;
+
+/// `#define MDR_STEP_INPUTS_MAX` (graph.h).
+///
+/// ```text
+/// Declared inputs besides the ids.
+/// ```
+pub const MDR_STEP_INPUTS_MAX: usize = 16;
+
 /// `#define MDR_VERSION_MAJOR` (version.h).
 pub const MDR_VERSION_MAJOR: c_uint = 0;
 
 /// `#define MDR_VERSION_MINOR` (version.h).
-pub const MDR_VERSION_MINOR: c_uint = 1;
+pub const MDR_VERSION_MINOR: c_uint = 2;
 
 /// `#define MDR_VERSION_NUMBER` (version.h).
-pub const MDR_VERSION_NUMBER: c_uint = 100;
+pub const MDR_VERSION_NUMBER: c_uint = 200;
 
 /// `#define MDR_VERSION_PATCH` (version.h).
 pub const MDR_VERSION_PATCH: c_uint = 0;
@@ -104,7 +119,26 @@ pub type mdr_dptr = u64;
 /// C typedef `mdr_stream` (backend.h).
 ///
 /// ```text
-/// A stream; a cudaStream_t on the CUDA backend.
+/// A stream: on the CUDA backend a cudaStream_t, on the host backend an
+/// object of the backend's own.
+///
+/// An engine's own stream (CUDA backend). Any call that takes an mdr_stream
+/// also takes a cudaStream_t the engine created, cast:
+/// `(mdr_stream)engine_stream`. The rules:
+///   - the stream belongs to the backend's device (it was created while that
+///     device was current);
+///   - it is non-blocking (cudaStreamNonBlocking). A blocking stream works
+///     but orders itself with the legacy stream, which mdr never uses;
+///   - it is never a special handle: NULL / 0 (the legacy stream),
+///     cudaStreamLegacy or cudaStreamPerThread. A graph cache refuses NULL
+///     (MDR_ERR_INVALID_ARGUMENT) and a capture on it is MDR_ERR_CAPTURE;
+///   - the engine keeps it: never pass it to mdr_backend_stream_destroy, and
+///     destroy it only after every cache created on it is destroyed and the
+///     work mdr enqueued on it has finished;
+///   - one thread at a time enqueues on it through mdr (as for mdr's own
+///     streams); the engine's own kernels on it are ordered with mdr's work
+///     by the stream itself, so no extra synchronisation is needed.
+/// On the host backend a stream comes from mdr_backend_stream_create only.
 /// ```
 pub type mdr_stream = *mut c_void;
 
@@ -134,6 +168,24 @@ pub const MDR_ERR_UNSUPPORTED: mdr_status = 8;
 pub const MDR_ERR_STATE: mdr_status = 9;
 /// `MDR_STATUS_COUNT` = 10 (enum `mdr_status`).
 pub const MDR_STATUS_COUNT: mdr_status = 10;
+
+/// C enum `mdr_feature` (version.h).
+///
+/// ```text
+/// The optional parts a build of libmdr was compiled with: bits of
+/// mdr_build_features(). A feature compiled in may still be unavailable at
+/// run time (no GPU, no driver): the calls that need it then return their
+/// documented status (MDR_ERR_NO_DEVICE, MDR_ERR_UNSUPPORTED).
+/// ```
+pub type mdr_feature = c_int;
+/// `MDR_FEATURE_CUDA` = 1 (enum `mdr_feature`). the CUDA backend and the fused zeroing kernel
+pub const MDR_FEATURE_CUDA: mdr_feature = 1;
+/// `MDR_FEATURE_NCCL` = 2 (enum `mdr_feature`). the NCCL communicator (include/mdr/comm.h)
+pub const MDR_FEATURE_NCCL: mdr_feature = 2;
+/// `MDR_FEATURE_NCCL_DEVICE` = 4 (enum `mdr_feature`). mdr's all-reduce kernels on NCCL's device API (NCCL 2.28+)
+pub const MDR_FEATURE_NCCL_DEVICE: mdr_feature = 4;
+/// `MDR_FEATURE_NVTX` = 8 (enum `mdr_feature`). NVTX ranges in an "mdr" domain
+pub const MDR_FEATURE_NVTX: mdr_feature = 8;
 
 /// C enum `mdr_model_family` (config.h).
 ///
@@ -347,6 +399,64 @@ pub const MDR_DYNAMIC_DEVICE_COUNT: mdr_graph_dynamic_impl = 1;
 /// `MDR_DYNAMIC_IMPL_COUNT` = 2 (enum `mdr_graph_dynamic_impl`).
 pub const MDR_DYNAMIC_IMPL_COUNT: mdr_graph_dynamic_impl = 2;
 
+/// C enum `mdr_step_input_shape` (graph.h).
+///
+/// ```text
+/// Step inputs. Besides the token ids, a decode step's kernels read small
+/// per-step inputs: positions, sequence lengths, a block table, a slot
+/// mapping, sampling parameters. A cache declares them once, at create
+/// (mdr_graph_cache_options.inputs); each step then carries their values in
+/// the same staging slot as the ids (mdr_graph_cache_step_inputs), and the
+/// same staged launch copies them to their destinations: one kernel node and
+/// one read of one slot per step, with the ring's guarantee (the host never
+/// overwrites values the GPU has not read yet) extended to every input.
+///
+/// Inputs are indexed in declaration order from 1; index 0 is the token ids
+/// (the implicit first input: 4-byte elements, one per token, destination
+/// the arena's token_ids, pad pad_token_id), so that a step's `values`
+/// array and the layout query (mdr_graph_cache_step_input_info) list the
+/// ids first. A binding can present that layout as `decode_meta`.
+///
+/// Rows. An input has rows of `width` elements; how many rows a step carries
+/// is its shape:
+///   MDR_INPUT_PER_TOKEN     one row per token of the step (positions, slot
+///                           mapping);
+///   MDR_INPUT_PER_SEQUENCE  one row per sequence (sequence lengths; with
+///                           width = blocks per sequence, a block table);
+///   MDR_INPUT_FIXED         max_rows rows every step (sampling parameters
+///                           of a fixed batch, a constant).
+/// Padding. A graph serves a bound of rows, not only the step's count: in
+/// EXACT and LADDER mode the graph's token count g (per token), and
+/// min(g, max_sequences) (per sequence, since a step's sequences never
+/// outnumber its tokens). Rows from the step's count up to that bound get the
+/// input's `pad` value, as ids get pad_token_id, so a graph's kernels may
+/// read every row of the bound. DYNAMIC graphs copy exactly the step's rows
+/// (their kernels read the counts on the device).
+/// ```
+pub type mdr_step_input_shape = c_int;
+/// `MDR_INPUT_PER_TOKEN` = 0 (enum `mdr_step_input_shape`).
+pub const MDR_INPUT_PER_TOKEN: mdr_step_input_shape = 0;
+/// `MDR_INPUT_PER_SEQUENCE` = 1 (enum `mdr_step_input_shape`).
+pub const MDR_INPUT_PER_SEQUENCE: mdr_step_input_shape = 1;
+/// `MDR_INPUT_FIXED` = 2 (enum `mdr_step_input_shape`).
+pub const MDR_INPUT_FIXED: mdr_step_input_shape = 2;
+/// `MDR_INPUT_SHAPE_COUNT` = 3 (enum `mdr_step_input_shape`).
+pub const MDR_INPUT_SHAPE_COUNT: mdr_step_input_shape = 3;
+
+/// C enum `mdr_step_input_dest` (graph.h).
+///
+/// ```text
+/// Where an input's values go. A destination is captured into the graphs
+/// (like token_ids' address): it must stay valid for the cache's life.
+/// ```
+pub type mdr_step_input_dest = c_int;
+/// `MDR_INPUT_TO_DEVICE` = 0 (enum `mdr_step_input_dest`). 'address': device memory the engine owns
+pub const MDR_INPUT_TO_DEVICE: mdr_step_input_dest = 0;
+/// `MDR_INPUT_TO_ARENA` = 1 (enum `mdr_step_input_dest`). 'buffer' of the cache's arena, from byte 'offset'
+pub const MDR_INPUT_TO_ARENA: mdr_step_input_dest = 1;
+/// `MDR_INPUT_DEST_COUNT` = 2 (enum `mdr_step_input_dest`).
+pub const MDR_INPUT_DEST_COUNT: mdr_step_input_dest = 2;
+
 /// C enum `mdr_dtype` (comm.h).
 ///
 /// ```text
@@ -504,7 +614,7 @@ pub type mdr_capture_dynamic_fn = Option<unsafe extern "C" fn(user: *mut c_void,
 /// ```text
 /// The config fields the sizing reads; every count is a non-negative integer,
 /// an absent field is 0 / false. Symbols in comments are those of
-/// docs/SIZES.md §2.2.
+/// SIZES.md §2.2.
 /// ```
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
@@ -605,9 +715,9 @@ pub struct mdr_limits {
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
 pub struct mdr_sizes {
-    /// Field `bytes`. allocated byte size; 0 means the buffer is NULL
+    /// Field `bytes`.
     pub bytes: [usize; 46],
-    /// Field `max_batch_tokens`. M
+    /// Field `max_batch_tokens`.
     pub max_batch_tokens: usize,
     /// Field `logits_rows`. rows of the row-major logits buffer
     pub logits_rows: usize,
@@ -617,7 +727,7 @@ pub struct mdr_sizes {
 ///
 /// ```text
 /// Options of the sizing; mdr_sizes_options_default gives the defaults of
-/// docs/SIZES.md (untrimmed, split-K Legacy with 48 SMs).
+/// SIZES.md (untrimmed, split-K Legacy with 48 SMs).
 /// ```
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
@@ -636,6 +746,71 @@ pub struct mdr_segment {
     pub ptr: mdr_dptr,
     /// Field `bytes`.
     pub bytes: usize,
+}
+
+/// C struct `mdr_step_input` (graph.h).
+///
+/// ```text
+/// One step input. Every address is 16-byte aligned; the element size is 1,
+/// 2, 4 or 8 bytes.
+/// ```
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct mdr_step_input {
+    /// Field `name`. unique, non-empty, not "token_ids"; copied at create
+    pub name: *const c_char,
+    /// Field `elem_bytes`. 1, 2, 4 or 8
+    pub elem_bytes: usize,
+    /// Field `shape`.
+    pub shape: mdr_step_input_shape,
+    /// Field `width`.
+    pub width: usize,
+    /// Field `max_rows`. the most rows a step carries. PER_TOKEN: 0 means max_batch_tokens, at most max_batch_tokens; PER_SEQUENCE: 0 means max_sequences, at most max_sequences; FIXED: the rows of every step, >= 1. A step over it is refused.
+    pub max_rows: usize,
+    /// Field `pad`.
+    pub pad: u64,
+    /// Field `dest`.
+    pub dest: mdr_step_input_dest,
+    /// Field `address`.
+    pub address: mdr_dptr,
+    /// Field `buffer`. MDR_INPUT_TO_ARENA: the buffer ...
+    pub buffer: mdr_buffer,
+    /// Field `offset`. ... and the byte offset in it
+    pub offset: usize,
+    /// Field `device_src`. 0: the values come from the host, each step. Else the values are already in device memory there (the engine's own kernels wrote them, on the cache's stream or before the step): the staged launch copies the step's rows device to device and pads, and steps pass no host values for it. Equal to the destination: only the pad is written.
+    pub device_src: mdr_dptr,
+}
+
+/// C struct `mdr_step_input_info` (graph.h).
+///
+/// ```text
+/// The layout of one input as the cache resolved it (index 0: the ids).
+/// ```
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct mdr_step_input_info {
+    /// Field `name`. unique, non-empty, not "token_ids"; copied at create
+    pub name: *const c_char,
+    /// Field `elem_bytes`. 1, 2, 4 or 8
+    pub elem_bytes: usize,
+    /// Field `shape`.
+    pub shape: mdr_step_input_shape,
+    /// Field `width`.
+    pub width: usize,
+    /// Field `max_rows`. the most rows a step carries. PER_TOKEN: 0 means max_batch_tokens, at most max_batch_tokens; PER_SEQUENCE: 0 means max_sequences, at most max_sequences; FIXED: the rows of every step, >= 1. A step over it is refused.
+    pub max_rows: usize,
+    /// Field `row_bytes`. elem_bytes * width
+    pub row_bytes: usize,
+    /// Field `max_bytes`. max_rows * row_bytes: the destination's extent
+    pub max_bytes: usize,
+    /// Field `dst`. the destination's device address
+    pub dst: mdr_dptr,
+    /// Field `device_src`. 0: the values come from the host, each step. Else the values are already in device memory there (the engine's own kernels wrote them, on the cache's stream or before the step): the staged launch copies the step's rows device to device and pads, and steps pass no host values for it. Equal to the destination: only the pad is written.
+    pub device_src: mdr_dptr,
+    /// Field `slot_offset`. byte offset of its values in a staging slot; 0 for inputs already in device memory
+    pub slot_offset: usize,
+    /// Field `pad`.
+    pub pad: u64,
 }
 
 /// C struct `mdr_graph_cache_options` (graph.h).
@@ -662,12 +837,18 @@ pub struct mdr_graph_cache_options {
     pub body_dynamic: mdr_capture_dynamic_fn,
     /// Field `dynamic_impl`. DYNAMIC only
     pub dynamic_impl: mdr_graph_dynamic_impl,
-    /// Field `rows`. zero_all_rows coverage of the graphs; MDR_ROWS_FROM_ARENA (default): the arena's at create
+    /// Field `rows`.
     pub rows: mdr_rows_policy,
     /// Field `poison`. nonzero: poison mode (below); also MDR_POISON=1 at create
     pub poison: c_int,
     /// Field `max_graph_bytes`. LRU cap on the graphs' device memory (graph_bytes); 0: none
     pub max_graph_bytes: u64,
+    /// Field `inputs`.
+    pub inputs: *const mdr_step_input,
+    /// Field `n_inputs`. 0 .. MDR_STEP_INPUTS_MAX
+    pub n_inputs: usize,
+    /// Field `max_sequences`.
+    pub max_sequences: usize,
 }
 
 /// C struct `mdr_graph_stats` (graph.h).
@@ -777,9 +958,29 @@ extern "C" {
     ///
     /// ```text
     /// The version of the library linked at run time, as MDR_VERSION_NUMBER
-    /// (major*10000 + minor*100 + patch). Thread-safe.
+    /// (major*10000 + minor*100 + patch). Never fails; thread-safe. Compare it
+    /// with MDR_VERSION_NUMBER to detect headers and library of different
+    /// releases.
     /// ```
     pub fn mdr_version_number() -> c_uint;
+    /// `mdr_version_string` (version.h).
+    ///
+    /// ```text
+    /// The version of the library linked at run time as "major.minor.patch",
+    /// e.g. "0.2.0". Static string (never NULL, never freed); thread-safe.
+    /// ```
+    pub fn mdr_version_string() -> *const c_char;
+    /// `mdr_build_features` (version.h).
+    pub fn mdr_build_features() -> c_uint;
+    /// `mdr_build_features_string` (version.h).
+    ///
+    /// ```text
+    /// The same as words separated by one space, in bit order: "cuda", "nccl",
+    /// "nccl-device", "nvtx"; "" for a host-only build. For example
+    /// "cuda nccl nccl-device nvtx". Static string (never NULL, never freed);
+    /// thread-safe.
+    /// ```
+    pub fn mdr_build_features_string() -> *const c_char;
     /// `mdr_backend_cuda_create` (backend.h).
     ///
     /// ```text
@@ -824,15 +1025,20 @@ extern "C" {
     ///
     /// ```text
     /// Text of the latest failure this backend recorded in the calling thread,
-    /// "" when none (and for a NULL backend). Borrowed; valid until the calling
-    /// thread's next failure.
+    /// "" when none (and for a NULL backend). Every refusal on a valid backend
+    /// records its own text. Besides failures, a call that succeeds records one
+    /// note here: an environment switch set to a value it does not recognise
+    /// (for example MDR_POISON=y), which is then taken as off (README.md,
+    /// "Environment", installed as <prefix>/share/doc/mdr/README.md).
+    /// Borrowed; valid until the calling thread's next failure.
     /// ```
     pub fn mdr_backend_last_error(b: *const mdr_backend) -> *const c_char;
     /// `mdr_backend_stream_create` (backend.h).
     ///
     /// ```text
     /// Create a stream (CUDA: cudaStreamNonBlocking; never the legacy stream).
-    /// Caller owns *out; release with mdr_backend_stream_destroy.
+    /// NULL b or out: MDR_ERR_INVALID_ARGUMENT. Caller owns *out; release with
+    /// mdr_backend_stream_destroy. Not capture-safe.
     /// ```
     pub fn mdr_backend_stream_create(b: *mut mdr_backend, out: *mut mdr_stream) -> mdr_status;
     /// `mdr_backend_stream_destroy` (backend.h).
@@ -882,15 +1088,12 @@ extern "C" {
     ///
     /// ```text
     /// Allocate / free n bytes of device memory outside any arena (for callers'
-    /// own buffers and tests). Not capture-safe. Caller owns *out.
+    /// own buffers and tests). NULL b or out, or n == 0:
+    /// MDR_ERR_INVALID_ARGUMENT. Not capture-safe. Caller owns *out; release
+    /// with mdr_backend_free (which accepts 0).
     /// ```
     pub fn mdr_backend_alloc(b: *mut mdr_backend, n: usize, out: *mut mdr_dptr) -> mdr_status;
     /// `mdr_backend_free` (backend.h).
-    ///
-    /// ```text
-    /// Allocate / free n bytes of device memory outside any arena (for callers'
-    /// own buffers and tests). Not capture-safe. Caller owns *out.
-    /// ```
     pub fn mdr_backend_free(b: *mut mdr_backend, p: mdr_dptr);
     /// `mdr_model_preset` (config.h).
     ///
@@ -932,7 +1135,7 @@ extern "C" {
     /// `mdr_sizes_from_config` (sizes.h).
     ///
     /// ```text
-    /// Every formula of docs/SIZES.md with default options (untrimmed). Returns:
+    /// Every formula of SIZES.md with default options (untrimmed). Returns:
     ///   NULL c, l or out          -> MDR_ERR_INVALID_ARGUMENT
     ///   l->max_batch_tokens == 0  -> MDR_ERR_OUT_OF_RANGE
     ///   a product or sum that overflows size_t -> MDR_ERR_OVERFLOW
@@ -1078,7 +1281,7 @@ extern "C" {
     /// capture-safe (no allocation, no synchronisation). With MDR_ZERO_MEMSET the
     /// first failed enqueue is returned and later buffers are not zeroed; with
     /// MDR_ZERO_FUSED the plan is one launch. NULL entries are skipped. Coverage
-    /// and the row rule are the seed's (docs/SIZES.md §9):
+    /// and the row rule are the seed's (sizes.h; <prefix>/share/doc/mdr/docs/SIZES.md §9):
     ///   zero_all                 18 buffers, whole;
     ///   zero_all_rows(tokens)    splitk_workspace, logits, scratch whole, the
     ///                            other 15 for zero_head_bytes(n, M, tokens) bytes
@@ -1100,7 +1303,7 @@ extern "C" {
     /// capture-safe (no allocation, no synchronisation). With MDR_ZERO_MEMSET the
     /// first failed enqueue is returned and later buffers are not zeroed; with
     /// MDR_ZERO_FUSED the plan is one launch. NULL entries are skipped. Coverage
-    /// and the row rule are the seed's (docs/SIZES.md §9):
+    /// and the row rule are the seed's (sizes.h; <prefix>/share/doc/mdr/docs/SIZES.md §9):
     ///   zero_all                 18 buffers, whole;
     ///   zero_all_rows(tokens)    splitk_workspace, logits, scratch whole, the
     ///                            other 15 for zero_head_bytes(n, M, tokens) bytes
@@ -1122,7 +1325,7 @@ extern "C" {
     /// capture-safe (no allocation, no synchronisation). With MDR_ZERO_MEMSET the
     /// first failed enqueue is returned and later buffers are not zeroed; with
     /// MDR_ZERO_FUSED the plan is one launch. NULL entries are skipped. Coverage
-    /// and the row rule are the seed's (docs/SIZES.md §9):
+    /// and the row rule are the seed's (sizes.h; <prefix>/share/doc/mdr/docs/SIZES.md §9):
     ///   zero_all                 18 buffers, whole;
     ///   zero_all_rows(tokens)    splitk_workspace, logits, scratch whole, the
     ///                            other 15 for zero_head_bytes(n, M, tokens) bytes
@@ -1248,10 +1451,12 @@ extern "C" {
     ///   MDR_ERR_INVALID_ARGUMENT  NULL cache or ids; nothing changed;
     ///   MDR_ERR_OUT_OF_RANGE      tokens 0 or > max_batch_tokens; nothing changed;
     ///   MDR_ERR_STATE             called while the cache's stream is being
-    ///                             captured, or from inside this cache's step or
-    ///                             prepare (a body); nothing changed. Also: the
-    ///                             staging ring found corrupt (the device served
-    ///                             a staged launch the cache never enqueued);
+    ///                             captured, from inside this cache's step or
+    ///                             prepare (a body), or from a second thread
+    ///                             while another is inside (the text says
+    ///                             which); nothing changed. Also: the staging
+    ///                             ring found corrupt (the device served a
+    ///                             staged launch the cache never enqueued);
     ///   MDR_ERR_CAPTURE           the capture failed (the body's failure
     ///                             included, named in the last error); it was
     ///                             ended cleanly, no graph was kept, and the step
@@ -1262,7 +1467,15 @@ extern "C" {
     ///                             this status is returned once per such count;
     ///   other                     the step failed (backend error, or the body
     ///                             failed when run eagerly); see
-    ///                             mdr_backend_last_error.
+    ///                             mdr_backend_last_error. An error that earlier
+    ///                             work outside mdr left pending (CUDA: a failed
+    ///                             launch of the application's) is returned
+    ///                             before anything is staged, named as the
+    ///                             application's, and cleared. A failed step
+    ///                             leaves the ring consistent: the next step
+    ///                             works (after a graph launch that failed part
+    ///                             way, it first waits for the stream to drain
+    ///                             and re-reads the ring's count).
     /// Not capture-safe itself (it launches graphs).
     /// ```
     pub fn mdr_graph_cache_step(c: *mut mdr_graph_cache, token_ids: *const u32, tokens: usize) -> mdr_status;
@@ -1291,6 +1504,75 @@ extern "C" {
     /// prepare for device steps with ids at `token_ids` (0: in token_ids).
     /// ```
     pub fn mdr_graph_cache_prepare_device(c: *mut mdr_graph_cache, token_ids: mdr_dptr, tokens: *const usize, n: usize) -> mdr_status;
+    /// `mdr_graph_cache_step_inputs` (graph.h).
+    ///
+    /// ```text
+    /// One decode step with its step inputs: `values` lists n_values host
+    /// pointers in input order (mdr_graph_cache_step_input_info): values[0] the
+    /// `tokens` token ids (uint32), values[i] input i's rows at this step's
+    /// counts, packed (PER_TOKEN: tokens rows, PER_SEQUENCE: `sequences` rows,
+    /// FIXED: max_rows rows; each row `width` elements). An input already in
+    /// device memory (device_src) takes no host values: its entry is ignored
+    /// and may be NULL. n_values must be 1 + the declared inputs. Everything is
+    /// copied into one staging slot before the call returns: the caller may
+    /// reuse every array at once. `sequences` is the step's sequence count,
+    /// 1 .. min(tokens, max_sequences); the body's kernels read it at
+    /// mdr_graph_cache_sequences_ptr. Asynchronous as mdr_graph_cache_step, and
+    /// waits as it does. Returns, changing nothing and staging nothing:
+    ///   MDR_ERR_INVALID_ARGUMENT  NULL cache or values, n_values not 1 + the
+    ///                             declared inputs, a NULL values[i] of an
+    ///                             input that takes host values (the text names
+    ///                             it);
+    ///   MDR_ERR_OUT_OF_RANGE      tokens 0 or > max_batch_tokens, sequences out
+    ///                             of range, or an input's rows above its
+    ///                             max_rows (named);
+    /// otherwise as mdr_graph_cache_step. Not capture-safe; not thread-safe
+    /// (one thread drives a cache; a second thread's call is refused with
+    /// MDR_ERR_STATE).
+    /// ```
+    pub fn mdr_graph_cache_step_inputs(c: *mut mdr_graph_cache, values: *const *const c_void, n_values: usize, tokens: usize, sequences: usize) -> mdr_status;
+    /// `mdr_graph_cache_step_inputs_device` (graph.h).
+    ///
+    /// ```text
+    /// mdr_graph_cache_step_inputs with the ids in device memory, as
+    /// mdr_graph_cache_step_device takes them (`token_ids`, 0: already in the
+    /// arena's token_ids); values[0] is ignored. With step inputs declared, a
+    /// device step reads the counts (and any host inputs) from a staging slot.
+    /// ```
+    pub fn mdr_graph_cache_step_inputs_device(c: *mut mdr_graph_cache, token_ids: mdr_dptr, values: *const *const c_void, n_values: usize, tokens: usize, sequences: usize) -> mdr_status;
+    /// `mdr_graph_cache_step_input_count` (graph.h).
+    ///
+    /// ```text
+    /// Inputs of the cache, the ids included (1 + the declared ones); 0 for a
+    /// NULL cache. Reads the cache only.
+    /// ```
+    pub fn mdr_graph_cache_step_input_count(c: *const mdr_graph_cache) -> usize;
+    /// `mdr_graph_cache_step_input_info` (graph.h).
+    ///
+    /// ```text
+    /// The resolved layout of input `index` (0: the token ids): element size,
+    /// shape, width, rows, bytes, destination and slot offset, which a binding
+    /// can present as the step's `decode_meta`. MDR_ERR_OUT_OF_RANGE for an
+    /// index past the inputs, MDR_ERR_INVALID_ARGUMENT for NULL. The name
+    /// belongs to the cache. Reads the cache only.
+    /// ```
+    pub fn mdr_graph_cache_step_input_info(c: *const mdr_graph_cache, index: usize, out: *mut mdr_step_input_info) -> mdr_status;
+    /// `mdr_graph_cache_step_input_find` (graph.h).
+    ///
+    /// ```text
+    /// The index of the input called `name` ("token_ids": 0).
+    /// MDR_ERR_OUT_OF_RANGE when there is none, MDR_ERR_INVALID_ARGUMENT for
+    /// NULL. Reads the cache only.
+    /// ```
+    pub fn mdr_graph_cache_step_input_find(c: *const mdr_graph_cache, name: *const c_char, index: *mut usize) -> mdr_status;
+    /// `mdr_graph_cache_slot_bytes` (graph.h).
+    ///
+    /// ```text
+    /// Bytes of one staging slot (the header, the ids and the host inputs at
+    /// their largest counts); the ring holds MDR_GRAPH_STAGING_SLOTS of them in
+    /// pinned memory. 0 for a NULL cache.
+    /// ```
+    pub fn mdr_graph_cache_slot_bytes(c: *const mdr_graph_cache) -> usize;
     /// `mdr_graph_cache_count_ptr` (graph.h).
     ///
     /// ```text
@@ -1298,6 +1580,24 @@ extern "C" {
     /// (written by every step before the body runs). 0 for a NULL cache.
     /// ```
     pub fn mdr_graph_cache_count_ptr(c: *const mdr_graph_cache) -> mdr_dptr;
+    /// `mdr_graph_cache_sequences_ptr` (graph.h).
+    ///
+    /// ```text
+    /// Device address of the uint32 holding the current step's real sequence
+    /// count (written by every step before the body runs, next to the token
+    /// count; a step that gives none has one per token, up to max_sequences).
+    /// 0 for a NULL cache.
+    /// ```
+    pub fn mdr_graph_cache_sequences_ptr(c: *const mdr_graph_cache) -> mdr_dptr;
+    /// `mdr_graph_cache_sequence_bound` (graph.h).
+    ///
+    /// ```text
+    /// The per-sequence rows the graph serving `tokens` holds: min(graph
+    /// tokens, max_sequences) in EXACT and LADDER (rows past a step's sequences
+    /// carry each input's pad), max_sequences in DYNAMIC (a bound: exactly the
+    /// step's rows are copied). Errors as mdr_graph_cache_graph_tokens.
+    /// ```
+    pub fn mdr_graph_cache_sequence_bound(c: *const mdr_graph_cache, tokens: usize, out: *mut usize) -> mdr_status;
     /// `mdr_graph_cache_zero_strategy` (graph.h).
     ///
     /// ```text
@@ -2299,6 +2599,9 @@ pub unsafe fn mdr_arena_ssm_rowwise_w_bf16_bytes(a: *const mdr_arena) -> usize {
 pub const FUNCTIONS: &[(&str, usize)] = &[
     ("mdr_status_string", 1),
     ("mdr_version_number", 0),
+    ("mdr_version_string", 0),
+    ("mdr_build_features", 0),
+    ("mdr_build_features_string", 0),
     ("mdr_backend_cuda_create", 2),
     ("mdr_backend_host_create", 1),
     ("mdr_backend_create_default", 1),
@@ -2353,7 +2656,15 @@ pub const FUNCTIONS: &[(&str, usize)] = &[
     ("mdr_graph_cache_step", 3),
     ("mdr_graph_cache_step_device", 3),
     ("mdr_graph_cache_prepare_device", 4),
+    ("mdr_graph_cache_step_inputs", 5),
+    ("mdr_graph_cache_step_inputs_device", 6),
+    ("mdr_graph_cache_step_input_count", 1),
+    ("mdr_graph_cache_step_input_info", 3),
+    ("mdr_graph_cache_step_input_find", 3),
+    ("mdr_graph_cache_slot_bytes", 1),
     ("mdr_graph_cache_count_ptr", 1),
+    ("mdr_graph_cache_sequences_ptr", 1),
+    ("mdr_graph_cache_sequence_bound", 3),
     ("mdr_graph_cache_zero_strategy", 1),
     ("mdr_graph_cache_rows_policy", 1),
     ("mdr_graph_cache_graph_tokens", 3),
@@ -2431,6 +2742,30 @@ pub const LAYOUTS: &[(&str, &str, usize, usize)] = &[
     ("mdr_segment", "", core::mem::size_of::<mdr_segment>(), core::mem::align_of::<mdr_segment>()),
     ("mdr_segment", "ptr", core::mem::offset_of!(mdr_segment, ptr), 0),
     ("mdr_segment", "bytes", core::mem::offset_of!(mdr_segment, bytes), 0),
+    ("mdr_step_input", "", core::mem::size_of::<mdr_step_input>(), core::mem::align_of::<mdr_step_input>()),
+    ("mdr_step_input", "name", core::mem::offset_of!(mdr_step_input, name), 0),
+    ("mdr_step_input", "elem_bytes", core::mem::offset_of!(mdr_step_input, elem_bytes), 0),
+    ("mdr_step_input", "shape", core::mem::offset_of!(mdr_step_input, shape), 0),
+    ("mdr_step_input", "width", core::mem::offset_of!(mdr_step_input, width), 0),
+    ("mdr_step_input", "max_rows", core::mem::offset_of!(mdr_step_input, max_rows), 0),
+    ("mdr_step_input", "pad", core::mem::offset_of!(mdr_step_input, pad), 0),
+    ("mdr_step_input", "dest", core::mem::offset_of!(mdr_step_input, dest), 0),
+    ("mdr_step_input", "address", core::mem::offset_of!(mdr_step_input, address), 0),
+    ("mdr_step_input", "buffer", core::mem::offset_of!(mdr_step_input, buffer), 0),
+    ("mdr_step_input", "offset", core::mem::offset_of!(mdr_step_input, offset), 0),
+    ("mdr_step_input", "device_src", core::mem::offset_of!(mdr_step_input, device_src), 0),
+    ("mdr_step_input_info", "", core::mem::size_of::<mdr_step_input_info>(), core::mem::align_of::<mdr_step_input_info>()),
+    ("mdr_step_input_info", "name", core::mem::offset_of!(mdr_step_input_info, name), 0),
+    ("mdr_step_input_info", "elem_bytes", core::mem::offset_of!(mdr_step_input_info, elem_bytes), 0),
+    ("mdr_step_input_info", "shape", core::mem::offset_of!(mdr_step_input_info, shape), 0),
+    ("mdr_step_input_info", "width", core::mem::offset_of!(mdr_step_input_info, width), 0),
+    ("mdr_step_input_info", "max_rows", core::mem::offset_of!(mdr_step_input_info, max_rows), 0),
+    ("mdr_step_input_info", "row_bytes", core::mem::offset_of!(mdr_step_input_info, row_bytes), 0),
+    ("mdr_step_input_info", "max_bytes", core::mem::offset_of!(mdr_step_input_info, max_bytes), 0),
+    ("mdr_step_input_info", "dst", core::mem::offset_of!(mdr_step_input_info, dst), 0),
+    ("mdr_step_input_info", "device_src", core::mem::offset_of!(mdr_step_input_info, device_src), 0),
+    ("mdr_step_input_info", "slot_offset", core::mem::offset_of!(mdr_step_input_info, slot_offset), 0),
+    ("mdr_step_input_info", "pad", core::mem::offset_of!(mdr_step_input_info, pad), 0),
     ("mdr_graph_cache_options", "", core::mem::size_of::<mdr_graph_cache_options>(), core::mem::align_of::<mdr_graph_cache_options>()),
     ("mdr_graph_cache_options", "mode", core::mem::offset_of!(mdr_graph_cache_options, mode), 0),
     ("mdr_graph_cache_options", "zero", core::mem::offset_of!(mdr_graph_cache_options, zero), 0),
@@ -2445,6 +2780,9 @@ pub const LAYOUTS: &[(&str, &str, usize, usize)] = &[
     ("mdr_graph_cache_options", "rows", core::mem::offset_of!(mdr_graph_cache_options, rows), 0),
     ("mdr_graph_cache_options", "poison", core::mem::offset_of!(mdr_graph_cache_options, poison), 0),
     ("mdr_graph_cache_options", "max_graph_bytes", core::mem::offset_of!(mdr_graph_cache_options, max_graph_bytes), 0),
+    ("mdr_graph_cache_options", "inputs", core::mem::offset_of!(mdr_graph_cache_options, inputs), 0),
+    ("mdr_graph_cache_options", "n_inputs", core::mem::offset_of!(mdr_graph_cache_options, n_inputs), 0),
+    ("mdr_graph_cache_options", "max_sequences", core::mem::offset_of!(mdr_graph_cache_options, max_sequences), 0),
     ("mdr_graph_stats", "", core::mem::size_of::<mdr_graph_stats>(), core::mem::align_of::<mdr_graph_stats>()),
     ("mdr_graph_stats", "steps", core::mem::offset_of!(mdr_graph_stats, steps), 0),
     ("mdr_graph_stats", "hits", core::mem::offset_of!(mdr_graph_stats, hits), 0),
@@ -2494,6 +2832,10 @@ pub const CONSTANTS: &[(&str, i128)] = &[
     ("MDR_ERR_UNSUPPORTED", MDR_ERR_UNSUPPORTED as i128),
     ("MDR_ERR_STATE", MDR_ERR_STATE as i128),
     ("MDR_STATUS_COUNT", MDR_STATUS_COUNT as i128),
+    ("MDR_FEATURE_CUDA", MDR_FEATURE_CUDA as i128),
+    ("MDR_FEATURE_NCCL", MDR_FEATURE_NCCL as i128),
+    ("MDR_FEATURE_NCCL_DEVICE", MDR_FEATURE_NCCL_DEVICE as i128),
+    ("MDR_FEATURE_NVTX", MDR_FEATURE_NVTX as i128),
     ("MDR_FAMILY_OTHER", MDR_FAMILY_OTHER as i128),
     ("MDR_FAMILY_QWEN3_NEXT", MDR_FAMILY_QWEN3_NEXT as i128),
     ("MDR_FAMILY_GLM5_NEXT", MDR_FAMILY_GLM5_NEXT as i128),
@@ -2567,6 +2909,13 @@ pub const CONSTANTS: &[(&str, i128)] = &[
     ("MDR_DYNAMIC_NODE_UPDATE", MDR_DYNAMIC_NODE_UPDATE as i128),
     ("MDR_DYNAMIC_DEVICE_COUNT", MDR_DYNAMIC_DEVICE_COUNT as i128),
     ("MDR_DYNAMIC_IMPL_COUNT", MDR_DYNAMIC_IMPL_COUNT as i128),
+    ("MDR_INPUT_PER_TOKEN", MDR_INPUT_PER_TOKEN as i128),
+    ("MDR_INPUT_PER_SEQUENCE", MDR_INPUT_PER_SEQUENCE as i128),
+    ("MDR_INPUT_FIXED", MDR_INPUT_FIXED as i128),
+    ("MDR_INPUT_SHAPE_COUNT", MDR_INPUT_SHAPE_COUNT as i128),
+    ("MDR_INPUT_TO_DEVICE", MDR_INPUT_TO_DEVICE as i128),
+    ("MDR_INPUT_TO_ARENA", MDR_INPUT_TO_ARENA as i128),
+    ("MDR_INPUT_DEST_COUNT", MDR_INPUT_DEST_COUNT as i128),
     ("MDR_DTYPE_BF16", MDR_DTYPE_BF16 as i128),
     ("MDR_DTYPE_FP16", MDR_DTYPE_FP16 as i128),
     ("MDR_DTYPE_FP32", MDR_DTYPE_FP32 as i128),
@@ -2580,6 +2929,8 @@ pub const CONSTANTS: &[(&str, i128)] = &[
     ("MDR_ALL_REDUCE_ONE_SHOT_MAX_BYTES", MDR_ALL_REDUCE_ONE_SHOT_MAX_BYTES as i128),
     ("MDR_ARENA_ALIGN", MDR_ARENA_ALIGN as i128),
     ("MDR_GRAPH_STAGING_SLOTS", MDR_GRAPH_STAGING_SLOTS as i128),
+    ("MDR_STAGING_SLOT_MAX_BYTES", MDR_STAGING_SLOT_MAX_BYTES as i128),
+    ("MDR_STEP_INPUTS_MAX", MDR_STEP_INPUTS_MAX as i128),
     ("MDR_VERSION_MAJOR", MDR_VERSION_MAJOR as i128),
     ("MDR_VERSION_MINOR", MDR_VERSION_MINOR as i128),
     ("MDR_VERSION_NUMBER", MDR_VERSION_NUMBER as i128),
@@ -2593,6 +2944,7 @@ pub const TYPES: &[(&str, usize)] = &[
     ("mdr_dptr", core::mem::size_of::<mdr_dptr>()),
     ("mdr_stream", core::mem::size_of::<mdr_stream>()),
     ("mdr_status", core::mem::size_of::<mdr_status>()),
+    ("mdr_feature", core::mem::size_of::<mdr_feature>()),
     ("mdr_model_family", core::mem::size_of::<mdr_model_family>()),
     ("mdr_buffer", core::mem::size_of::<mdr_buffer>()),
     ("mdr_zero_strategy", core::mem::size_of::<mdr_zero_strategy>()),
@@ -2600,6 +2952,8 @@ pub const TYPES: &[(&str, usize)] = &[
     ("mdr_window", core::mem::size_of::<mdr_window>()),
     ("mdr_graph_mode", core::mem::size_of::<mdr_graph_mode>()),
     ("mdr_graph_dynamic_impl", core::mem::size_of::<mdr_graph_dynamic_impl>()),
+    ("mdr_step_input_shape", core::mem::size_of::<mdr_step_input_shape>()),
+    ("mdr_step_input_dest", core::mem::size_of::<mdr_step_input_dest>()),
     ("mdr_dtype", core::mem::size_of::<mdr_dtype>()),
     ("mdr_all_reduce_algo", core::mem::size_of::<mdr_all_reduce_algo>()),
     ("mdr_capture_fn", core::mem::size_of::<mdr_capture_fn>()),
