@@ -606,6 +606,9 @@ int main(int argc, char **argv) {
    * stream needs a hardware queue of its own (set before the first CUDA
    * call; the default 8 can put a rank behind its peer's spinning kernel) */
   setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 0);
+  /* every kernel (v1 and the new one) loaded up front: a lazy first load
+   * can wait for the peer's spinning kernel */
+  setenv("CUDA_MODULE_LOADING", "EAGER", 0);
   if (argc < 2) {
     fprintf(stderr, "usage: %s OUT_DIR [--reps N] [--no-pdl]\n", argv[0]);
     return 2;

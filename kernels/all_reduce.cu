@@ -497,6 +497,18 @@ extern "C" int mdr_cuda_ar_launch(const mdr_ar_call *k, void *stream) {
 }
 
 extern "C" int mdr_cuda_ar_region_init(void *region, int n, size_t cap, void *stream) {
+  /* Load every kernel now. Under lazy module loading (CUDA's default) a
+   * kernel's first launch may wait for the device's running kernels, and a
+   * rank's kernel spins until its peers' kernels run: a rank whose kernel
+   * loads while a peer on the same device spins would never start. */
+  cudaFuncAttributes fa;
+  cudaError_t e0 = cudaFuncGetAttributes(&fa, all_reduce_kernel<MDR_ARP_BF16>);
+  if (e0 == cudaSuccess) e0 = cudaFuncGetAttributes(&fa, all_reduce_kernel<MDR_ARP_FP16>);
+  if (e0 == cudaSuccess) e0 = cudaFuncGetAttributes(&fa, all_reduce_kernel<MDR_ARP_FP32>);
+  if (e0 == cudaSuccess) e0 = cudaFuncGetAttributes(&fa, residual_add_kernel<MDR_ARP_BF16>);
+  if (e0 == cudaSuccess) e0 = cudaFuncGetAttributes(&fa, residual_add_kernel<MDR_ARP_FP16>);
+  if (e0 == cudaSuccess) e0 = cudaFuncGetAttributes(&fa, residual_add_kernel<MDR_ARP_FP32>);
+  if (e0 != cudaSuccess) return (int)e0;
   cudaStream_t s = (cudaStream_t)stream;
   char *r = (char *)region;
   const size_t scratch = MDR_ARP_SCRATCH_OFF(n);

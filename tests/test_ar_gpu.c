@@ -333,7 +333,12 @@ typedef struct harness {
  * behind a peer's spinning kernel never starts (a false hang of the harness;
  * one rank per GPU, as in the product, has no such limit). 32 is the most
  * the driver gives; it must be set before the process's first CUDA call. */
-__attribute__((constructor)) static void ar_gpu_queues(void) { setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 0); }
+__attribute__((constructor)) static void ar_gpu_queues(void) {
+  setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 0);
+  /* and every kernel loaded up front: under lazy loading a kernel's first
+   * launch can wait for the running (spinning) kernels of the device */
+  setenv("CUDA_MODULE_LOADING", "EAGER", 0);
+}
 
 static int device_count(void) {
   int n = 0;
