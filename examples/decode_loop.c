@@ -461,6 +461,9 @@ static int prepare_graphs(model *m, loop *L, mdr_graph_cache *cache, size_t n, p
   for (size_t i = 0; i < n; ++i) counts[i] = i + 1;
   mdr_graph_stats g0, g1;
   MDR_CHECK_(m->backend, mdr_graph_cache_stats(cache, &g0));
+  /* the graphs read the step inputs' destinations, not the eager path's own
+   * buffers: the body records whichever set is in use when it is captured */
+  m->paged.use = PAGED_GRAPH;
   double t0 = now_us();
   if (L->device_fed)
     MDR_CHECK_(m->backend, mdr_graph_cache_prepare_device(cache, dptr(L->fed_graph), counts, n));

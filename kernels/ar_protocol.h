@@ -61,9 +61,12 @@
  * Give-up. Every spin loop also polls, every MDR_ARP_POLL_EVERY turns, the
  * region's abort word, the host's abort request (pinned host memory the
  * host sets through mdr_comm_abort) and, when a time limit is set, the
- * elapsed time. A kernel that gives up writes its report (mdr_arp_report),
- * raises the abort word of every rank, and leaves without storing a row it
- * had not finished or advancing a counter. */
+ * elapsed time. A kernel that gives up writes its report (the host words
+ * below), raises its own abort word, and leaves without storing a row it
+ * had not finished or advancing a counter. A cause it found itself (the
+ * time limit, a mismatch) it also raises in every peer's region; an abort
+ * the host asked for reaches this process's ranks through the host word,
+ * and a rank that went away may have no region left to write to. */
 #ifndef MDR_KERNELS_AR_PROTOCOL_H
 #define MDR_KERNELS_AR_PROTOCOL_H
 

@@ -275,8 +275,12 @@ static mdr_status give_up(twin *t, uint32_t cause, uint32_t wait, int peer) {
     __atomic_store_n(&rep[MDR_ARP_REP_CALL], t->st.calls, __ATOMIC_RELAXED);
     __atomic_store_n(&rep[MDR_ARP_REP_CAUSE], cause, __ATOMIC_RELEASE);
   }
+  /* a cause found here (the time limit, a mismatch) ends the peers' waits
+   * too; an abort the host asked for, or a peer's, the peers know of
+   * already (and a rank that went away has no region to write to) */
+  const int all = cause == MDR_ARP_TIMED_OUT || cause == MDR_ARP_MISMATCH;
   for (int r = 0; r < k->nranks; r++)
-    __atomic_store_n(&region_words(k, k->peer[r])[MDR_ARP_CTL_ABORT], 1u, __ATOMIC_RELEASE);
+    if (all || r == k->rank) __atomic_store_n(&region_words(k, k->peer[r])[MDR_ARP_CTL_ABORT], 1u, __ATOMIC_RELEASE);
   mdr_comm_mark_aborted(t->c);
   char why[256];
   mdr_ar_report_text((const uint32_t *)k->host_report, t->c->rank, why, sizeof why);
