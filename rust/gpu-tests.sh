@@ -9,9 +9,10 @@
 # On the GPU machine: bash OUT_DIR/run.sh   (exit status 0 when every binary passed)
 set -euo pipefail
 out=${1:?usage: gpu-tests.sh OUT_DIR}
-cd "$(dirname "$0")"
+# OUT_DIR is relative to where the script is called from, not to rust/.
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
+cd "$(dirname "$0")"
 export CARGO_PROFILE_RELEASE_DEBUG=false CARGO_PROFILE_RELEASE_STRIP=true
 json=$(cargo test --offline --release --workspace --no-run --message-format=json 2>/dev/null)
 cargo build --offline --release -p mdr --examples -q
@@ -32,9 +33,21 @@ cp -L "$lib"/libmdr.so* "$out/" 2>/dev/null || cp -L "$lib/libmdr.so" "$out/"
 cat > "$out/run.sh" <<'RUN'
 #!/usr/bin/env bash
 # Runs every carried Rust test binary, then the example and the CPU figure.
-# The binaries find libmdr here (LD_LIBRARY_PATH comes before their rpath).
+# The binaries find the libmdr.so.0 carried here: LD_LIBRARY_PATH comes
+# before their RUNPATH (the build machine's folder), so nothing depends on
+# that machine's paths. libmdr's own dependencies (libcudart, libnccl) are
+# the GPU machine's; where the loader misses one, the CUDA folders and the
+# nvidia-nccl Python package are added.
 cd "$(dirname "$0")"
 export LD_LIBRARY_PATH=$PWD${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+if ldd ./libmdr.so.0 | grep -q "not found"; then
+  nccl=$(python3 -c 'import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], "lib"))' 2>/dev/null || true)
+  for d in /usr/local/cuda/lib64 /usr/local/cuda/lib /usr/local/cuda/targets/x86_64-linux/lib $nccl; do
+    [ -d "$d" ] && LD_LIBRARY_PATH=$LD_LIBRARY_PATH:$d
+  done
+fi
+echo "== libmdr: $PWD/libmdr.so.0"
+ldd ./libmdr.so.0 | grep -E "cudart|nccl|not found" || true
 export NCCL_NVLS_ENABLE=0
 rc=0
 for t in ./*.test; do

@@ -77,8 +77,11 @@ fn main() {
     });
     let lib = lib.canonicalize().unwrap_or(lib);
     let inc = inc.canonicalize().unwrap_or(inc);
+    // Only files that exist: a missing one would make cargo rerun this every build.
     for f in ["libmdr.so", "libmdr.a"] {
-        println!("cargo:rerun-if-changed={}", lib.join(f).display());
+        if lib.join(f).exists() {
+            println!("cargo:rerun-if-changed={}", lib.join(f).display());
+        }
     }
     println!("cargo:rustc-link-search=native={}", lib.display());
     if lib.join("libmdr.so").exists() || lib.join("libmdr.dylib").exists() {

@@ -280,6 +280,9 @@ impl DeviceBuffer<'_> {
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
+    pub(crate) fn backend_raw(&self) -> *mut sys::mdr_backend {
+        self.backend.as_raw()
+    }
     fn range(&self, offset: usize, n: usize) -> Result<()> {
         match offset.checked_add(n) {
             Some(end) if end <= self.len => Ok(()),

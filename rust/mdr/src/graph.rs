@@ -2,10 +2,11 @@
 use crate::arena::{Arena, RowsPolicy, ZeroStrategy};
 use crate::backend::{DeviceBuffer, DevicePtr, StreamRef};
 use crate::error::{check, last_error, Error, Result, Status};
+use crate::inputs::{StepInput, StepInputInfo, Values};
 use mdr_sys as sys;
 use std::any::Any;
 use std::cell::{Cell, RefCell};
-use std::ffi::c_void;
+use std::ffi::{c_void, CString};
 use std::marker::PhantomData;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::ptr::NonNull;
@@ -47,7 +48,7 @@ enum BodyKind<'a> {
 
 /// Options of a graph cache (`mdr_graph_cache_options`); `Default` is the
 /// C default: EXACT, strategy and row policy of the arena, default ladder,
-/// unlimited graphs, pad id 0, no body.
+/// unlimited graphs, pad id 0, no body, no step inputs besides the ids.
 pub struct Options<'a> {
     /// Graph per count, ladder or dynamic.
     pub mode: Mode,
@@ -67,7 +68,11 @@ pub struct Options<'a> {
     pub poison: bool,
     /// LRU cap on the graphs' device memory; 0: none.
     pub max_graph_bytes: u64,
+    /// The most sequences of a step (for [`InputShape::PerSequence`](crate::InputShape::PerSequence)
+    /// inputs and the sequence count); 0 means max_batch_tokens, at most that.
+    pub max_sequences: usize,
     body: Option<BodyKind<'a>>,
+    inputs: Vec<StepInput<'a>>,
 }
 
 impl Default for Options<'_> {
@@ -82,7 +87,9 @@ impl Default for Options<'_> {
             rows: None,
             poison: false,
             max_graph_bytes: 0,
+            max_sequences: 0,
             body: None,
+            inputs: Vec::new(),
         }
     }
 }
@@ -113,6 +120,23 @@ impl<'a> Options<'a> {
         self.dynamic_impl = i;
         self
     }
+    /// These options with one more step input, after those declared before
+    /// (its index in [`GraphCache::decode_meta`] and in the values of
+    /// [`GraphCache::step_inputs`] is its place here; index 0 of the layout
+    /// is the ids). At most 16 (`MDR_STEP_INPUTS_MAX`).
+    pub fn input(mut self, input: StepInput<'a>) -> Self {
+        self.inputs.push(input);
+        self
+    }
+    /// These options with the most sequences of a step (0: max_batch_tokens).
+    pub fn max_sequences(mut self, n: usize) -> Self {
+        self.max_sequences = n;
+        self
+    }
+    /// The step inputs declared so far.
+    pub fn inputs(&self) -> &[StepInput<'a>] {
+        &self.inputs
+    }
     /// These options with a body of kind 1 (`FnMut(&StreamRef, tokens)`),
     /// replacing any body given before. Rules (graph.h): only enqueue work
     /// on the stream it gets; no allocation, no synchronisation.
@@ -140,6 +164,8 @@ impl std::fmt::Debug for Options<'_> {
             .field("rows", &self.rows)
             .field("poison", &self.poison)
             .field("max_graph_bytes", &self.max_graph_bytes)
+            .field("max_sequences", &self.max_sequences)
+            .field("inputs", &self.inputs.iter().map(|i| i.name()).collect::<Vec<_>>())
             .field("body", &self.body.as_ref().map(|b| match b { BodyKind::Plain(_) => "plain", BodyKind::Dynamic(_) => "dynamic" }))
             .finish()
     }
@@ -269,6 +295,10 @@ pub struct GraphCache<'a> {
     raw: NonNull<sys::mdr_graph_cache>,
     backend: NonNull<sys::mdr_backend>,
     body: *mut BodyState<'a>,
+    /// The layout (index 0: the ids), read once at create.
+    layout: Vec<StepInputInfo>,
+    /// The resolved most sequences of a step.
+    max_sequences: usize,
     _borrows: PhantomData<(&'a Arena<'a>, &'a StreamRef)>,
 }
 
@@ -302,6 +332,17 @@ impl<'a> GraphCache<'a> {
         };
         o.poison = options.poison as i32;
         o.max_graph_bytes = options.max_graph_bytes;
+        o.max_sequences = options.max_sequences;
+        // The declarations; their names live until create has copied them.
+        let mut names = Vec::with_capacity(options.inputs.len());
+        for i in &options.inputs {
+            names.push(CString::new(i.name.as_str()).map_err(|_| Error::new(Status::InvalidArgument, format!("step input {:?}: a name with a NUL byte", i.name)))?);
+        }
+        let raw_inputs = options.inputs.iter().zip(&names).map(|(i, n)| i.raw(backend.as_ptr(), n)).collect::<Result<Vec<_>>>()?;
+        if !raw_inputs.is_empty() {
+            o.inputs = raw_inputs.as_ptr();
+            o.n_inputs = raw_inputs.len();
+        }
         let body = match options.body {
             None => std::ptr::null_mut(),
             Some(kind) => {
@@ -323,7 +364,14 @@ impl<'a> GraphCache<'a> {
             }
             return Err(e);
         }
-        Ok(GraphCache { raw: NonNull::new(raw).expect("a cache"), backend, body, _borrows: PhantomData })
+        let max_sequences = if options.max_sequences == 0 { arena.max_batch_tokens() } else { options.max_sequences };
+        let mut cache = GraphCache { raw: NonNull::new(raw).expect("a cache"), backend, body, layout: Vec::new(), max_sequences, _borrows: PhantomData };
+        // On failure from here, dropping `cache` frees the C cache and the body.
+        cache.layout = cache.decode_meta();
+        for (decl, info) in options.inputs.iter().zip(cache.layout.iter().skip(1)) {
+            decl.check_extent(info)?;
+        }
+        Ok(cache)
     }
 
     /// MDR_OK, or the error: a body's failure or panic of this call first.
@@ -391,6 +439,149 @@ impl<'a> GraphCache<'a> {
         self.begin();
         let st = sys::mdr_graph_cache_step_device(self.raw.as_ptr(), ids.0, tokens);
         self.finish(st)
+    }
+
+    /// The pointers C gets for one step's inputs, checked: the counts'
+    /// ranges, then each input's values against the layout.
+    #[inline]
+    fn stage_values(&self, ids: *const u32, tokens: usize, sequences: usize, values: &[Values<'_>]) -> Result<[*const c_void; 1 + sys::MDR_STEP_INPUTS_MAX]> {
+        let m = self.layout[0].max_rows;
+        if tokens == 0 || tokens > m {
+            return Err(Error::new(Status::OutOfRange, format!("step_inputs: {tokens} tokens, 1 .. {m}")));
+        }
+        let smax = tokens.min(self.max_sequences);
+        if sequences == 0 || sequences > smax {
+            return Err(Error::new(Status::OutOfRange, format!("step_inputs: {sequences} sequences, 1 .. {smax} (min(tokens, max_sequences))")));
+        }
+        if values.len() + 1 != self.layout.len() {
+            return Err(Error::new(Status::InvalidArgument, format!("step_inputs: values of {} inputs, the cache declares {}", values.len(), self.layout.len() - 1)));
+        }
+        let mut ptrs = [std::ptr::null(); 1 + sys::MDR_STEP_INPUTS_MAX];
+        ptrs[0] = ids as *const c_void;
+        for (k, (v, info)) in values.iter().zip(&self.layout[1..]).enumerate() {
+            ptrs[1 + k] = v.check(info, tokens, sequences)?;
+        }
+        Ok(ptrs)
+    }
+
+    /// One decode step with its step inputs (`mdr_graph_cache_step_inputs`):
+    /// the ids, the step's sequence count (1 ..= min(tokens,
+    /// max_sequences)) and one [`Values`] per declared input, in
+    /// declaration order. Everything is copied into a staging slot before
+    /// the call returns. Rows past the step's counts, up to the graph's
+    /// bound, get each input's pad (EXACT and LADDER).
+    ///
+    /// Checked before anything is staged: `OutOfRange` for a count out of
+    /// range; `InvalidArgument` for a number of values other than the
+    /// declared inputs, a slice of another element size or of another
+    /// length than the step's rows times the width, host values for an
+    /// input in device memory or [`Values::DEVICE`] for one that is not.
+    /// Otherwise as [`step`](Self::step).
+    ///
+    /// ```
+    /// use mdr::{Buffer, InputShape, StepInput, Values};
+    /// let backend = mdr::Backend::host()?;
+    /// let limits = mdr::Limits { max_batch_tokens: 8, max_seq_len: 64, kv_block_size: 16, max_batch_size: 2 };
+    /// let arena = mdr::Arena::from_preset(&backend, "qwen3-next-80b", limits)?;
+    /// let stream = backend.stream()?;
+    /// let options = mdr::Options::default()
+    ///     .max_sequences(2)
+    ///     .input(StepInput::new("positions", 4, InputShape::PerToken).to_arena(Buffer::Fp8Act, 0))
+    ///     .input(StepInput::new("seq_lens", 4, InputShape::PerSequence).to_arena(Buffer::Fp8Act, 64));
+    /// let mut cache = mdr::GraphCache::new(&arena, &stream, options)?;
+    /// let positions = [7u32, 8, 3];
+    /// let seq_lens = [9u32, 4];
+    /// cache.step_inputs(&[11, 12, 13], 2, &[Values::of(&positions), Values::of(&seq_lens)])?;
+    /// stream.synchronize()?;
+    /// # Ok::<(), mdr::Error>(())
+    /// ```
+    pub fn step_inputs(&mut self, token_ids: &[u32], sequences: usize, values: &[Values<'_>]) -> Result<()> {
+        let ptrs = self.stage_values(token_ids.as_ptr(), token_ids.len(), sequences, values)?;
+        self.begin();
+        // SAFETY: live cache; every pointer checked against the layout at these counts; copied before return.
+        let st = unsafe { sys::mdr_graph_cache_step_inputs(self.raw.as_ptr(), ptrs.as_ptr(), self.layout.len(), token_ids.len(), sequences) };
+        self.finish(st)
+    }
+
+    /// [`step_inputs`](Self::step_inputs) with the ids in device memory
+    /// (`mdr_graph_cache_step_inputs_device`): the first `tokens` uint32 of
+    /// `ids`, or `None` when they are in the arena's token_ids already.
+    pub fn step_inputs_device(&mut self, ids: Option<&'a DeviceBuffer<'_>>, tokens: usize, sequences: usize, values: &[Values<'_>]) -> Result<()> {
+        if let Some(b) = ids {
+            if tokens.checked_mul(4).map_or(true, |n| n > b.len()) {
+                return Err(Error::new(Status::OutOfRange, format!("step_inputs_device: {tokens} ids pass the buffer's {} bytes", b.len())));
+            }
+        }
+        // SAFETY: the buffer outlives the cache ('a) and holds the ids.
+        unsafe { self.step_inputs_device_raw(ids.map_or(DevicePtr::NULL, |b| b.ptr()), tokens, sequences, values) }
+    }
+
+    /// [`step_inputs_device`](Self::step_inputs_device) with ids at any
+    /// device address (0: the arena's token_ids).
+    ///
+    /// # Safety
+    /// As [`step_device_raw`](Self::step_device_raw).
+    pub unsafe fn step_inputs_device_raw(&mut self, ids: DevicePtr, tokens: usize, sequences: usize, values: &[Values<'_>]) -> Result<()> {
+        let ptrs = self.stage_values(std::ptr::null(), tokens, sequences, values)?;
+        self.begin();
+        let st = sys::mdr_graph_cache_step_inputs_device(self.raw.as_ptr(), ids.0, ptrs.as_ptr(), self.layout.len(), tokens, sequences);
+        self.finish(st)
+    }
+
+    /// The step-input layout, the seed's `decode_meta`: one
+    /// [`StepInputInfo`] per input, index 0 the token ids, then the
+    /// declared inputs in order (`mdr_graph_cache_step_input_info` for each).
+    pub fn decode_meta(&self) -> Vec<StepInputInfo> {
+        // SAFETY: live cache.
+        let n = unsafe { sys::mdr_graph_cache_step_input_count(self.raw.as_ptr()) };
+        (0..n)
+            .filter_map(|k| {
+                // SAFETY: plain data, filled on success; the name is the cache's, copied at once.
+                let mut i: sys::mdr_step_input_info = unsafe { std::mem::zeroed() };
+                let st = unsafe { sys::mdr_graph_cache_step_input_info(self.raw.as_ptr(), k, &mut i) };
+                (st == sys::MDR_OK).then(|| unsafe { StepInputInfo::from_raw(&i) })
+            })
+            .collect()
+    }
+
+    /// The index of the input called `name` in [`decode_meta`](Self::decode_meta)
+    /// ("token_ids": 0); `OutOfRange` when there is none.
+    pub fn step_input_index(&self, name: &str) -> Result<usize> {
+        let c = CString::new(name).map_err(|_| Error::new(Status::InvalidArgument, "step_input_index: a name with a NUL byte"))?;
+        let mut k = 0;
+        // SAFETY: live cache, C string valid for the call.
+        check(unsafe { sys::mdr_graph_cache_step_input_find(self.raw.as_ptr(), c.as_ptr(), &mut k) }, self.backend.as_ptr())
+            .map_err(|e| Error::new(e.status(), format!("no step input {name:?}")))?;
+        Ok(k)
+    }
+
+    /// Bytes of one staging slot (header, ids and host inputs at their
+    /// largest counts); the ring holds 8 of them in pinned memory.
+    pub fn slot_bytes(&self) -> usize {
+        // SAFETY: live cache.
+        unsafe { sys::mdr_graph_cache_slot_bytes(self.raw.as_ptr()) }
+    }
+
+    /// The most sequences of a step (resolved at create).
+    pub fn max_sequences(&self) -> usize {
+        self.max_sequences
+    }
+
+    /// Device address of the uint32 holding the step's real sequence count
+    /// (written by every step before the body runs; a step without one has
+    /// one per token, up to max_sequences).
+    pub fn sequences_ptr(&self) -> DevicePtr {
+        // SAFETY: live cache.
+        DevicePtr(unsafe { sys::mdr_graph_cache_sequences_ptr(self.raw.as_ptr()) })
+    }
+
+    /// The per-sequence rows the graph serving `tokens` holds: min(graph
+    /// tokens, max_sequences) in EXACT and LADDER, max_sequences in DYNAMIC.
+    pub fn sequence_bound(&self, tokens: usize) -> Result<usize> {
+        let mut n = 0;
+        // SAFETY: live cache.
+        check(unsafe { sys::mdr_graph_cache_sequence_bound(self.raw.as_ptr(), tokens, &mut n) }, self.backend.as_ptr())?;
+        Ok(n)
     }
 
     /// Capture ahead of time the graphs serving these counts (`mdr_graph_cache_prepare`).

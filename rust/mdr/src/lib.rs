@@ -28,6 +28,12 @@
 //! aborted, the step returns an error carrying the panic's message, and the
 //! cache stays usable.
 //!
+//! Step inputs (positions, sequence lengths, a block table, ...) are
+//! declared on the cache's [`Options`] ([`StepInput`]) and passed each step
+//! as slices ([`GraphCache::step_inputs`]); their resolved layout is the
+//! cache's [`GraphCache::decode_meta`]. [`version`] and [`build_features`]
+//! say which libmdr is linked and what it was built with.
+//!
 //! Linking: `mdr-sys` finds libmdr through `MDR_DIR`, `pkg-config` or the
 //! repository's `build/` folder.
 #![deny(missing_docs)]
@@ -38,20 +44,18 @@ mod backend;
 mod comm;
 mod error;
 mod graph;
+mod inputs;
 mod sizes;
+mod version;
 
 pub use arena::{Arena, Buffer, RowsPolicy, Segment, Window, ZeroStrategy};
 pub use backend::{Backend, DeviceBuffer, DevicePtr, Stream, StreamRef};
 pub use comm::{AllReduce, AllReduceAlgo, Comm, DType};
 pub use error::{Error, Result, Status};
 pub use graph::{Body, DynamicBody, DynamicImpl, GraphCache, GraphInfo, GraphStats, Mode, Options};
+pub use inputs::{Element, InputShape, StepInput, StepInputInfo, Values};
 pub use sizes::{model_preset, preset_names, Limits, ModelConfig, Sizes, SizesOptions};
 
 /// The raw declarations, for what this crate does not wrap.
 pub use mdr_sys as sys;
-
-/// The version of the libmdr linked at run time (major*10000 + minor*100 + patch).
-pub fn version_number() -> u32 {
-    // SAFETY: no arguments.
-    unsafe { sys::mdr_version_number() }
-}
+pub use version::{build_features, version, version_number, Features};

@@ -1,7 +1,8 @@
 //! GPU cases: each skips itself (with a message) when `Backend::cuda(0)`
 //! fails. Zeroing coverage on the device (against the C zero plan and a
 //! host-backend twin), bodies captured and replayed bit-identical to eager
-//! over >= 200 steps in every mode, device ids.
+//! over >= 200 steps in every mode, device ids, step inputs staged and
+//! padded bit-identical to eager.
 mod common;
 use common::*;
 use mdr::{Arena, Backend, Buffer, Mode, Options, ZeroStrategy};
@@ -114,4 +115,25 @@ fn gpu_a_panicking_body_under_capture() {
     }
     s.synchronize().unwrap();
     println!("gpu: a panicking body aborted its capture; the cache kept working");
+}
+
+#[test]
+fn gpu_step_inputs_bit_identical_to_eager() {
+    let Some(b) = gpu("gpu_step_inputs_bit_identical_to_eager") else { return };
+    use mdr::DynamicImpl::{DeviceCount, NodeUpdate};
+    use mdr::ZeroStrategy::{Fused, Memset};
+    for (mode, zero, imp, device_ids) in [
+        (Mode::Exact, Memset, NodeUpdate, false),
+        (Mode::Exact, Fused, NodeUpdate, false),
+        (Mode::Exact, Fused, NodeUpdate, true),
+        (Mode::Ladder, Fused, NodeUpdate, false),
+        (Mode::Dynamic, Fused, NodeUpdate, false),
+        (Mode::Dynamic, Fused, DeviceCount, true),
+    ] {
+        let st = inputs_graph_vs_eager(&b, mode, Some(zero), imp, 40, 31, device_ids);
+        assert_eq!(st.steps, 40);
+        assert!(st.hits > 0, "{mode:?}: graphs replayed: {st:?}");
+        assert_eq!(st.eager_steps, 0, "{mode:?}: {st:?}");
+        println!("gpu: step inputs {mode:?} {zero:?} {imp:?} device_ids={device_ids}: 40 steps bit-identical to eager ({} captures, {} replays)", st.captures, st.hits);
+    }
 }

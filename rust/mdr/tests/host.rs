@@ -558,3 +558,222 @@ fn errors_display_status_and_text() {
     assert_eq!(Status::Capture.raw(), sys::MDR_ERR_CAPTURE);
     assert!(mdr::version_number() >= 100);
 }
+
+// ---- step inputs, decode_meta, version ------------------------------------
+
+#[test]
+fn step_inputs_reach_their_destinations_padded_in_every_mode() {
+    use mdr::DynamicImpl::{DeviceCount, NodeUpdate};
+    use mdr::ZeroStrategy::{Fused, Memset};
+    for (mode, zero, imp, device_ids) in [
+        (Mode::Exact, Memset, NodeUpdate, false),
+        (Mode::Exact, Fused, NodeUpdate, false),
+        (Mode::Exact, Fused, NodeUpdate, true),
+        (Mode::Ladder, Memset, NodeUpdate, false),
+        (Mode::Ladder, Fused, NodeUpdate, true),
+        (Mode::Dynamic, Fused, NodeUpdate, false),
+        (Mode::Dynamic, Fused, DeviceCount, false),
+        (Mode::Dynamic, Fused, DeviceCount, true),
+    ] {
+        let b = Backend::host().unwrap();
+        // 18 steps: counts 1..4 first, repeats (replays), two turns of the staging ring.
+        let st = inputs_graph_vs_eager(&b, mode, Some(zero), imp, 18, 21 + device_ids as u64, device_ids);
+        assert_eq!(st.steps, 18);
+        assert!(st.hits > 0, "{mode:?}: graphs replayed: {st:?}");
+        assert_eq!(st.eager_steps, 0, "{mode:?}: {st:?}");
+        assert_eq!(st.device_steps, if device_ids { 18 } else { 0 });
+    }
+}
+
+/// A cache over `a` with the inputs of the bad-input and layout cases.
+fn inputs_cache<'a>(a: &'a Arena<'_>, s: &'a StreamRef, dst: &'a mdr::DeviceBuffer<'_>, src: &'a mdr::DeviceBuffer<'_>, pos_rows: usize) -> mdr::GraphCache<'a> {
+    use mdr::{InputShape, StepInput};
+    let o = Options::default()
+        .max_sequences(4)
+        .input(StepInput::new("positions", 4, InputShape::PerToken).max_rows(pos_rows).to_arena(Buffer::Fp8Act, 0))
+        .input(StepInput::new("block_table", 4, InputShape::PerSequence).width(3).pad(7).to_arena(Buffer::Fp8Act, 256))
+        .input(StepInput::new("slot_mapping", 8, InputShape::PerToken).to_device(dst))
+        .input(StepInput::new("top_p", 2, InputShape::Fixed).max_rows(2).to_arena(Buffer::Fp8Act, 512))
+        .input(StepInput::new("dev", 4, InputShape::PerToken).to_arena(Buffer::Fp8Act, 1024).from_device(src));
+    mdr::GraphCache::new(a, s, o).unwrap()
+}
+
+#[test]
+fn decode_meta_equals_the_c_query() {
+    let b = Backend::host().unwrap();
+    let a = Arena::from_preset(&b, PRESET, limits(8)).unwrap();
+    let s = b.stream().unwrap();
+    let dst = b.alloc(64).unwrap();
+    let src = b.alloc(32).unwrap();
+    let c = inputs_cache(&a, &s, &dst, &src, 0);
+    let meta = c.decode_meta();
+    let raw = c.as_raw();
+    // SAFETY: live cache; out-params.
+    let n = unsafe { sys::mdr_graph_cache_step_input_count(raw) };
+    assert_eq!(meta.len(), n);
+    assert_eq!(n, 6);
+    for (k, m) in meta.iter().enumerate() {
+        let mut i: sys::mdr_step_input_info = unsafe { std::mem::zeroed() };
+        assert_eq!(unsafe { sys::mdr_graph_cache_step_input_info(raw, k, &mut i) }, sys::MDR_OK);
+        let name = unsafe { std::ffi::CStr::from_ptr(i.name) }.to_str().unwrap();
+        assert_eq!(m.name, name);
+        assert_eq!(m.elem_bytes, i.elem_bytes, "{name}");
+        assert_eq!(m.shape as i32, [mdr::InputShape::PerToken, mdr::InputShape::PerSequence, mdr::InputShape::Fixed][i.shape as usize] as i32, "{name}");
+        assert_eq!((m.width, m.max_rows, m.row_bytes, m.max_bytes), (i.width, i.max_rows, i.row_bytes, i.max_bytes), "{name}");
+        assert_eq!((m.dst.0, m.device_src.map_or(0, |p| p.0), m.slot_offset, m.pad), (i.dst, i.device_src, i.slot_offset, i.pad), "{name}");
+        assert_eq!(c.step_input_index(name).unwrap(), k);
+    }
+    // What the declarations said, resolved.
+    let names: Vec<&str> = meta.iter().map(|m| m.name.as_str()).collect();
+    assert_eq!(names, ["token_ids", "positions", "block_table", "slot_mapping", "top_p", "dev"]);
+    assert_eq!((meta[0].elem_bytes, meta[0].max_rows, meta[0].dst), (4, 8, a.token_ids()));
+    assert_eq!((meta[1].max_rows, meta[1].dst), (8, a.fp8_act()));
+    assert_eq!((meta[2].width, meta[2].max_rows, meta[2].row_bytes, meta[2].max_bytes, meta[2].pad), (3, 4, 12, 48, 7));
+    assert_eq!((meta[3].dst, meta[3].max_bytes), (dst.ptr(), 64));
+    assert_eq!((meta[4].shape, meta[4].max_rows, meta[4].elem_bytes), (mdr::InputShape::Fixed, 2, 2));
+    assert_eq!((meta[5].device_src, meta[5].slot_offset), (Some(src.ptr()), 0));
+    assert_eq!(c.step_input_index("nope").unwrap_err().status(), Status::OutOfRange);
+    // Slot, sequence count and bound against C.
+    assert_eq!(c.slot_bytes(), unsafe { sys::mdr_graph_cache_slot_bytes(raw) });
+    assert!(c.slot_bytes() >= meta.iter().map(|m| m.slot_offset + if m.device_src.is_some() { 0 } else { m.max_bytes }).max().unwrap());
+    assert_eq!(c.sequences_ptr().0, unsafe { sys::mdr_graph_cache_sequences_ptr(raw) });
+    assert!(!c.sequences_ptr().is_null());
+    assert_eq!(c.max_sequences(), 4);
+    for t in 1..=8 {
+        let mut n = 0;
+        assert_eq!(unsafe { sys::mdr_graph_cache_sequence_bound(raw, t, &mut n) }, sys::MDR_OK);
+        assert_eq!(c.sequence_bound(t).unwrap(), n);
+        assert_eq!(n, t.min(4));
+    }
+    assert_eq!(c.sequence_bound(0).unwrap_err().status(), Status::OutOfRange);
+    // A cache without inputs: the ids alone.
+    let plain = mdr::GraphCache::new(&a, &s, Options::default()).unwrap();
+    let m0 = plain.decode_meta();
+    assert_eq!(m0.len(), 1);
+    assert_eq!(m0[0], meta[0].clone(), "the ids' layout does not depend on the inputs");
+    assert_eq!(plain.max_sequences(), 8);
+}
+
+#[test]
+fn bad_step_inputs_return_the_right_error() {
+    use mdr::{InputShape, StepInput, Values};
+    let b = Backend::host().unwrap();
+    let a = Arena::from_preset(&b, PRESET, limits(8)).unwrap();
+    let s = b.stream().unwrap();
+    let dst = b.alloc(64).unwrap();
+    let src = b.alloc(32).unwrap();
+    let small = b.alloc(32).unwrap();
+    // Declarations: ours, then C's (each names the input).
+    macro_rules! g {
+        ($o:expr) => {
+            mdr::GraphCache::new(&a, &s, $o).map(|_| ()).unwrap_err()
+        };
+    }
+    let pos = || StepInput::new("positions", 4, InputShape::PerToken).to_arena(Buffer::Fp8Act, 0);
+    let e = g!(Options::default().input(StepInput::new("positions", 4, InputShape::PerToken)));
+    assert_eq!(e.status(), Status::InvalidArgument);
+    assert!(e.message().contains("no destination"), "{e}");
+    assert_eq!(g!(Options::default().input(StepInput::new("a\0b", 4, InputShape::PerToken).to_arena(Buffer::Fp8Act, 0))).status(), Status::InvalidArgument);
+    let e = g!(Options::default().input(pos()).input(pos()));
+    assert_eq!(e.status(), Status::InvalidArgument);
+    assert!(e.message().contains("duplicates"), "{e}");
+    assert_eq!(g!(Options::default().input(StepInput::new("token_ids", 4, InputShape::PerToken).to_arena(Buffer::Fp8Act, 0))).status(), Status::InvalidArgument);
+    assert_eq!(g!(Options::default().input(StepInput::new("x", 3, InputShape::PerToken).to_arena(Buffer::Fp8Act, 0))).status(), Status::InvalidArgument);
+    assert_eq!(g!(Options::default().input(StepInput::new("x", 4, InputShape::Fixed).to_arena(Buffer::Fp8Act, 0))).status(), Status::InvalidArgument, "FIXED needs max_rows");
+    assert_eq!(g!(Options::default().input(pos().max_rows(9))).status(), Status::InvalidArgument, "rows over M");
+    assert_eq!(g!(Options::default().max_sequences(9)).status(), Status::InvalidArgument);
+    let e = g!(Options::default().input(pos().to_arena(Buffer::Fp8Act, a.fp8_act_bytes() - 16)));
+    assert_eq!(e.status(), Status::InvalidArgument);
+    assert!(e.message().contains("offset"), "{e}");
+    let mut many = Options::default();
+    for k in 0..17 {
+        many = many.input(StepInput::new(&format!("in{k}"), 4, InputShape::PerToken).to_arena(Buffer::Fp8Act, 64 * k));
+    }
+    assert_eq!(g!(many).status(), Status::InvalidArgument, "more than MDR_STEP_INPUTS_MAX");
+    // A device destination or source too small for the largest step (8 rows of 8 bytes).
+    let e = g!(Options::default().input(StepInput::new("slots", 8, InputShape::PerToken).to_device(&small)));
+    assert_eq!(e.status(), Status::OutOfRange);
+    assert!(e.message().contains("slots") && e.message().contains("64"), "{e}");
+    let e = g!(Options::default().input(StepInput::new("slots", 8, InputShape::PerToken).to_device(&dst).from_device(&small)));
+    assert_eq!(e.status(), Status::OutOfRange);
+    assert!(e.message().contains("device source"), "{e}");
+    // Memory of another backend.
+    let other = Backend::host().unwrap();
+    let foreign = other.alloc(64).unwrap();
+    assert_eq!(g!(Options::default().input(StepInput::new("slots", 8, InputShape::PerToken).to_device(&foreign))).status(), Status::InvalidArgument);
+
+    // Steps.
+    let mut c = inputs_cache(&a, &s, &dst, &src, 4);
+    let ids = [1u32, 2, 3];
+    let pos3 = [5u32, 6, 7];
+    let blk = [1u32; 6]; // 2 sequences of 3
+    let slots = [9u64; 3];
+    let top = [1u16, 2];
+    let good = [Values::of(&pos3), Values::of(&blk), Values::of(&slots), Values::of(&top), Values::DEVICE];
+    let check = |r: mdr::Result<()>, want: Status, needle: &str| {
+        let e = r.unwrap_err();
+        assert_eq!(e.status(), want, "{e}");
+        assert!(e.message().contains(needle), "{e} does not name {needle}");
+    };
+    check(c.step_inputs(&ids, 2, &good[..4]), Status::InvalidArgument, "values of 4 inputs");
+    check(c.step_inputs(&[], 1, &good), Status::OutOfRange, "0 tokens");
+    check(c.step_inputs(&[0; 9], 1, &good), Status::OutOfRange, "9 tokens");
+    check(c.step_inputs(&ids, 0, &good), Status::OutOfRange, "sequences");
+    check(c.step_inputs(&ids, 4, &good), Status::OutOfRange, "sequences");
+    let pos2 = [5u32, 6];
+    check(c.step_inputs(&ids, 2, &[Values::of(&pos2), good[1], good[2], good[3], good[4]]), Status::InvalidArgument, "positions");
+    let pos_u64 = [5u64, 6, 7];
+    check(c.step_inputs(&ids, 2, &[Values::of(&pos_u64), good[1], good[2], good[3], good[4]]), Status::InvalidArgument, "8-byte values for 4-byte");
+    check(c.step_inputs(&ids, 1, &good), Status::InvalidArgument, "block_table");
+    check(c.step_inputs(&ids, 2, &[good[0], good[1], good[2], good[3], Values::of(&pos3)]), Status::InvalidArgument, "Values::DEVICE");
+    check(c.step_inputs(&ids, 2, &[Values::DEVICE, good[1], good[2], good[3], good[4]]), Status::InvalidArgument, "not Values::DEVICE");
+    check(c.step_inputs(&ids, 2, &[good[0], good[1], good[2], Values::of(&top[..1]), good[4]]), Status::InvalidArgument, "top_p");
+    // An input's own max_rows (4) below the step's tokens.
+    let ids5 = [1u32; 5];
+    let pos5 = [0u32; 5];
+    let slots5 = [0u64; 5];
+    check(c.step_inputs(&ids5, 2, &[Values::of(&pos5), good[1], Values::of(&slots5), good[3], good[4]]), Status::OutOfRange, "positions");
+    // Device ids: too few in the buffer.
+    check(c.step_inputs_device(Some(&small), 9, 1, &good), Status::OutOfRange, "9 ids");
+    // The plain step refuses a cache whose inputs take host values (C's check).
+    assert_eq!(c.step(&ids).unwrap_err().status(), Status::InvalidArgument);
+    assert_eq!(c.stats().steps, 0, "refused steps change nothing");
+    // Raw bytes of any element size, and a good step.
+    let blk_bytes: Vec<u8> = blk.iter().flat_map(|x| x.to_ne_bytes()).collect();
+    c.step_inputs(&ids, 2, &[Values::from(&pos3), Values::bytes(&blk_bytes), Values::from(&slots[..]), Values::of(&top), Values::DEVICE]).unwrap();
+    c.step_inputs_device(None, 3, 2, &good).unwrap();
+    s.synchronize().unwrap();
+    assert_eq!(c.stats().steps, 2);
+    let mut got = [0u8; 16];
+    a.read(Buffer::Fp8Act, 0, &mut got).unwrap();
+    assert_eq!(&got[..12], &pos3.iter().flat_map(|x| x.to_ne_bytes()).collect::<Vec<u8>>()[..]);
+}
+
+#[test]
+fn version_and_build_features_equal_the_c_calls() {
+    // SAFETY: static strings.
+    let v = unsafe { std::ffi::CStr::from_ptr(sys::mdr_version_string()) }.to_str().unwrap();
+    assert_eq!(mdr::version(), v);
+    assert_eq!(mdr::version_number(), unsafe { sys::mdr_version_number() });
+    let n = mdr::version_number();
+    assert_eq!(mdr::version(), format!("{}.{}.{}", n / 10000, n / 100 % 100, n % 100));
+    let f = mdr::build_features();
+    assert_eq!(f.bits(), unsafe { sys::mdr_build_features() });
+    let text = unsafe { std::ffi::CStr::from_ptr(sys::mdr_build_features_string()) }.to_str().unwrap();
+    assert_eq!(f.to_string(), text);
+    assert_eq!(f.names().collect::<Vec<_>>().join(" "), text);
+    // The set's own arithmetic and text.
+    use mdr::Features;
+    let all = Features::CUDA | Features::NCCL | Features::NCCL_DEVICE | Features::NVTX;
+    assert_eq!(all.to_string(), "cuda nccl nccl-device nvtx");
+    assert_eq!(all.bits(), 15);
+    assert!(all.contains(Features::NCCL | Features::NVTX));
+    assert!(!Features::CUDA.contains(Features::NCCL));
+    assert!(Features::NONE.is_empty() && Features::NONE.to_string().is_empty());
+    assert_eq!((all & Features::NCCL_DEVICE).to_string(), "nccl-device");
+    assert_eq!(Features::from_bits(f.bits()), f);
+    // A build without CUDA has no CUDA backend.
+    if !f.contains(Features::CUDA) {
+        assert_eq!(Backend::cuda(0).unwrap_err().status(), Status::Unsupported);
+    }
+}
