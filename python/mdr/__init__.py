@@ -7,8 +7,8 @@ raises mdr.Error (a subclass per status) with .status and the backend's
 text. mdr.torch (imported on first use; needs torch) runs torch bodies.
 """
 from . import _lib
-from ._core import (ALGOS, BUFFER_LAYOUT, DTYPES, FAMILIES, FEATURES, INPUT_DTYPES, Arena,
-                    Backend, BufferView, Comm, DeviceMemory, GraphCache, GraphInfo, GraphStats,
+from ._core import (ALGOS, BUFFER_LAYOUT, BUFFER_LAYOUT_MLA, DTYPES, FAMILIES, FEATURES,
+                    INPUT_DTYPES, Arena, Backend, BufferView, Comm, DeviceMemory, GraphCache, GraphInfo, GraphStats,
                     ModelConfig, Sizes, StepInput, StepInputInfo, Stream, build_features,
                     build_features_bits, preset, presets, sizes, version, version_number)
 from ._errors import (STATUS_NAMES, BackendError, CaptureError, ClosedError, Error,
@@ -25,7 +25,8 @@ __all__ = ["Arena", "Backend", "BufferView", "Comm", "DeviceMemory", "GraphCache
            "OutOfRangeError", "SizeOverflowError", "OutOfMemoryError", "NoDeviceError",
            "BackendError", "CaptureError", "UnsupportedError", "StateError", "ClosedError",
            "version", "version_number", "build_features", "build_features_bits", "preset", "presets", "sizes",
-           "status_string", "library_path", "BUFFER_NAMES", "BUFFER_LAYOUT", "FAMILIES",
+           "status_string", "library_path", "BUFFER_NAMES", "BUFFER_LAYOUT",
+           "BUFFER_LAYOUT_MLA", "FAMILIES",
            "STATUS_NAMES", "DTYPES", "ALGOS", "FEATURES", "INPUT_DTYPES", "STAGING_SLOTS",
            "STEP_INPUTS_MAX"]
 

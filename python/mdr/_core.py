@@ -281,8 +281,9 @@ def sizes(config, max_batch_tokens, max_seq_len=4096, kv_block_size=16, max_batc
 class Sizes:
     """mdr_sizes: .bytes (dict name -> bytes), .max_batch_tokens, .logits_rows."""
 
-    def __init__(self, c):
+    def __init__(self, c, mla=False):
         self._c = c
+        self.mla = bool(mla)  # kv_lora_rank > 0 (SIZES.md §2.2): buffer dtypes differ
         self.bytes = {BUFFER_NAMES[i]: int(c.bytes[i]) for i in range(BUF_COUNT)}
         self.max_batch_tokens = int(c.max_batch_tokens)
         self.logits_rows = int(c.logits_rows)
@@ -308,7 +309,7 @@ class Sizes:
             why = {1: "splitk_sm_count must be >= 1", 2: "max_batch_tokens must be >= 1",
                    3: "a size overflows size_t"}.get(st, "")
             raise error_for(st, why, "mdr_sizes_from_config_ex")
-        return cls(s)
+        return cls(s, mla=cfg.kv_lora_rank > 0)
 
     def total_bytes(self):
         n = c_size_t()
@@ -535,7 +536,8 @@ def _stream_ptr(stream, backend):
 # element per token (a flat view; ids at [0:M]), None: not
 # token-major / mixed widths (a flat view). The exported element type is the
 # one DLPack consumers know: FP8 and opaque "4-byte" scales go as uint8 and
-# uint32 bit containers (view() reinterprets).
+# uint32 bit containers (view() reinterprets). MLA models (kv_lora_rank > 0)
+# re-use ssm_conv_out_f32 for BF16 per-head RoPE rows: BUFFER_LAYOUT_MLA.
 BUFFER_LAYOUT = {
     "hidden_states": ("bfloat16", "M", "BF16"),
     "residual": ("bfloat16", "M", "BF16"),
@@ -583,6 +585,10 @@ BUFFER_LAYOUT = {
     "lora_seq_slot": ("int32", "M1", "i32, one per token"),
     "moe_fp8_scratch": ("uint8", None, "bytes"),
     "ssm_rowwise_w_bf16": ("bfloat16", None, "BF16"),
+}
+
+BUFFER_LAYOUT_MLA = {
+    "ssm_conv_out_f32": ("bfloat16", "M", "BF16 rope rows (MLA)"),
 }
 
 ITEMSIZE = {n: b // 8 for n, (_, b) in _dlpack.DL_DTYPES.items()}
@@ -633,14 +639,14 @@ class Arena(_Object):
         b = backend._ptr()
         p = c_void_p()
         backend._check(lib.mdr_arena_create(b, byref(sz._c), byref(p)), "mdr_arena_create")
-        self._init(backend, p.value, (backend._h,), None)
+        self._init(backend, p.value, (backend._h,), None, sz)
 
-    def _init(self, backend, ptr, parents, comm):
+    def _init(self, backend, ptr, parents, comm, mla_of=None):
         self.backend = backend
         self.comm = comm
         self._h = _Handle(ptr, lib.mdr_arena_destroy, parents, what="arena")
         s = lib.mdr_arena_sizes(ptr).contents
-        self.sizes = Sizes(SizesC.from_buffer_copy(s))
+        self.sizes = Sizes(SizesC.from_buffer_copy(s), getattr(mla_of, "mla", False))
         self.max_batch_tokens = int(lib.mdr_arena_max_batch_tokens(ptr))
         self.logits_rows = self.sizes.logits_rows
         self.slab_bytes = int(lib.mdr_arena_slab_bytes(ptr))
@@ -667,7 +673,7 @@ class Arena(_Object):
         res = []
         for i, c in enumerate(comms):
             a = object.__new__(cls)
-            a._init(c.backend, out[i], (c._h,), c)
+            a._init(c.backend, out[i], (c._h,), c, sz)
             res.append(a)
         return res
 
@@ -685,7 +691,7 @@ class Arena(_Object):
         st = lib.mdr_arena_create_on_comm(comm._ptr(), byref(sz._c), byref(p))
         comm.backend._check(st, "mdr_arena_create_on_comm")
         a = object.__new__(cls)
-        a._init(comm.backend, p.value, (comm._h,), comm)
+        a._init(comm.backend, p.value, (comm._h,), comm, sz)
         return a
 
     # -- buffers
@@ -842,6 +848,8 @@ class BufferView:
         a = arena._h.ptr
         name = BUFFER_NAMES[i]
         dtype, rows_kind, declared = BUFFER_LAYOUT.get(name, ("uint8", None, "bytes"))
+        if arena.sizes.mla:
+            dtype, rows_kind, declared = BUFFER_LAYOUT_MLA.get(name, (dtype, rows_kind, declared))
         m = arena.max_batch_tokens
         rows = {"M": m, "Mp": _ceil16(m), "Mk": _ceil16(max(m, 3)),
                 "logits": arena.logits_rows, "M1": None, None: None}[rows_kind]
@@ -1613,9 +1621,8 @@ class GraphCache(_Object):
             for k, v in values.items():
                 i = self._index.get(k) if isinstance(k, str) else None
                 if i is None or i == 0:
-                    raise _bad("values: %s (the inputs: %s)" % (
-                        "the ids go in `ids`, not values" if i == 0 else
-                        "no step input named %r" % (k,),
+                    raise _bad("values[%r]: %s (the inputs: %s)" % (
+                        k, "the ids go in `ids`" if i == 0 else "no step input of that name",
                         ", ".join(m.name for m in meta[1:]) or "none declared"), "step_inputs")
                 given[i] = v
         elif isinstance(values, (str, bytes)) or not hasattr(values, "__len__"):
@@ -1648,6 +1655,13 @@ class GraphCache(_Object):
                 s = min(t, self.max_sequences)
         else:
             s = _as_size(sequences, "sequences")
+        # counts first (as the library checks them), then the values' lengths
+        if not 1 <= t <= self.arena.max_batch_tokens:
+            raise OutOfRangeError("tokens: %d (1 .. %d)" % (t, self.arena.max_batch_tokens),
+                                  "step_inputs")
+        if not 1 <= s <= min(t, self.max_sequences):
+            raise OutOfRangeError("sequences: %d (1 .. min(tokens %d, max_sequences %d))"
+                                  % (s, t, self.max_sequences), "step_inputs")
         vals = self._values
         held = []
         for m in meta[1:]:
