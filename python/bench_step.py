@@ -14,6 +14,7 @@ median <= the replay's + 2 µs.
 """
 import argparse
 import json
+import os
 import statistics
 import sys
 import time
@@ -150,6 +151,8 @@ def main():
     print("targets: " + ", ".join("%s %s" % (k, "PASS" if v else "FAIL")
                                   for k, v in res["targets"].items()))
     if args.json:
+        if os.path.dirname(args.json):
+            os.makedirs(os.path.dirname(args.json), exist_ok=True)
         with open(args.json, "w") as f:
             json.dump(res, f, indent=1)
     cache.close()

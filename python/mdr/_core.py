@@ -9,7 +9,7 @@ from ._errors import (ClosedError, InvalidArgumentError, OutOfRangeError,
                       UnsupportedError, error_for)
 from ._lib import (BUF_COUNT, BUFFER_NAMES, CAPTURE_DYNAMIC_FN, CAPTURE_FN, AllReduceDescC,
                    GraphCacheOptionsC, GraphInfoC, GraphStatsC, LimitsC, ModelConfigC, SegmentC,
-                   SizesC, SizesOptionsC, has, lib)
+                   SizesC, SizesOptionsC, StepInputC, StepInputInfoC, has, lib)
 
 # ---- lifetimes ------------------------------------------------------------------
 #
@@ -141,24 +141,30 @@ def _as_size(x, what):
 # ---- version and presets --------------------------------------------------------
 
 def version():
-    """The library's version, "major.minor.patch"."""
-    if has("mdr_version_string"):
-        return _text(lib.mdr_version_string())
-    n = lib.mdr_version_number()
-    return "%d.%d.%d" % (n // 10000, n // 100 % 100, n % 100)
+    """The library's version, "major.minor.patch" (mdr_version_string)."""
+    return _text(lib.mdr_version_string())
 
 
 def version_number():
+    """major*10000 + minor*100 + patch (mdr_version_number)."""
     return int(lib.mdr_version_number())
 
 
+# The mdr_feature bits (include/mdr/version.h), in bit order.
+FEATURES = {"cuda": 1, "nccl": 2, "nccl-device": 4, "nvtx": 8}
+
+
 def build_features():
-    """The optional parts the library was built with, as a tuple of words
-    ("cuda", "nccl", "nccl-device", "nvtx"); () for a host-only build or a
-    library older than mdr_build_features."""
-    if has("mdr_build_features_string"):
-        return tuple(_text(lib.mdr_build_features_string()).split())
-    return ()
+    """The optional parts this libmdr was compiled with, as a tuple of words
+    in bit order ("cuda", "nccl", "nccl-device", "nvtx"; () for a host-only
+    build): mdr_build_features_string. A feature compiled in may still be
+    unavailable at run time (no GPU, no driver)."""
+    return tuple(_text(lib.mdr_build_features_string()).split())
+
+
+def build_features_bits():
+    """The same as mdr_build_features(): the mdr.FEATURES bits OR-ed."""
+    return int(lib.mdr_build_features())
 
 
 FAMILIES = ("other", "qwen3_next", "glm5_next", "nemotron_h", "deepseek_v4")
@@ -275,8 +281,9 @@ def sizes(config, max_batch_tokens, max_seq_len=4096, kv_block_size=16, max_batc
 class Sizes:
     """mdr_sizes: .bytes (dict name -> bytes), .max_batch_tokens, .logits_rows."""
 
-    def __init__(self, c):
+    def __init__(self, c, mla=False):
         self._c = c
+        self.mla = bool(mla)  # kv_lora_rank > 0 (SIZES.md §2.2): buffer dtypes differ
         self.bytes = {BUFFER_NAMES[i]: int(c.bytes[i]) for i in range(BUF_COUNT)}
         self.max_batch_tokens = int(c.max_batch_tokens)
         self.logits_rows = int(c.logits_rows)
@@ -302,7 +309,7 @@ class Sizes:
             why = {1: "splitk_sm_count must be >= 1", 2: "max_batch_tokens must be >= 1",
                    3: "a size overflows size_t"}.get(st, "")
             raise error_for(st, why, "mdr_sizes_from_config_ex")
-        return cls(s)
+        return cls(s, mla=cfg.kv_lora_rank > 0)
 
     def total_bytes(self):
         n = c_size_t()
@@ -529,7 +536,8 @@ def _stream_ptr(stream, backend):
 # element per token (a flat view; ids at [0:M]), None: not
 # token-major / mixed widths (a flat view). The exported element type is the
 # one DLPack consumers know: FP8 and opaque "4-byte" scales go as uint8 and
-# uint32 bit containers (view() reinterprets).
+# uint32 bit containers (view() reinterprets). MLA models (kv_lora_rank > 0)
+# re-use ssm_conv_out_f32 for BF16 per-head RoPE rows: BUFFER_LAYOUT_MLA.
 BUFFER_LAYOUT = {
     "hidden_states": ("bfloat16", "M", "BF16"),
     "residual": ("bfloat16", "M", "BF16"),
@@ -577,6 +585,10 @@ BUFFER_LAYOUT = {
     "lora_seq_slot": ("int32", "M1", "i32, one per token"),
     "moe_fp8_scratch": ("uint8", None, "bytes"),
     "ssm_rowwise_w_bf16": ("bfloat16", None, "BF16"),
+}
+
+BUFFER_LAYOUT_MLA = {
+    "ssm_conv_out_f32": ("bfloat16", "M", "BF16 rope rows (MLA)"),
 }
 
 ITEMSIZE = {n: b // 8 for n, (_, b) in _dlpack.DL_DTYPES.items()}
@@ -627,14 +639,14 @@ class Arena(_Object):
         b = backend._ptr()
         p = c_void_p()
         backend._check(lib.mdr_arena_create(b, byref(sz._c), byref(p)), "mdr_arena_create")
-        self._init(backend, p.value, (backend._h,), None)
+        self._init(backend, p.value, (backend._h,), None, sz)
 
-    def _init(self, backend, ptr, parents, comm):
+    def _init(self, backend, ptr, parents, comm, mla_of=None):
         self.backend = backend
         self.comm = comm
         self._h = _Handle(ptr, lib.mdr_arena_destroy, parents, what="arena")
         s = lib.mdr_arena_sizes(ptr).contents
-        self.sizes = Sizes(SizesC.from_buffer_copy(s))
+        self.sizes = Sizes(SizesC.from_buffer_copy(s), getattr(mla_of, "mla", False))
         self.max_batch_tokens = int(lib.mdr_arena_max_batch_tokens(ptr))
         self.logits_rows = self.sizes.logits_rows
         self.slab_bytes = int(lib.mdr_arena_slab_bytes(ptr))
@@ -661,7 +673,7 @@ class Arena(_Object):
         res = []
         for i, c in enumerate(comms):
             a = object.__new__(cls)
-            a._init(c.backend, out[i], (c._h,), c)
+            a._init(c.backend, out[i], (c._h,), c, sz)
             res.append(a)
         return res
 
@@ -679,7 +691,7 @@ class Arena(_Object):
         st = lib.mdr_arena_create_on_comm(comm._ptr(), byref(sz._c), byref(p))
         comm.backend._check(st, "mdr_arena_create_on_comm")
         a = object.__new__(cls)
-        a._init(comm.backend, p.value, (comm._h,), comm)
+        a._init(comm.backend, p.value, (comm._h,), comm, sz)
         return a
 
     # -- buffers
@@ -836,6 +848,8 @@ class BufferView:
         a = arena._h.ptr
         name = BUFFER_NAMES[i]
         dtype, rows_kind, declared = BUFFER_LAYOUT.get(name, ("uint8", None, "bytes"))
+        if arena.sizes.mla:
+            dtype, rows_kind, declared = BUFFER_LAYOUT_MLA.get(name, (dtype, rows_kind, declared))
         m = arena.max_batch_tokens
         rows = {"M": m, "Mp": _ceil16(m), "Mk": _ceil16(max(m, 3)),
                 "logits": arena.logits_rows, "M1": None, None: None}[rows_kind]
@@ -995,6 +1009,256 @@ class _Pin:
             h.release()
 
 
+# ---- step inputs ---------------------------------------------------------------------
+
+_SHAPES = {"token": 0, "sequence": 1, "fixed": 2}
+_SHAPE_NAMES = {v: k for k, v in _SHAPES.items()}
+# element types of step inputs: name -> (bytes, numpy dtype name); "bfloat16"
+# values are float (converted, round to nearest even) or their uint16 bits.
+INPUT_DTYPES = {"int8": 1, "uint8": 1, "int16": 2, "uint16": 2, "int32": 4, "uint32": 4,
+                "int64": 8, "uint64": 8, "float16": 2, "bfloat16": 2, "float32": 4,
+                "float64": 8}
+
+
+@dataclasses.dataclass
+class StepInput:
+    """A per-step input besides the ids (mdr_step_input, include/mdr/graph.h):
+    its values travel in the ids' staging slot and the staged launch copies
+    them to `dest` every step.
+
+    name: unique, not "token_ids". dtype: one of mdr.INPUT_DTYPES (or None
+    with elem_size 1, 2, 4 or 8: raw elements). shape: "token" (one row per
+    token), "sequence" (one row per sequence) or "fixed" (max_rows rows
+    every step). width: elements per row. max_rows: 0 means
+    max_batch_tokens ("token") or max_sequences ("sequence"); required for
+    "fixed". pad: the value of padded rows (EXACT and LADDER graphs pad up
+    to their bound), a number in dtype (an int: its low bytes). dest: an
+    arena buffer name (with `offset` bytes into it, 16-byte aligned), or
+    device memory the engine owns (an address, mdr.DeviceMemory, a
+    BufferView, a CUDA tensor). device: False: the values come from the
+    host each step (cache.step_inputs); True: the engine's kernels write
+    them at dest themselves (only the pad is written); else the device
+    memory they are in (address, DeviceMemory, BufferView, CUDA tensor):
+    copied device to device."""
+    name: str
+    dtype: object = None
+    shape: str = "token"
+    width: int = 1
+    max_rows: int = 0
+    pad: object = 0
+    dest: object = None
+    offset: int = 0
+    device: object = False
+    elem_size: object = None
+
+
+@dataclasses.dataclass
+class StepInputInfo:
+    """One input as the cache resolved it (mdr_step_input_info); index 0 is
+    the token ids. `dtype` is the declared one (None: raw elements)."""
+    index: int
+    name: str
+    elem_bytes: int
+    shape: str
+    width: int
+    max_rows: int
+    row_bytes: int
+    max_bytes: int
+    dst: int
+    device_src: int
+    slot_offset: int
+    pad: int
+    dtype: object = None
+
+
+def _device_addr(x, what):
+    """An address from an int, a BufferView, DeviceMemory or a tensor."""
+    if isinstance(x, (BufferView, DeviceMemory)):
+        return x.ptr
+    if hasattr(x, "data_ptr"):
+        return int(x.data_ptr())
+    if isinstance(x, bool) or not hasattr(x, "__index__"):
+        raise _bad("%s: an address, mdr.DeviceMemory, a BufferView or a CUDA tensor, not %s"
+                   % (what, type(x).__name__), "GraphCache")
+    return _as_size(x, what)
+
+
+_FLOATS = ("float16", "float32", "float64", "bfloat16")
+
+
+def _pad_bits(pad, dtype, e, what):
+    import struct
+    if dtype in _FLOATS:
+        if isinstance(pad, bool) or not hasattr(pad, "__float__"):
+            raise _bad("%s.pad: a number, not %s" % (what, type(pad).__name__), "GraphCache")
+        f = float(pad)
+        if dtype == "bfloat16":
+            return _bf16_bits(f)
+        fmt = {"float16": ("<e", "<H"), "float32": ("<f", "<I"), "float64": ("<d", "<Q")}[dtype]
+        return struct.unpack(fmt[1], struct.pack(fmt[0], f))[0]
+    v = _as_int(pad, what + ".pad")
+    if not -(1 << (8 * e - 1)) <= v < (1 << (8 * e)):
+        raise OutOfRangeError("%s.pad: %d does not fit in %d bytes" % (what, v, e), "GraphCache")
+    return v & ((1 << (8 * e)) - 1)
+
+
+def _bf16_bits(f):
+    import struct
+    b = struct.unpack("<I", struct.pack("<f", f))[0]
+    if (b & 0x7F800000) == 0x7F800000 and b & 0x7FFFFF:  # NaN stays NaN
+        return (b >> 16) | 0x40
+    return ((b + 0x7FFF + ((b >> 16) & 1)) >> 16) & 0xFFFF
+
+
+def _input_c(arena, i, inp):
+    """(StepInputC, name bytes, declared dtype) of one StepInput."""
+    if not isinstance(inp, StepInput):
+        raise _bad("inputs[%d]: an mdr.StepInput, not %s" % (i, type(inp).__name__),
+                   "GraphCache")
+    what = "inputs[%d] (%r)" % (i, inp.name)
+    if not isinstance(inp.name, str):
+        raise _bad("%s.name: a str, not %s" % (what, type(inp.name).__name__), "GraphCache")
+    dtype, e = inp.dtype, inp.elem_size
+    if dtype is not None:
+        dtype = getattr(dtype, "name", None) if not isinstance(dtype, str) else dtype
+        dtype = str(dtype).replace("torch.", "")
+        if dtype not in INPUT_DTYPES:
+            raise _bad("%s.dtype: one of %s, not %r" % (what, ", ".join(INPUT_DTYPES), inp.dtype),
+                       "GraphCache")
+        if e is not None and _as_int(e, what + ".elem_size") != INPUT_DTYPES[dtype]:
+            raise _bad("%s.elem_size: %s, but dtype %s has %d-byte elements"
+                       % (what, e, dtype, INPUT_DTYPES[dtype]), "GraphCache")
+        e = INPUT_DTYPES[dtype]
+    elif e is None:
+        raise _bad("%s.dtype: give a dtype (or elem_size)" % what, "GraphCache")
+    else:
+        e = _as_size(e, what + ".elem_size")  # the library checks 1, 2, 4 or 8
+    if inp.shape not in _SHAPES:
+        raise _bad("%s.shape: 'token', 'sequence' or 'fixed', not %r" % (what, inp.shape),
+                   "GraphCache")
+    c = StepInputC()
+    name = inp.name.encode()
+    c.name = name
+    c.elem_bytes = e
+    c.shape = _SHAPES[inp.shape]
+    c.width = _as_size(inp.width, what + ".width")
+    c.max_rows = _as_size(inp.max_rows, what + ".max_rows")
+    c.pad = _pad_bits(inp.pad, dtype, e if e in (1, 2, 4, 8) else 8, what)
+    off = _as_size(inp.offset, what + ".offset")
+    d = inp.dest
+    if isinstance(d, str) or (isinstance(d, BufferView) and d.owner is arena
+                              and d.index is not None):
+        if isinstance(d, str) and d not in BUFFER_NAMES:
+            raise _bad("%s.dest: no arena buffer %r" % (what, d), "GraphCache")
+        c.dest = 1  # MDR_INPUT_TO_ARENA
+        c.buffer = BUFFER_NAMES.index(d) if isinstance(d, str) else d.index
+        c.offset = off
+    elif d is None:
+        raise _bad("%s.dest: an arena buffer name or device memory" % what, "GraphCache")
+    else:
+        c.dest = 0  # MDR_INPUT_TO_DEVICE
+        c.address = _device_addr(d, what + ".dest") + off
+    src = inp.device
+    if src is True:
+        c.device_src = c.address if c.dest == 0 else (
+            int(lib.mdr_arena_ptr(arena._h.ptr, c.buffer)) + off)
+    elif src is not False and src is not None and src != 0:
+        c.device_src = _device_addr(src, what + ".device")
+    return c, name, dtype
+
+
+def _count(v):
+    """Elements of a list, numpy array or tensor."""
+    if hasattr(v, "numel"):
+        return int(v.numel())
+    sz = getattr(v, "size", None)
+    if isinstance(sz, int):
+        return sz
+    return len(v)
+
+
+def _np():
+    try:
+        import numpy
+    except ImportError:  # pragma: no cover
+        raise UnsupportedError("cache.step_inputs needs numpy", "step_inputs")
+    return numpy
+
+
+def _host_values(info, v, rows, what):
+    """A C-contiguous numpy array of info's element type with >= rows * width
+    elements (the first ones are the step's), from a list, a numpy array or a
+    CPU tensor."""
+    np = _np()
+    want = rows * info.width
+    if hasattr(v, "data_ptr") and hasattr(v, "is_cuda"):  # torch
+        if v.is_cuda:
+            raise _bad("%s: a CUDA tensor; host values are staged from host memory (declare "
+                       "the input with device=... for values already on the device)" % what,
+                       "step_inputs")
+        v = v.detach()
+        if str(v.dtype) == "torch.bfloat16":
+            import torch
+            v = v.view(torch.uint16) if hasattr(torch, "uint16") else v.view(torch.int16)
+        v = v.contiguous().numpy()
+    try:
+        a = np.asarray(v)
+    except (TypeError, ValueError, OverflowError) as ex:
+        raise _bad("%s: not an array of numbers (%s)" % (what, ex), "step_inputs")
+    dt, e = info.dtype, info.elem_bytes
+    k = a.dtype.kind
+    if dt is None:  # raw elements: any array of that item size, or integers
+        if k in "iub" and a.dtype.itemsize != e or k == "O":
+            if k not in "iubO":
+                raise _bad("%s: %s elements; this input takes %d-byte elements"
+                           % (what, a.dtype, e), "step_inputs")
+            if a.size and (int(a.min()) < -(1 << (8 * e - 1)) or int(a.max()) >= 1 << (8 * e)):
+                raise OutOfRangeError("%s: a value does not fit in %d bytes" % (what, e),
+                                      "step_inputs")
+            out = a.astype("u%d" % e, casting="unsafe")
+        elif a.dtype.itemsize == e:
+            out = np.ascontiguousarray(a).view("u%d" % e)
+        else:
+            raise _bad("%s: %s elements; this input takes %d-byte elements"
+                       % (what, a.dtype, e), "step_inputs")
+    elif dt == "bfloat16":
+        if a.dtype.name == "bfloat16" or (k == "u" and a.dtype.itemsize == 2):
+            out = a.view("u2")
+        elif k in "iuf":
+            f = np.ascontiguousarray(a, dtype=np.float32)
+            b = f.view(np.uint32).astype(np.uint64)
+            r = ((b + 0x7FFF + ((b >> 16) & 1)) >> 16).astype(np.uint16)
+            nan = np.isnan(f)
+            if nan.any():
+                r[nan] = 0x7FC0
+            out = r
+        else:
+            raise _bad("%s: %s elements for a bfloat16 input" % (what, a.dtype), "step_inputs")
+    else:
+        nd = np.dtype(dt)
+        if a.dtype != nd:
+            if nd.kind in "iu":
+                if k not in "iub":
+                    raise _bad("%s: %s elements for an %s input" % (what, a.dtype, dt),
+                               "step_inputs")
+                if a.size:
+                    ii = np.iinfo(nd)
+                    if int(a.min()) < ii.min or int(a.max()) > ii.max:
+                        raise OutOfRangeError("%s: a value does not fit in %s" % (what, dt),
+                                              "step_inputs")
+            elif k not in "iubf":
+                raise _bad("%s: %s elements for a %s input" % (what, a.dtype, dt),
+                           "step_inputs")
+            out = a.astype(nd)
+        else:
+            out = a
+    out = np.ascontiguousarray(out).reshape(-1)
+    if out.size < want:
+        raise _bad("%s: %d elements; the step needs %d (%d rows of width %d)"
+                   % (what, out.size, want, rows, info.width), "step_inputs")
+    return out
+
+
 # ---- the graph cache -----------------------------------------------------------------
 
 @dataclasses.dataclass
@@ -1050,7 +1314,7 @@ class GraphCache(_Object):
 
     def __init__(self, arena, stream, mode="exact", zero=None, body=None, *, body_dynamic=None,
                  rows=None, ladder=None, max_graphs=0, pad_token_id=0, dynamic_impl="node_update",
-                 poison=False, max_graph_bytes=0):
+                 poison=False, max_graph_bytes=0, inputs=(), max_sequences=0):
         if not isinstance(arena, Arena):
             raise _bad("arena must be an mdr.Arena, not %s" % type(arena).__name__,
                        "GraphCache")
@@ -1106,6 +1370,19 @@ class GraphCache(_Object):
             keep.append(arr)
             o.ladder = ctypes.cast(arr, ctypes.POINTER(c_size_t))
             o.ladder_len = len(rungs)
+        inputs = list(inputs or ())
+        o.max_sequences = _as_size(max_sequences, "max_sequences")
+        dtypes = [None]
+        if inputs:
+            arr_in = (StepInputC * len(inputs))()
+            for i, inp in enumerate(inputs):
+                c_in, name, dt = _input_c(arena, i, inp)
+                arr_in[i] = c_in
+                keep.append(name)
+                dtypes.append(dt)
+            keep.append(arr_in)
+            o.inputs = arr_in
+            o.n_inputs = len(inputs)
         self._body = body
         self._body_dynamic = body_dynamic
         if body is not None:
@@ -1128,6 +1405,30 @@ class GraphCache(_Object):
         self._last_ids = None
         self._last = None
         self.count_ptr = int(lib.mdr_graph_cache_count_ptr(p.value))
+        self.sequences_ptr = int(lib.mdr_graph_cache_sequences_ptr(p.value))
+        self.slot_bytes = int(lib.mdr_graph_cache_slot_bytes(p.value))
+        self._meta = self._query_meta(dtypes)
+        self.max_sequences = self.sequence_bound(arena.max_batch_tokens)  # the resolved one
+        n = len(self._meta)
+        self._values = (c_void_p * n)()
+        self._host_inputs = [m for m in self._meta[1:] if not m.device_src]
+        self._index = {m.name: m.index for m in self._meta}
+
+    def _query_meta(self, dtypes):
+        c = self._h.ptr
+        n = int(lib.mdr_graph_cache_step_input_count(c))
+        out = []
+        for i in range(n):
+            info = StepInputInfoC()
+            _check(lib.mdr_graph_cache_step_input_info(c, i, byref(info)),
+                   "mdr_graph_cache_step_input_info", self.backend._h.ptr)
+            out.append(StepInputInfo(
+                i, _text(info.name), int(info.elem_bytes),
+                _SHAPE_NAMES.get(info.shape, info.shape), int(info.width), int(info.max_rows),
+                int(info.row_bytes), int(info.max_bytes), int(info.dst), int(info.device_src),
+                int(info.slot_offset), int(info.pad),
+                "uint32" if i == 0 else (dtypes[i] if i < len(dtypes) else None)))
+        return out
 
     def _make_thunk(self, fn, dynamic):
         excs = self._excs
@@ -1251,6 +1552,136 @@ class GraphCache(_Object):
         st = lib.mdr_graph_cache_step_device(c, addr, _as_size(tokens, "tokens"))
         if st or self._excs:
             self._fail(st, "mdr_graph_cache_step_device")
+
+    # -- step inputs
+    def decode_meta(self):
+        """The step's input layout (mdr_graph_cache_step_input_info of every
+        input): a list of mdr.StepInputInfo, the token ids first."""
+        self._c()
+        return [dataclasses.replace(m) for m in self._meta]
+
+    def step_input_index(self, name):
+        """The index of input `name` ("token_ids": 0) (mdr_graph_cache_step_input_find)."""
+        c = self._c()
+        if not isinstance(name, str):
+            raise _bad("a step input name is a str, not %s" % type(name).__name__,
+                       "mdr_graph_cache_step_input_find")
+        out = c_size_t()
+        self._fail(lib.mdr_graph_cache_step_input_find(c, name.encode(), byref(out)),
+                   "mdr_graph_cache_step_input_find")
+        return out.value
+
+    def sequence_bound(self, tokens):
+        """The per-sequence rows of the graph serving `tokens`
+        (mdr_graph_cache_sequence_bound): min(graph tokens, max_sequences) in
+        EXACT and LADDER, max_sequences in DYNAMIC."""
+        c = self._c()
+        out = c_size_t()
+        self._fail(lib.mdr_graph_cache_sequence_bound(c, _as_size(tokens, "tokens"), byref(out)),
+                   "mdr_graph_cache_sequence_bound")
+        return out.value
+
+    def step_inputs(self, ids, values=None, tokens=None, sequences=None):
+        """One decode step with its step inputs (mdr_graph_cache_step_inputs).
+
+        ids: as for step() (a CUDA int32 tensor, a device address given as
+        mdr.DeviceMemory, or None for ids already in token_ids, take the
+        device-id path; `tokens` is then required unless a tensor says it).
+        values: {name: values} (or a sequence in declaration order) for every
+        input that takes host values; each a list, a numpy array or a CPU
+        tensor, flat or (rows, width), converted to the input's dtype (ints
+        range-checked): "token" inputs carry `tokens` rows, "sequence" inputs
+        `sequences` rows, "fixed" inputs max_rows rows (extra elements past
+        those are ignored). sequences: 1 .. min(tokens, max_sequences);
+        default: the rows of the first "sequence" input given, else
+        min(tokens, max_sequences). Everything is copied into the staging
+        slot before the call returns."""
+        c = self._c()
+        if ids is None:
+            addr, n, dev, keep = 0, None, True, None
+        elif isinstance(ids, DeviceMemory):
+            addr, n, dev, keep = ids.ptr, None, True, ids
+        else:
+            addr, n, dev, keep = self._resolve(ids)
+            if addr is None:
+                addr, n = keep.data_ptr(), keep.numel()
+        if tokens is None:
+            if n is None:
+                raise _bad("tokens is required with device ids given by address", "step_inputs")
+            t = n
+        else:
+            t = _as_size(tokens, "tokens")
+            if n is not None and t > n:
+                raise OutOfRangeError("tokens=%d but the ids hold %d" % (t, n), "step_inputs")
+        meta = self._meta
+        if values is None:
+            values = {}
+        if isinstance(values, dict):
+            given = {}
+            for k, v in values.items():
+                i = self._index.get(k) if isinstance(k, str) else None
+                if i is None or i == 0:
+                    raise _bad("values[%r]: %s (the inputs: %s)" % (
+                        k, "the ids go in `ids`" if i == 0 else "no step input of that name",
+                        ", ".join(m.name for m in meta[1:]) or "none declared"), "step_inputs")
+                given[i] = v
+        elif isinstance(values, (str, bytes)) or not hasattr(values, "__len__"):
+            raise _bad("values: a dict {name: values} or a sequence in input order, not %s"
+                       % type(values).__name__, "step_inputs")
+        else:
+            if len(values) != len(meta) - 1:
+                raise _bad("values: %d entries for %d declared inputs"
+                           % (len(values), len(meta) - 1), "step_inputs")
+            given = {i + 1: v for i, v in enumerate(values) if v is not None}
+        for m in meta[1:]:
+            if m.device_src and m.index in given:
+                raise _bad("values[%r]: this input's values are in device memory (device=...); "
+                           "give none" % m.name, "step_inputs")
+            if not m.device_src and m.index not in given:
+                raise _bad("values[%r]: missing (the input takes host values every step)"
+                           % m.name, "step_inputs")
+        if sequences is None:
+            s = None
+            for m in meta[1:]:
+                if m.shape == "sequence" and m.index in given:
+                    v = given[m.index]
+                    sh = getattr(v, "shape", None)
+                    if sh is not None and len(sh) >= 2:
+                        s = int(sh[0])
+                    else:
+                        s = _count(v) // m.width
+                    break
+            if s is None:
+                s = min(t, self.max_sequences)
+        else:
+            s = _as_size(sequences, "sequences")
+        # counts first (as the library checks them), then the values' lengths
+        if not 1 <= t <= self.arena.max_batch_tokens:
+            raise OutOfRangeError("tokens: %d (1 .. %d)" % (t, self.arena.max_batch_tokens),
+                                  "step_inputs")
+        if not 1 <= s <= min(t, self.max_sequences):
+            raise OutOfRangeError("sequences: %d (1 .. min(tokens %d, max_sequences %d))"
+                                  % (s, t, self.max_sequences), "step_inputs")
+        vals = self._values
+        held = []
+        for m in meta[1:]:
+            if m.device_src:
+                vals[m.index] = None
+                continue
+            rows = t if m.shape == "token" else s if m.shape == "sequence" else m.max_rows
+            a = _host_values(m, given[m.index], rows, "values[%r]" % m.name)
+            held.append(a)
+            vals[m.index] = a.ctypes.data
+        if dev:
+            vals[0] = None
+            st = lib.mdr_graph_cache_step_inputs_device(c, addr, vals, len(meta), t, s)
+        else:
+            vals[0] = addr
+            st = lib.mdr_graph_cache_step_inputs(c, vals, len(meta), t, s)
+        del held, keep
+        if st or self._excs:
+            self._fail(st, "mdr_graph_cache_step_inputs_device" if dev
+                       else "mdr_graph_cache_step_inputs")
 
     def step_ptr(self, addr, tokens):
         """The lowest-cost step: host ids at address `addr` (uint32[tokens])."""

@@ -107,14 +107,32 @@ CAPTURE_DYNAMIC_FN = CFUNCTYPE(status_t, c_void_p, c_void_p, dptr_t, c_size_t)
 _PAD = ("_reserved", c_char * 256)
 
 
+# mdr_step_input (include/mdr/graph.h): an array element, so exactly the C
+# layout, no trailing room.
+class StepInputC(Structure):
+    _fields_ = [("name", c_char_p), ("elem_bytes", c_size_t), ("shape", c_int),
+                ("width", c_size_t), ("max_rows", c_size_t), ("pad", c_uint64), ("dest", c_int),
+                ("address", dptr_t), ("buffer", c_int), ("offset", c_size_t),
+                ("device_src", dptr_t)]
+
+
+class StepInputInfoC(Structure):
+    _fields_ = [("name", c_char_p), ("elem_bytes", c_size_t), ("shape", c_int),
+                ("width", c_size_t), ("max_rows", c_size_t), ("row_bytes", c_size_t),
+                ("max_bytes", c_size_t), ("dst", dptr_t), ("device_src", dptr_t),
+                ("slot_offset", c_size_t), ("pad", c_uint64), _PAD]
+
+
+# mdr_graph_cache_options: the C fields in order (test_mdr.py checks every
+# offset against the header), then trailing room, since
+# mdr_graph_cache_options_default writes the whole struct.
 class GraphCacheOptionsC(Structure):
     _fields_ = [("mode", c_int), ("zero", c_int), ("ladder", POINTER(c_size_t)),
                 ("ladder_len", c_size_t), ("max_graphs", c_size_t), ("pad_token_id", c_uint32),
                 ("body", c_void_p), ("user", c_void_p), ("body_dynamic", c_void_p),
                 ("dynamic_impl", c_int), ("rows", c_int), ("poison", c_int),
                 ("max_graph_bytes", c_uint64),
-                # step inputs (issue 22); zero when the library predates them
-                ("inputs", c_void_p), ("n_inputs", c_size_t), ("max_sequences", c_size_t),
+                ("inputs", POINTER(StepInputC)), ("n_inputs", c_size_t), ("max_sequences", c_size_t),
                 _PAD]
 
 
@@ -203,6 +221,15 @@ _SIGS = {
     "mdr_graph_cache_graph_tokens": (status_t, [P, SZ, POINTER(SZ)]),
     "mdr_graph_cache_graph_info": (status_t, [P, SZ, POINTER(GraphInfoC)]),
     "mdr_graph_cache_stats": (status_t, [P, POINTER(GraphStatsC)]),
+    # graph.h: step inputs
+    "mdr_graph_cache_step_inputs": (status_t, [P, POINTER(c_void_p), SZ, SZ, SZ]),
+    "mdr_graph_cache_step_inputs_device": (status_t, [P, dptr_t, POINTER(c_void_p), SZ, SZ, SZ]),
+    "mdr_graph_cache_step_input_count": (SZ, [P]),
+    "mdr_graph_cache_step_input_info": (status_t, [P, SZ, POINTER(StepInputInfoC)]),
+    "mdr_graph_cache_step_input_find": (status_t, [P, c_char_p, POINTER(SZ)]),
+    "mdr_graph_cache_slot_bytes": (SZ, [P]),
+    "mdr_graph_cache_sequences_ptr": (dptr_t, [P]),
+    "mdr_graph_cache_sequence_bound": (status_t, [P, SZ, POINTER(SZ)]),
     # comm.h
     "mdr_comm_nccl_available": (c_int, []),
     "mdr_comm_adopt_nccl": (status_t, [P, c_void_p, POINTER(P)]),
@@ -218,7 +245,7 @@ _SIGS = {
     "mdr_all_reduce": (status_t, [P, POINTER(AllReduceDescC), stream_t]),
     "mdr_all_reduce_choice": (c_int, [P, POINTER(AllReduceDescC)]),
     "mdr_all_reduce_kernels": (c_int, [P]),
-    # optional: issue 23 (version string, build features)
+    # version.h
     "mdr_version_string": (c_char_p, []),
     "mdr_build_features": (ctypes.c_uint, []),
     "mdr_build_features_string": (c_char_p, []),
@@ -226,8 +253,7 @@ _SIGS = {
 
 # Functions every libmdr this package supports must have; the others are
 # feature-detected (has()).
-_OPTIONAL = {"mdr_version_string", "mdr_build_features", "mdr_build_features_string",
-             "mdr_all_reduce", "mdr_all_reduce_choice", "mdr_all_reduce_kernels",
+_OPTIONAL = {"mdr_all_reduce", "mdr_all_reduce_choice", "mdr_all_reduce_kernels",
              "mdr_all_reduce_algo_name", "mdr_arena_create_on_comms", "mdr_arena_window",
              "mdr_arena_comm", "mdr_window_name"}
 

@@ -89,6 +89,8 @@ def test_views_every_buffer_every_preset(host, name, m):
         assert v.nbytes == L.mdr_arena_bytes(a._h.ptr, i) == sz.bytes[n]
         assert v.size * v.itemsize == v.nbytes or v.nbytes == 0
         dtype, rows, _ = mdr.BUFFER_LAYOUT[n]
+        if mdr.preset(name).kv_lora_rank > 0:  # MLA: BF16 rope rows in ssm_conv_out_f32
+            dtype, rows, _ = mdr.BUFFER_LAYOUT_MLA.get(n, (dtype, rows, _))
         if v.nbytes:
             assert v.dtype == dtype
             want_rows = {"M": m, "Mp": (m + 15) // 16 * 16, "Mk": (max(m, 3) + 15) // 16 * 16,
@@ -111,6 +113,11 @@ def test_views_every_buffer_every_preset(host, name, m):
     assert a["hidden_states"].shape == (m, cfg.hidden_size)
     assert a["hidden_states"].dtype == "bfloat16"
     assert a["token_ids"].shape[0] >= m and a["token_ids"].dtype == "uint32"
+    assert a.sizes.mla == (cfg.kv_lora_rank > 0)
+    if a.sizes.mla:
+        assert a["ssm_conv_out_f32"].dtype == "bfloat16"
+        assert a["ssm_conv_out_f32"].shape == (
+            m, a["ssm_conv_out_f32"].nbytes // (2 * m))
     a.close()
 
 
