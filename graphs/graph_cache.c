@@ -37,72 +37,9 @@
 #include "env.h"
 #include "comm_impl.h"
 #include "mdr/graph.h"
+#include "graph_cache_impl.h"
 #include "staging.h"
 #include "trace.h"
-
-typedef struct graph_entry {
-  void *exec;         /* NULL: not cached */
-  uint64_t last_used; /* LRU tick */
-  int eager_only;     /* its capture failed in a step: run eagerly until a prepare retries it */
-  mdr_dptr ids_src;   /* device steps: the ids address the graph was captured with */
-  uint64_t bytes;     /* device memory the graph took (measured at instantiate + upload) */
-  size_t nodes;       /* nodes of its graph */
-} graph_entry;
-
-/* Where a step's ids come from. */
-typedef enum ids_kind { IDS_HOST, IDS_DEVICE, IDS_KINDS } ids_kind;
-
-typedef struct step_ids {
-  ids_kind kind;
-  mdr_dptr src; /* IDS_DEVICE: the ids' device address (token_ids or 0: in place) */
-} step_ids;
-
-/* What a step call carries: its counts and its host values. */
-typedef struct step_call {
-  const uint32_t *host_ids;  /* IDS_HOST */
-  const void *const *values; /* values[1 + i]: input i's host values; NULL: no inputs given */
-  size_t tokens, sequences;
-} step_call;
-
-/* The graphs of one kind of step. */
-typedef struct graph_set {
-  graph_entry *entries; /* indexed by graph token count, 0 .. max_tokens */
-  /* DYNAMIC with NODE_UPDATE: the captured graph (kept: the node handle
-   * names a node of it) and the fused node the capture reported. */
-  void *dyn_graph;
-  void *dyn_node;
-  size_t dyn_tokens; /* the counts the exec's fused node holds now */
-  size_t dyn_sequences;
-} graph_set;
-
-struct mdr_graph_cache {
-  mdr_arena *arena;
-  mdr_backend *b;
-  mdr_stream stream;
-  mdr_graph_cache_options o; /* zero and rows resolved (never *_FROM_ARENA) */
-  size_t max_tokens;
-  size_t *ladder;
-  size_t ladder_len;
-  int graphs_disabled;
-  int poison; /* fill what a static step does not zero with 0xFF (NaN) */
-  _Atomic uintptr_t owner; /* the thread inside step or prepare (tls_self's address), or 0 */
-  int measure_memory, count_nodes; /* the backend can tell */
-
-  mdr_staging staging;
-  size_t max_sequences;
-  size_t n_inputs, n_host_inputs, n_seq_inputs;
-  mdr_step_input_info inputs[1 + MDR_STEP_INPUTS_MAX]; /* [0]: the ids */
-  char *names;                                         /* the inputs' names, one block */
-
-  graph_set sets[IDS_KINDS];
-  /* zero_all_rows as rules under the cache's row policy, resolved at
-   * create; every launch evaluates them at its own count. */
-  mdr_zero_seg rules[MDR_ZERO_PLAN_MAX];
-  size_t n_rules;
-  mdr_dptr table; /* NODE_UPDATE: the plan table of rules at counts 1..max_tokens */
-  uint64_t tick;
-  mdr_graph_stats stats;
-};
 
 static const size_t k_default_ladder[] = {1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256};
 /* The default ladder continues with powers of two from here. */
@@ -201,166 +138,6 @@ static mdr_status build_table(mdr_graph_cache *c) {
   return st;
 }
 
-/* A refusal of the input options, naming the input and the field. */
-#define INPUT_FAIL(i, in, ...) input_fail(c->b, i, in, __VA_ARGS__)
-static mdr_status input_fail(mdr_backend *b, size_t i, const mdr_step_input *in, const char *fmt, ...)
-#if defined(__GNUC__)
-    __attribute__((format(printf, 4, 5)))
-#endif
-    ;
-static mdr_status input_fail(mdr_backend *b, size_t i, const mdr_step_input *in, const char *fmt, ...) {
-  char what[MDR_BACKEND_ERROR_MAX];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(what, sizeof what, fmt, ap);
-  va_end(ap);
-  return mdr_backend_fail(b, MDR_ERR_INVALID_ARGUMENT, "graph cache options: inputs[%zu] (\"%.64s\").%s", i,
-                          in->name ? in->name : "", what);
-}
-
-/* Whether [p, p + n) is device memory (as far as the backend can tell). */
-static mdr_status check_device(mdr_graph_cache *c, size_t i, const mdr_step_input *in, const char *field,
-                               mdr_dptr p, size_t n) {
-  if (!p) return INPUT_FAIL(i, in, "%s: 0", field);
-  if (p % 16) return INPUT_FAIL(i, in, "%s: 0x%llx is not 16-byte aligned", field, (unsigned long long)p);
-  int ok = 0;
-  mdr_status st = mdr_be_is_device_memory(c->b, p, n, &ok);
-  if (st != MDR_OK) return st;
-  if (!ok)
-    return INPUT_FAIL(i, in, "%s: [0x%llx, +%zu) is not device memory", field, (unsigned long long)p, n);
-  return MDR_OK;
-}
-
-/* Check and resolve one declared input into c->inputs[1 + i] and the
- * device table entry *d (slot offset laid out by the staging ring). */
-static mdr_status resolve_input(mdr_graph_cache *c, size_t i, const mdr_step_input *in, mdr_stage_input *d,
-                                uint64_t *max_rows) {
-  if (!in->name || !in->name[0]) return INPUT_FAIL(i, in, "name: NULL or empty");
-  if (strcmp(in->name, "token_ids") == 0)
-    return INPUT_FAIL(i, in, "name: \"token_ids\" is the implicit first input");
-  for (size_t k = 0; k < i; k++)
-    if (strcmp(c->inputs[1 + k].name, in->name) == 0) return INPUT_FAIL(i, in, "name: duplicates inputs[%zu]", k);
-  const size_t e = in->elem_bytes;
-  if (e != 1 && e != 2 && e != 4 && e != 8) return INPUT_FAIL(i, in, "elem_bytes: %zu (1, 2, 4 or 8)", e);
-  if ((int)in->shape < 0 || in->shape >= MDR_INPUT_SHAPE_COUNT) return INPUT_FAIL(i, in, "shape: unknown value");
-  const size_t width = in->width ? in->width : 1;
-  size_t rows = in->max_rows;
-  if (in->shape == MDR_INPUT_PER_TOKEN) {
-    if (!rows) rows = c->max_tokens;
-    if (rows > c->max_tokens)
-      return INPUT_FAIL(i, in, "max_rows: %zu, more than max_batch_tokens (%zu)", rows, c->max_tokens);
-  } else if (in->shape == MDR_INPUT_PER_SEQUENCE) {
-    if (!rows) rows = c->max_sequences;
-    if (rows > c->max_sequences)
-      return INPUT_FAIL(i, in, "max_rows: %zu, more than max_sequences (%zu)", rows, c->max_sequences);
-  } else if (!rows) {
-    return INPUT_FAIL(i, in, "max_rows: 0 (a FIXED input carries max_rows rows every step)");
-  }
-  if (width > UINT32_MAX / e || rows > UINT32_MAX || rows > MDR_STAGING_SLOT_MAX_BYTES / (width * e))
-    return INPUT_FAIL(i, in, "max_rows * width * elem_bytes (%zu * %zu * %zu) overflows a staging slot", rows,
-                      width, e);
-  const size_t row_bytes = width * e, max_bytes = rows * row_bytes;
-  mdr_dptr dst = 0;
-  if (in->dest == MDR_INPUT_TO_ARENA) {
-    if ((int)in->buffer < 0 || in->buffer >= MDR_BUF_COUNT || !mdr_arena_ptr(c->arena, in->buffer))
-      return INPUT_FAIL(i, in, "buffer: not a buffer of the arena (unknown, or of size 0)");
-    const size_t have = mdr_arena_bytes(c->arena, in->buffer);
-    if (in->offset > have || max_bytes > have - in->offset)
-      return INPUT_FAIL(i, in, "offset: %zu + %zu bytes runs past the arena buffer's %zu", in->offset, max_bytes,
-                        have);
-    if (in->buffer == MDR_BUF_TOKEN_IDS) return INPUT_FAIL(i, in, "buffer: token_ids holds the ids");
-    dst = mdr_arena_ptr(c->arena, in->buffer) + in->offset;
-    if (dst % 16) return INPUT_FAIL(i, in, "offset: %zu is not 16-byte aligned", in->offset);
-  } else if (in->dest == MDR_INPUT_TO_DEVICE) {
-    mdr_status st = check_device(c, i, in, "address", in->address, max_bytes);
-    if (st != MDR_OK) return st;
-    dst = in->address;
-  } else {
-    return INPUT_FAIL(i, in, "dest: unknown value");
-  }
-  if (in->device_src) {
-    mdr_status st = check_device(c, i, in, "device_src", in->device_src, max_bytes);
-    if (st != MDR_OK) return st;
-  }
-  const uint64_t pad = e == 8 ? in->pad : in->pad & ((UINT64_C(1) << (8 * e)) - 1u);
-  c->inputs[1 + i] = (mdr_step_input_info){.elem_bytes = e,
-                                           .shape = in->shape,
-                                           .width = width,
-                                           .max_rows = rows,
-                                           .row_bytes = row_bytes,
-                                           .max_bytes = max_bytes,
-                                           .dst = dst,
-                                           .device_src = in->device_src,
-                                           .pad = pad};
-  *d = (mdr_stage_input){.dst = dst,
-                         .src = in->device_src,
-                         .pad = pad,
-                         .row_bytes = (uint32_t)row_bytes,
-                         .rows = in->shape == MDR_INPUT_PER_TOKEN      ? MDR_STAGE_ROWS_TOKENS
-                                 : in->shape == MDR_INPUT_PER_SEQUENCE ? MDR_STAGE_ROWS_SEQUENCES
-                                                                       : MDR_STAGE_ROWS_FIXED,
-                         .fixed_rows = in->shape == MDR_INPUT_FIXED ? (uint32_t)rows : 0u,
-                         .elem_bytes = (uint32_t)e};
-  *max_rows = rows;
-  return MDR_OK;
-}
-
-/* The ids as input 0, then every declared input; the staging ring laid out
- * for them. */
-static mdr_status setup_inputs(mdr_graph_cache *c, const mdr_graph_cache_options *o) {
-  const size_t m = c->max_tokens;
-  if (o->max_sequences > m)
-    return mdr_backend_fail(c->b, MDR_ERR_INVALID_ARGUMENT,
-                            "graph cache options: max_sequences: %zu, more than max_batch_tokens (%zu): a "
-                            "step's sequences never outnumber its tokens",
-                            o->max_sequences, m);
-  c->max_sequences = o->max_sequences ? o->max_sequences : m;
-  if (o->n_inputs > MDR_STEP_INPUTS_MAX)
-    return mdr_backend_fail(c->b, MDR_ERR_INVALID_ARGUMENT, "graph cache options: n_inputs: %zu (at most %d)",
-                            o->n_inputs, MDR_STEP_INPUTS_MAX);
-  if (o->n_inputs && !o->inputs)
-    return mdr_backend_fail(c->b, MDR_ERR_INVALID_ARGUMENT, "graph cache options: inputs: NULL with n_inputs %zu",
-                            o->n_inputs);
-  c->inputs[0] = (mdr_step_input_info){.name = "token_ids",
-                                       .elem_bytes = 4,
-                                       .shape = MDR_INPUT_PER_TOKEN,
-                                       .width = 1,
-                                       .max_rows = m,
-                                       .row_bytes = 4,
-                                       .max_bytes = 4 * m,
-                                       .dst = mdr_arena_token_ids(c->arena),
-                                       .slot_offset = MDR_STAGE_HEADER_BYTES,
-                                       .pad = c->o.pad_token_id};
-  mdr_stage_input dev[MDR_STEP_INPUTS_MAX];
-  uint64_t max_rows[MDR_STEP_INPUTS_MAX];
-  size_t name_bytes = 0;
-  for (size_t i = 0; i < o->n_inputs; i++) {
-    const mdr_step_input *in = &o->inputs[i];
-    mdr_status st = resolve_input(c, i, in, &dev[i], &max_rows[i]);
-    c->inputs[1 + i].name = in->name; /* the caller's until copied below: the duplicate check reads it */
-    if (st != MDR_OK) return st;
-    name_bytes += strlen(in->name) + 1;
-    c->n_host_inputs += in->device_src == 0;
-    c->n_seq_inputs += in->shape == MDR_INPUT_PER_SEQUENCE;
-  }
-  c->n_inputs = o->n_inputs;
-  if (name_bytes) {
-    c->names = malloc(name_bytes);
-    if (!c->names) return mdr_backend_fail(c->b, MDR_ERR_OUT_OF_MEMORY, "graph cache: input names");
-    char *p = c->names;
-    for (size_t i = 0; i < o->n_inputs; i++) {
-      const size_t len = strlen(o->inputs[i].name) + 1;
-      memcpy(p, o->inputs[i].name, len);
-      c->inputs[1 + i].name = p;
-      p += len;
-    }
-  }
-  mdr_status st = mdr_staging_init(&c->staging, c->b, m, dev, max_rows, o->n_inputs);
-  if (st != MDR_OK) return st;
-  for (size_t i = 0; i < o->n_inputs; i++) c->inputs[1 + i].slot_offset = c->staging.inputs[i].offset;
-  return MDR_OK;
-}
-
 mdr_status mdr_graph_cache_create(mdr_arena *a, mdr_stream stream, const mdr_graph_cache_options *o,
                                   mdr_graph_cache **out) {
   mdr_backend *b = mdr_arena_backend(a);
@@ -401,7 +178,7 @@ mdr_status mdr_graph_cache_create(mdr_arena *a, mdr_stream stream, const mdr_gra
       goto fail;
     }
   }
-  st = setup_inputs(c, o);
+  st = mdr_gc_setup_inputs(c, o);
   if (st != MDR_OK) goto fail;
   c->n_rules = mdr_arena_rules(a, MDR_COVER_ROWS, c->o.rows, c->rules);
   if (node_update_of(&c->o)) {
@@ -437,18 +214,6 @@ void mdr_graph_cache_destroy(mdr_graph_cache *c) {
   free(c->names);
   free(c->ladder);
   free(c);
-}
-
-mdr_dptr mdr_graph_cache_count_ptr(const mdr_graph_cache *c) {
-  return c ? mdr_staging_count_ptr(&c->staging) : 0;
-}
-
-mdr_zero_strategy mdr_graph_cache_zero_strategy(const mdr_graph_cache *c) {
-  return c ? c->o.zero : MDR_ZERO_FROM_ARENA;
-}
-
-mdr_rows_policy mdr_graph_cache_rows_policy(const mdr_graph_cache *c) {
-  return c ? c->o.rows : MDR_ROWS_FROM_ARENA;
 }
 
 static size_t graph_tokens_of(const mdr_graph_cache *c, size_t t) {
@@ -497,7 +262,6 @@ mdr_status mdr_graph_cache_graph_info(const mdr_graph_cache *c, size_t tokens, m
                           .device_nodes = d->exec ? d->nodes : 0};
   return MDR_OK;
 }
-
 
 /* step and prepare change nothing when called from inside the cache's own
  * step or prepare (a body re-entering), from a second thread while one is
@@ -747,13 +511,13 @@ mdr_status mdr_graph_cache_prepare(mdr_graph_cache *c, const size_t *tokens, siz
 }
 
 /* Device ids given as 0 are the arena's token_ids: one address for both. */
-static step_ids device_ids_of(const mdr_graph_cache *c, mdr_dptr token_ids) {
+step_ids mdr_gc_device_ids(const mdr_graph_cache *c, mdr_dptr token_ids) {
   return (step_ids){IDS_DEVICE, token_ids ? token_ids : mdr_arena_token_ids(c->arena)};
 }
 
 mdr_status mdr_graph_cache_prepare_device(mdr_graph_cache *c, mdr_dptr token_ids, const size_t *tokens, size_t n) {
   if (!c) return MDR_ERR_INVALID_ARGUMENT;
-  return prepare(c, tokens, n, device_ids_of(c, token_ids));
+  return prepare(c, tokens, n, mdr_gc_device_ids(c, token_ids));
 }
 
 /* Re-target the DYNAMIC exec's fused node to t when it holds another count
@@ -875,7 +639,7 @@ static mdr_status check_step(const mdr_graph_cache *c, const step_call *call, st
   return MDR_OK;
 }
 
-static mdr_status step(mdr_graph_cache *c, const step_call *call, step_ids ids) {
+mdr_status mdr_gc_step(mdr_graph_cache *c, const step_call *call, step_ids ids) {
   mdr_status st = check_step(c, call, ids);
   if (st == MDR_OK) st = enter(c, "step");
   if (st != MDR_OK) return st;
@@ -888,52 +652,21 @@ static mdr_status step(mdr_graph_cache *c, const step_call *call, step_ids ids) 
 
 /* The sequences of a step that does not say: one per token, up to
  * max_sequences. */
-static size_t default_sequences(const mdr_graph_cache *c, size_t tokens) {
+size_t mdr_gc_default_sequences(const mdr_graph_cache *c, size_t tokens) {
   return tokens < c->max_sequences ? tokens : c->max_sequences;
 }
 
 mdr_status mdr_graph_cache_step(mdr_graph_cache *c, const uint32_t *token_ids, size_t tokens) {
   if (!c) return MDR_ERR_INVALID_ARGUMENT;
   if (!token_ids) return mdr_backend_fail(c->b, MDR_ERR_INVALID_ARGUMENT, "graph cache: step with NULL token ids");
-  const step_call call = {.host_ids = token_ids, .tokens = tokens, .sequences = default_sequences(c, tokens)};
-  return step(c, &call, (step_ids){IDS_HOST, 0});
+  const step_call call = {.host_ids = token_ids, .tokens = tokens, .sequences = mdr_gc_default_sequences(c, tokens)};
+  return mdr_gc_step(c, &call, (step_ids){IDS_HOST, 0});
 }
 
 mdr_status mdr_graph_cache_step_device(mdr_graph_cache *c, mdr_dptr token_ids, size_t tokens) {
   if (!c) return MDR_ERR_INVALID_ARGUMENT;
-  const step_call call = {.tokens = tokens, .sequences = default_sequences(c, tokens)};
-  return step(c, &call, device_ids_of(c, token_ids));
-}
-
-static mdr_status check_values(const mdr_graph_cache *c, const void *const *values, size_t n_values) {
-  if (n_values != 1 + c->n_inputs)
-    return mdr_backend_fail(c->b, MDR_ERR_INVALID_ARGUMENT,
-                            "graph cache: n_values: %zu, but the cache has %zu inputs (token_ids and %zu declared)",
-                            n_values, 1 + c->n_inputs, c->n_inputs);
-  if (!values) return mdr_backend_fail(c->b, MDR_ERR_INVALID_ARGUMENT, "graph cache: values: NULL");
-  return MDR_OK;
-}
-
-mdr_status mdr_graph_cache_step_inputs(mdr_graph_cache *c, const void *const *values, size_t n_values, size_t tokens,
-                                       size_t sequences) {
-  if (!c) return MDR_ERR_INVALID_ARGUMENT;
-  mdr_status st = check_values(c, values, n_values);
-  if (st != MDR_OK) return st;
-  const step_call call = {.host_ids = values[0], .values = values, .tokens = tokens, .sequences = sequences};
-  return step(c, &call, (step_ids){IDS_HOST, 0});
-}
-
-mdr_status mdr_graph_cache_step_inputs_device(mdr_graph_cache *c, mdr_dptr token_ids, const void *const *values,
-                                              size_t n_values, size_t tokens, size_t sequences) {
-  if (!c) return MDR_ERR_INVALID_ARGUMENT;
-  mdr_status st = check_values(c, values, n_values);
-  if (st != MDR_OK) return st;
-  const step_call call = {.values = values, .tokens = tokens, .sequences = sequences};
-  return step(c, &call, device_ids_of(c, token_ids));
-}
-
-mdr_dptr mdr_graph_cache_sequences_ptr(const mdr_graph_cache *c) {
-  return c ? mdr_staging_count_ptr(&c->staging) + sizeof(uint32_t) : 0;
+  const step_call call = {.tokens = tokens, .sequences = mdr_gc_default_sequences(c, tokens)};
+  return mdr_gc_step(c, &call, mdr_gc_device_ids(c, token_ids));
 }
 
 mdr_status mdr_graph_cache_sequence_bound(const mdr_graph_cache *c, size_t tokens, size_t *out) {
@@ -945,39 +678,3 @@ mdr_status mdr_graph_cache_sequence_bound(const mdr_graph_cache *c, size_t token
   return MDR_OK;
 }
 
-size_t mdr_graph_cache_step_input_count(const mdr_graph_cache *c) { return c ? 1 + c->n_inputs : 0; }
-
-mdr_status mdr_graph_cache_step_input_info(const mdr_graph_cache *c, size_t index, mdr_step_input_info *out) {
-  if (!c) return MDR_ERR_INVALID_ARGUMENT;
-  if (!out) return mdr_backend_fail(c->b, MDR_ERR_INVALID_ARGUMENT, "graph cache: step input info into NULL");
-  if (index > c->n_inputs)
-    return mdr_backend_fail(c->b, MDR_ERR_OUT_OF_RANGE, "graph cache: step input %zu (the cache has 0 .. %zu)", index,
-                            c->n_inputs);
-  *out = c->inputs[index];
-  return MDR_OK;
-}
-
-mdr_status mdr_graph_cache_step_input_find(const mdr_graph_cache *c, const char *name, size_t *index) {
-  if (!c) return MDR_ERR_INVALID_ARGUMENT;
-  if (!name || !index)
-    return mdr_backend_fail(c->b, MDR_ERR_INVALID_ARGUMENT, "graph cache: step input find: NULL %s",
-                            !name ? "name" : "index");
-  for (size_t i = 0; i <= c->n_inputs; i++)
-    if (strcmp(c->inputs[i].name, name) == 0) {
-      *index = i;
-      return MDR_OK;
-    }
-  return mdr_backend_fail(c->b, MDR_ERR_OUT_OF_RANGE, "graph cache: no step input named \"%.64s\"", name);
-}
-
-size_t mdr_graph_cache_slot_bytes(const mdr_graph_cache *c) { return c ? c->staging.slot_bytes : 0; }
-
-mdr_status mdr_graph_cache_stats(const mdr_graph_cache *c, mdr_graph_stats *out) {
-  if (!c) return MDR_ERR_INVALID_ARGUMENT;
-  if (!out) return mdr_backend_fail(c->b, MDR_ERR_INVALID_ARGUMENT, "graph cache: stats into NULL");
-  *out = c->stats;
-  out->graphs_disabled = c->graphs_disabled;
-  out->poison = c->poison;
-  out->memory_measured = c->measure_memory;
-  return MDR_OK;
-}
