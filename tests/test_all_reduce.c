@@ -52,6 +52,7 @@
 
 #include "all_reduce_impl.h" /* mdr_ar_auto_table, mdr_all_reduce_state: the protocol counters */
 #include "fault_backend.h"
+#include "ar_reference.h"
 #include "support.h"
 
 #if defined(MDR_HAVE_CUDA)
@@ -60,90 +61,7 @@
 
 enum { MAXR = 4, MAX_PLANS = 32, MAX_STEPS = 64 };
 
-/* ==== the reference: element formats from their definitions ==== */
-
-typedef struct fmt {
-  int p;          /* significand bits, the implicit one included */
-  int emin, emax; /* exponent range of normal numbers */
-  int bias, frac; /* exponent bias, stored fraction bits */
-  uint32_t inf, sign;
-} fmt;
-static const fmt k_bf16 = {8, -126, 127, 127, 7, 0x7f80u, 0x8000u};
-static const fmt k_fp16 = {11, -14, 15, 15, 10, 0x7c00u, 0x8000u};
-
-/* Exact helpers on doubles (no libm: a CPU-only build links none). */
-static double pow2(int k) { /* 2^k, k in [-1022, 1023] */
-  const uint64_t u = (uint64_t)(k + 1023) << 52;
-  double d;
-  memcpy(&d, &u, 8);
-  return d;
-}
-static double scale2(double a, int k) { /* a * 2^k, exact for the values here */
-  while (k > 1000) {
-    a *= pow2(1000);
-    k -= 1000;
-  }
-  while (k < -1000) {
-    a *= pow2(-1000);
-    k += 1000;
-  }
-  return a * pow2(k);
-}
-static int exponent_of(double a) { /* floor(log2(a)) of a normal double a > 0 */
-  uint64_t u;
-  memcpy(&u, &a, 8);
-  return (int)((u >> 52) & 0x7ff) - 1023;
-}
-static double round_half_even(double q) { /* q in [0, 2^52): the nearest integer, ties to even */
-  const double t = (double)(uint64_t)q, frac = q - t;
-  if (frac > 0.5 || (frac == 0.5 && ((uint64_t)t & 1u))) return t + 1;
-  return t;
-}
-
-/* The nearest value of the format to x, ties to even, as bits; overflow
- * gives infinity. */
-static uint32_t ref_round(const fmt *f, float x) {
-  const uint32_t sign = signbit(x) ? f->sign : 0;
-  if (isnan(x)) return sign | f->inf | (1u << (f->frac - 1));
-  if (isinf(x)) return sign | f->inf;
-  const double a = x < 0 ? -(double)x : (double)x; /* every float is a normal double */
-  if (a == 0) return sign;
-  int E = exponent_of(a);
-  if (E < f->emin) E = f->emin; /* subnormal: the spacing of the smallest binade */
-  double q = round_half_even(scale2(a, f->p - 1 - E)); /* the significand in units of the last place */
-  if (q >= pow2(f->p)) { /* rounded up into the next binade */
-    q /= 2;
-    E++;
-  }
-  if (E > f->emax) return sign | f->inf;
-  const uint32_t hidden = 1u << (f->p - 1), qi = (uint32_t)q;
-  if (qi < hidden) return sign | qi;
-  return sign | ((uint32_t)(E + f->bias) << f->frac) | (qi - hidden);
-}
-
-static float ref_widen(const fmt *f, uint32_t h) {
-  const uint32_t mag = h & ~f->sign & 0xffffu;
-  const uint32_t ex = mag >> f->frac, man = mag & ((1u << f->frac) - 1);
-  double v;
-  if (ex == (f->inf >> f->frac)) {
-    v = man ? NAN : INFINITY;
-  } else if (ex == 0) {
-    v = scale2((double)man, f->emin - f->frac);
-  } else {
-    v = scale2((double)(man | (1u << f->frac)), (int)ex - f->bias - f->frac);
-  }
-  return (float)((h & f->sign) ? -v : v);
-}
-
-static float g_bf16_tab[65536], g_fp16_tab[65536];
-static pthread_once_t g_tab_once = PTHREAD_ONCE_INIT;
-static void tab_init(void) {
-  for (uint32_t h = 0; h < 65536; h++) {
-    g_bf16_tab[h] = ref_widen(&k_bf16, h);
-    g_fp16_tab[h] = ref_widen(&k_fp16, h);
-  }
-}
-static void ref_init(void) { pthread_once(&g_tab_once, tab_init); }
+/* ==== the reference (tests/ar_reference.h): elements and the documented sum ==== */
 
 static size_t esize(mdr_dtype dt) { return dt == MDR_DTYPE_FP32 ? 4 : 2; }
 static const char *dt_name(mdr_dtype dt) {
@@ -176,7 +94,7 @@ static float bits_float(uint32_t bits, mdr_dtype dt) {
     memcpy(&f, &bits, 4);
     return f;
   }
-  return dt == MDR_DTYPE_BF16 ? g_bf16_tab[bits & 0xffff] : g_fp16_tab[bits & 0xffff];
+  return dt == MDR_DTYPE_BF16 ? ar_ref_bf16_table()[bits & 0xffff] : ar_ref_fp16_table()[bits & 0xffff];
 }
 
 static uint32_t float_bits(float v, mdr_dtype dt) { /* round once to dt */
@@ -185,7 +103,7 @@ static uint32_t float_bits(float v, mdr_dtype dt) { /* round once to dt */
     memcpy(&u, &v, 4);
     return u;
   }
-  return ref_round(dt == MDR_DTYPE_BF16 ? &k_bf16 : &k_fp16, v);
+  return ar_ref_round(dt == MDR_DTYPE_BF16 ? &ar_bf16 : &ar_fp16, v);
 }
 
 static float elem_get(const unsigned char *p, size_t i, mdr_dtype dt) { return bits_float(elem_bits(p, i, dt), dt); }
@@ -265,33 +183,33 @@ static uint32_t edge_bits(mdr_dtype dt, int rank, int e, unsigned off) {
 
 /* Self-check of the reference against values known by hand. */
 Test(all_reduce, the_reference_rounds_to_nearest_even) {
-  ref_init();
-  cr_assert_eq(ref_round(&k_bf16, 1.0f), 0x3f80u);
-  cr_assert_eq(ref_round(&k_bf16, 1.00390625f), 0x3f80u, "tie to even (down)");
-  cr_assert_eq(ref_round(&k_bf16, 1.01171875f), 0x3f82u, "tie to even (up)");
-  cr_assert_eq(ref_round(&k_bf16, 0x1.010002p+0f), 0x3f81u, "just above the tie");
-  cr_assert_eq(ref_round(&k_bf16, -0.0f), 0x8000u);
-  cr_assert_eq(ref_round(&k_bf16, 0x1p-133f), 0x0001u, "smallest subnormal");
-  cr_assert_eq(ref_round(&k_bf16, 3.4e38f), 0x7f80u, "past the largest bf16 + half an ulp: inf");
-  cr_assert_eq(ref_round(&k_bf16, INFINITY), 0x7f80u);
-  cr_assert_eq(ref_round(&k_fp16, 65504.0f), 0x7bffu);
-  cr_assert_eq(ref_round(&k_fp16, 65519.0f), 0x7bffu);
-  cr_assert_eq(ref_round(&k_fp16, 65520.0f), 0x7c00u, "the overflow tie goes to inf");
-  cr_assert_eq(ref_round(&k_fp16, -131008.0f), 0xfc00u);
-  cr_assert_eq(ref_round(&k_fp16, 0x1p-24f), 0x0001u);
-  cr_assert_eq(ref_round(&k_fp16, 0x1p-25f), 0x0000u, "half the smallest subnormal: tie to even (0)");
-  cr_assert_eq(ref_round(&k_fp16, 0x1.8p-25f), 0x0001u);
-  cr_assert_eq(ref_round(&k_fp16, 0x1.ffcp-15f), 0x0400u, "subnormal rounding up to the smallest normal");
-  cr_assert_eq(ref_round(&k_fp16, 1.0f + 0x1p-11f), 0x3c00u);
-  cr_assert_eq(ref_round(&k_fp16, 1.0f + 0x1p-10f + 0x1p-11f), 0x3c02u);
-  cr_assert(isnan(g_bf16_tab[0xffff]) && isnan(g_fp16_tab[0xffff]));
+  (void)ar_ref_bf16_table();
+  cr_assert_eq(ar_ref_round(&ar_bf16, 1.0f), 0x3f80u);
+  cr_assert_eq(ar_ref_round(&ar_bf16, 1.00390625f), 0x3f80u, "tie to even (down)");
+  cr_assert_eq(ar_ref_round(&ar_bf16, 1.01171875f), 0x3f82u, "tie to even (up)");
+  cr_assert_eq(ar_ref_round(&ar_bf16, 0x1.010002p+0f), 0x3f81u, "just above the tie");
+  cr_assert_eq(ar_ref_round(&ar_bf16, -0.0f), 0x8000u);
+  cr_assert_eq(ar_ref_round(&ar_bf16, 0x1p-133f), 0x0001u, "smallest subnormal");
+  cr_assert_eq(ar_ref_round(&ar_bf16, 3.4e38f), 0x7f80u, "past the largest bf16 + half an ulp: inf");
+  cr_assert_eq(ar_ref_round(&ar_bf16, INFINITY), 0x7f80u);
+  cr_assert_eq(ar_ref_round(&ar_fp16, 65504.0f), 0x7bffu);
+  cr_assert_eq(ar_ref_round(&ar_fp16, 65519.0f), 0x7bffu);
+  cr_assert_eq(ar_ref_round(&ar_fp16, 65520.0f), 0x7c00u, "the overflow tie goes to inf");
+  cr_assert_eq(ar_ref_round(&ar_fp16, -131008.0f), 0xfc00u);
+  cr_assert_eq(ar_ref_round(&ar_fp16, 0x1p-24f), 0x0001u);
+  cr_assert_eq(ar_ref_round(&ar_fp16, 0x1p-25f), 0x0000u, "half the smallest subnormal: tie to even (0)");
+  cr_assert_eq(ar_ref_round(&ar_fp16, 0x1.8p-25f), 0x0001u);
+  cr_assert_eq(ar_ref_round(&ar_fp16, 0x1.ffcp-15f), 0x0400u, "subnormal rounding up to the smallest normal");
+  cr_assert_eq(ar_ref_round(&ar_fp16, 1.0f + 0x1p-11f), 0x3c00u);
+  cr_assert_eq(ar_ref_round(&ar_fp16, 1.0f + 0x1p-10f + 0x1p-11f), 0x3c02u);
+  cr_assert(isnan(ar_ref_bf16_table()[0xffff]) && isnan(ar_ref_fp16_table()[0xffff]));
   for (uint32_t h = 0; h < 65536; h++) { /* widening then rounding is the identity off NaN */
-    if (!isnan(g_bf16_tab[h])) cr_assert_eq(ref_round(&k_bf16, g_bf16_tab[h]), h, "bf16 0x%04x", h);
-    if (!isnan(g_fp16_tab[h])) cr_assert_eq(ref_round(&k_fp16, g_fp16_tab[h]), h, "fp16 0x%04x", h);
+    if (!isnan(ar_ref_bf16_table()[h])) cr_assert_eq(ar_ref_round(&ar_bf16, ar_ref_bf16_table()[h]), h, "bf16 0x%04x", h);
+    if (!isnan(ar_ref_fp16_table()[h])) cr_assert_eq(ar_ref_round(&ar_fp16, ar_ref_fp16_table()[h]), h, "fp16 0x%04x", h);
   }
-  cr_assert_eq(g_fp16_tab[0x0001], 0x1p-24f);
-  cr_assert_eq(g_fp16_tab[0x3c00], 1.0f);
-  cr_assert_eq(g_bf16_tab[0xc000], -2.0f);
+  cr_assert_eq(ar_ref_fp16_table()[0x0001], 0x1p-24f);
+  cr_assert_eq(ar_ref_fp16_table()[0x3c00], 1.0f);
+  cr_assert_eq(ar_ref_bf16_table()[0xc000], -2.0f);
 }
 
 /* ==== buffers ==== */
@@ -576,7 +494,7 @@ static void team_check_layout(ar_team *t) {
 /* n host ranks (wrapped in fault backends when `faulty`), their streams,
  * communicators, arenas (made together from this thread) and inputs. */
 static void host_team_init(ar_team *t, int n, int faulty, const mdr_sizes *s) {
-  ref_init();
+  (void)ar_ref_bf16_table();
   team_base(t, n, s);
   mdr_backend *bs[MAXR];
   for (int i = 0; i < n; i++) {
@@ -1699,7 +1617,7 @@ enum { GM = 256, GROW = 4096, GCAP_ROW = 16384, GREP_ROW = 1024 };
  * kernels off (naming why). */
 static void gpu_team_init(ar_team *t, const mdr_sizes *s) {
   setenv("NCCL_NVLS_ENABLE", "0", 1); /* never NVLink multicast */
-  ref_init();
+  (void)ar_ref_bf16_table();
   if (!mdr_comm_nccl_available()) cr_skip_test("built without NCCL");
   int n = 0;
   if (cudaGetDeviceCount(&n) != cudaSuccess) {

@@ -52,6 +52,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "ar_reference.h"
 #include "support.h"
 
 #if defined(MDR_HAVE_CUDA) && defined(MDR_HAVE_NCCL)
@@ -63,88 +64,7 @@
 
 #if defined(AR_GPU)
 
-/* ==== the reference: element formats from their definitions ==== */
-
-typedef struct fmt {
-  int p;          /* significand bits, the implicit one included */
-  int emin, emax; /* exponent range of normal numbers */
-  int bias, frac; /* exponent bias, stored fraction bits */
-  uint32_t inf, sign;
-} fmt;
-static const fmt k_bf16 = {8, -126, 127, 127, 7, 0x7f80u, 0x8000u};
-static const fmt k_fp16 = {11, -14, 15, 15, 10, 0x7c00u, 0x8000u};
-
-static double pow2(int k) { /* 2^k, k in [-1022, 1023] */
-  const uint64_t u = (uint64_t)(k + 1023) << 52;
-  double d;
-  memcpy(&d, &u, 8);
-  return d;
-}
-static double scale2(double a, int k) { /* a * 2^k, exact for the values here */
-  while (k > 1000) {
-    a *= pow2(1000);
-    k -= 1000;
-  }
-  while (k < -1000) {
-    a *= pow2(-1000);
-    k += 1000;
-  }
-  return a * pow2(k);
-}
-static int exponent_of(double a) { /* floor(log2(a)) of a normal double a > 0 */
-  uint64_t u;
-  memcpy(&u, &a, 8);
-  return (int)((u >> 52) & 0x7ff) - 1023;
-}
-static double round_half_even(double q) { /* q in [0, 2^52): the nearest integer, ties to even */
-  const double t = (double)(uint64_t)q, frac = q - t;
-  if (frac > 0.5 || (frac == 0.5 && ((uint64_t)t & 1u))) return t + 1;
-  return t;
-}
-
-/* The nearest value of the format to x, ties to even, as bits; overflow
- * gives infinity. */
-static uint32_t ref_round(const fmt *f, float x) {
-  const uint32_t sign = signbit(x) ? f->sign : 0;
-  if (isnan(x)) return sign | f->inf | (1u << (f->frac - 1));
-  if (isinf(x)) return sign | f->inf;
-  const double a = x < 0 ? -(double)x : (double)x;
-  if (a == 0) return sign;
-  int E = exponent_of(a);
-  if (E < f->emin) E = f->emin;
-  double q = round_half_even(scale2(a, f->p - 1 - E));
-  if (q >= pow2(f->p)) {
-    q /= 2;
-    E++;
-  }
-  if (E > f->emax) return sign | f->inf;
-  const uint32_t hidden = 1u << (f->p - 1), qi = (uint32_t)q;
-  if (qi < hidden) return sign | qi;
-  return sign | ((uint32_t)(E + f->bias) << f->frac) | (qi - hidden);
-}
-
-static float ref_widen(const fmt *f, uint32_t h) {
-  const uint32_t mag = h & ~f->sign & 0xffffu;
-  const uint32_t ex = mag >> f->frac, man = mag & ((1u << f->frac) - 1);
-  double v;
-  if (ex == (f->inf >> f->frac)) {
-    v = man ? NAN : INFINITY;
-  } else if (ex == 0) {
-    v = scale2((double)man, f->emin - f->frac);
-  } else {
-    v = scale2((double)(man | (1u << f->frac)), (int)ex - f->bias - f->frac);
-  }
-  return (float)((h & f->sign) ? -v : v);
-}
-
-static float g_bf16_tab[65536], g_fp16_tab[65536];
-static pthread_once_t g_tab_once = PTHREAD_ONCE_INIT;
-static void tab_init(void) {
-  for (uint32_t h = 0; h < 65536; h++) {
-    g_bf16_tab[h] = ref_widen(&k_bf16, h);
-    g_fp16_tab[h] = ref_widen(&k_fp16, h);
-  }
-}
+/* ==== the reference (tests/ar_reference.h): elements and the documented sum ==== */
 
 static size_t esize(int dt) { return dt == MDR_ARP_FP32 ? 4 : 2; }
 static const char *dt_name(int dt) { return dt == MDR_ARP_BF16 ? "bf16" : dt == MDR_ARP_FP16 ? "fp16" : "fp32"; }
@@ -175,7 +95,7 @@ static float bits_float(uint32_t bits, int dt) {
     memcpy(&f, &bits, 4);
     return f;
   }
-  return dt == MDR_ARP_BF16 ? g_bf16_tab[bits & 0xffff] : g_fp16_tab[bits & 0xffff];
+  return dt == MDR_ARP_BF16 ? ar_ref_bf16_table()[bits & 0xffff] : ar_ref_fp16_table()[bits & 0xffff];
 }
 
 static uint32_t float_bits(float v, int dt) { /* round once to dt */
@@ -184,7 +104,7 @@ static uint32_t float_bits(float v, int dt) { /* round once to dt */
     memcpy(&u, &v, 4);
     return u;
   }
-  return ref_round(dt == MDR_ARP_BF16 ? &k_bf16 : &k_fp16, v);
+  return ar_ref_round(dt == MDR_ARP_BF16 ? &ar_bf16 : &ar_fp16, v);
 }
 
 static int bits_nan(uint32_t bits, int dt) { return isnan(bits_float(bits, dt)); }
@@ -357,7 +277,7 @@ static int device_count(void) {
 
 static void skip_without_gpu(void) {
   if (device_count() < 1) cr_skip_test("no CUDA device");
-  pthread_once(&g_tab_once, tab_init);
+  (void)ar_ref_bf16_table();
   cr_assert_eq(fast_rounding_faults(), 0u, "the fast rounding disagrees with the reference's");
 }
 
