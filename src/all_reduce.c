@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "all_reduce_impl.h"
+#include "env.h"
 
 /* the protocol's codes are the public values */
 _Static_assert((int)MDR_ARP_BF16 == (int)MDR_DTYPE_BF16 && (int)MDR_ARP_FP16 == (int)MDR_DTYPE_FP16 &&
@@ -198,13 +199,7 @@ mdr_status mdr_all_reduce_state(mdr_arena *a, mdr_arp_block *get, const mdr_arp_
   return c->ops->state(c, mdr_arena_slab_base(a), mdr_comm_region_off(a), get, set);
 }
 
-long mdr_ar_timeout_ms(void) {
-  const char *v = getenv("MDR_AR_TIMEOUT_MS");
-  if (!v || !*v) return 0;
-  char *end = NULL;
-  const long t = strtol(v, &end, 10);
-  return end && *end == '\0' && t > 0 ? t : 0;
-}
+long mdr_ar_timeout_ms(mdr_backend *b) { return mdr_env_ms(b, "MDR_AR_TIMEOUT_MS", "communicator"); }
 
 void mdr_ar_report_text(const volatile uint32_t *report, int rank, char *buf, size_t n) {
   const uint32_t cause = report[MDR_ARP_REP_CAUSE], wait = report[MDR_ARP_REP_WAIT];

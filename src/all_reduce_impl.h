@@ -27,8 +27,8 @@ size_t mdr_comm_region_off(const mdr_arena *a);
 mdr_status mdr_all_reduce_state(mdr_arena *a, mdr_arp_block *get, const mdr_arp_block *set);
 
 /* MDR_AR_TIMEOUT_MS from the environment: a positive integer of ms, or 0
- * (unset, or not a positive integer: off). */
-long mdr_ar_timeout_ms(void);
+ * (unset; another value is 0 too, and reported on b: src/env.h). */
+long mdr_ar_timeout_ms(mdr_backend *b);
 
 /* The text of a give-up report (kernels/ar_protocol.h, the host words of
  * one rank) into buf. */

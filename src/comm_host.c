@@ -43,6 +43,7 @@
 
 #include "all_reduce_impl.h"
 #include "ar_twin.h"
+#include "env.h"
 
 enum { DEFAULT_TIMEOUT_MS = 30000, RECORD_MAX = 64 };
 
@@ -343,11 +344,10 @@ static const struct mdr_comm_ops host_comm_ops = {
     .destroy = host_destroy,
 };
 
-static long timeout_ms(void) {
-  long t = mdr_ar_timeout_ms();
+static long timeout_ms(mdr_backend *b) {
+  long t = mdr_ar_timeout_ms(b);
   if (t > 0) return t;
-  const char *v = getenv("MDR_HOST_COMM_TIMEOUT_MS");
-  t = v ? strtol(v, NULL, 10) : 0;
+  t = mdr_env_ms(b, "MDR_HOST_COMM_TIMEOUT_MS", "host comm");
   return t > 0 ? t : DEFAULT_TIMEOUT_MS;
 }
 
@@ -379,7 +379,7 @@ mdr_status mdr_comm_create_host(mdr_backend *const *backends, int n, mdr_comm **
     return mdr_backend_fail(backends[0], MDR_ERR_OUT_OF_MEMORY, "host comm: shared state of %d ranks", n);
   }
   sh->n = n;
-  sh->timeout_ms = timeout_ms();
+  sh->timeout_ms = timeout_ms(backends[0]);
   sh->group = g;
   pthread_mutex_init(&sh->m, NULL);
   pthread_cond_init(&sh->cv, NULL);

@@ -23,6 +23,7 @@
  * records inline); otherwise every rank falls back to NCCL, with the
  * reason in the backend's last error. */
 #include "all_reduce_impl.h"
+#include "env.h"
 
 #if defined(MDR_HAVE_NCCL)
 
@@ -338,8 +339,7 @@ static const char *rank_ready(mdr_comm *c, nccl_slab *sl, size_t bytes, size_t r
   if (cudaDeviceGetAttribute(sms, cudaDevAttrMultiProcessorCount, c->device) != cudaSuccess) return "no SM count";
   /* programmatic dependent launch: sm_90 and later, unless MDR_AR_PDL=0 */
   int major = 0;
-  const char *pdl = getenv("MDR_AR_PDL");
-  sl->pdl = !(pdl && pdl[0] == '0') &&
+  sl->pdl = mdr_env_switch_or(c->b, "MDR_AR_PDL", "arena on a communicator", 1) &&
             cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, c->device) == cudaSuccess && major >= 9;
   return NULL;
 }
@@ -593,7 +593,7 @@ static mdr_status make_rank(mdr_backend *b, ncclComm_t comm, int owned, mdr_comm
   nr->comm = comm;
   nr->owned = owned;
   *c = (mdr_comm){.ops = &nccl_comm_ops, .b = b, .rank = rank, .size = size, .device = dev, .group = g, .impl = nr,
-                  .timeout_ms = mdr_ar_timeout_ms()};
+                  .timeout_ms = mdr_ar_timeout_ms(b)};
   *out = c;
   return MDR_OK;
 }

@@ -13,4 +13,12 @@
  * silently. `who` names the reader in that text ("arena", "graph cache"). */
 int mdr_env_switch(mdr_backend *b, const char *name, const char *who);
 
+/* The same with `dflt` when unset: a switch that is on by default. */
+int mdr_env_switch_or(mdr_backend *b, const char *name, const char *who, int dflt);
+
+/* The milliseconds `name` sets: a positive decimal integer, or 0 when
+ * unset or empty. Any other value counts as 0 (unset) and is reported as
+ * mdr_env_switch reports. */
+long mdr_env_ms(mdr_backend *b, const char *name, const char *who);
+
 #endif

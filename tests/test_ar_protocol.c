@@ -304,3 +304,26 @@ Test(ar_protocol, every_graph_cache_is_compared_however_many_a_rank_makes) {
   mdr_graph_cache_destroy(c0);
   team_fini(&t);
 }
+
+/* ==== the time limits' environment: a bad value is reported, not ignored ==== */
+
+Test(ar_protocol, a_time_limit_that_is_not_a_number_of_ms_is_reported) {
+  const char *bad[] = {"abc", "-5", "0", "12ms", " 7"};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    setenv("MDR_AR_TIMEOUT_MS", bad[i], 1);
+    team t;
+    team_init(&t, 2); /* the communicator is made: the value counts as unset */
+    unsetenv("MDR_AR_TIMEOUT_MS");
+    const char *why = mdr_backend_last_error(t.b[0]);
+    cr_assert(why && strstr(why, "MDR_AR_TIMEOUT_MS") && strstr(why, "taken as unset"), "\"%s\": %s", bad[i],
+              why ? why : "(none)");
+    team_fini(&t);
+  }
+  setenv("MDR_HOST_COMM_TIMEOUT_MS", "soon", 1);
+  team t;
+  team_init(&t, 2);
+  unsetenv("MDR_HOST_COMM_TIMEOUT_MS");
+  const char *why = mdr_backend_last_error(t.b[0]);
+  cr_assert(why && strstr(why, "MDR_HOST_COMM_TIMEOUT_MS"), "%s", why ? why : "(none)");
+  team_fini(&t);
+}

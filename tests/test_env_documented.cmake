@@ -2,14 +2,14 @@
 # "## Environment" section (CTest `env_documented`). The library's sources
 # (src/, graphs/, kernels/) are read as they are now, so a variable added
 # later is caught: each name in a string literal on a line that calls
-# getenv( or mdr_env_switch( must appear in that section as `NAME`.
+# getenv(, mdr_env_switch(, mdr_env_switch_or( or mdr_env_ms( must appear in that section as `NAME`.
 # Usage: cmake -DSOURCE_DIR=<repo> -P test_env_documented.cmake
 cmake_minimum_required(VERSION 3.24)
 file(GLOB_RECURSE sources ${SOURCE_DIR}/src/*.c ${SOURCE_DIR}/src/*.h ${SOURCE_DIR}/graphs/*.c
      ${SOURCE_DIR}/graphs/*.h ${SOURCE_DIR}/kernels/*.cu ${SOURCE_DIR}/kernels/*.h ${SOURCE_DIR}/kernels/*.cuh)
 set(read_vars)
 foreach(f IN LISTS sources)
-  file(STRINGS ${f} lines REGEX "(getenv|mdr_env_switch) *\\(")
+  file(STRINGS ${f} lines REGEX "(getenv|mdr_env_switch|mdr_env_switch_or|mdr_env_ms) *\\(")
   foreach(line IN LISTS lines)
     string(REGEX MATCHALL "\"[A-Z][A-Z0-9_]+\"" names "${line}")
     foreach(n IN LISTS names)
