@@ -638,8 +638,8 @@ def report(res):
 
 
 def main():
-    _deps()
     args = parse()
+    _deps()
     import torch
     import mdr
     import mdr.torch  # noqa: F401 — fails here, clearly, when the pool API is missing
