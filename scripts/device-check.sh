@@ -5,7 +5,7 @@
 # benchmark, and print a short table last. Everything is logged under OUT.
 #
 # Usage: bash scripts/device-check.sh OUT [phase...]
-#   phases: build tests sanitize variants sweep probe ncu decode soak bench peer compare tp tpsan arproto overhead floor
+#   phases: build tests sanitize variants sweep probe ncu decode soak bench peer compare tp tpsan arproto overhead floor hf
 #   arproto: mdr's all-reduce protocol on one GPU: the ar_gpu suite (AR_GPU_CALLS,
 #     default 100000), under memcheck and synccheck (AR_SAN_CALLS, default 2000),
 #     and dev/all_reduce_compare (the kernels before and after the protocol rebuild)
@@ -14,6 +14,13 @@
 #   overhead: the host's cost of a step, piece by piece, and its tails (dev/step_overhead_probe)
 #   floor: where a small device-id step's GPU time goes (dev/step_floor_probe,
 #     FLOOR_REPS reps per case)
+#   hf: issue 26, Hugging Face transformers' Qwen3 decoded through mdr
+#     (examples/python/hf_decode.py: torch + transformers on python3): its
+#     smoke test, then per model in HF_MODELS (default "0.6b 1.7b") and batch
+#     size in HF_BATCHES (default "1 4 16") one run of HF_STEPS greedy steps
+#     (default 128) after a 32-token prompt, JSON in OUT/hf_<model>_b<b>.json;
+#     HF_ARGS adds arguments (e.g. --no-compile), HF_TIMEOUT bounds each run
+#     (default 600 s)
 #   tp: the several-GPU phase (two GPUs or more): the comm, all_reduce and
 #     backend_cuda suites, soaks of mdr's all-reduce
 #     (TP_SOAK replays, default 100000, per algorithm in TP_SOAK_ALGOS), the
@@ -191,6 +198,23 @@ if has overhead; then
 fi
 if has floor; then
   run floor $build/dev/step_floor_probe --reps "${FLOOR_REPS:-300}" --csv "$out/step_floor.csv"
+fi
+if has hf; then
+  hfenv=(env MDR_LIBRARY="$PWD/$build/libmdr.so" PYTHONPATH="python${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1)
+  if python3 -c "import pytest" 2>/dev/null; then
+    STEP_TIMEOUT=${HF_TIMEOUT:-600} run hf-smoke "${hfenv[@]}" python3 -m pytest -q -rs -p no:cacheprovider \
+      python/tests/test_hf_decode_smoke.py
+  else  # no pytest for torch's python: the smoke test's command itself
+    STEP_TIMEOUT=${HF_TIMEOUT:-600} run hf-smoke "${hfenv[@]}" python3 examples/python/hf_decode.py \
+      --tiny --steps 4 --batch 1,4 --reps 1 --no-compile --json "$out/hf_smoke.json"
+  fi
+  for m in ${HF_MODELS:-0.6b 1.7b}; do
+    for b in ${HF_BATCHES:-1 4 16}; do
+      STEP_TIMEOUT=${HF_TIMEOUT:-600} run "hf-$m-b$b" "${hfenv[@]}" python3 examples/python/hf_decode.py \
+        --model "$m" --batch "$b" --prompt 32 --steps "${HF_STEPS:-128}" ${HF_ARGS:-} \
+        --json "$out/hf_${m}_b$b.json"
+    done
+  done
 fi
 if has compare; then
   prev=${PREV:-.device-prev}
