@@ -31,6 +31,13 @@
  * block adds the residual for exactly the vectors its peers' block b
  * wrote.
  *
+ * The fused RMSNorm (a call with norm_weight; kernels/ar_protocol.h has the
+ * arithmetic) runs the same protocol by rows: one-shot, block b sends,
+ * sums and norms rows b, b + grid, ...; two-shot, rank r sums whole rows
+ * (1/n of them) and, after barrier 2, block b adds the residual and norms
+ * the rows block b of every rank wrote. A row's sum of squares is one
+ * block's fixed tree (norm_row).
+ *
  * Blocks never wait for blocks of their own rank, only for the same block
  * of a peer; the grid is at most one block per SM of the smallest GPU of
  * the communicator, so all blocks are resident, and every rank launches
@@ -283,100 +290,221 @@ __device__ bool block_barrier(const mdr_ar_call &p, const mdr_arp_block &st, uin
 
 /* ---- the algorithms ---- */
 
+/* The one-shot scratch of this call's parity: its offset in a slab. */
+__device__ __forceinline__ size_t scratch_base(const mdr_ar_call &p, const mdr_arp_block &st) {
+  return p.region_off + MDR_ARP_SCRATCH_OFF(p.nranks) +
+         (size_t)mdr_arp_parity(&st) * (size_t)p.nranks * MDR_ARP_SLOT_BYTES(p.slot_cap);
+}
+
+/* Thread 0: the block's header into this rank's slot of every peer. */
+__device__ void send_header(const mdr_ar_call &p, const mdr_arp_block &st, size_t nvec, uint32_t sig, size_t base) {
+  const size_t slot_bytes = MDR_ARP_SLOT_BYTES(p.slot_cap);
+  uint32_t h[4];
+  mdr_arp_header(h, sig, nvec, &st, gridDim.x);
+  const uint4 hv = make_uint4(h[0], h[1], h[2], h[3]);
+  for (int r = 0; r < p.nranks; r++)
+    if (r != p.rank) st_volatile((uint4 *)(p.peer[r] + base + (size_t)p.rank * slot_bytes) + blockIdx.x, hv);
+}
+
+/* Vector i of this rank's rows, as sent, into this rank's slot of every peer. */
+template <int DT> __device__ __forceinline__ void send_vector(const mdr_ar_call &p, size_t base, size_t i, uint4 v) {
+  const size_t slot_bytes = MDR_ARP_SLOT_BYTES(p.slot_cap);
+  v = canonical<DT>(v);
+  for (int r = 0; r < p.nranks; r++)
+    if (r != p.rank)
+      st_volatile((uint4 *)(p.peer[r] + base + (size_t)p.rank * slot_bytes + MDR_ARP_HEADER_BYTES) + i, v);
+}
+
+/* Thread 0: the peers' headers of this block: the same call (then each is
+ * cleared), or give up (*s_bad set). */
+__device__ void check_headers(const mdr_ar_call &p, const mdr_arp_block &st, size_t nvec, uint32_t sig, size_t base,
+                              int *s_bad) {
+  const size_t slot_bytes = MDR_ARP_SLOT_BYTES(p.slot_cap);
+  char *local = p.self + base;
+  const uint4 clear = make_uint4(0xffffffffu, 0xffffffffu, 0xffffffffu, 0xffffffffu);
+  uint32_t want[4];
+  mdr_arp_header(want, sig, nvec, &st, gridDim.x);
+  for (int r = 0; r < p.nranks && !*(volatile int *)s_bad; r++) {
+    if (r == p.rank) continue;
+    uint4 *slot = (uint4 *)(local + (size_t)r * slot_bytes) + blockIdx.x;
+    const uint32_t *flag = flag_slot(p.self, p, blockIdx.x, r);
+    uint4 v = ld_volatile(slot);
+    spin s = {0, 0};
+    uint32_t cause = 0;
+    while (v.x == 0xffffffffu || v.y == 0xffffffffu || v.z == 0xffffffffu || v.w == 0xffffffffu) {
+      if ((cause = must_leave(p, s)) != 0) break;
+      if (s.turns % MDR_ARP_POLL_EVERY == 0) {
+        /* a peer in a two-shot raised its barrier flag (after any header
+         * it had sent: read the flag first, then the header again) */
+        const uint32_t f = ld_acquire_sys(flag);
+        v = ld_volatile(slot);
+        if (v.x != 0xffffffffu && v.y != 0xffffffffu && v.z != 0xffffffffu && v.w != 0xffffffffu) break;
+        if (f != st.barriers) {
+          cause = MDR_ARP_MISMATCH;
+          break;
+        }
+      }
+      v = ld_volatile(slot);
+    }
+    if (!cause && (v.x != want[0] || v.y != want[1] || v.z != want[2] || v.w != want[3])) cause = MDR_ARP_MISMATCH;
+    if (cause) {
+      give_up(p, cause, MDR_ARP_WAIT_HEADER, r, st.calls);
+      *(volatile int *)s_bad = 1;
+    } else {
+      st_volatile(slot, clear);
+    }
+  }
+}
+
+/* The sum of vector i over the ranks, in rank order (this rank's `own`
+ * vector as sent, the peers' polled from the scratch and cleared), into
+ * *sum. false: the thread gave up (*s_bad set); the row is left as it was. */
+template <int DT>
+__device__ __forceinline__ bool sum_vector(const mdr_ar_call &p, const mdr_arp_block &st, size_t base, size_t i,
+                                           uint4 own, uint4 *sum, int *s_bad) {
+  const size_t slot_bytes = MDR_ARP_SLOT_BYTES(p.slot_cap);
+  char *local = p.self + base;
+  const uint4 clear = make_uint4(0xffffffffu, 0xffffffffu, 0xffffffffu, 0xffffffffu);
+  float acc[elems<DT>::N];
+  for (int r = 0; r < p.nranks; r++) {
+    uint4 v;
+    if (r == p.rank) {
+      v = canonical<DT>(own);
+    } else {
+      uint4 *slot = (uint4 *)(local + (size_t)r * slot_bytes + MDR_ARP_HEADER_BYTES) + i;
+      v = ld_volatile(slot);
+      spin s = {0, 0};
+      while (pending<DT>(v)) {
+        const uint32_t cause = must_leave(p, s);
+        if (cause) {
+          give_up(p, cause, MDR_ARP_WAIT_ROWS, r, st.calls);
+          *(volatile int *)s_bad = 1;
+          return false;
+        }
+        v = ld_volatile(slot);
+      }
+      st_volatile(slot, clear);
+    }
+    if (r == 0) {
+      first_term<DT>(acc, v);
+    } else {
+      accumulate<DT>(acc, v);
+    }
+  }
+  *sum = pack<DT>(acc);
+  return true;
+}
+
 template <int DT>
 __device__ bool one_shot(const mdr_ar_call &p, const mdr_arp_block &st, size_t nvec, uint32_t sig, int *s_bad) {
-  const size_t slot_bytes = MDR_ARP_SLOT_BYTES(p.slot_cap);
-  const size_t base = p.region_off + MDR_ARP_SCRATCH_OFF(p.nranks) +
-                      (size_t)mdr_arp_parity(&st) * (size_t)p.nranks * slot_bytes;
+  const size_t base = scratch_base(p, st);
   const size_t stride = (size_t)gridDim.x * blockDim.x;
   const size_t first = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
   uint4 *rows = (uint4 *)(p.self + p.buf_off);
   /* send: the block's header, then its rows, into this rank's slot of
    * every peer's scratch (its own rows it keeps) */
-  if (threadIdx.x == 0) {
-    uint32_t h[4];
-    mdr_arp_header(h, sig, nvec, &st, gridDim.x);
-    const uint4 hv = make_uint4(h[0], h[1], h[2], h[3]);
-    for (int r = 0; r < p.nranks; r++)
-      if (r != p.rank) st_volatile((uint4 *)(p.peer[r] + base + (size_t)p.rank * slot_bytes) + blockIdx.x, hv);
-  }
-  for (size_t i = first; i < nvec; i += stride) {
-    const uint4 v = canonical<DT>(rows[i]);
-    for (int r = 0; r < p.nranks; r++)
-      if (r != p.rank)
-        st_volatile((uint4 *)(p.peer[r] + base + (size_t)p.rank * slot_bytes + MDR_ARP_HEADER_BYTES) + i, v);
-  }
-  char *local = p.self + base;
-  const uint4 clear = make_uint4(0xffffffffu, 0xffffffffu, 0xffffffffu, 0xffffffffu);
+  if (threadIdx.x == 0) send_header(p, st, nvec, sig, base);
+  for (size_t i = first; i < nvec; i += stride) send_vector<DT>(p, base, i, rows[i]);
   /* the peers' headers of this block: the same call, or leave */
-  if (threadIdx.x == 0) {
-    uint32_t want[4];
-    mdr_arp_header(want, sig, nvec, &st, gridDim.x);
-    for (int r = 0; r < p.nranks && !*(volatile int *)s_bad; r++) {
-      if (r == p.rank) continue;
-      uint4 *slot = (uint4 *)(local + (size_t)r * slot_bytes) + blockIdx.x;
-      const uint32_t *flag = flag_slot(p.self, p, blockIdx.x, r);
-      uint4 v = ld_volatile(slot);
-      spin s = {0, 0};
-      uint32_t cause = 0;
-      while (v.x == 0xffffffffu || v.y == 0xffffffffu || v.z == 0xffffffffu || v.w == 0xffffffffu) {
-        if ((cause = must_leave(p, s)) != 0) break;
-        if (s.turns % MDR_ARP_POLL_EVERY == 0) {
-          /* a peer in a two-shot raised its barrier flag (after any header
-           * it had sent: read the flag first, then the header again) */
-          const uint32_t f = ld_acquire_sys(flag);
-          v = ld_volatile(slot);
-          if (v.x != 0xffffffffu && v.y != 0xffffffffu && v.z != 0xffffffffu && v.w != 0xffffffffu) break;
-          if (f != st.barriers) {
-            cause = MDR_ARP_MISMATCH;
-            break;
-          }
-        }
-        v = ld_volatile(slot);
-      }
-      if (!cause && (v.x != want[0] || v.y != want[1] || v.z != want[2] || v.w != want[3])) cause = MDR_ARP_MISMATCH;
-      if (cause) {
-        give_up(p, cause, MDR_ARP_WAIT_HEADER, r, st.calls);
-        *(volatile int *)s_bad = 1;
-      } else {
-        st_volatile(slot, clear);
-      }
-    }
-  }
+  if (threadIdx.x == 0) check_headers(p, st, nvec, sig, base, s_bad);
   __syncthreads();
   if (*(volatile int *)s_bad) return false;
   uint4 *res = p.res_off == MDR_ARP_NO_RESIDUAL ? nullptr : (uint4 *)(p.self + p.res_off);
   for (size_t i = first; i < nvec; i += stride) {
-    const uint4 own = rows[i]; /* summed as sent: the same bits on every rank */
-    float acc[elems<DT>::N];
-    for (int r = 0; r < p.nranks; r++) {
-      uint4 v;
-      if (r == p.rank) {
-        v = canonical<DT>(own);
-      } else {
-        uint4 *slot = (uint4 *)(local + (size_t)r * slot_bytes + MDR_ARP_HEADER_BYTES) + i;
-        v = ld_volatile(slot);
-        spin s = {0, 0};
-        while (pending<DT>(v)) {
-          const uint32_t cause = must_leave(p, s);
-          if (cause) {
-            give_up(p, cause, MDR_ARP_WAIT_ROWS, r, st.calls);
-            *(volatile int *)s_bad = 1;
-            return false; /* this vector's row is left as it was */
-          }
-          v = ld_volatile(slot);
-        }
-        st_volatile(slot, clear);
-      }
-      if (r == 0) {
-        first_term<DT>(acc, v);
-      } else {
-        accumulate<DT>(acc, v);
-      }
-    }
-    const uint4 sum = pack<DT>(acc);
+    uint4 sum;
+    /* this rank's vector summed as sent: the same bits on every rank */
+    if (!sum_vector<DT>(p, st, base, i, rows[i], &sum, s_bad)) return false; /* this vector's row is left as it was */
     rows[i] = sum;
     if (res) res[i] = add_residual<DT>(res[i], sum);
+  }
+  return true;
+}
+
+/* ---- the fused RMSNorm (kernels/ar_protocol.h has the arithmetic) ---- */
+
+/* The tree of one row, in shared memory. */
+struct norm_smem {
+  float tree[MDR_ARP_NORM_MAX_VECS];
+  float inv;
+};
+
+/* Leaf j of a row: the squares of the vector's elements added left to right. */
+template <int DT> __device__ __forceinline__ float norm_leaf(const uint4 &v) {
+  float x[elems<DT>::N];
+  first_term<DT>(x, v);
+  float q = __fmul_rn(x[0], x[0]);
+#pragma unroll
+  for (int k = 1; k < elems<DT>::N; k++) q = __fadd_rn(q, __fmul_rn(x[k], x[k]));
+  return q;
+}
+
+/* One row's norm, by the whole block (every thread calls it): res_row
+ * holds the row's updated residual, whose vectors j = threadIdx.x +
+ * m * blockDim.x this very thread wrote; out_row gets the normed row. The
+ * tree: leaves into shared memory, its levels of 32 pairs and more by the
+ * block, the last five by warp 0's shuffles of the same pairs. */
+template <int DT>
+__device__ void norm_row(const uint4 *res_row, uint4 *out_row, const uint4 *w, size_t nvec, float h, float eps,
+                         norm_smem &sm) {
+  const size_t leaves = mdr_arp_norm_leaves(nvec);
+  for (size_t j = threadIdx.x; j < leaves; j += blockDim.x) sm.tree[j] = j < nvec ? norm_leaf<DT>(res_row[j]) : 0.0f;
+  __syncthreads();
+  size_t half = leaves / 2;
+  for (; half >= 32; half >>= 1) {
+    for (size_t j = threadIdx.x; j < half; j += blockDim.x) sm.tree[j] = __fadd_rn(sm.tree[j], sm.tree[j + half]);
+    __syncthreads();
+  }
+  if (threadIdx.x < 32) {
+    const unsigned live = half ? 2u * (unsigned)half : 1u; /* the values left: tree[0 .. live) */
+    float v = threadIdx.x < live ? sm.tree[threadIdx.x] : 0.0f;
+    for (; half >= 1; half >>= 1) {
+      const float o = __shfl_down_sync(0xffffffffu, v, (unsigned)half);
+      if (threadIdx.x < half) v = __fadd_rn(v, o);
+    }
+    if (threadIdx.x == 0) sm.inv = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(v, h), eps)));
+  }
+  __syncthreads();
+  const float inv = sm.inv;
+  for (size_t j = threadIdx.x; j < nvec; j += blockDim.x) {
+    float x[elems<DT>::N], wf[elems<DT>::N];
+    first_term<DT>(x, res_row[j]);
+    first_term<DT>(wf, w[j]);
+#pragma unroll
+    for (int k = 0; k < elems<DT>::N; k++) x[k] = __fmul_rn(__fmul_rn(x[k], inv), wf[k]);
+    out_row[j] = pack<DT>(x);
+  }
+}
+
+/* The fused one-shot: as one_shot, but by rows: block b sends, sums and
+ * norms rows b, b + grid, ..., thread t the row's vectors t, t + threads,
+ * ... (the thread that sends a vector is the one that overwrites it with
+ * the sum, and the one that reads it back for the norm). */
+template <int DT>
+__device__ bool one_shot_norm(const mdr_ar_call &p, const mdr_arp_block &st, size_t nrows, size_t nvec, uint32_t sig,
+                              int *s_bad, norm_smem &sm) {
+  const size_t base = scratch_base(p, st);
+  const size_t rv = p.row_bytes / MDR_ARP_VEC;
+  const float h = (float)(rv * (MDR_ARP_VEC / sizeof(uint16_t)));
+  uint4 *rows = (uint4 *)(p.self + p.buf_off);
+  if (threadIdx.x == 0) send_header(p, st, nvec, sig, base);
+  for (size_t row = blockIdx.x; row < nrows; row += gridDim.x)
+    for (size_t j = threadIdx.x; j < rv; j += blockDim.x) send_vector<DT>(p, base, row * rv + j, rows[row * rv + j]);
+  if (threadIdx.x == 0) check_headers(p, st, nvec, sig, base, s_bad);
+  __syncthreads();
+  if (*(volatile int *)s_bad) return false;
+  uint4 *res = (uint4 *)(p.self + p.res_off), *out = (uint4 *)(p.self + p.norm_off);
+  const uint4 *w = (const uint4 *)p.norm_weight;
+  for (size_t row = blockIdx.x; row < nrows; row += gridDim.x) {
+    for (size_t j = threadIdx.x; j < rv; j += blockDim.x) {
+      const size_t i = row * rv + j;
+      uint4 sum;
+      if (!sum_vector<DT>(p, st, base, i, rows[i], &sum, s_bad)) break; /* gave up: the block leaves below */
+      rows[i] = sum;
+      res[i] = add_residual<DT>(res[i], sum);
+    }
+    __syncthreads();
+    if (*(volatile int *)s_bad) return false; /* this row's norm is not written */
+    norm_row<DT>(res + row * rv, out + row * rv, w, rv, h, p.norm_eps, sm);
   }
   return true;
 }
@@ -406,7 +534,46 @@ __device__ bool two_shot(const mdr_ar_call &p, const mdr_arp_block &st, size_t n
   return true;
 }
 
-template <int DT> __global__ void __launch_bounds__(MDR_AR_THREADS) all_reduce_kernel(mdr_ar_call p) {
+/* The fused two-shot: rank r sums whole rows (mdr_arp_norm_rows_of), block
+ * b taking its rows b, b + grid, ...; after barrier 2 block b adds the
+ * residual and norms exactly the rows block b of every rank wrote. */
+template <int DT>
+__device__ bool two_shot_norm(const mdr_ar_call &p, const mdr_arp_block &st, size_t nrows, uint32_t sig, int *s_bad,
+                              norm_smem &sm) {
+  const size_t rv = p.row_bytes / MDR_ARP_VEC;
+  const float h = (float)(rv * (MDR_ARP_VEC / sizeof(uint16_t)));
+  size_t lo, hi;
+  mdr_arp_norm_rows_of(nrows, p.rank, p.nranks, &lo, &hi);
+  if (!block_barrier(p, st, 1, sig, s_bad)) return false;
+  for (size_t row = lo + blockIdx.x; row < hi; row += gridDim.x)
+    for (size_t j = threadIdx.x; j < rv; j += blockDim.x) {
+      const size_t i = row * rv + j;
+      float acc[elems<DT>::N];
+      first_term<DT>(acc, ((const uint4 *)(p.peer[0] + p.buf_off))[i]);
+      for (int r = 1; r < p.nranks; r++) accumulate<DT>(acc, ((const uint4 *)(p.peer[r] + p.buf_off))[i]);
+      const uint4 sum = pack<DT>(acc);
+      for (int r = 0; r < p.nranks; r++) st_volatile((uint4 *)(p.peer[r] + p.buf_off) + i, sum);
+    }
+  if (!block_barrier(p, st, 2, sig, s_bad)) return false;
+  uint4 *res = (uint4 *)(p.self + p.res_off), *out = (uint4 *)(p.self + p.norm_off);
+  const uint4 *sums = (const uint4 *)(p.self + p.buf_off), *w = (const uint4 *)p.norm_weight;
+  for (int r = 0; r < p.nranks; r++) { /* the rows rank r's block b wrote */
+    size_t rlo, rhi;
+    mdr_arp_norm_rows_of(nrows, r, p.nranks, &rlo, &rhi);
+    for (size_t row = rlo + blockIdx.x; row < rhi; row += gridDim.x) {
+      for (size_t j = threadIdx.x; j < rv; j += blockDim.x) {
+        const size_t i = row * rv + j;
+        res[i] = add_residual<DT>(res[i], ld_volatile(sums + i));
+      }
+      norm_row<DT>(res + row * rv, out + row * rv, w, rv, h, p.norm_eps, sm);
+    }
+  }
+  return true;
+}
+
+/* One call, by one block: the kernels below. NORM: the fused RMSNorm
+ * (sm its tree). */
+template <int DT, bool NORM> __device__ __forceinline__ void run_call(const mdr_ar_call &p, norm_smem *sm) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   /* launched early (programmatic dependent launch): wait until the work
    * before it completed and its memory is visible; then let the next
@@ -430,9 +597,14 @@ template <int DT> __global__ void __launch_bounds__(MDR_AR_THREADS) all_reduce_k
   if (nvec == 0) return; /* an empty call: nothing moves, no counter advances */
   const int one = mdr_arp_runs_one_shot(p.algo, bytes, p.one_shot_max);
   const uint32_t sig = mdr_arp_signature(nvec, p.row_bytes, DT, one, p.res_off != MDR_ARP_NO_RESIDUAL,
-                                         p.count_ptr != nullptr);
+                                         p.count_ptr != nullptr, NORM);
   __syncthreads(); /* s_bad is set */
-  const bool ok = one ? one_shot<DT>(p, st, nvec, sig, &s_bad) : two_shot<DT>(p, st, nvec, sig, &s_bad);
+  bool ok;
+  if (NORM) {
+    ok = one ? one_shot_norm<DT>(p, st, rows, nvec, sig, &s_bad, *sm) : two_shot_norm<DT>(p, st, rows, sig, &s_bad, *sm);
+  } else {
+    ok = one ? one_shot<DT>(p, st, nvec, sig, &s_bad) : two_shot<DT>(p, st, nvec, sig, &s_bad);
+  }
   __syncthreads(); /* every thread is here, those that gave up too */
   if (!ok || *(volatile int *)&s_bad) return; /* gave up: the counters stay (later calls are refused) */
   /* advance the counters: each block its own; block 0 also the call-wide
@@ -451,6 +623,37 @@ template <int DT> __global__ void __launch_bounds__(MDR_AR_THREADS) all_reduce_k
       o->calls = next.calls;
       o->one_shot = next.one_shot;
     }
+}
+
+template <int DT> __global__ void __launch_bounds__(MDR_AR_THREADS) all_reduce_kernel(mdr_ar_call p) {
+  run_call<DT, false>(p, nullptr);
+}
+
+/* The fused RMSNorm's all-reduce (bf16, fp16). */
+template <int DT> __global__ void __launch_bounds__(MDR_AR_THREADS) all_reduce_norm_kernel(mdr_ar_call p) {
+  __shared__ norm_smem sm;
+  run_call<DT, true>(p, &sm);
+}
+
+/* residual += sum (sum NULL: nothing added) then the RMSNorm of the
+ * residual into out, for min(*count_ptr, nrows) rows (count_ptr NULL:
+ * nrows): the arithmetic of the fused all-reduce, as its own kernel. */
+template <int DT>
+__global__ void __launch_bounds__(MDR_AR_THREADS)
+    residual_norm_kernel(uint4 *res, const uint4 *sum, uint4 *out, const uint4 *w, size_t rv, size_t nrows,
+                         const uint32_t *count_ptr, float eps) {
+  __shared__ norm_smem sm;
+  size_t n = nrows;
+  if (count_ptr) n = *count_ptr < n ? *count_ptr : n;
+  const float h = (float)(rv * (MDR_ARP_VEC / sizeof(uint16_t)));
+  for (size_t row = blockIdx.x; row < n; row += gridDim.x) {
+    if (sum)
+      for (size_t j = threadIdx.x; j < rv; j += blockDim.x) {
+        const size_t i = row * rv + j;
+        res[i] = add_residual<DT>(res[i], sum[i]);
+      }
+    norm_row<DT>(res + row * rv, out + row * rv, w, rv, h, eps, sm);
+  }
 }
 
 template <int DT>
@@ -478,11 +681,17 @@ extern "C" int mdr_cuda_ar_launch(const mdr_ar_call *k, void *stream) {
   const int one = mdr_arp_runs_one_shot(k->algo, nvec * MDR_ARP_VEC, k->one_shot_max);
   const size_t per_rank = one ? nvec : (nvec + (size_t)k->nranks - 1) / (size_t)k->nranks;
   size_t blocks = (per_rank + MDR_AR_THREADS - 1) / MDR_AR_THREADS;
+  unsigned threads = per_rank < MDR_AR_THREADS ? (unsigned)((per_rank + 31) / 32 * 32) : MDR_AR_THREADS;
+  const bool norm = k->norm_weight != nullptr;
+  if (norm) { /* a block a row (one-shot), a block a row of this rank's share (two-shot) */
+    const size_t rv = k->row_bytes / MDR_ARP_VEC;
+    blocks = one ? k->rows : (k->rows + (size_t)k->nranks - 1) / (size_t)k->nranks;
+    threads = rv < MDR_AR_THREADS ? (unsigned)((rv + 31) / 32 * 32) : MDR_AR_THREADS;
+  }
   size_t cap = (size_t)k->max_blocks; /* the same on every rank: block b meets block b */
   if (cap > MDR_ARP_MAX_BLOCKS) cap = MDR_ARP_MAX_BLOCKS;
   if (blocks > cap) blocks = cap;
   if (blocks < 1) blocks = 1;
-  const unsigned threads = per_rank < MDR_AR_THREADS ? (unsigned)((per_rank + 31) / 32 * 32) : MDR_AR_THREADS;
   /* programmatic dependent launch (sm_90+, decided by the transport): the
    * kernel's launch overlaps the end of the work before it */
   cudaLaunchAttribute attr[1];
@@ -495,6 +704,14 @@ extern "C" int mdr_cuda_ar_launch(const mdr_ar_call *k, void *stream) {
   cfg.attrs = attr;
   cfg.numAttrs = k->pdl ? 1 : 0;
   cudaError_t e;
+  if (norm) {
+    switch (k->dtype) {
+      case MDR_ARP_BF16: e = cudaLaunchKernelEx(&cfg, all_reduce_norm_kernel<MDR_ARP_BF16>, *k); break;
+      case MDR_ARP_FP16: e = cudaLaunchKernelEx(&cfg, all_reduce_norm_kernel<MDR_ARP_FP16>, *k); break;
+      default: e = cudaErrorInvalidValue; break; /* refused by src/all_reduce.c */
+    }
+    return (int)e;
+  }
   switch (k->dtype) {
     case MDR_ARP_BF16: e = cudaLaunchKernelEx(&cfg, all_reduce_kernel<MDR_ARP_BF16>, *k); break;
     case MDR_ARP_FP16: e = cudaLaunchKernelEx(&cfg, all_reduce_kernel<MDR_ARP_FP16>, *k); break;
@@ -515,6 +732,10 @@ extern "C" int mdr_cuda_ar_region_init(void *region, int n, size_t cap, void *st
   if (e0 == cudaSuccess) e0 = cudaFuncGetAttributes(&fa, residual_add_kernel<MDR_ARP_BF16>);
   if (e0 == cudaSuccess) e0 = cudaFuncGetAttributes(&fa, residual_add_kernel<MDR_ARP_FP16>);
   if (e0 == cudaSuccess) e0 = cudaFuncGetAttributes(&fa, residual_add_kernel<MDR_ARP_FP32>);
+  if (e0 == cudaSuccess) e0 = cudaFuncGetAttributes(&fa, all_reduce_norm_kernel<MDR_ARP_BF16>);
+  if (e0 == cudaSuccess) e0 = cudaFuncGetAttributes(&fa, all_reduce_norm_kernel<MDR_ARP_FP16>);
+  if (e0 == cudaSuccess) e0 = cudaFuncGetAttributes(&fa, residual_norm_kernel<MDR_ARP_BF16>);
+  if (e0 == cudaSuccess) e0 = cudaFuncGetAttributes(&fa, residual_norm_kernel<MDR_ARP_FP16>);
   if (e0 != cudaSuccess) return (int)e0;
   cudaStream_t s = (cudaStream_t)stream;
   char *r = (char *)region;
@@ -537,6 +758,28 @@ extern "C" int mdr_cuda_ar_residual_add(void *residual, const void *rows, size_t
     case MDR_ARP_BF16: residual_add_kernel<MDR_ARP_BF16><<<(unsigned)blocks, 256, 0, s>>>(res, in, row_vecs, nrows, count_ptr); break;
     case MDR_ARP_FP16: residual_add_kernel<MDR_ARP_FP16><<<(unsigned)blocks, 256, 0, s>>>(res, in, row_vecs, nrows, count_ptr); break;
     default: residual_add_kernel<MDR_ARP_FP32><<<(unsigned)blocks, 256, 0, s>>>(res, in, row_vecs, nrows, count_ptr); break;
+  }
+  return (int)cudaGetLastError();
+}
+
+extern "C" int mdr_cuda_ar_residual_norm(void *residual, const void *sum, void *out, const void *weight, float eps,
+                                         size_t row_bytes, size_t nrows, const uint32_t *count_ptr, int dtype,
+                                         void *stream) {
+  const size_t rv = row_bytes / MDR_ARP_VEC;
+  size_t blocks = nrows < 1024 ? nrows : 1024;
+  if (blocks < 1) blocks = 1;
+  const unsigned threads = rv < MDR_AR_THREADS ? (unsigned)((rv + 31) / 32 * 32) : MDR_AR_THREADS;
+  cudaStream_t s = (cudaStream_t)stream;
+  uint4 *res = (uint4 *)residual, *o = (uint4 *)out;
+  const uint4 *in = (const uint4 *)sum, *w = (const uint4 *)weight;
+  switch (dtype) {
+    case MDR_ARP_BF16:
+      residual_norm_kernel<MDR_ARP_BF16><<<(unsigned)blocks, threads, 0, s>>>(res, in, o, w, rv, nrows, count_ptr, eps);
+      break;
+    case MDR_ARP_FP16:
+      residual_norm_kernel<MDR_ARP_FP16><<<(unsigned)blocks, threads, 0, s>>>(res, in, o, w, rv, nrows, count_ptr, eps);
+      break;
+    default: return (int)cudaErrorInvalidValue;
   }
   return (int)cudaGetLastError();
 }

@@ -874,7 +874,7 @@ enum { N_STATES = sizeof k_states / sizeof k_states[0] };
 static void write_state(const harness *h, const start_state *s) {
   static mdr_arp_block st[MDR_ARP_MAX_BLOCKS];
   static uint32_t flags[MDR_ARP_MAX_BLOCKS * MAXR * 2];
-  const uint32_t sig = mdr_arp_signature(1024, 4096, MDR_ARP_BF16, 0, 1, 0);
+  const uint32_t sig = mdr_arp_signature(1024, 4096, MDR_ARP_BF16, 0, 1, 0, 0);
   for (int k = 0; k < MDR_ARP_MAX_BLOCKS; k++) {
     const uint32_t bk = s->mixed ? s->b - 2u * (uint32_t)k : 0u;
     st[k] = (mdr_arp_block){s->mixed ? s->e + s->b / 2u : s->e, s->e, bk, 0};
