@@ -461,3 +461,20 @@ Test(ar_protocol, the_fused_rmsnorm_is_bit_exact_for_every_dtype_algorithm_and_c
       team_fini(&t);
     }
 }
+
+Test(ar_protocol, a_fused_norm_of_rows_over_the_limit_is_refused_naming_the_limit) {
+  team t;
+  const size_t row = MDR_ALL_REDUCE_NORM_MAX_ROW_BYTES + 16;
+  cr_assert_eq(ar_team_init_rows(&t, 1, 2, row), MDR_OK);
+  mdr_all_reduce_desc d = mdr_all_reduce_desc_make(BUF, MDR_DTYPE_BF16, 2);
+  d.residual = RES;
+  d.norm_output = AR_SEQ_NORM;
+  d.norm_weight = mdr_arena_ptr(t.a[0], AR_SEQ_WEIGHT);
+  cr_assert_eq(mdr_all_reduce(t.a[0], &d, t.s[0]), MDR_ERR_UNSUPPORTED);
+  cr_assert(strstr(mdr_backend_last_error(t.b[0]), "MDR_ALL_REDUCE_NORM_MAX_ROW_BYTES"), "%s",
+            mdr_backend_last_error(t.b[0]));
+  d.norm_output = MDR_BUF_COUNT; /* the plain call of those rows runs */
+  d.norm_weight = 0;
+  cr_assert_eq(mdr_all_reduce(t.a[0], &d, t.s[0]), MDR_OK, "%s", mdr_backend_last_error(t.b[0]));
+  team_fini(&t);
+}
