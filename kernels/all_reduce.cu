@@ -297,7 +297,7 @@ __device__ __forceinline__ size_t scratch_base(const mdr_ar_call &p, const mdr_a
 }
 
 /* Thread 0: the block's header into this rank's slot of every peer. */
-__device__ void send_header(const mdr_ar_call &p, const mdr_arp_block &st, size_t nvec, uint32_t sig, size_t base) {
+__device__ __forceinline__ void send_header(const mdr_ar_call &p, const mdr_arp_block &st, size_t nvec, uint32_t sig, size_t base) {
   const size_t slot_bytes = MDR_ARP_SLOT_BYTES(p.slot_cap);
   uint32_t h[4];
   mdr_arp_header(h, sig, nvec, &st, gridDim.x);
@@ -317,7 +317,7 @@ template <int DT> __device__ __forceinline__ void send_vector(const mdr_ar_call 
 
 /* Thread 0: the peers' headers of this block: the same call (then each is
  * cleared), or give up (*s_bad set). */
-__device__ void check_headers(const mdr_ar_call &p, const mdr_arp_block &st, size_t nvec, uint32_t sig, size_t base,
+__device__ __forceinline__ void check_headers(const mdr_ar_call &p, const mdr_arp_block &st, size_t nvec, uint32_t sig, size_t base,
                               int *s_bad) {
   const size_t slot_bytes = MDR_ARP_SLOT_BYTES(p.slot_cap);
   char *local = p.self + base;
@@ -397,23 +397,96 @@ __device__ __forceinline__ bool sum_vector(const mdr_ar_call &p, const mdr_arp_b
 
 template <int DT>
 __device__ bool one_shot(const mdr_ar_call &p, const mdr_arp_block &st, size_t nvec, uint32_t sig, int *s_bad) {
-  const size_t base = scratch_base(p, st);
+  const size_t slot_bytes = MDR_ARP_SLOT_BYTES(p.slot_cap);
+  const size_t base = p.region_off + MDR_ARP_SCRATCH_OFF(p.nranks) +
+                      (size_t)mdr_arp_parity(&st) * (size_t)p.nranks * slot_bytes;
   const size_t stride = (size_t)gridDim.x * blockDim.x;
   const size_t first = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
   uint4 *rows = (uint4 *)(p.self + p.buf_off);
   /* send: the block's header, then its rows, into this rank's slot of
    * every peer's scratch (its own rows it keeps) */
-  if (threadIdx.x == 0) send_header(p, st, nvec, sig, base);
-  for (size_t i = first; i < nvec; i += stride) send_vector<DT>(p, base, i, rows[i]);
+  if (threadIdx.x == 0) {
+    uint32_t h[4];
+    mdr_arp_header(h, sig, nvec, &st, gridDim.x);
+    const uint4 hv = make_uint4(h[0], h[1], h[2], h[3]);
+    for (int r = 0; r < p.nranks; r++)
+      if (r != p.rank) st_volatile((uint4 *)(p.peer[r] + base + (size_t)p.rank * slot_bytes) + blockIdx.x, hv);
+  }
+  for (size_t i = first; i < nvec; i += stride) {
+    const uint4 v = canonical<DT>(rows[i]);
+    for (int r = 0; r < p.nranks; r++)
+      if (r != p.rank)
+        st_volatile((uint4 *)(p.peer[r] + base + (size_t)p.rank * slot_bytes + MDR_ARP_HEADER_BYTES) + i, v);
+  }
+  char *local = p.self + base;
+  const uint4 clear = make_uint4(0xffffffffu, 0xffffffffu, 0xffffffffu, 0xffffffffu);
   /* the peers' headers of this block: the same call, or leave */
-  if (threadIdx.x == 0) check_headers(p, st, nvec, sig, base, s_bad);
+  if (threadIdx.x == 0) {
+    uint32_t want[4];
+    mdr_arp_header(want, sig, nvec, &st, gridDim.x);
+    for (int r = 0; r < p.nranks && !*(volatile int *)s_bad; r++) {
+      if (r == p.rank) continue;
+      uint4 *slot = (uint4 *)(local + (size_t)r * slot_bytes) + blockIdx.x;
+      const uint32_t *flag = flag_slot(p.self, p, blockIdx.x, r);
+      uint4 v = ld_volatile(slot);
+      spin s = {0, 0};
+      uint32_t cause = 0;
+      while (v.x == 0xffffffffu || v.y == 0xffffffffu || v.z == 0xffffffffu || v.w == 0xffffffffu) {
+        if ((cause = must_leave(p, s)) != 0) break;
+        if (s.turns % MDR_ARP_POLL_EVERY == 0) {
+          /* a peer in a two-shot raised its barrier flag (after any header
+           * it had sent: read the flag first, then the header again) */
+          const uint32_t f = ld_acquire_sys(flag);
+          v = ld_volatile(slot);
+          if (v.x != 0xffffffffu && v.y != 0xffffffffu && v.z != 0xffffffffu && v.w != 0xffffffffu) break;
+          if (f != st.barriers) {
+            cause = MDR_ARP_MISMATCH;
+            break;
+          }
+        }
+        v = ld_volatile(slot);
+      }
+      if (!cause && (v.x != want[0] || v.y != want[1] || v.z != want[2] || v.w != want[3])) cause = MDR_ARP_MISMATCH;
+      if (cause) {
+        give_up(p, cause, MDR_ARP_WAIT_HEADER, r, st.calls);
+        *(volatile int *)s_bad = 1;
+      } else {
+        st_volatile(slot, clear);
+      }
+    }
+  }
   __syncthreads();
   if (*(volatile int *)s_bad) return false;
   uint4 *res = p.res_off == MDR_ARP_NO_RESIDUAL ? nullptr : (uint4 *)(p.self + p.res_off);
   for (size_t i = first; i < nvec; i += stride) {
-    uint4 sum;
-    /* this rank's vector summed as sent: the same bits on every rank */
-    if (!sum_vector<DT>(p, st, base, i, rows[i], &sum, s_bad)) return false; /* this vector's row is left as it was */
+    const uint4 own = rows[i]; /* summed as sent: the same bits on every rank */
+    float acc[elems<DT>::N];
+    for (int r = 0; r < p.nranks; r++) {
+      uint4 v;
+      if (r == p.rank) {
+        v = canonical<DT>(own);
+      } else {
+        uint4 *slot = (uint4 *)(local + (size_t)r * slot_bytes + MDR_ARP_HEADER_BYTES) + i;
+        v = ld_volatile(slot);
+        spin s = {0, 0};
+        while (pending<DT>(v)) {
+          const uint32_t cause = must_leave(p, s);
+          if (cause) {
+            give_up(p, cause, MDR_ARP_WAIT_ROWS, r, st.calls);
+            *(volatile int *)s_bad = 1;
+            return false; /* this vector's row is left as it was */
+          }
+          v = ld_volatile(slot);
+        }
+        st_volatile(slot, clear);
+      }
+      if (r == 0) {
+        first_term<DT>(acc, v);
+      } else {
+        accumulate<DT>(acc, v);
+      }
+    }
+    const uint4 sum = pack<DT>(acc);
     rows[i] = sum;
     if (res) res[i] = add_residual<DT>(res[i], sum);
   }
@@ -475,7 +548,9 @@ __device__ void norm_row(const uint4 *res_row, uint4 *out_row, const uint4 *w, s
   }
 }
 
-/* The fused one-shot: as one_shot, but by rows: block b sends, sums and
+/* The fused one-shot: the protocol of one_shot (whose code is kept apart,
+ * as measured, so that its registers stay as they were), in the helpers
+ * above, by rows: block b sends, sums and
  * norms rows b, b + grid, ..., thread t the row's vectors t, t + threads,
  * ... (the thread that sends a vector is the one that overwrites it with
  * the sum, and the one that reads it back for the norm). */
@@ -600,7 +675,7 @@ template <int DT, bool NORM> __device__ __forceinline__ void run_call(const mdr_
                                          p.count_ptr != nullptr, NORM);
   __syncthreads(); /* s_bad is set */
   bool ok;
-  if (NORM) {
+  if constexpr (NORM) {
     ok = one ? one_shot_norm<DT>(p, st, rows, nvec, sig, &s_bad, *sm) : two_shot_norm<DT>(p, st, rows, sig, &s_bad, *sm);
   } else {
     ok = one ? one_shot<DT>(p, st, nvec, sig, &s_bad) : two_shot<DT>(p, st, nvec, sig, &s_bad);
