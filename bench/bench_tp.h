@@ -12,6 +12,8 @@
  *                           crossover, headline, the closing table,
  *                           results.json, results.csv, capture.csv,
  *                           soak.json, the output folder
+ *   mdr_bench_tp_norm.c     --norm: the fused all-reduce + residual + RMSNorm against the
+ *                           unfused chain and NCCL + RMSNorm; norm.csv, norm.json
  *   mdr_bench_tp_cuda.cu    the blocker kernel; the soak's fill / check kernels
  *
  * Statistics, JSON/CSV number formatting, now_us and xmalloc come from
@@ -49,6 +51,7 @@ enum {
   TP_MAX_COUNTS = 64,
   TP_SIZE_ROW_BYTES = 2048, /* the sizes sweep: rows of 1024 bf16 */
   TP_MAX_TOKENS = 65536,
+  TP_NORM_MAX_TOKENS = 4096, /* --norm-tokens: at most this many */
   TP_FIRST_TOKEN_ID = 1000,
   TP_WATCHDOG_S = 90,      /* no progress for this long: the run is declared stuck and ends (exit 1) */
   TP_SYNC_TIMEOUT_S = 60,  /* one stream drain longer than this: exit 1, naming the rank and the phase */
@@ -122,6 +125,12 @@ typedef struct tp_options {
   mdr_all_reduce_algo soak_algo; /* --soak-algo: MDR_ALL_REDUCE_AUTO, _ONE_SHOT or _TWO_SHOT */
   size_t soak_bytes;     /* --soak-size */
   bool set_soak_algo, set_soak_size;
+  /* --norm: the fused all-reduce + residual + RMSNorm against the unfused
+   * chain and NCCL + RMSNorm (instead of the sweeps; mdr_bench_tp_norm.c) */
+  bool norm;
+  size_t norm_tokens[TP_MAX_COUNTS], n_norm_tokens; /* --norm-tokens */
+  size_t norm_hidden[TP_MAX_COUNTS], n_norm_hidden; /* --norm-hidden: elements (bf16) a row */
+  bool set_norm_tokens, set_norm_hidden;
   int argc;
   char **argv;
 } tp_options;

@@ -96,6 +96,13 @@ void tp_rank_sync(tp_rank *rk, const char *what);
 /* --soak N: the soak of mdr's all-reduce across the epoch's wrap
  * (mdr_bench_tp_soak.c), run by both ranks instead of the sweeps. */
 void tp_soak(tp_rank *rk);
+/* ---- mdr_bench_tp_norm.c ---- */
+
+/* --norm: the fused all-reduce + residual + RMSNorm against the unfused
+ * chain and NCCL + RMSNorm (mdr_bench_tp_norm.c), run by both ranks
+ * instead of the sweeps; rank 0 prints the tables and writes norm.csv and
+ * norm.json. */
+void tp_norm(tp_rank *rk);
 
 #endif
 #endif

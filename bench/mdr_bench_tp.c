@@ -6,7 +6,9 @@
  * two-shot forced, and AUTO in one DYNAMIC graph reading the row count on
  * the device), over message sizes and over decode token counts at the GLM
  * preset's hidden size; or (--soak N) N replays of one graph holding mdr's
- * all-reduce, checked, across the wrap of its 32-bit epoch. bench/README.md
+ * all-reduce, checked, across the wrap of its 32-bit epoch; or (--norm) the
+ * fused all-reduce + residual + RMSNorm against the unfused chain and NCCL +
+ * RMSNorm. bench/README.md
  * (section mdr-bench-tp) explains every option, column and file;
  * bench_tp.h lists the files.
  *
@@ -46,6 +48,15 @@ static int tp_gpu_count(void) {
 }
 
 static void tp_print_sweeps(const tp_options *o, const tp_sweep *sw) {
+  if (o->norm) {
+    printf("norm: the fused all-reduce + residual + RMSNorm (fused-1shot, fused-2shot) against the unfused chain "
+           "(unfused-1shot, unfused-2shot) and nccl+norm; tokens ");
+    for (size_t i = 0; i < o->n_norm_tokens; i++) printf("%s%zu", i ? "," : "", o->norm_tokens[i]);
+    printf("; hidden ");
+    for (size_t i = 0; i < o->n_norm_hidden; i++) printf("%s%zu", i ? "," : "", o->norm_hidden[i]);
+    printf("; reps %zu, warm-up %d\n", o->reps, TP_WARMUP);
+    return;
+  }
   if (o->soak) {
     printf("soak: %zu replays of one EXACT graph: fill (a new input each replay), mdr_all_reduce (%s) of %zu B "
            "(%zu rows of %d B), check on the device; host checks every %d replays\n",
@@ -203,7 +214,7 @@ int main(int argc, char **argv) {
   res.cap_captures = n_counts;
   res.captures = xmalloc(res.cap_captures * sizeof *res.captures);
 
-  if (!o.soak) tp_print_legend();
+  if (!o.soak && !o.norm) tp_print_legend();
   fflush(stdout);
   if (pthread_barrier_init(&sh.barrier, NULL, TP_RANKS) != 0) tp_die("pthread_barrier_init failed");
   pthread_t th[TP_RANKS];
@@ -220,7 +231,9 @@ int main(int argc, char **argv) {
 
   /* results first: a teardown that hangs (the watchdog ends it) loses nothing */
   tp_progress("writing results");
-  if (o.soak) {
+  if (o.norm) {
+    /* tp_norm printed its tables and wrote norm.csv and norm.json */
+  } else if (o.soak) {
     tp_write_soak(&o, &info, &soak);
     printf("\nwrote %s/soak.json\n", info.out_dir);
     tp_print_soak(&soak); /* the last lines */

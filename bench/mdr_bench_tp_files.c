@@ -20,7 +20,8 @@
 #define TP_LATEST_LINK "tp-latest"     /* bench-out/tp-latest -> the newest mdr-bench-tp run */
 #define TP_MAX_SAME_SECOND_RUNS 100
 
-static const char *const k_out_files[] = {"results.json", "results.csv", "capture.csv", "soak.json"};
+static const char *const k_out_files[] = {"results.json", "results.csv", "capture.csv", "soak.json", "norm.csv",
+                                          "norm.json"};
 
 /* ---- the output folder ---- */
 

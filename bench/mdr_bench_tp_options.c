@@ -71,6 +71,12 @@ static void tp_usage(FILE *f) {
           "                   on the host; exit 1 on any wrong value or epoch; writes soak.json\n"
           "  --soak-algo A    the soak's algorithm: auto (default), one-shot (1shot), two-shot (2shot)\n"
           "  --soak-size B    the soak's message, bytes (K / M suffixes), multiples of %d (default 8K)\n"
+          "  --norm           instead of the sweeps: the fused all-reduce + residual add + RMSNorm\n"
+          "                   (norm_output) against mdr's all-reduce then a separate RMSNorm kernel of the\n"
+          "                   same arithmetic, and against ncclAllReduce + that kernel; one-shot and two-shot;\n"
+          "                   every path validated bit for bit first; writes norm.csv and norm.json\n"
+          "  --norm-tokens a,b  --norm's token counts, 1..%d (default 1,2,4,8,16,32,64,128)\n"
+          "  --norm-hidden a,b  --norm's hidden sizes, bf16 elements a row (default 4096,6144,8192)\n"
           "  --out DIR        output folder; refused if it holds results, unless --force\n"
           "                   (default: a fresh bench-out/tp-<UTC timestamp>/, bench-out/tp-latest points to it)\n"
           "  --force          write into an --out folder that holds an earlier run's files\n"
@@ -81,7 +87,8 @@ static void tp_usage(FILE *f) {
           "CUDA, NCCL, mdr, watchdog; the soak: a wrong value or epoch), 2 a refused command line, 77 skipped\n"
           "(fewer than 2 GPUs, no NCCL; the soak: mdr's kernels cannot run here).\n",
           MDR_ALL_REDUCE_ONE_SHOT_MAX_BYTES >> 10, TP_DEFAULT_REPS, TP_QUICK_REPS, TP_SIZE_ROW_BYTES, TP_MAX_SIZE_BYTES >> 20,
-          TP_PRESET, TP_MAX_TOKENS, TP_SOAK_MAX, TP_SOAK_CHECK_EVERY, TP_SIZE_ROW_BYTES, TP_QUICK_REPS);
+          TP_PRESET, TP_MAX_TOKENS, TP_SOAK_MAX, TP_SOAK_CHECK_EVERY, TP_SIZE_ROW_BYTES, TP_NORM_MAX_TOKENS,
+          TP_QUICK_REPS);
 }
 
 static void tp_print_version(void) {
@@ -187,13 +194,33 @@ static mdr_all_reduce_algo tp_parse_soak_algo(const char *s) {
 
 typedef enum tp_opt_id {
   TP_OPT_REPS, TP_OPT_SIZES, TP_OPT_TOKENS, TP_OPT_PATHS, TP_OPT_OUT, TP_OPT_SOAK, TP_OPT_SOAK_ALGO,
-  TP_OPT_SOAK_SIZE, /* the options above take a value */
-  TP_OPT_FORCE, TP_OPT_QUICK, TP_OPT_VERSION, TP_OPT_HELP, TP_OPT_COUNT
+  TP_OPT_SOAK_SIZE, TP_OPT_NORM_TOKENS, TP_OPT_NORM_HIDDEN, /* the options above take a value */
+  TP_OPT_FORCE, TP_OPT_QUICK, TP_OPT_VERSION, TP_OPT_HELP, TP_OPT_NORM, TP_OPT_COUNT
 } tp_opt_id;
-static const char *const k_opt_names[TP_OPT_COUNT] = {"--reps",      "--sizes",     "--tokens", "--paths",
-                                                   "--out",       "--soak",      "--soak-algo", "--soak-size",
-                                                   "--force",     "--quick",     "--version", "--help"};
-static bool tp_takes_value(tp_opt_id id) { return id <= TP_OPT_SOAK_SIZE; }
+static const char *const k_opt_names[TP_OPT_COUNT] = {
+    "--reps",        "--sizes",         "--tokens", "--paths", "--out",     "--soak", "--soak-algo", "--soak-size",
+    "--norm-tokens", "--norm-hidden",   "--force",  "--quick", "--version", "--help", "--norm"};
+static bool tp_takes_value(tp_opt_id id) { return id <= TP_OPT_NORM_HIDDEN; }
+
+/* --norm's defaults: decode token counts up to one-shot fusion's range,
+ * the hidden sizes of issue 27 */
+static const size_t k_norm_tokens[] = {1, 2, 4, 8, 16, 32, 64, 128};
+static const size_t k_norm_hidden[] = {4096, 6144, 8192};
+
+static void tp_add_norm_tokens(tp_options *o, const char *s) {
+  size_t v = tp_parse_count("--norm-tokens", s, false);
+  if (v > TP_NORM_MAX_TOKENS) tp_refuse("--norm-tokens: %zu is over %d", v, TP_NORM_MAX_TOKENS);
+  tp_add_unique("--norm-tokens", o->norm_tokens, &o->n_norm_tokens, v);
+}
+
+static void tp_add_norm_hidden(tp_options *o, const char *s) {
+  size_t v = tp_parse_count("--norm-hidden", s, false);
+  if (v % 8 != 0 || v * 2 > MDR_ALL_REDUCE_NORM_MAX_ROW_BYTES)
+    tp_refuse("--norm-hidden: %zu is not a multiple of 8 up to %zu (rows of whole 16-byte vectors, at most "
+              "MDR_ALL_REDUCE_NORM_MAX_ROW_BYTES)",
+              v, MDR_ALL_REDUCE_NORM_MAX_ROW_BYTES / 2);
+  tp_add_unique("--norm-hidden", o->norm_hidden, &o->n_norm_hidden, v);
+}
 
 void tp_parse_options(int argc, char **argv, tp_options *o) {
   memset(o, 0, sizeof *o);
@@ -251,6 +278,17 @@ void tp_parse_options(int argc, char **argv, tp_options *o) {
         if (o->soak_bytes > TP_MAX_SIZE_BYTES) tp_refuse("--soak-size: %s is over %zu MiB", value, TP_MAX_SIZE_BYTES >> 20);
         o->set_soak_size = true;
         break;
+      case TP_OPT_NORM_TOKENS:
+        if (o->set_norm_tokens) tp_refuse("--norm-tokens given twice");
+        o->set_norm_tokens = true;
+        tp_for_each_item(name, value, tp_add_norm_tokens, o);
+        break;
+      case TP_OPT_NORM_HIDDEN:
+        if (o->set_norm_hidden) tp_refuse("--norm-hidden given twice");
+        o->set_norm_hidden = true;
+        tp_for_each_item(name, value, tp_add_norm_hidden, o);
+        break;
+      case TP_OPT_NORM: o->norm = true; break;
       case TP_OPT_OUT:
         if (!*value) tp_refuse("--out: empty folder name");
         o->out_dir = value;
@@ -261,6 +299,26 @@ void tp_parse_options(int argc, char **argv, tp_options *o) {
       case TP_OPT_HELP: tp_usage(stdout), exit(0);
       case TP_OPT_COUNT: break;
     }
+  }
+  if ((o->set_norm_tokens || o->set_norm_hidden) && !o->norm)
+    tp_refuse("%s needs --norm", o->set_norm_tokens ? "--norm-tokens" : "--norm-hidden");
+  /* --norm runs alone: the sweeps' and the soak's options have no meaning there. */
+  if (o->norm) {
+    const char *other = o->soak ? "--soak" : o->set_sizes ? "--sizes" : o->set_tokens ? "--tokens"
+                      : o->set_paths ? "--paths" : o->set_soak_algo ? "--soak-algo" : o->set_soak_size ? "--soak-size"
+                      : NULL;
+    if (other) tp_refuse("--norm runs the fused-norm comparison alone: %s does not belong to it; leave it out", other);
+    if (!o->set_reps) o->reps = o->quick ? TP_QUICK_REPS : TP_DEFAULT_REPS;
+    if (!o->set_norm_tokens) {
+      o->n_norm_tokens = TP_COUNT_OF(k_norm_tokens);
+      memcpy(o->norm_tokens, k_norm_tokens, sizeof k_norm_tokens);
+    }
+    if (!o->set_norm_hidden) {
+      o->n_norm_hidden = TP_COUNT_OF(k_norm_hidden);
+      memcpy(o->norm_hidden, k_norm_hidden, sizeof k_norm_hidden);
+    }
+    for (int p = 0; p < TP_PATH_COUNT; p++) o->path_on[p] = false;
+    return;
   }
   /* The soak runs alone: the sweeps' options have no meaning there. */
   if (o->soak) {

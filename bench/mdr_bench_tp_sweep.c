@@ -293,7 +293,8 @@ void *tp_rank_main(void *arg) {
   rk.timed_out_dev = (uint32_t *)dev_words + 1 + rk.rank;
 
   size_t total = sh->res->cap_cases, index = 0;
-  if (rk.o->soak) tp_soak(&rk);
+  if (rk.o->norm) tp_norm(&rk);
+  else if (rk.o->soak) tp_soak(&rk);
   else
     for (int s = 0; s < TP_SWEEP_COUNT; s++)
       if (sh->sweeps[s].n) tp_run_sweep(&rk, &sh->sweeps[s], &index, total);

@@ -31,6 +31,13 @@
  * block adds the residual for exactly the vectors its peers' block b
  * wrote.
  *
+ * The fused RMSNorm (a call with norm_weight; kernels/ar_protocol.h has the
+ * arithmetic) runs the same protocol by rows: one-shot, block b sends,
+ * sums and norms rows b, b + grid, ...; two-shot, rank r sums whole rows
+ * (1/n of them) and, after barrier 2, block b adds the residual and norms
+ * the rows block b of every rank wrote. A row's sum of squares is one
+ * block's fixed tree (norm_row).
+ *
  * Blocks never wait for blocks of their own rank, only for the same block
  * of a peer; the grid is at most one block per SM of the smallest GPU of
  * the communicator, so all blocks are resident, and every rank launches
@@ -49,239 +56,11 @@
 #include <new>
 
 #include "all_reduce.h"
+/* the building blocks: memory operations, elements, give-up, barriers,
+ * the one-shot's header and vector exchange */
+#include "ar_device.cuh"
 
 namespace {
-
-/* ---- memory operations ---- */
-
-__device__ __forceinline__ uint4 ld_volatile(const uint4 *p) {
-  uint4 v;
-  asm volatile("ld.volatile.global.v4.u32 {%0,%1,%2,%3}, [%4];"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p)
-               : "memory");
-  return v;
-}
-
-__device__ __forceinline__ void st_volatile(uint4 *p, uint4 v) {
-  asm volatile("st.volatile.global.v4.u32 [%0], {%1,%2,%3,%4};" ::"l"(p), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
-               : "memory");
-}
-
-__device__ __forceinline__ void st_release_sys(uint32_t *p, uint32_t v) {
-  asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
-}
-
-__device__ __forceinline__ uint32_t ld_acquire_sys(const uint32_t *p) {
-  uint32_t v;
-  asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
-
-__device__ __forceinline__ uint64_t global_ns(void) {
-  uint64_t t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return t;
-}
-
-/* ---- elements: DT is an MDR_ARP_ dtype; a 16-byte vector holds 8 or 4 ---- */
-
-template <int DT> struct elems {
-  static constexpr int N = DT == MDR_ARP_FP32 ? 4 : 8;
-};
-
-__device__ __forceinline__ uint32_t word(const uint4 &v, int i) {
-  return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
-}
-
-__device__ __forceinline__ void set_word(uint4 &v, int i, uint32_t w) {
-  if (i == 0) v.x = w;
-  else if (i == 1) v.y = w;
-  else if (i == 2) v.z = w;
-  else v.w = w;
-}
-
-/* 1 while any element still holds the all-ones sentinel. */
-template <int DT> __device__ __forceinline__ bool pending(const uint4 &v) {
-  bool p = false;
-#pragma unroll
-  for (int i = 0; i < 4; i++) p |= mdr_arp_pending(word(v, i), DT) != 0;
-  return p;
-}
-
-/* The vector as sent: an all-ones element (a NaN) becomes another NaN. */
-template <int DT> __device__ __forceinline__ uint4 canonical(uint4 v) {
-#pragma unroll
-  for (int i = 0; i < 4; i++) set_word(v, i, mdr_arp_canonical(word(v, i), DT));
-  return v;
-}
-
-template <int DT> __device__ __forceinline__ float to_float(uint32_t bits) {
-  if (DT == MDR_ARP_BF16) return __uint_as_float(bits << 16);
-  if (DT == MDR_ARP_FP16) return __half2float(__ushort_as_half((unsigned short)bits));
-  return __uint_as_float(bits);
-}
-
-template <int DT> __device__ __forceinline__ uint32_t from_float(float f) {
-  if (DT == MDR_ARP_BF16) return __bfloat16_as_ushort(__float2bfloat16_rn(f));
-  if (DT == MDR_ARP_FP16) return __half_as_ushort(__float2half_rn(f));
-  return __float_as_uint(f);
-}
-
-/* acc[k] = element k of v (the first term: the sum starts from x_0, not
- * from +0, so -0 + -0 stays -0 as in IEEE and NCCL) */
-template <int DT> __device__ __forceinline__ void first_term(float *acc, const uint4 &v) {
-#pragma unroll
-  for (int i = 0; i < 4; i++) {
-    const uint32_t w = word(v, i);
-    if (DT == MDR_ARP_FP32) {
-      acc[i] = to_float<DT>(w);
-    } else {
-      acc[2 * i] = to_float<DT>(w & 0xffffu);
-      acc[2 * i + 1] = to_float<DT>(w >> 16);
-    }
-  }
-}
-
-/* acc[k] += element k of v */
-template <int DT> __device__ __forceinline__ void accumulate(float *acc, const uint4 &v) {
-#pragma unroll
-  for (int i = 0; i < 4; i++) {
-    const uint32_t w = word(v, i);
-    if (DT == MDR_ARP_FP32) {
-      acc[i] += to_float<DT>(w);
-    } else {
-      acc[2 * i] += to_float<DT>(w & 0xffffu);
-      acc[2 * i + 1] += to_float<DT>(w >> 16);
-    }
-  }
-}
-
-template <int DT> __device__ __forceinline__ uint4 pack(const float *acc) {
-  uint4 v;
-#pragma unroll
-  for (int i = 0; i < 4; i++) {
-    if (DT == MDR_ARP_FP32) {
-      set_word(v, i, from_float<DT>(acc[i]));
-    } else {
-      set_word(v, i, from_float<DT>(acc[2 * i]) | (from_float<DT>(acc[2 * i + 1]) << 16));
-    }
-  }
-  return v;
-}
-
-/* residual = round(residual + sum), element by element */
-template <int DT> __device__ __forceinline__ uint4 add_residual(const uint4 &res, const uint4 &sum) {
-  float a[elems<DT>::N];
-  first_term<DT>(a, res);
-  accumulate<DT>(a, sum);
-  return pack<DT>(a);
-}
-
-/* ---- give-up ---- */
-
-__device__ __forceinline__ uint32_t *ctl_of(char *slab, const mdr_ar_call &p) {
-  return (uint32_t *)(slab + p.region_off + MDR_ARP_CTL_OFF);
-}
-
-/* A spin loop's poll state. */
-struct spin {
-  unsigned turns;
-  uint64_t t0;
-};
-
-/* Called on every turn of a spin loop: nonzero (an MDR_ARP_ cause) when
- * the wait must end. Looks only every MDR_ARP_POLL_EVERY turns. */
-__device__ __forceinline__ uint32_t must_leave(const mdr_ar_call &p, spin &s) {
-  if ((++s.turns % MDR_ARP_POLL_EVERY) != 0) return 0;
-  if (*(volatile const uint32_t *)&ctl_of(p.self, p)[MDR_ARP_CTL_ABORT]) return MDR_ARP_PEER;
-  if (p.host_abort && *p.host_abort) return MDR_ARP_ABORTED;
-  if (p.timeout_ns) {
-    const uint64_t now = global_ns();
-    if (!s.t0) s.t0 = now;
-    else if (now - s.t0 > p.timeout_ns) return MDR_ARP_TIMED_OUT;
-  }
-  return 0;
-}
-
-/* Leave for `cause`: the first thread of this rank to give up writes the
- * report; every rank's abort word is raised so their waits end too. */
-__device__ void give_up(const mdr_ar_call &p, uint32_t cause, uint32_t wait, int peer, uint32_t calls) {
-  uint32_t *ctl = ctl_of(p.self, p);
-  if (atomicCAS(&ctl[MDR_ARP_CTL_CLAIM], 0u, 1u) == 0u && p.host_report) {
-    p.host_report[MDR_ARP_REP_WAIT] = wait;
-    p.host_report[MDR_ARP_REP_PEER] = (uint32_t)peer;
-    p.host_report[MDR_ARP_REP_BLOCK] = blockIdx.x;
-    p.host_report[MDR_ARP_REP_CALL] = calls;
-    __threadfence_system();
-    p.host_report[MDR_ARP_REP_CAUSE] = cause;
-    __threadfence_system();
-  }
-  /* a cause found here (the time limit, a mismatch) ends the peers' waits
-   * too; an abort the host asked for reaches this process's ranks through
-   * the host word, and a peer's abort its peers already see (a rank that
-   * went away may have no window left to write to); the own word always,
-   * so this rank's other blocks leave */
-  const bool all = cause == MDR_ARP_TIMED_OUT || cause == MDR_ARP_MISMATCH;
-  for (int r = 0; r < p.nranks; r++)
-    if (all || r == p.rank) st_release_sys(&ctl_of(p.peer[r], p)[MDR_ARP_CTL_ABORT], 1u);
-}
-
-/* ---- barriers ---- */
-
-__device__ __forceinline__ uint32_t *flag_slot(char *slab, const mdr_ar_call &p, int block, int r) {
-  return (uint32_t *)(slab + p.region_off + MDR_ARP_FLAGS_OFF) + 2 * ((size_t)block * p.nranks + r);
-}
-
-/* 1 when peer r has put a header of block b into this rank's scratch, in
- * either parity: a one-shot call of the peer's where this rank runs a
- * two-shot (every earlier header was cleared when it was read). */
-__device__ bool peer_in_one_shot(const mdr_ar_call &p, unsigned block, int r) {
-  const size_t slot_bytes = MDR_ARP_SLOT_BYTES(p.slot_cap);
-  for (int k = 0; k < 2; k++) {
-    const uint4 *h = (const uint4 *)(p.self + p.region_off + MDR_ARP_SCRATCH_OFF(p.nranks) +
-                                     ((size_t)k * p.nranks + r) * slot_bytes) + block;
-    const uint4 v = ld_volatile(h);
-    if ((v.x & v.y & v.z & v.w) != 0xffffffffu) return true;
-  }
-  return false;
-}
-
-/* Block b of every rank meets at barrier k (1 or 2) of this call; at the
- * first, the ranks' signatures are compared. The block's earlier stores
- * (to any rank) are visible to the peers' block b once they pass. false:
- * the block gave up (or another thread of it did): leave. */
-__device__ bool block_barrier(const mdr_ar_call &p, const mdr_arp_block &st, uint32_t k, uint32_t sig,
-                              int *s_bad) {
-  const uint32_t value = mdr_arp_barrier_value(&st, k);
-  __threadfence_system();
-  __syncthreads();
-  if ((int)threadIdx.x < p.nranks) {
-    const int r = threadIdx.x;
-    uint32_t *theirs = flag_slot(p.peer[r], p, blockIdx.x, p.rank);
-    *(volatile uint32_t *)(theirs + 1) = sig;
-    st_release_sys(theirs, value);
-    const uint32_t *mine = flag_slot(p.self, p, blockIdx.x, r);
-    spin s = {0, 0};
-    uint32_t cause = 0;
-    while (mdr_arp_waiting(ld_acquire_sys(mine), value)) {
-      if ((cause = must_leave(p, s)) != 0) break;
-      if (k == 1 && s.turns % MDR_ARP_POLL_EVERY == 0 && peer_in_one_shot(p, blockIdx.x, r)) {
-        cause = MDR_ARP_MISMATCH;
-        break;
-      }
-    }
-    if (!cause && k == 1 && *(volatile const uint32_t *)(mine + 1) != sig) cause = MDR_ARP_MISMATCH;
-    if (cause) {
-      give_up(p, cause, k == 1 ? MDR_ARP_WAIT_BARRIER1 : MDR_ARP_WAIT_BARRIER2, r, st.calls);
-      *(volatile int *)s_bad = 1;
-    }
-  }
-  __syncthreads();
-  return *(volatile int *)s_bad == 0;
-}
-
-/* ---- the algorithms ---- */
 
 template <int DT>
 __device__ bool one_shot(const mdr_ar_call &p, const mdr_arp_block &st, size_t nvec, uint32_t sig, int *s_bad) {
@@ -381,6 +160,97 @@ __device__ bool one_shot(const mdr_ar_call &p, const mdr_arp_block &st, size_t n
   return true;
 }
 
+/* ---- the fused RMSNorm (kernels/ar_protocol.h has the arithmetic) ---- */
+
+/* The tree of one row, in shared memory. */
+struct norm_smem {
+  float tree[MDR_ARP_NORM_MAX_VECS];
+  float inv;
+};
+
+/* Leaf j of a row: the squares of the vector's elements added left to right. */
+template <int DT> __device__ __forceinline__ float norm_leaf(const uint4 &v) {
+  float x[elems<DT>::N];
+  first_term<DT>(x, v);
+  float q = __fmul_rn(x[0], x[0]);
+#pragma unroll
+  for (int k = 1; k < elems<DT>::N; k++) q = __fadd_rn(q, __fmul_rn(x[k], x[k]));
+  return q;
+}
+
+/* One row's norm, by the whole block (every thread calls it): res_row
+ * holds the row's updated residual, whose vectors j = threadIdx.x +
+ * m * blockDim.x this very thread wrote; out_row gets the normed row. The
+ * tree: leaves into shared memory, its levels of 32 pairs and more by the
+ * block, the last five by warp 0's shuffles of the same pairs. */
+template <int DT>
+__device__ void norm_row(const uint4 *res_row, uint4 *out_row, const uint4 *w, size_t nvec, float h, float eps,
+                         norm_smem &sm) {
+  const size_t leaves = mdr_arp_norm_leaves(nvec);
+  for (size_t j = threadIdx.x; j < leaves; j += blockDim.x) sm.tree[j] = j < nvec ? norm_leaf<DT>(res_row[j]) : 0.0f;
+  __syncthreads();
+  size_t half = leaves / 2;
+  for (; half >= 32; half >>= 1) {
+    for (size_t j = threadIdx.x; j < half; j += blockDim.x) sm.tree[j] = __fadd_rn(sm.tree[j], sm.tree[j + half]);
+    __syncthreads();
+  }
+  if (threadIdx.x < 32) {
+    const unsigned live = half ? 2u * (unsigned)half : 1u; /* the values left: tree[0 .. live) */
+    float v = threadIdx.x < live ? sm.tree[threadIdx.x] : 0.0f;
+    for (; half >= 1; half >>= 1) {
+      const float o = __shfl_down_sync(0xffffffffu, v, (unsigned)half);
+      if (threadIdx.x < half) v = __fadd_rn(v, o);
+    }
+    if (threadIdx.x == 0) sm.inv = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(v, h), eps)));
+  }
+  __syncthreads();
+  const float inv = sm.inv;
+  for (size_t j = threadIdx.x; j < nvec; j += blockDim.x) {
+    float x[elems<DT>::N], wf[elems<DT>::N];
+    first_term<DT>(x, res_row[j]);
+    first_term<DT>(wf, w[j]);
+#pragma unroll
+    for (int k = 0; k < elems<DT>::N; k++) x[k] = __fmul_rn(__fmul_rn(x[k], inv), wf[k]);
+    out_row[j] = pack<DT>(x);
+  }
+}
+
+/* The fused one-shot: the protocol of one_shot (whose code is kept apart,
+ * as measured, so that its registers stay as they were), in the helpers
+ * above, by rows: block b sends, sums and
+ * norms rows b, b + grid, ..., thread t the row's vectors t, t + threads,
+ * ... (the thread that sends a vector is the one that overwrites it with
+ * the sum, and the one that reads it back for the norm). */
+template <int DT>
+__device__ bool one_shot_norm(const mdr_ar_call &p, const mdr_arp_block &st, size_t nrows, size_t nvec, uint32_t sig,
+                              int *s_bad, norm_smem &sm) {
+  const size_t base = scratch_base(p, st);
+  const size_t rv = p.row_bytes / MDR_ARP_VEC;
+  const float h = (float)(rv * (MDR_ARP_VEC / sizeof(uint16_t)));
+  uint4 *rows = (uint4 *)(p.self + p.buf_off);
+  if (threadIdx.x == 0) send_header(p, st, nvec, sig, base);
+  for (size_t row = blockIdx.x; row < nrows; row += gridDim.x)
+    for (size_t j = threadIdx.x; j < rv; j += blockDim.x) send_vector<DT>(p, base, row * rv + j, rows[row * rv + j]);
+  if (threadIdx.x == 0) check_headers(p, st, nvec, sig, base, s_bad);
+  __syncthreads();
+  if (*(volatile int *)s_bad) return false;
+  uint4 *res = (uint4 *)(p.self + p.res_off), *out = (uint4 *)(p.self + p.norm_off);
+  const uint4 *w = (const uint4 *)p.norm_weight;
+  for (size_t row = blockIdx.x; row < nrows; row += gridDim.x) {
+    for (size_t j = threadIdx.x; j < rv; j += blockDim.x) {
+      const size_t i = row * rv + j;
+      uint4 sum;
+      if (!sum_vector<DT>(p, st, base, i, rows[i], &sum, s_bad)) break; /* gave up: the block leaves below */
+      rows[i] = sum;
+      res[i] = add_residual<DT>(res[i], sum);
+    }
+    __syncthreads();
+    if (*(volatile int *)s_bad) return false; /* this row's norm is not written */
+    norm_row<DT>(res + row * rv, out + row * rv, w, rv, h, p.norm_eps, sm);
+  }
+  return true;
+}
+
 template <int DT>
 __device__ bool two_shot(const mdr_ar_call &p, const mdr_arp_block &st, size_t nvec, uint32_t sig, int *s_bad) {
   const size_t lo = nvec * (size_t)p.rank / (size_t)p.nranks;
@@ -406,7 +276,46 @@ __device__ bool two_shot(const mdr_ar_call &p, const mdr_arp_block &st, size_t n
   return true;
 }
 
-template <int DT> __global__ void __launch_bounds__(MDR_AR_THREADS) all_reduce_kernel(mdr_ar_call p) {
+/* The fused two-shot: rank r sums whole rows (mdr_arp_norm_rows_of), block
+ * b taking its rows b, b + grid, ...; after barrier 2 block b adds the
+ * residual and norms exactly the rows block b of every rank wrote. */
+template <int DT>
+__device__ bool two_shot_norm(const mdr_ar_call &p, const mdr_arp_block &st, size_t nrows, uint32_t sig, int *s_bad,
+                              norm_smem &sm) {
+  const size_t rv = p.row_bytes / MDR_ARP_VEC;
+  const float h = (float)(rv * (MDR_ARP_VEC / sizeof(uint16_t)));
+  size_t lo, hi;
+  mdr_arp_norm_rows_of(nrows, p.rank, p.nranks, &lo, &hi);
+  if (!block_barrier(p, st, 1, sig, s_bad)) return false;
+  for (size_t row = lo + blockIdx.x; row < hi; row += gridDim.x)
+    for (size_t j = threadIdx.x; j < rv; j += blockDim.x) {
+      const size_t i = row * rv + j;
+      float acc[elems<DT>::N];
+      first_term<DT>(acc, ((const uint4 *)(p.peer[0] + p.buf_off))[i]);
+      for (int r = 1; r < p.nranks; r++) accumulate<DT>(acc, ((const uint4 *)(p.peer[r] + p.buf_off))[i]);
+      const uint4 sum = pack<DT>(acc);
+      for (int r = 0; r < p.nranks; r++) st_volatile((uint4 *)(p.peer[r] + p.buf_off) + i, sum);
+    }
+  if (!block_barrier(p, st, 2, sig, s_bad)) return false;
+  uint4 *res = (uint4 *)(p.self + p.res_off), *out = (uint4 *)(p.self + p.norm_off);
+  const uint4 *sums = (const uint4 *)(p.self + p.buf_off), *w = (const uint4 *)p.norm_weight;
+  for (int r = 0; r < p.nranks; r++) { /* the rows rank r's block b wrote */
+    size_t rlo, rhi;
+    mdr_arp_norm_rows_of(nrows, r, p.nranks, &rlo, &rhi);
+    for (size_t row = rlo + blockIdx.x; row < rhi; row += gridDim.x) {
+      for (size_t j = threadIdx.x; j < rv; j += blockDim.x) {
+        const size_t i = row * rv + j;
+        res[i] = add_residual<DT>(res[i], ld_volatile(sums + i));
+      }
+      norm_row<DT>(res + row * rv, out + row * rv, w, rv, h, p.norm_eps, sm);
+    }
+  }
+  return true;
+}
+
+/* One call, by one block: the kernels below. NORM: the fused RMSNorm
+ * (sm its tree). */
+template <int DT, bool NORM> __device__ __forceinline__ void run_call(const mdr_ar_call &p, norm_smem *sm) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   /* launched early (programmatic dependent launch): wait until the work
    * before it completed and its memory is visible; then let the next
@@ -430,9 +339,14 @@ template <int DT> __global__ void __launch_bounds__(MDR_AR_THREADS) all_reduce_k
   if (nvec == 0) return; /* an empty call: nothing moves, no counter advances */
   const int one = mdr_arp_runs_one_shot(p.algo, bytes, p.one_shot_max);
   const uint32_t sig = mdr_arp_signature(nvec, p.row_bytes, DT, one, p.res_off != MDR_ARP_NO_RESIDUAL,
-                                         p.count_ptr != nullptr);
+                                         p.count_ptr != nullptr, NORM);
   __syncthreads(); /* s_bad is set */
-  const bool ok = one ? one_shot<DT>(p, st, nvec, sig, &s_bad) : two_shot<DT>(p, st, nvec, sig, &s_bad);
+  bool ok;
+  if constexpr (NORM) {
+    ok = one ? one_shot_norm<DT>(p, st, rows, nvec, sig, &s_bad, *sm) : two_shot_norm<DT>(p, st, rows, sig, &s_bad, *sm);
+  } else {
+    ok = one ? one_shot<DT>(p, st, nvec, sig, &s_bad) : two_shot<DT>(p, st, nvec, sig, &s_bad);
+  }
   __syncthreads(); /* every thread is here, those that gave up too */
   if (!ok || *(volatile int *)&s_bad) return; /* gave up: the counters stay (later calls are refused) */
   /* advance the counters: each block its own; block 0 also the call-wide
@@ -451,6 +365,37 @@ template <int DT> __global__ void __launch_bounds__(MDR_AR_THREADS) all_reduce_k
       o->calls = next.calls;
       o->one_shot = next.one_shot;
     }
+}
+
+template <int DT> __global__ void __launch_bounds__(MDR_AR_THREADS) all_reduce_kernel(mdr_ar_call p) {
+  run_call<DT, false>(p, nullptr);
+}
+
+/* The fused RMSNorm's all-reduce (bf16, fp16). */
+template <int DT> __global__ void __launch_bounds__(MDR_AR_THREADS) all_reduce_norm_kernel(mdr_ar_call p) {
+  __shared__ norm_smem sm;
+  run_call<DT, true>(p, &sm);
+}
+
+/* residual += sum (sum NULL: nothing added) then the RMSNorm of the
+ * residual into out, for min(*count_ptr, nrows) rows (count_ptr NULL:
+ * nrows): the arithmetic of the fused all-reduce, as its own kernel. */
+template <int DT>
+__global__ void __launch_bounds__(MDR_AR_THREADS)
+    residual_norm_kernel(uint4 *res, const uint4 *sum, uint4 *out, const uint4 *w, size_t rv, size_t nrows,
+                         const uint32_t *count_ptr, float eps) {
+  __shared__ norm_smem sm;
+  size_t n = nrows;
+  if (count_ptr) n = *count_ptr < n ? *count_ptr : n;
+  const float h = (float)(rv * (MDR_ARP_VEC / sizeof(uint16_t)));
+  for (size_t row = blockIdx.x; row < n; row += gridDim.x) {
+    if (sum)
+      for (size_t j = threadIdx.x; j < rv; j += blockDim.x) {
+        const size_t i = row * rv + j;
+        res[i] = add_residual<DT>(res[i], sum[i]);
+      }
+    norm_row<DT>(res + row * rv, out + row * rv, w, rv, h, eps, sm);
+  }
 }
 
 template <int DT>
@@ -478,11 +423,17 @@ extern "C" int mdr_cuda_ar_launch(const mdr_ar_call *k, void *stream) {
   const int one = mdr_arp_runs_one_shot(k->algo, nvec * MDR_ARP_VEC, k->one_shot_max);
   const size_t per_rank = one ? nvec : (nvec + (size_t)k->nranks - 1) / (size_t)k->nranks;
   size_t blocks = (per_rank + MDR_AR_THREADS - 1) / MDR_AR_THREADS;
+  unsigned threads = per_rank < MDR_AR_THREADS ? (unsigned)((per_rank + 31) / 32 * 32) : MDR_AR_THREADS;
+  const bool norm = k->norm_weight != nullptr;
+  if (norm) { /* a block a row (one-shot), a block a row of this rank's share (two-shot) */
+    const size_t rv = k->row_bytes / MDR_ARP_VEC;
+    blocks = one ? k->rows : (k->rows + (size_t)k->nranks - 1) / (size_t)k->nranks;
+    threads = rv < MDR_AR_THREADS ? (unsigned)((rv + 31) / 32 * 32) : MDR_AR_THREADS;
+  }
   size_t cap = (size_t)k->max_blocks; /* the same on every rank: block b meets block b */
   if (cap > MDR_ARP_MAX_BLOCKS) cap = MDR_ARP_MAX_BLOCKS;
   if (blocks > cap) blocks = cap;
   if (blocks < 1) blocks = 1;
-  const unsigned threads = per_rank < MDR_AR_THREADS ? (unsigned)((per_rank + 31) / 32 * 32) : MDR_AR_THREADS;
   /* programmatic dependent launch (sm_90+, decided by the transport): the
    * kernel's launch overlaps the end of the work before it */
   cudaLaunchAttribute attr[1];
@@ -495,6 +446,14 @@ extern "C" int mdr_cuda_ar_launch(const mdr_ar_call *k, void *stream) {
   cfg.attrs = attr;
   cfg.numAttrs = k->pdl ? 1 : 0;
   cudaError_t e;
+  if (norm) {
+    switch (k->dtype) {
+      case MDR_ARP_BF16: e = cudaLaunchKernelEx(&cfg, all_reduce_norm_kernel<MDR_ARP_BF16>, *k); break;
+      case MDR_ARP_FP16: e = cudaLaunchKernelEx(&cfg, all_reduce_norm_kernel<MDR_ARP_FP16>, *k); break;
+      default: e = cudaErrorInvalidValue; break; /* refused by src/all_reduce.c */
+    }
+    return (int)e;
+  }
   switch (k->dtype) {
     case MDR_ARP_BF16: e = cudaLaunchKernelEx(&cfg, all_reduce_kernel<MDR_ARP_BF16>, *k); break;
     case MDR_ARP_FP16: e = cudaLaunchKernelEx(&cfg, all_reduce_kernel<MDR_ARP_FP16>, *k); break;
@@ -515,6 +474,10 @@ extern "C" int mdr_cuda_ar_region_init(void *region, int n, size_t cap, void *st
   if (e0 == cudaSuccess) e0 = cudaFuncGetAttributes(&fa, residual_add_kernel<MDR_ARP_BF16>);
   if (e0 == cudaSuccess) e0 = cudaFuncGetAttributes(&fa, residual_add_kernel<MDR_ARP_FP16>);
   if (e0 == cudaSuccess) e0 = cudaFuncGetAttributes(&fa, residual_add_kernel<MDR_ARP_FP32>);
+  if (e0 == cudaSuccess) e0 = cudaFuncGetAttributes(&fa, all_reduce_norm_kernel<MDR_ARP_BF16>);
+  if (e0 == cudaSuccess) e0 = cudaFuncGetAttributes(&fa, all_reduce_norm_kernel<MDR_ARP_FP16>);
+  if (e0 == cudaSuccess) e0 = cudaFuncGetAttributes(&fa, residual_norm_kernel<MDR_ARP_BF16>);
+  if (e0 == cudaSuccess) e0 = cudaFuncGetAttributes(&fa, residual_norm_kernel<MDR_ARP_FP16>);
   if (e0 != cudaSuccess) return (int)e0;
   cudaStream_t s = (cudaStream_t)stream;
   char *r = (char *)region;
@@ -537,6 +500,28 @@ extern "C" int mdr_cuda_ar_residual_add(void *residual, const void *rows, size_t
     case MDR_ARP_BF16: residual_add_kernel<MDR_ARP_BF16><<<(unsigned)blocks, 256, 0, s>>>(res, in, row_vecs, nrows, count_ptr); break;
     case MDR_ARP_FP16: residual_add_kernel<MDR_ARP_FP16><<<(unsigned)blocks, 256, 0, s>>>(res, in, row_vecs, nrows, count_ptr); break;
     default: residual_add_kernel<MDR_ARP_FP32><<<(unsigned)blocks, 256, 0, s>>>(res, in, row_vecs, nrows, count_ptr); break;
+  }
+  return (int)cudaGetLastError();
+}
+
+extern "C" int mdr_cuda_ar_residual_norm(void *residual, const void *sum, void *out, const void *weight, float eps,
+                                         size_t row_bytes, size_t nrows, const uint32_t *count_ptr, int dtype,
+                                         void *stream) {
+  const size_t rv = row_bytes / MDR_ARP_VEC;
+  size_t blocks = nrows < 1024 ? nrows : 1024;
+  if (blocks < 1) blocks = 1;
+  const unsigned threads = rv < MDR_AR_THREADS ? (unsigned)((rv + 31) / 32 * 32) : MDR_AR_THREADS;
+  cudaStream_t s = (cudaStream_t)stream;
+  uint4 *res = (uint4 *)residual, *o = (uint4 *)out;
+  const uint4 *in = (const uint4 *)sum, *w = (const uint4 *)weight;
+  switch (dtype) {
+    case MDR_ARP_BF16:
+      residual_norm_kernel<MDR_ARP_BF16><<<(unsigned)blocks, threads, 0, s>>>(res, in, o, w, rv, nrows, count_ptr, eps);
+      break;
+    case MDR_ARP_FP16:
+      residual_norm_kernel<MDR_ARP_FP16><<<(unsigned)blocks, threads, 0, s>>>(res, in, o, w, rv, nrows, count_ptr, eps);
+      break;
+    default: return (int)cudaErrorInvalidValue;
   }
   return (int)cudaGetLastError();
 }

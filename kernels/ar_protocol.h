@@ -165,14 +165,16 @@ MDR_ARP_FN uint32_t mdr_arp_canonical(uint32_t w, int dt) {
 
 /* A 31-bit signature of a call as it runs (never all-ones: it travels in a
  * one-shot header word): the vectors it moves, the row bytes, the dtype,
- * the algorithm it runs, the residual and the count source. Ranks compare
+ * the algorithm it runs, the residual, the count source and the fused
+ * RMSNorm (which changes the two-shot's partition and the grid). Ranks compare
  * it at the first barrier (two-shot) or through the block headers
  * (one-shot); a difference is a give-up with MDR_ARP_MISMATCH. */
-MDR_ARP_FN uint32_t mdr_arp_signature(size_t nvec, size_t row_bytes, int dt, int one, int residual, int counted) {
+MDR_ARP_FN uint32_t mdr_arp_signature(size_t nvec, size_t row_bytes, int dt, int one, int residual, int counted,
+                                      int norm) {
   uint64_t h = 0xcbf29ce484222325ull;
-  const uint64_t v[6] = {(uint64_t)nvec, (uint64_t)row_bytes, (uint64_t)dt, (uint64_t)one, (uint64_t)residual,
-                         (uint64_t)counted};
-  for (int i = 0; i < 6; i++) {
+  const uint64_t v[7] = {(uint64_t)nvec,     (uint64_t)row_bytes, (uint64_t)dt,  (uint64_t)one,
+                         (uint64_t)residual, (uint64_t)counted,   (uint64_t)norm};
+  for (int i = 0; i < 7; i++) {
     h ^= v[i];
     h *= 0x100000001b3ull;
     h ^= h >> 29;
@@ -207,6 +209,10 @@ typedef struct mdr_ar_call {
   size_t one_shot_max;       /* AUTO with a count: one-shot up to these bytes, two-shot above */
   int dtype;                 /* MDR_ARP_BF16, FP16, FP32 */
   int algo;                  /* MDR_ARP_ONE_SHOT, TWO_SHOT, AUTO (counted: by the bytes) or NCCL */
+  const void *norm_weight;   /* NULL: no fused RMSNorm. Else its weight (row_bytes of dtype, this rank's
+                                address, 16-byte aligned); res_off is then set */
+  size_t norm_off;           /* the fused RMSNorm's output rows (with norm_weight) */
+  float norm_eps;            /* its epsilon (with norm_weight) */
   /* the transport's */
   char *peer[MDR_ARP_MAX_RANKS]; /* each rank's slab (window base) as this rank reaches it */
   char *self;                    /* this rank's slab at its own address */
@@ -225,6 +231,43 @@ MDR_ARP_FN size_t mdr_arp_rows_now(const mdr_ar_call *k) {
   if (!k->count_ptr) return k->rows;
   const size_t counted = *(volatile const uint32_t *)k->count_ptr;
   return counted < k->rows ? counted : k->rows;
+}
+
+/* ---- the fused RMSNorm (include/mdr/comm.h, "The fused RMSNorm") ----
+ *
+ * After the residual add, per reduced row of H = row_bytes / esize elements
+ * (bf16 or fp16; H a multiple of 8: V = H / 8 vectors of 16 bytes), with
+ * x_i = (float)r_i the updated residual, w_i = (float)weight_i, and every
+ * operation one IEEE-754 binary32 operation rounded to nearest even (no
+ * fused multiply-add, no flush to zero):
+ *   leaf j (0 <= j < V):  p_j = x_8j*x_8j; p_j = p_j + x_{8j+k}*x_{8j+k} for k = 1 .. 7
+ *   tree:  P = the least power of two >= V; s_j = p_j (j < V), +0 (V <= j < P);
+ *          for w = P/2, P/4, .. 1: s_j = s_j + s_{j+w} for every j < w; ss = s_0
+ *   inv = 1 / sqrt(ss / (float)H + eps)      (division, sqrt, division, each rounded)
+ *   out_i = round((x_i * inv) * w_i)         (to the row's type, nearest even)
+ * The kernels (one block a row: thread leaves, a shared-memory tree whose
+ * last levels are warp shuffles of the same pairs) and the host twin
+ * compute exactly these operations in this order, so every path gives the
+ * same bits. */
+
+/* Rows of the fused RMSNorm hold at most this many 16-byte vectors (the
+ * public MDR_ALL_REDUCE_NORM_MAX_ROW_BYTES / 16: the kernels' tree lives in
+ * shared memory). */
+enum { MDR_ARP_NORM_MAX_VECS = 4096 };
+
+/* P: the tree's leaves for a row of `nvec` vectors. */
+MDR_ARP_FN size_t mdr_arp_norm_leaves(size_t nvec) {
+  size_t p = 1;
+  while (p < nvec) p <<= 1;
+  return p;
+}
+
+/* The rows rank `rank` of `nranks` owns in a fused two-shot: [*lo, *hi)
+ * of `rows` (the plain two-shot splits vectors; the fused one splits
+ * whole rows, so that each row's norm reads rows one block wrote). */
+MDR_ARP_FN void mdr_arp_norm_rows_of(size_t rows, int rank, int nranks, size_t *lo, size_t *hi) {
+  *lo = rows * (size_t)rank / (size_t)nranks;
+  *hi = rows * (size_t)(rank + 1) / (size_t)nranks;
 }
 
 /* ---- the give-up report ---- */

@@ -8,7 +8,8 @@
 #   phases: build tests sanitize variants sweep probe ncu decode soak bench peer compare tp tpsan arproto overhead floor hf
 #   arproto: mdr's all-reduce protocol on one GPU: the ar_gpu suite (AR_GPU_CALLS,
 #     default 100000), under memcheck and synccheck (AR_SAN_CALLS, default 2000),
-#     and dev/all_reduce_compare (the kernels before and after the protocol rebuild)
+#     dev/all_reduce_compare (the kernels before and after the protocol rebuild)
+#     and dev/all_reduce_norm_compare (the fused norm against the unfused chain)
 #   tpsan: the several-GPU suites under compute-sanitizer (memcheck; synccheck
 #     for all_reduce)
 #   overhead: the host's cost of a step, piece by piece, and its tails (dev/step_overhead_probe)
@@ -25,7 +26,8 @@
 #     backend_cuda suites, soaks of mdr's all-reduce
 #     (TP_SOAK replays, default 100000, per algorithm in TP_SOAK_ALGOS), the
 #     TP=2 decode loop, mdr-bench-tp (TP_BENCH_RUNS times; with TP_PDL_AB
-#     set, each time also with MDR_AR_PDL=0 first)
+#     set, each time also with MDR_AR_PDL=0 first), and mdr-bench-tp --norm
+#     (the fused all-reduce + residual + RMSNorm; TP_NORM_ARGS)
 #   (default: build tests sanitize variants decode bench peer)
 #   env BENCH_ARGS: extra arguments for mdr-bench (default --quick)
 #   compare: the previous build side by side with this one. PREV names a
@@ -170,6 +172,9 @@ if has tp; then
       fi
       run "bench-tp-$i" $build/bench/mdr-bench-tp ${TP_BENCH_ARGS:---quick} --out "$out/bench-tp-$i" --force
     done
+    # the fused all-reduce + residual + RMSNorm against the unfused chain and
+    # NCCL + RMSNorm (1-128 tokens, hidden 4096/6144/8192; TP_NORM_ARGS)
+    run bench-tp-norm $build/bench/mdr-bench-tp --norm ${TP_NORM_ARGS:-} --out "$out/bench-tp-norm" --force
   fi
 fi
 if has tpsan; then
@@ -192,6 +197,10 @@ if has arproto; then
   run synccheck-ar-gpu env MDR_AR_GPU_CALLS="${AR_SAN_CALLS:-2000}" $cs --tool synccheck $build/tests/test_ar_gpu --jobs 1
   mkdir -p "$out/ar-compare"
   run ar-compare $build/dev/all_reduce_compare "$out/ar-compare" ${AR_COMPARE_ARGS:---reps 400}
+  # the fused all-reduce + residual + RMSNorm against the unfused chain, ranks
+  # on one GPU (a first look; the figures belong to tp's bench-tp-norm)
+  mkdir -p "$out/ar-norm-compare"
+  run ar-norm-compare $build/dev/all_reduce_norm_compare "$out/ar-norm-compare" ${AR_NORM_ARGS:---reps 400}
 fi
 if has overhead; then
   run overhead $build/dev/step_overhead_probe

@@ -4,6 +4,7 @@
  * ar_protocol.h) handed to the transport, and the protocol counters' test
  * hook. The transports (src/comm_nccl.c, src/comm_host.c) run the call;
  * the protocol itself is kernels/ar_protocol.h. */
+#include <float.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -23,6 +24,7 @@ _Static_assert((int)MDR_ARP_AUTO == (int)MDR_ALL_REDUCE_AUTO && (int)MDR_ARP_NCC
                "algorithm codes");
 _Static_assert(MDR_ARP_ONE_SHOT_MAX_BYTES == MDR_ALL_REDUCE_ONE_SHOT_MAX_BYTES, "one-shot scratch");
 _Static_assert(MDR_ARP_MAX_RANKS == MDR_ALL_REDUCE_MAX_RANKS, "ranks of mdr's kernels");
+_Static_assert(MDR_ARP_NORM_MAX_VECS * MDR_ARP_VEC == MDR_ALL_REDUCE_NORM_MAX_ROW_BYTES, "the fused norm's rows");
 
 size_t mdr_comm_region_off(const mdr_arena *a) { return (mdr_arena_slab_bytes(a) + 255u) & ~(size_t)255u; }
 
@@ -46,7 +48,10 @@ mdr_all_reduce_desc mdr_all_reduce_desc_make(mdr_buffer buf, mdr_dtype dt, size_
                                .tokens = tokens,
                                .count_ptr = 0,
                                .residual = MDR_BUF_COUNT,
-                               .algo = MDR_ALL_REDUCE_AUTO};
+                               .algo = MDR_ALL_REDUCE_AUTO,
+                               .norm_output = MDR_BUF_COUNT,
+                               .norm_weight = 0,
+                               .norm_eps = 0.0f};
 }
 
 int mdr_all_reduce_kernels(const mdr_arena *a) {
@@ -104,6 +109,55 @@ static size_t row_bytes_of(const mdr_arena *a, mdr_backend *rec, mdr_buffer buf,
   return bytes / m;
 }
 
+/* The fused RMSNorm's fields (include/mdr/comm.h): MDR_OK, or the refusal
+ * naming the field. */
+static mdr_status check_norm(const mdr_arena *a, mdr_backend *b, const mdr_all_reduce_desc *d, size_t row_bytes) {
+  if (d->norm_output == MDR_BUF_COUNT) {
+    if (d->norm_weight)
+      return refuse(b, MDR_ERR_INVALID_ARGUMENT, "all-reduce: norm_weight is set but norm_output is MDR_BUF_COUNT "
+                                                 "(no fused norm): set norm_output, or norm_weight to 0");
+    if (d->norm_eps != 0.0f)
+      return refuse(b, MDR_ERR_INVALID_ARGUMENT, "all-reduce: norm_eps is set but norm_output is MDR_BUF_COUNT "
+                                                 "(no fused norm): set norm_output, or norm_eps to 0");
+    return MDR_OK;
+  }
+  if ((int)d->norm_output < 0 || d->norm_output > MDR_BUF_COUNT)
+    return refuse(b, MDR_ERR_INVALID_ARGUMENT, "all-reduce: norm_output %d is not a buffer (or MDR_BUF_COUNT)",
+                  (int)d->norm_output);
+  if (d->dtype != MDR_DTYPE_BF16 && d->dtype != MDR_DTYPE_FP16)
+    return refuse(b, MDR_ERR_INVALID_ARGUMENT, "all-reduce: norm_output (the fused RMSNorm) takes bf16 or fp16 rows, "
+                                               "not %s", d->dtype == MDR_DTYPE_FP32 ? "fp32" : "this dtype");
+  if (d->residual == MDR_BUF_COUNT)
+    return refuse(b, MDR_ERR_INVALID_ARGUMENT,
+                  "all-reduce: norm_output needs a residual (the norm is of the residual after the add)");
+  if (d->norm_output == d->buf || d->norm_output == d->residual)
+    return refuse(b, MDR_ERR_INVALID_ARGUMENT, "all-reduce: norm_output is the %s buffer itself",
+                  d->norm_output == d->buf ? "reduced" : "residual");
+  const size_t nb = row_bytes_of(a, b, d->norm_output, d->dtype, "the norm_output");
+  if (!nb) return MDR_ERR_INVALID_ARGUMENT;
+  if (nb != row_bytes)
+    return refuse(b, MDR_ERR_INVALID_ARGUMENT,
+                  "all-reduce: norm_output rows of %zu bytes, reduced rows of %zu: they must match", nb, row_bytes);
+  if (!d->norm_weight)
+    return refuse(b, MDR_ERR_INVALID_ARGUMENT, "all-reduce: norm_output is set but norm_weight is 0 (the norm's "
+                                               "weight: a device address of one row of dtype)");
+  if (d->norm_weight % MDR_ARP_VEC != 0)
+    return refuse(b, MDR_ERR_INVALID_ARGUMENT, "all-reduce: norm_weight 0x%llx is not 16-byte aligned",
+                  (unsigned long long)d->norm_weight);
+  if (!(d->norm_eps >= 0.0f && d->norm_eps <= FLT_MAX))
+    return refuse(b, MDR_ERR_INVALID_ARGUMENT, "all-reduce: norm_eps %g is not a finite value >= 0",
+                  (double)d->norm_eps);
+  if (row_bytes % MDR_ARP_VEC != 0)
+    return refuse(b, MDR_ERR_UNSUPPORTED,
+                  "all-reduce: norm_output rows of %zu bytes are not whole 16-byte vectors (the fused norm's order)",
+                  row_bytes);
+  if (row_bytes > MDR_ALL_REDUCE_NORM_MAX_ROW_BYTES)
+    return refuse(b, MDR_ERR_UNSUPPORTED, "all-reduce: norm_output rows of %zu bytes are over "
+                                          "MDR_ALL_REDUCE_NORM_MAX_ROW_BYTES (%zu)",
+                  row_bytes, MDR_ALL_REDUCE_NORM_MAX_ROW_BYTES);
+  return MDR_OK;
+}
+
 /* Check d against a; on success *out is the call's part of the call and
  * *algo what runs (NCCL, ONE_SHOT, TWO_SHOT, or AUTO: the kernel picks).
  * Records the failure's text otherwise (when `record`). Nothing is
@@ -134,6 +188,8 @@ static mdr_status resolve(const mdr_arena *a, const mdr_all_reduce_desc *d, int 
                               "all-reduce: residual rows of %zu bytes, reduced rows of %zu: they must match", rb,
                               row_bytes);
   }
+  const mdr_status nst = check_norm(a, b, d, row_bytes);
+  if (nst != MDR_OK) return nst;
   const size_t m = mdr_arena_max_batch_tokens(a);
   if (d->tokens > m)
     return refuse(b, MDR_ERR_OUT_OF_RANGE, "all-reduce: %zu tokens (0 .. %zu)", d->tokens, m);
@@ -161,6 +217,11 @@ static mdr_status resolve(const mdr_arena *a, const mdr_all_reduce_desc *d, int 
   out->dtype = (int)d->dtype;
   out->algo = (int)*algo;
   out->region_off = mdr_comm_region_off(a);
+  if (d->norm_output != MDR_BUF_COUNT) {
+    out->norm_weight = (const void *)(uintptr_t)d->norm_weight;
+    out->norm_off = (size_t)(mdr_arena_ptr(a, d->norm_output) - slab);
+    out->norm_eps = d->norm_eps;
+  }
   return MDR_OK;
 }
 

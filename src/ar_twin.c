@@ -13,8 +13,11 @@
  *
  * Arithmetic: acc = (float)x_0; acc += (float)x_r for r = 1 .. n-1; one
  * rounding to the element type (round to nearest even; fp32 sums in fp32);
- * residual = round((float)residual + (float)sum). */
+ * residual = round((float)residual + (float)sum). The fused RMSNorm after
+ * it: the operations of kernels/ar_protocol.h in their order (twin_norm);
+ * its two-shot splits whole rows between the ranks, as the kernel's does. */
 #define _POSIX_C_SOURCE 200809L
+#include <math.h>
 #include <sched.h>
 #include <string.h>
 #include <time.h>
@@ -237,13 +240,51 @@ void mdr_ar_twin_residual(const mdr_ar_call *k, size_t count) {
     st_elem(res, i, esize, narrow(widen(ld_elem(res, i, esize), dt) + widen(ld_elem(sum, i, esize), dt), dt));
 }
 
+/* The fused RMSNorm (kernels/ar_protocol.h, include/mdr/comm.h) of rows
+ * [lo, hi): the residual's rows (after the add) into norm_output, in the
+ * operations and order the kernels use. */
+static void twin_norm(const mdr_ar_call *k, size_t lo, size_t hi) {
+  const mdr_dtype dt = (mdr_dtype)k->dtype;
+  const size_t esize = mdr_dtype_bytes(dt), h = k->row_bytes / esize, nvec = h / 8;
+  const size_t leaves = mdr_arp_norm_leaves(nvec);
+  const char *w = k->norm_weight;
+  float s[MDR_ARP_NORM_MAX_VECS];
+  for (size_t row = lo; row < hi; row++) {
+    const char *res = k->self + k->res_off + row * k->row_bytes;
+    char *out = k->self + k->norm_off + row * k->row_bytes;
+    for (size_t j = 0; j < leaves; j++) {
+      float p = 0.0f; /* the padding leaves: +0 */
+      for (size_t e = 0; j < nvec && e < 8; e++) {
+        const float x = widen(ld_elem(res, 8 * j + e, esize), dt), q = x * x;
+        p = e == 0 ? q : p + q;
+      }
+      s[j] = p;
+    }
+    for (size_t half = leaves / 2; half >= 1; half /= 2)
+      for (size_t j = 0; j < half; j++) s[j] = s[j] + s[j + half];
+    const float mean = s[0] / (float)h, inv = 1.0f / sqrtf(mean + k->norm_eps);
+    for (size_t i = 0; i < h; i++) {
+      uint32_t wb = 0;
+      memcpy(&wb, w + i * esize, esize);
+      const float x = widen(ld_elem(res, i, esize), dt), y = x * inv;
+      st_elem(out, i, esize, narrow(y * widen(wb, dt), dt));
+    }
+  }
+}
+
 static mdr_status twin_two_shot(twin *t, size_t count) {
   const mdr_ar_call *k = t->k;
   const mdr_dtype dt = (mdr_dtype)k->dtype;
   const size_t esize = mdr_dtype_bytes(dt), n = (size_t)k->nranks;
   mdr_status st = twin_barrier(t, 1);
   if (st != MDR_OK) return st;
-  const size_t lo = count * (size_t)k->rank / n, hi = count * (size_t)(k->rank + 1) / n;
+  size_t lo = count * (size_t)k->rank / n, hi = count * (size_t)(k->rank + 1) / n;
+  const size_t per_row = k->row_bytes / esize, rows = count / per_row;
+  if (k->norm_weight) { /* the fused two-shot splits whole rows */
+    mdr_arp_norm_rows_of(rows, k->rank, k->nranks, &lo, &hi);
+    lo *= per_row;
+    hi *= per_row;
+  }
   for (size_t i = lo; i < hi; i++) {
     float acc = widen(ld_elem(k->peer[0] + k->buf_off, i, esize), dt);
     for (int r = 1; r < k->nranks; r++) acc += widen(ld_elem(k->peer[r] + k->buf_off, i, esize), dt);
@@ -253,6 +294,7 @@ static mdr_status twin_two_shot(twin *t, size_t count) {
   st = twin_barrier(t, 2);
   if (st != MDR_OK) return st;
   if (k->res_off != MDR_ARP_NO_RESIDUAL) mdr_ar_twin_residual(k, count);
+  if (k->norm_weight) twin_norm(k, 0, rows);
   return MDR_OK;
 }
 
@@ -316,6 +358,7 @@ static mdr_status twin_one_shot(twin *t, size_t count, size_t nvec) {
     st_elem(rows, i, esize, narrow(acc, dt));
   }
   if (k->res_off != MDR_ARP_NO_RESIDUAL) mdr_ar_twin_residual(k, count);
+  if (k->norm_weight) twin_norm(k, 0, count * esize / k->row_bytes);
   return MDR_OK;
 }
 
@@ -337,7 +380,8 @@ mdr_status mdr_ar_twin_run(mdr_comm *c, const mdr_ar_call *k) {
   t.st.one_shot = __atomic_load_n(&states[0].one_shot, __ATOMIC_ACQUIRE);
   t.st.barriers = __atomic_load_n(&states[0].barriers, __ATOMIC_ACQUIRE);
   const int one = mdr_arp_runs_one_shot(k->algo, bytes, k->one_shot_max);
-  t.sig = mdr_arp_signature(nvec, k->row_bytes, k->dtype, one, k->res_off != MDR_ARP_NO_RESIDUAL, k->count_ptr != NULL);
+  t.sig = mdr_arp_signature(nvec, k->row_bytes, k->dtype, one, k->res_off != MDR_ARP_NO_RESIDUAL, k->count_ptr != NULL,
+                            k->norm_weight != NULL);
   mdr_status st = one ? twin_one_shot(&t, count, nvec) : twin_two_shot(&t, count);
   if (st != MDR_OK) return st;
   mdr_arp_block next = t.st;
@@ -361,3 +405,5 @@ void mdr_ar_twin_sum(const mdr_ar_call *k, int nranks, size_t lo, size_t hi) {
     for (int r = 0; r < nranks; r++) st_elem(k->peer[r] + k->buf_off, i, esize, narrow(acc, dt));
   }
 }
+
+void mdr_ar_twin_norm(const mdr_ar_call *k, size_t rows) { twin_norm(k, 0, rows); }

@@ -19,4 +19,8 @@ void mdr_ar_twin_sum(const mdr_ar_call *k, int nranks, size_t lo, size_t hi);
  * this rank's rows. */
 void mdr_ar_twin_residual(const mdr_ar_call *k, size_t count);
 
+/* The fused RMSNorm of the first `rows` rows: norm_output from the
+ * residual's rows (after the add), as the kernels compute it. */
+void mdr_ar_twin_norm(const mdr_ar_call *k, size_t rows);
+
 #endif

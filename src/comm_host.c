@@ -149,6 +149,7 @@ static mdr_status run_nccl_twin(mdr_comm *c, const mdr_ar_call *k) {
   st = barrier(c);
   if (st != MDR_OK) return st;
   if (k->res_off != MDR_ARP_NO_RESIDUAL) mdr_ar_twin_residual(k, mdr_arp_rows_now(k) * k->row_bytes / esize);
+  if (k->norm_weight) mdr_ar_twin_norm(k, mdr_arp_rows_now(k));
   return MDR_OK;
 }
 

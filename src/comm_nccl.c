@@ -163,9 +163,14 @@ static mdr_status nccl_all_reduce(mdr_comm *c, mdr_ar_call *k, mdr_dptr slab, md
       leave_device(prev);
       return nccl_fail(c->b, rank_of(c)->comm, r, "ncclAllReduce");
     }
-    int e = k->res_off != MDR_ARP_NO_RESIDUAL
-                ? mdr_cuda_ar_residual_add(base + k->res_off, p, k->row_bytes, k->rows, k->count_ptr, k->dtype, s)
-                : 0;
+    /* the residual add (and the fused RMSNorm) over the counted rows, one
+     * kernel after the collective */
+    int e = 0;
+    if (k->norm_weight)
+      e = mdr_cuda_ar_residual_norm(base + k->res_off, p, base + k->norm_off, k->norm_weight, k->norm_eps,
+                                    k->row_bytes, k->rows, k->count_ptr, k->dtype, s);
+    else if (k->res_off != MDR_ARP_NO_RESIDUAL)
+      e = mdr_cuda_ar_residual_add(base + k->res_off, p, k->row_bytes, k->rows, k->count_ptr, k->dtype, s);
     leave_device(prev);
     return e ? cuda_fail(c->b, (cudaError_t)e, "residual add after ncclAllReduce") : MDR_OK;
   }

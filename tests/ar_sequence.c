@@ -6,22 +6,27 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "ar_norm_ref.h"
 #include "rng.h"
 
-static mdr_sizes sizes(void) {
+static mdr_sizes sizes(size_t m, size_t row) {
   mdr_sizes s;
   memset(&s, 0, sizeof s);
-  s.max_batch_tokens = AR_SEQ_M;
-  s.logits_rows = AR_SEQ_M;
+  s.max_batch_tokens = m;
+  s.logits_rows = m;
   s.bytes[MDR_BUF_TOKEN_IDS] = 256;
-  s.bytes[MDR_BUF_LOGITS] = AR_SEQ_M * 4;
-  s.bytes[AR_SEQ_BUF] = AR_SEQ_M * AR_SEQ_ROW;
-  s.bytes[AR_SEQ_RES] = AR_SEQ_M * AR_SEQ_ROW;
+  s.bytes[MDR_BUF_LOGITS] = m * 4;
+  s.bytes[AR_SEQ_BUF] = m * row;
+  s.bytes[AR_SEQ_RES] = m * row;
+  s.bytes[AR_SEQ_NORM] = m * row;
+  s.bytes[AR_SEQ_WEIGHT] = row;
   s.bytes[AR_SEQ_WORD] = 256;
   return s;
 }
 
-mdr_status ar_team_init(ar_team *t, int n) {
+mdr_status ar_team_init(ar_team *t, int n) { return ar_team_init_rows(t, n, AR_SEQ_M, AR_SEQ_ROW); }
+
+mdr_status ar_team_init_rows(ar_team *t, int n, size_t m, size_t row) {
   memset(t, 0, sizeof *t);
   t->n = n;
   mdr_status st = MDR_OK;
@@ -30,7 +35,7 @@ mdr_status ar_team_init(ar_team *t, int n) {
     if (st == MDR_OK) st = mdr_backend_stream_create(t->b[i], &t->s[i]);
   }
   if (st == MDR_OK) st = mdr_comm_create_host(t->b, n, t->c);
-  const mdr_sizes s = sizes();
+  const mdr_sizes s = sizes(m, row);
   if (st == MDR_OK) st = mdr_arena_create_on_comms(t->c, n, &s, t->a);
   if (st != MDR_OK) ar_team_fini(t);
   return st;
@@ -112,6 +117,8 @@ static void *seq_main(void *p) {
   mdr_arena *a = t->a[r];
   mdr_backend *b = t->b[r];
   unsigned char in[AR_SEQ_M * AR_SEQ_ROW], res[AR_SEQ_M * AR_SEQ_ROW], got[AR_SEQ_M * AR_SEQ_ROW], gres[AR_SEQ_M * AR_SEQ_ROW];
+  unsigned char nrm[AR_SEQ_M * AR_SEQ_ROW], gnrm[AR_SEQ_M * AR_SEQ_ROW], wgt[AR_SEQ_ROW];
+  const mdr_dptr wptr = mdr_arena_ptr(a, AR_SEQ_WEIGHT);
   uint64_t rng = sr->seed; /* the same on every rank: lockstep */
   const mdr_dptr word = mdr_arena_ptr(a, AR_SEQ_WORD);
   for (size_t c = 0; c < sr->calls; c++) {
@@ -120,6 +127,7 @@ static void *seq_main(void *p) {
     const int kind = (int)tb_rng_range(&rng, 0, 9);
     size_t tokens = tb_rng_range(&rng, 0, AR_SEQ_M);
     const int with_res = (int)tb_rng_range(&rng, 0, 1);
+    const int with_norm = with_res && dt != MDR_DTYPE_FP32 && tb_rng_range(&rng, 0, 1);
     mdr_all_reduce_desc d = mdr_all_reduce_desc_make(AR_SEQ_BUF, dt, tokens);
     uint32_t count = 0;
     size_t rows = tokens; /* rows summed */
@@ -143,7 +151,17 @@ static void *seq_main(void *p) {
     /* NCCL's twin sums the whole bound: its rows past the count are inputs too */
     if (d.algo == MDR_ALL_REDUCE_NCCL)
       for (size_t i = live; i < d.tokens * per_row; i++) put(in, i, dt, encode(input_of(c, r, i), dt));
-    if (mdr_backend_copy_h2d(b, mdr_arena_ptr(a, AR_SEQ_BUF), in, AR_SEQ_M * AR_SEQ_ROW) != MDR_OK ||
+    /* the norm's output poisoned (rows past the count must keep it); this
+     * rank's own weight (small powers of two and their negatives) */
+    for (size_t i = 0; i < elems; i++) put(nrm, i, dt, dt == MDR_DTYPE_FP32 ? 0x7F80BEEFu : 0x7DEDu);
+    for (size_t i = 0; i < per_row; i++) {
+      const int neg = (int)((c + (size_t)r + i) % 5) == 0;
+      const float wf = (neg ? -1.0f : 1.0f) * (0.25f + (float)((c * 5 + (size_t)r * 11 + i * 7) % 97) / 37.0f);
+      put(wgt, i, dt, nref_round(dt == MDR_DTYPE_BF16 ? 0 : 1, wf));
+    }
+    if (mdr_backend_copy_h2d(b, mdr_arena_ptr(a, AR_SEQ_NORM), nrm, AR_SEQ_M * AR_SEQ_ROW) != MDR_OK ||
+        (dt != MDR_DTYPE_FP32 && mdr_backend_copy_h2d(b, wptr, wgt, per_row * es) != MDR_OK) ||
+        mdr_backend_copy_h2d(b, mdr_arena_ptr(a, AR_SEQ_BUF), in, AR_SEQ_M * AR_SEQ_ROW) != MDR_OK ||
         mdr_backend_copy_h2d(b, mdr_arena_ptr(a, AR_SEQ_RES), res, AR_SEQ_M * AR_SEQ_ROW) != MDR_OK ||
         mdr_backend_copy_h2d(b, word, &count, 4) != MDR_OK) {
       snprintf(sr->first, sizeof sr->first, "rank %d: staging call %zu failed", r, c);
@@ -151,6 +169,12 @@ static void *seq_main(void *p) {
       return NULL;
     }
     if (with_res) d.residual = AR_SEQ_RES;
+    const float eps = (float)(c % 3) * 0x1p-10f;
+    if (with_norm) {
+      d.norm_output = AR_SEQ_NORM;
+      d.norm_weight = wptr;
+      d.norm_eps = eps;
+    }
     const mdr_status st = mdr_all_reduce(a, &d, t->s[r]);
     if (st != MDR_OK) {
       snprintf(sr->first, sizeof sr->first, "rank %d, call %zu: %s: %s", r, c, mdr_status_string(st),
@@ -160,6 +184,24 @@ static void *seq_main(void *p) {
     }
     mdr_backend_copy_d2h(b, got, mdr_arena_ptr(a, AR_SEQ_BUF), AR_SEQ_M * AR_SEQ_ROW);
     mdr_backend_copy_d2h(b, gres, mdr_arena_ptr(a, AR_SEQ_RES), AR_SEQ_M * AR_SEQ_ROW);
+    mdr_backend_copy_d2h(b, gnrm, mdr_arena_ptr(a, AR_SEQ_NORM), AR_SEQ_M * AR_SEQ_ROW);
+    /* the norm's rows from the contract (tests/ar_norm_ref.h), on the
+     * expected residual */
+    unsigned char want_nrm[AR_SEQ_M * AR_SEQ_ROW];
+    memcpy(want_nrm, nrm, sizeof want_nrm);
+    if (with_norm)
+      for (size_t row = 0; row < rows; row++) {
+        uint32_t rb[AR_SEQ_ROW / 2], wb[AR_SEQ_ROW / 2], ob[AR_SEQ_ROW / 2];
+        for (size_t e = 0; e < per_row; e++) {
+          const size_t i = row * per_row + e;
+          int sum = 0;
+          for (int q = 0; q < n; q++) sum += input_of(c, q, i);
+          rb[e] = encode(residual_of(c, i) + sum, dt);
+          wb[e] = get(wgt, e, dt);
+        }
+        nref_row(dt == MDR_DTYPE_BF16 ? 0 : 1, rb, wb, per_row, eps, ob);
+        for (size_t e = 0; e < per_row; e++) put(want_nrm, row * per_row + e, dt, ob[e]);
+      }
     const size_t summed = d.algo == MDR_ALL_REDUCE_NCCL ? d.tokens * per_row : live;
     for (size_t i = 0; i < elems; i++) {
       int sum = 0;
@@ -167,12 +209,13 @@ static void *seq_main(void *p) {
       const uint32_t want = i < summed ? encode(sum, dt) : get(in, i, dt);
       const uint32_t want_res =
           with_res && i < live ? encode(residual_of(c, i) + sum, dt) : encode(residual_of(c, i), dt);
-      if (get(got, i, dt) != want || get(gres, i, dt) != want_res) {
+      if (get(got, i, dt) != want || get(gres, i, dt) != want_res || get(gnrm, i, dt) != get(want_nrm, i, dt)) {
         if (!sr->wrong)
           snprintf(sr->first, sizeof sr->first,
-                   "rank %d, call %zu (kind %d, %zu rows, dtype %d): element %zu is 0x%x (residual 0x%x), want 0x%x "
-                   "(0x%x)",
-                   r, c, kind, rows, (int)dt, i, get(got, i, dt), get(gres, i, dt), want, want_res);
+                   "rank %d, call %zu (kind %d, %zu rows, dtype %d, norm %d): element %zu is 0x%x (residual 0x%x, "
+                   "norm 0x%x), want 0x%x (0x%x, 0x%x)",
+                   r, c, kind, rows, (int)dt, with_norm, i, get(got, i, dt), get(gres, i, dt), get(gnrm, i, dt), want,
+                   want_res, get(want_nrm, i, dt));
         sr->wrong++;
       }
     }

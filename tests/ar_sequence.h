@@ -14,6 +14,8 @@ enum { AR_SEQ_M = 40, AR_SEQ_ROW = 64, AR_SEQ_MAXR = 8 };
 #define AR_SEQ_BUF MDR_BUF_HIDDEN_STATES
 #define AR_SEQ_RES MDR_BUF_RESIDUAL
 #define AR_SEQ_WORD MDR_BUF_LORA_SEQ_SLOT /* a uint32 count word in the arena */
+#define AR_SEQ_NORM MDR_BUF_NORM_OUTPUT  /* the fused RMSNorm's output rows */
+#define AR_SEQ_WEIGHT MDR_BUF_NORM_UNIT_W /* its weight: one row */
 
 /* n host ranks, each with its backend and stream, one host communicator,
  * the arenas made together (AR_SEQ_M rows of AR_SEQ_ROW bytes). */
@@ -27,6 +29,9 @@ typedef struct ar_team {
 
 /* Make the team: MDR_OK, or the first failure (what was made is released). */
 mdr_status ar_team_init(ar_team *t, int n);
+/* The same with m rows of `row` bytes (AR_SEQ_BUF, AR_SEQ_RES, AR_SEQ_NORM;
+ * AR_SEQ_WEIGHT one row). */
+mdr_status ar_team_init_rows(ar_team *t, int n, size_t m, size_t row);
 void ar_team_fini(ar_team *t);
 /* Every rank's counters as a run leaves them: `calls` and `one_shot` at e,
  * barriers (and so every flag) at b. */
@@ -35,7 +40,8 @@ mdr_status ar_team_state(ar_team *t, uint32_t e, uint32_t b);
 /* Run `calls` random lockstep calls on every rank (a thread each; the same
  * seed on every rank): one-shot, two-shot, counted AUTO (count words from
  * 0 past the bound), NCCL's twin, empty calls; every dtype; with and
- * without the residual. Every element of the buffer and the residual is
+ * without the residual, and (bf16, fp16) with the fused RMSNorm (each
+ * rank its own weight; the norm checked against tests/ar_norm_ref.h). Every element of the buffer and the residual is
  * checked exactly after each call (small integers: exact sums in every
  * dtype; poisoned rows past the count must stay). Returns the wrong values
  * (a failed call counts as one); the first is described in `first`. */

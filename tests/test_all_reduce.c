@@ -265,6 +265,7 @@ static mdr_sizes ar_sizes(size_t m, size_t row, size_t cap_row, size_t rep_row) 
   s.bytes[MDR_BUF_NORM_OUTPUT] = m * row / 2;
   s.bytes[MDR_BUF_GATE_LOGITS] = m * 18;
   s.bytes[MDR_BUF_HC_STREAMS] = 256;
+  s.bytes[MDR_BUF_SSM_BA] = s.bytes[MDR_BUF_SSM_DEINTERLEAVED] = m * 18; /* a residual and a norm of 18-byte rows */
   if (cap_row) s.bytes[CAP_BUF] = s.bytes[CAP_RES] = s.bytes[CAP_RES2] = m * cap_row;
   if (rep_row)
     for (int j = 0; j < 4; j++) s.bytes[k_rep_buf[j]] = s.bytes[k_rep_res[j]] = m * rep_row;
@@ -1257,6 +1258,61 @@ Test(all_reduce, bad_input_is_refused_and_enqueues_nothing) {
     x.residual = (mdr_buffer)-2;
     REFUSED(x, MDR_ERR_INVALID_ARGUMENT, "a negative residual");
   }
+  /* the fused RMSNorm's fields, under every algorithm: each refusal names
+   * its field */
+  const mdr_dptr wgt = mdr_arena_ptr(r->a, MDR_BUF_RESIDUAL); /* 16-byte aligned, one row and more */
+  mdr_all_reduce_desc fused = ok;
+  fused.norm_output = MDR_BUF_HIDDEN_STATES;
+  fused.norm_weight = wgt;
+  fused.norm_eps = 1e-5f;
+#define NORM_REFUSED(desc, want, why, field)                                                                     \
+  do {                                                                                                          \
+    REFUSED(desc, want, why);                                                                                   \
+    cr_assert_not_null(strstr(mdr_backend_last_error(r->b), field), "%s: %s", why, mdr_backend_last_error(r->b)); \
+    cr_assert_eq(mdr_all_reduce_choice(r->a, &d), MDR_ALL_REDUCE_ALGO_COUNT, "%s: the choice query", why);     \
+  } while (0)
+  for (int a = 0; a < 4; a++) {
+    mdr_all_reduce_desc x = fused;
+    x.algo = k_algos[a];
+    cr_assert_neq(mdr_all_reduce_choice(r->a, &x), MDR_ALL_REDUCE_ALGO_COUNT, "a valid fused call: %s",
+                  mdr_all_reduce_algo_name(k_algos[a]));
+    x.dtype = MDR_DTYPE_FP32;
+    NORM_REFUSED(x, MDR_ERR_INVALID_ARGUMENT, "a fused norm of fp32", "norm_output");
+    x = fused, x.algo = k_algos[a], x.residual = MDR_BUF_COUNT;
+    NORM_REFUSED(x, MDR_ERR_INVALID_ARGUMENT, "a fused norm without a residual", "residual");
+    x = fused, x.algo = k_algos[a], x.norm_output = BUF_MAIN;
+    NORM_REFUSED(x, MDR_ERR_INVALID_ARGUMENT, "norm_output the reduced buffer", "norm_output");
+    x.norm_output = x.residual;
+    NORM_REFUSED(x, MDR_ERR_INVALID_ARGUMENT, "norm_output the residual", "norm_output");
+    x.norm_output = MDR_BUF_NORM_OUTPUT;
+    NORM_REFUSED(x, MDR_ERR_INVALID_ARGUMENT, "norm_output of other row bytes", "norm_output");
+    x.norm_output = MDR_BUF_HC_STREAMS;
+    NORM_REFUSED(x, MDR_ERR_INVALID_ARGUMENT, "norm_output of no rows", "norm_output");
+    x.norm_output = (mdr_buffer)(MDR_BUF_COUNT + 2);
+    NORM_REFUSED(x, MDR_ERR_INVALID_ARGUMENT, "norm_output out of range", "norm_output");
+    x.norm_output = (mdr_buffer)-3;
+    NORM_REFUSED(x, MDR_ERR_INVALID_ARGUMENT, "a negative norm_output", "norm_output");
+    x = fused, x.algo = k_algos[a], x.norm_weight = 0;
+    NORM_REFUSED(x, MDR_ERR_INVALID_ARGUMENT, "norm_output without norm_weight", "norm_weight");
+    x.norm_weight = wgt + 2;
+    NORM_REFUSED(x, MDR_ERR_INVALID_ARGUMENT, "a misaligned norm_weight", "norm_weight");
+    const float bad_eps[] = {-1e-6f, INFINITY, -INFINITY, NAN};
+    for (int e = 0; e < 4; e++) {
+      x = fused, x.algo = k_algos[a], x.norm_eps = bad_eps[e];
+      NORM_REFUSED(x, MDR_ERR_INVALID_ARGUMENT, "a bad norm_eps", "norm_eps");
+    }
+    x = ok, x.algo = k_algos[a], x.norm_weight = wgt;
+    NORM_REFUSED(x, MDR_ERR_INVALID_ARGUMENT, "norm_weight without norm_output", "norm_weight");
+    x = ok, x.algo = k_algos[a], x.norm_eps = 1e-5f;
+    NORM_REFUSED(x, MDR_ERR_INVALID_ARGUMENT, "norm_eps without norm_output", "norm_eps");
+    /* rows that are not whole 16-byte vectors (gate_logits: 18 bytes) */
+    x = mdr_all_reduce_desc_make(MDR_BUF_GATE_LOGITS, MDR_DTYPE_BF16, 3);
+    x.algo = k_algos[a];
+    x.residual = MDR_BUF_SSM_BA;
+    x.norm_output = MDR_BUF_SSM_DEINTERLEAVED;
+    x.norm_weight = wgt;
+    NORM_REFUSED(x, MDR_ERR_UNSUPPORTED, "a fused norm of 18-byte rows", "norm_output");
+  }
   mdr_all_reduce_desc x = ok;
   x.buf = MDR_BUF_HC_STREAMS;
   x.residual = MDR_BUF_COUNT;
@@ -1313,7 +1369,8 @@ Test(all_reduce, bad_input_is_refused_and_enqueues_nothing) {
   x.algo = MDR_ALL_REDUCE_NCCL;
   cr_assert_eq(mdr_all_reduce(r->a, &x, r->s), MDR_OK);
   cr_assert_eq(mdr_all_reduce(r->a, &ok, r->s), MDR_OK);
-  cr_assert_eq(host_fns(r), before + 5, "one op a call");
+  cr_assert_eq(mdr_all_reduce(r->a, &fused, r->s), MDR_OK, "a fused call: %s", mdr_backend_last_error(r->b));
+  cr_assert_eq(host_fns(r), before + 6, "one op a call");
 
   /* an arena not on a communicator */
   mdr_arena *plain = NULL;

@@ -33,8 +33,13 @@
  *     a lone empty call does not wait;
  *   - the time limit: a lone rank gives up by itself and raises every
  *     rank's abort word;
- *   - lockstep mismatches (dtype, rows, residual, count source, algorithm)
- *     give up with MDR_ARP_MISMATCH.
+ *   - lockstep mismatches (dtype, rows, residual, count source, algorithm,
+ *     fused norm) give up with MDR_ARP_MISMATCH;
+ *   - the fused RMSNorm: every dtype x algorithm x count source at 1 to
+ *     128 tokens and rows up to hidden 8192, and a third of the bf16/fp16
+ *     residual calls of the random sequences, each rank its own weight,
+ *     the norm rows against tests/ar_norm_ref.h (the contract's
+ *     arithmetic), rows past the count untouched.
  * Every wait on the GPU has a host deadline: past it the host raises the
  * abort word and the case fails instead of hanging (Criterion's .timeout
  * is the last resort).
@@ -53,6 +58,7 @@
 #include <time.h>
 
 #include "ar_reference.h"
+#include "ar_norm_ref.h"
 #include "support.h"
 
 #if defined(MDR_HAVE_CUDA) && defined(MDR_HAVE_NCCL)
@@ -234,7 +240,9 @@ enum {
 
 #define BUF_OFF ((size_t)0)
 #define RES_OFF ((size_t)AREA)
-#define COUNT_OFF ((size_t)2 * AREA)
+#define NORM_OFF ((size_t)2 * AREA) /* the fused RMSNorm's output rows */
+#define WGT_OFF ((size_t)3 * AREA)  /* its weight: a call's row at its offset */
+#define COUNT_OFF ((size_t)4 * AREA)
 #define REGION_OFF (((size_t)COUNT_OFF + MAX_CALLS * 4u + 255u) & ~(size_t)255u)
 #define REGION_BYTES(n) MDR_ARP_REGION_BYTES(n, MDR_ARP_ONE_SHOT_MAX_BYTES)
 #define SLAB_BYTES(n) ((REGION_OFF + REGION_BYTES(n) + 255u) & ~(size_t)255u)
@@ -337,6 +345,8 @@ typedef struct ar_case {
   int dtype, algo;   /* MDR_ARP_ dtype; ONE_SHOT, TWO_SHOT or AUTO (counted) */
   int residual;
   int edges;         /* edge elements at the start of row 0 */
+  int norm;          /* the fused RMSNorm (bf16, fp16; with the residual) */
+  float eps;         /* its epsilon */
 } ar_case;
 
 /* The call of rank r as src/all_reduce.c and src/comm_nccl.c fill it. */
@@ -362,6 +372,11 @@ static mdr_ar_call h_call(const harness *h, int r, const ar_case *c, int index, 
   k.timeout_ns = timeout_ns;
   k.host_abort = &h->words_dev[MDR_ARP_HOST_ABORT];
   k.host_report = &h->words_dev[MDR_ARP_HOST_RANKS0 + (size_t)r * MDR_ARP_HOST_REPORT];
+  if (c->norm) { /* as src/all_reduce.c fills it */
+    k.norm_weight = h->slab[r] + WGT_OFF + c->off;
+    k.norm_off = NORM_OFF + c->off;
+    k.norm_eps = c->eps;
+  }
   return k;
 }
 
@@ -460,7 +475,7 @@ typedef struct batch {
   ar_case cases[MAX_CALLS];
   int n_cases;
   size_t used;                  /* bytes of the rows area (and of the residual area) in use */
-  unsigned char *in[MAXR];      /* rank r's rows then residual rows as uploaded (2 * AREA) */
+  unsigned char *in[MAXR];      /* rank r's rows, residual rows, norm rows and weights as uploaded (4 * AREA) */
   unsigned char *got[MAXR];     /* as downloaded */
   uint32_t counts[MAX_CALLS];   /* the count words (the same on every rank: lockstep) */
   uint64_t wrong, checked_calls;
@@ -471,8 +486,8 @@ static batch *batch_new(int n) {
   batch *b = calloc(1, sizeof *b);
   cr_assert_not_null(b);
   for (int r = 0; r < n; r++) {
-    b->in[r] = malloc(2 * (size_t)AREA);
-    b->got[r] = malloc(2 * (size_t)AREA);
+    b->in[r] = malloc(4 * (size_t)AREA);
+    b->got[r] = malloc(4 * (size_t)AREA);
     cr_assert(b->in[r] && b->got[r]);
   }
   return b;
@@ -535,11 +550,15 @@ static void *fill_main(void *arg) {
   unsigned char *rows = b->in[j->rank], *res = b->in[j->rank] + AREA;
   memset(rows, (int)(tb_rng_next(&rng) & 0xffu), used16);
   memset(res, (int)(tb_rng_next(&rng) & 0xffu), used16);
+  memset(b->in[j->rank] + 2 * (size_t)AREA, (int)(tb_rng_next(&rng) & 0xffu), used16); /* the norm's rows: poison */
+  memset(b->in[j->rank] + 3 * (size_t)AREA, 0, used16);
   for (int k = 0; k < b->n_cases; k++) {
     const ar_case *c = &b->cases[k];
     const size_t ne = c->rows * c->row_bytes / esize(c->dtype);
     fill_elems(rows + c->off, ne, c->dtype, &rng);
     fill_elems(res + c->off, ne, c->dtype, &rng);
+    if (c->norm) /* this rank's own weight */
+      fill_elems(b->in[j->rank] + 3 * (size_t)AREA + c->off, c->row_bytes / esize(c->dtype), c->dtype, &rng);
     if (c->edges)
       for (int e = 0; e < N_EDGE && (size_t)e < ne; e++)
         elem_set_bits(rows + c->off, (size_t)e, c->dtype, edge_bits(c->dtype, j->rank, e));
@@ -563,6 +582,8 @@ static void batch_upload(const harness *h, const batch *b) {
   for (int r = 0; r < h->n; r++) {
     CUDA_OK(cudaMemcpy(h->slab[r] + BUF_OFF, b->in[r], bytes, cudaMemcpyHostToDevice));
     CUDA_OK(cudaMemcpy(h->slab[r] + RES_OFF, b->in[r] + AREA, bytes, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(h->slab[r] + NORM_OFF, b->in[r] + 2 * (size_t)AREA, bytes, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(h->slab[r] + WGT_OFF, b->in[r] + 3 * (size_t)AREA, bytes, cudaMemcpyHostToDevice));
     CUDA_OK(cudaMemcpy(h->slab[r] + COUNT_OFF, b->counts, (size_t)b->n_cases * 4u, cudaMemcpyHostToDevice));
   }
   /* cudaMemcpy from pageable memory may return before its DMA lands, and
@@ -576,6 +597,7 @@ static void batch_download(const harness *h, batch *b) {
   for (int r = 0; r < h->n; r++) {
     CUDA_OK(cudaMemcpy(b->got[r], h->slab[r] + BUF_OFF, bytes, cudaMemcpyDeviceToHost));
     CUDA_OK(cudaMemcpy(b->got[r] + AREA, h->slab[r] + RES_OFF, bytes, cudaMemcpyDeviceToHost));
+    CUDA_OK(cudaMemcpy(b->got[r] + 2 * (size_t)AREA, h->slab[r] + NORM_OFF, bytes, cudaMemcpyDeviceToHost));
   }
 }
 
@@ -592,11 +614,11 @@ static void note_wrong(check_part *p, int n, int r, int k, const char *what, siz
   if (p->wrong++ == 0) {
     const ar_case *c = &b->cases[k];
     snprintf(p->first_wrong, sizeof p->first_wrong,
-             "%d ranks, call %d of its batch (%s, %s, %zu rows of %zu bytes%s%s, count %u): rank %d %s element %zu "
+             "%d ranks, call %d of its batch (%s, %s, %zu rows of %zu bytes%s%s%s, count %u): rank %d %s element %zu "
              "is 0x%x, want 0x%x",
              n, k, c->algo == MDR_ARP_ONE_SHOT ? "one-shot" : c->algo == MDR_ARP_TWO_SHOT ? "two-shot" : "counted AUTO",
-             dt_name(c->dtype), c->rows, c->row_bytes, c->residual ? ", residual" : "", c->counted ? ", count word" : "",
-             c->count, r, what, e, got, want);
+             dt_name(c->dtype), c->rows, c->row_bytes, c->residual ? ", residual" : "", c->norm ? ", norm" : "",
+             c->counted ? ", count word" : "", c->count, r, what, e, got, want);
   }
 }
 
@@ -618,17 +640,22 @@ static void *check_main(void *arg) {
   for (int k = p->k0; k < p->k1; k++) {
     const ar_case *c = &b->cases[k];
     for (int r = 0; r < n; r++)
-      for (int part = 0; part < 2; part++) {
-        const size_t base = part ? AREA : 0;
+      for (int part = 0; part < 3; part++) {
+        const size_t base = (size_t)part * AREA;
         for (size_t i = pos; i < c->off; i++)
           if (b->got[r][base + i] != b->in[r][base + i]) note_wrong(p, n, r, k, "gap byte before the call", i, b->got[r][base + i], b->in[r][base + i]);
       }
     const size_t es = esize(c->dtype), bound_e = c->rows * c->row_bytes / es;
     const size_t red_e = case_rows_now(c) * c->row_bytes / es;
     unsigned char *in[MAXR], *got[MAXR];
+    uint32_t *want_res[MAXR] = {0}; /* the fused norm's input: the expected residual */
     for (int r = 0; r < n; r++) {
       in[r] = b->in[r] + c->off;
       got[r] = b->got[r] + c->off;
+      if (c->norm) {
+        want_res[r] = malloc((red_e ? red_e : 1) * sizeof(uint32_t));
+        cr_assert_not_null(want_res[r]);
+      }
     }
     for (size_t e = 0; e < red_e; e++) {
       float acc = bits_float(elem_bits(in[0], e, c->dtype), c->dtype);
@@ -649,17 +676,47 @@ static void *check_main(void *arg) {
         uint32_t rwant = fast_bits(rsum, c->dtype);
         if (rg != rwant) rwant = float_bits(rsum, c->dtype);
         if (!same(rg, rwant, c->dtype)) note_wrong(p, n, r, k, "residual", e, rg, rwant);
+        if (c->norm) want_res[r][e] = rwant;
       }
+    }
+    /* the norm's rows: the reference of the contract (tests/ar_norm_ref.h)
+     * on the expected residual and this rank's weight; without a norm,
+     * the reduced rows of the norm area untouched */
+    const size_t row_e = c->row_bytes / es;
+    for (int r = 0; r < n; r++) {
+      const unsigned char *nin = in[r] + 2 * (size_t)AREA, *ngot = got[r] + 2 * (size_t)AREA;
+      if (!c->norm) {
+        if (red_e && memcmp(ngot, nin, red_e * es) != 0)
+          for (size_t e = 0; e < red_e; e++)
+            if (elem_bits(ngot, e, c->dtype) != elem_bits(nin, e, c->dtype))
+              note_wrong(p, n, r, k, "norm row (none asked)", e, elem_bits(ngot, e, c->dtype), elem_bits(nin, e, c->dtype));
+        continue;
+      }
+      uint32_t *wrow = malloc(row_e * sizeof(uint32_t)), *orow = malloc(row_e * sizeof(uint32_t));
+      cr_assert(wrow && orow);
+      for (size_t e = 0; e < row_e; e++) wrow[e] = elem_bits(in[r] + 3 * (size_t)AREA, e, c->dtype);
+      for (size_t row = 0; row * row_e < red_e; row++) {
+        nref_row(c->dtype == MDR_ARP_BF16 ? 0 : 1, want_res[r] + row * row_e, wrow, row_e, c->eps, orow);
+        for (size_t e = 0; e < row_e; e++) {
+          const uint32_t g = elem_bits(ngot, row * row_e + e, c->dtype);
+          if (!same(g, orow[e], c->dtype)) note_wrong(p, n, r, k, "norm", row * row_e + e, g, orow[e]);
+        }
+      }
+      free(wrow);
+      free(orow);
+      free(want_res[r]);
     }
     /* rows past the count, and the guard past the bound: untouched */
     const size_t from = c->off + red_e * es, to = c->off + bound_e * es + GUARD;
     for (int r = 0; r < n; r++)
-      for (int part = 0; part < 2; part++) {
-        const size_t base = part ? AREA : 0;
+      for (int part = 0; part < 3; part++) {
+        const size_t base = (size_t)part * AREA;
         if (memcmp(b->got[r] + base + from, b->in[r] + base + from, to - from) == 0) continue;
         for (size_t i = from; i < to; i++)
           if (b->got[r][base + i] != b->in[r][base + i])
-            note_wrong(p, n, r, k, part ? "residual byte past the count" : "byte past the count", i - c->off,
+            note_wrong(p, n, r, k,
+                       part == 2 ? "norm byte past the count" : part ? "residual byte past the count" : "byte past the count",
+                       i - c->off,
                        b->got[r][base + i], b->in[r][base + i]);
       }
     pos = to;
@@ -733,6 +790,10 @@ static ar_case random_case(uint64_t *rng) {
   }
   if (!c.counted && tb_rng_range(rng, 0, 49) == 0) c.rows = 0; /* tokens 0 */
   c.edges = tb_rng_range(rng, 0, 19) == 0;
+  if (c.residual && c.dtype != MDR_ARP_FP32 && tb_rng_range(rng, 0, 2) == 0) { /* a third of them fused */
+    c.norm = 1;
+    c.eps = tb_rng_range(rng, 0, 1) ? 1e-6f : 1e-5f;
+  }
   return c;
 }
 
@@ -794,7 +855,7 @@ enum { N_STATES = sizeof k_states / sizeof k_states[0] };
 static void write_state(const harness *h, const start_state *s) {
   static mdr_arp_block st[MDR_ARP_MAX_BLOCKS];
   static uint32_t flags[MDR_ARP_MAX_BLOCKS * MAXR * 2];
-  const uint32_t sig = mdr_arp_signature(1024, 4096, MDR_ARP_BF16, 0, 1, 0);
+  const uint32_t sig = mdr_arp_signature(1024, 4096, MDR_ARP_BF16, 0, 1, 0, 0);
   for (int k = 0; k < MDR_ARP_MAX_BLOCKS; k++) {
     const uint32_t bk = s->mixed ? s->b - 2u * (uint32_t)k : 0u;
     st[k] = (mdr_arp_block){s->mixed ? s->e + s->b / 2u : s->e, s->e, bk, 0};
@@ -889,13 +950,13 @@ Test(ar_gpu, calls_from_every_long_running_start_state_are_exact, .timeout = 600
       read_states(&h, 0, before);
       mdr_arp_block model = before[0];
       const ar_case forced[] = {
-          {0, 4096, 64, 0, 0, MDR_ARP_BF16, MDR_ARP_TWO_SHOT, 1, 0},
-          {0, 4096, 8, 0, 0, MDR_ARP_FP32, MDR_ARP_ONE_SHOT, 0, 1},
-          {0, 4096, 0, 0, 0, MDR_ARP_BF16, MDR_ARP_ONE_SHOT, 1, 0},
-          {0, 4096, 16, 1, 0, MDR_ARP_FP16, MDR_ARP_AUTO, 1, 0},
-          {0, 7168, 4, 0, 0, MDR_ARP_FP16, MDR_ARP_TWO_SHOT, 0, 0},
-          {0, 7168, 4, 0, 0, MDR_ARP_FP16, MDR_ARP_TWO_SHOT, 0, 0},
-          {0, 64, 2, 0, 0, MDR_ARP_BF16, MDR_ARP_ONE_SHOT, 1, 0},
+          {0, 4096, 64, 0, 0, MDR_ARP_BF16, MDR_ARP_TWO_SHOT, 1, 0, 0, 0.0f},
+          {0, 4096, 8, 0, 0, MDR_ARP_FP32, MDR_ARP_ONE_SHOT, 0, 1, 0, 0.0f},
+          {0, 4096, 0, 0, 0, MDR_ARP_BF16, MDR_ARP_ONE_SHOT, 1, 0, 0, 0.0f},
+          {0, 4096, 16, 1, 0, MDR_ARP_FP16, MDR_ARP_AUTO, 1, 0, 1, 1e-5f}, /* fused norm */
+          {0, 7168, 4, 0, 0, MDR_ARP_FP16, MDR_ARP_TWO_SHOT, 0, 0, 0, 0.0f},
+          {0, 7168, 4, 0, 0, MDR_ARP_FP16, MDR_ARP_TWO_SHOT, 0, 0, 0, 0.0f},
+          {0, 64, 2, 0, 0, MDR_ARP_BF16, MDR_ARP_ONE_SHOT, 1, 0, 0, 0.0f},
       };
       uint64_t wrong = 0, calls = 0;
       for (int rep = 0; rep < 4 && !wrong; rep++) {
@@ -944,7 +1005,7 @@ static uint32_t ctl_abort(const harness *h, int r) {
 /* The lone call of these cases: 256 KiB of bf16 rows with a residual, so
  * that several blocks wait. */
 static ar_case lone_case(int algo) {
-  return (ar_case){0, 4096, 64, 0, 0, MDR_ARP_BF16, algo, 1, 0};
+  return (ar_case){0, 4096, 64, 0, 0, MDR_ARP_BF16, algo, 1, 0, 0, 0.0f};
 }
 
 /* Rank 0's rows, residual rows and counters are what they were. */
@@ -1064,6 +1125,62 @@ Test(ar_gpu, a_lone_rank_gives_up_at_the_time_limit_and_raises_every_abort_word,
     }
 }
 
+/* ---- the fused RMSNorm ---- */
+
+/* Every dtype x algorithm x count source, rows of one vector (a one-leaf
+ * tree), of 13 vectors (a padded tree) and of hidden 4096, 6144 and 8192
+ * bf16/fp16, 1 to 128 tokens, with 2, 4 and 8 ranks: the sums, the
+ * residual and the norm bit for bit against tests/ar_norm_ref.h (written
+ * from the contract), rows past the count (and the norm area's) untouched. */
+Test(ar_gpu, the_fused_rmsnorm_is_exact_for_every_dtype_algorithm_and_count_source, .timeout = 600) {
+  skip_without_gpu();
+  static const size_t row_bytes[] = {16, 208, 8192, 12288, 16384};
+  static const size_t tokens[] = {1, 3, 32, 128};
+  static const int algos[] = {MDR_ARP_ONE_SHOT, MDR_ARP_TWO_SHOT, MDR_ARP_AUTO};
+  for (int n = 2; n <= MAXR; n *= 2) {
+    harness h;
+    h_init(&h, n);
+    batch *b = batch_new(n);
+    uint64_t rng = 0x6e6f726du + (uint64_t)n;
+    uint64_t cases = 0;
+    b->n_cases = 0;
+    b->used = 0;
+    for (int dt = MDR_ARP_BF16; dt <= MDR_ARP_FP16; dt++)
+      for (int a = 0; a < 3; a++)
+        for (int counted = algos[a] == MDR_ARP_AUTO; counted < 2; counted++)
+          for (size_t rb = 0; rb < sizeof row_bytes / sizeof row_bytes[0]; rb++)
+            for (size_t t = 0; t < sizeof tokens / sizeof tokens[0]; t++) {
+              ar_case c;
+              memset(&c, 0, sizeof c);
+              c.row_bytes = row_bytes[rb];
+              c.rows = tokens[t];
+              c.counted = counted;
+              c.count = tokens[t] == 1 ? (uint32_t)(cases % 2) : (uint32_t)(tokens[t] / 2 + 1); /* 0 sometimes */
+              c.dtype = dt;
+              c.algo = algos[a];
+              c.residual = 1;
+              c.norm = 1;
+              c.eps = cases % 2 ? 1e-6f : 1e-5f;
+              if (!batch_add(b, &c)) {
+                run_batch(&h, b, &rng, (int)(cases & 1u));
+                cr_assert_eq(b->wrong, 0u, "%d ranks: %llu wrong values; the first: %s", n,
+                             (unsigned long long)b->wrong, b->first_wrong);
+                b->n_cases = 0;
+                b->used = 0;
+                cr_assert(batch_add(b, &c));
+              }
+              cases++;
+            }
+    run_batch(&h, b, &rng, 0);
+    cr_assert_eq(b->wrong, 0u, "%d ranks: %llu wrong values; the first: %s", n, (unsigned long long)b->wrong,
+                 b->first_wrong);
+    printf("ar_gpu: the fused RMSNorm, %d ranks: %llu calls, 0 wrong values\n", n, (unsigned long long)cases);
+    fflush(stdout);
+    batch_free(b, n);
+    h_fini(&h);
+  }
+}
+
 /* ---- lockstep mismatches ---- */
 
 /* Rank n-1 calls `odd`, the others `c`; every rank must give up: at least
@@ -1124,7 +1241,7 @@ Test(ar_gpu, ranks_whose_calls_differ_give_up_with_a_mismatch, .timeout = 300) {
       const int algo = a ? MDR_ARP_TWO_SHOT : MDR_ARP_ONE_SHOT;
       const char *an = a ? "two-shot" : "one-shot";
       char what[200];
-      const ar_case c = {0, 4096, 16, 0, 0, MDR_ARP_BF16, algo, 1, 0};
+      const ar_case c = {0, 4096, 16, 0, 0, MDR_ARP_BF16, algo, 1, 0, 0, 0.0f};
       ar_case odd = c;
       odd.dtype = MDR_ARP_FP16;
       snprintf(what, sizeof what, "%s, bf16 against fp16", an);
@@ -1147,6 +1264,11 @@ Test(ar_gpu, ranks_whose_calls_differ_give_up_with_a_mismatch, .timeout = 300) {
       odd.counted = 1;
       snprintf(what, sizeof what, "%s, 16 rows against a count word of 16", an);
       expect_mismatch(n, &c, &odd, what);
+      odd = c;
+      odd.norm = 1; /* the fused norm changes the two-shot's partition and the grid */
+      odd.eps = 1e-6f;
+      snprintf(what, sizeof what, "%s, residual against residual + fused norm", an);
+      expect_mismatch(n, &c, &odd, what);
     }
 }
 
@@ -1156,7 +1278,7 @@ Test(ar_gpu, ranks_whose_calls_differ_give_up_with_a_mismatch, .timeout = 300) {
  * protocol notices at all. */
 Test(ar_gpu, ranks_running_different_algorithms_give_up_with_a_mismatch, .timeout = 120) {
   skip_without_gpu();
-  const ar_case c = {0, 4096, 16, 0, 0, MDR_ARP_BF16, MDR_ARP_ONE_SHOT, 1, 0};
+  const ar_case c = {0, 4096, 16, 0, 0, MDR_ARP_BF16, MDR_ARP_ONE_SHOT, 1, 0, 0, 0.0f};
   ar_case odd = c;
   odd.algo = MDR_ARP_TWO_SHOT;
   expect_mismatch(2, &c, &odd, "one-shot against two-shot");

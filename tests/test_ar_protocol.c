@@ -17,7 +17,13 @@
  *   - the time limit (MDR_AR_TIMEOUT_MS): a lone rank gives up by itself;
  *   - lockstep checks: ranks whose calls differ in dtype, rows or residual
  *     fail with a text that says so, instead of summing garbage;
- *   - a destroyed rank aborts its peers, which return at once.
+ *   - a destroyed rank aborts its peers, which return at once;
+ *   - the fused RMSNorm, 2, 3, 4 and 8 ranks, rows of 1 to 512 vectors:
+ *     bf16 and fp16 x one-shot, two-shot, AUTO and NCCL's twin x tokens and
+ *     count words (below, past the bound, 0), random values, each rank its
+ *     own weight: the sum, the residual and the norm bit for bit against
+ *     tests/ar_norm_ref.h (written from the contract), rows past the count
+ *     untouched (and the random sequences above mix fused calls in).
  *
  * MDR_AR_TWIN_CALLS sets the calls of each random sequence (default 20000
  * per rank count and start state). scripts/mutation-check.sh plants the old
@@ -32,7 +38,9 @@
 #include <string.h>
 #include <time.h>
 
+#include "ar_norm_ref.h"
 #include "ar_sequence.h"
+#include "rng.h"
 #include "support.h"
 
 enum { M = AR_SEQ_M, ROW = AR_SEQ_ROW, MAXR = AR_SEQ_MAXR };
@@ -325,5 +333,170 @@ Test(ar_protocol, a_time_limit_that_is_not_a_number_of_ms_is_reported) {
   unsetenv("MDR_HOST_COMM_TIMEOUT_MS");
   const char *why = mdr_backend_last_error(t.b[0]);
   cr_assert(why && strstr(why, "MDR_HOST_COMM_TIMEOUT_MS"), "%s", why ? why : "(none)");
+  team_fini(&t);
+}
+
+/* ==== the fused RMSNorm: every dtype x algorithm x count source ==== */
+
+/* Random finite bf16 or fp16 bits of magnitude about 2^-6 .. 2^5. */
+static uint32_t norm_rand_bits(int dt, uint64_t *rng) {
+  const double mag = ldexp(1.0 + (double)tb_rng_range(rng, 0, 1023) / 1024.0, (int)tb_rng_range(rng, 0, 11) - 6);
+  return nref_round(dt, (float)(tb_rng_range(rng, 0, 1) ? -mag : mag));
+}
+
+static uint32_t bits_at(const unsigned char *p, size_t i) {
+  uint16_t h;
+  memcpy(&h, p + 2 * i, 2);
+  return h;
+}
+static void bits_put(unsigned char *p, size_t i, uint32_t v) {
+  const uint16_t h = (uint16_t)v;
+  memcpy(p + 2 * i, &h, 2);
+}
+
+typedef struct norm_rank {
+  team *t;
+  int rank;
+  mdr_all_reduce_desc d;
+  mdr_status st;
+  char why[512];
+} norm_rank;
+
+static void *norm_main(void *p) {
+  norm_rank *nr = p;
+  nr->st = mdr_all_reduce(nr->t->a[nr->rank], &nr->d, nr->t->s[nr->rank]);
+  snprintf(nr->why, sizeof nr->why, "%s", mdr_backend_last_error(nr->t->b[nr->rank]));
+  return NULL;
+}
+
+/* One lockstep fused call on every rank of t (m rows of `row` bytes):
+ * random rows, residuals and per-rank weights; poison past the count; the
+ * sum, the residual and the norm checked bit for bit against the reference
+ * written from the contract. */
+static void norm_case(team *t, size_t m, size_t row, int dt, mdr_all_reduce_algo algo, int counted, size_t tokens,
+                      uint32_t count, uint64_t seed) {
+  const int n = t->n;
+  const size_t h = row / 2, all = m * h;
+  const float eps = seed % 2 ? 1e-6f : 1e-5f;
+  uint64_t rng = seed;
+  unsigned char *in[MAXR], *res[MAXR], *out0[MAXR], *w[MAXR];
+  const uint32_t poison = 0x7DEDu;
+  for (int r = 0; r < n; r++) {
+    in[r] = malloc(m * row);
+    res[r] = malloc(m * row);
+    out0[r] = malloc(m * row);
+    w[r] = malloc(row);
+    cr_assert(in[r] && res[r] && out0[r] && w[r]);
+    for (size_t i = 0; i < all; i++) {
+      bits_put(in[r], i, norm_rand_bits(dt, &rng));
+      bits_put(res[r], i, norm_rand_bits(dt, &rng));
+      bits_put(out0[r], i, poison);
+    }
+    for (size_t i = 0; i < h; i++) bits_put(w[r], i, norm_rand_bits(dt, &rng));
+    mdr_arena *a = t->a[r];
+    cr_assert_eq(mdr_backend_copy_h2d(t->b[r], mdr_arena_ptr(a, BUF), in[r], m * row), MDR_OK);
+    cr_assert_eq(mdr_backend_copy_h2d(t->b[r], mdr_arena_ptr(a, RES), res[r], m * row), MDR_OK);
+    cr_assert_eq(mdr_backend_copy_h2d(t->b[r], mdr_arena_ptr(a, AR_SEQ_NORM), out0[r], m * row), MDR_OK);
+    cr_assert_eq(mdr_backend_copy_h2d(t->b[r], mdr_arena_ptr(a, AR_SEQ_WEIGHT), w[r], row), MDR_OK);
+    cr_assert_eq(mdr_backend_copy_h2d(t->b[r], mdr_arena_ptr(a, AR_SEQ_WORD), &count, 4), MDR_OK);
+  }
+  norm_rank nr[MAXR];
+  pthread_t th[MAXR];
+  for (int r = 0; r < n; r++) {
+    mdr_all_reduce_desc d = mdr_all_reduce_desc_make(BUF, (mdr_dtype)dt, tokens);
+    d.algo = algo;
+    d.residual = RES;
+    d.norm_output = AR_SEQ_NORM;
+    d.norm_weight = mdr_arena_ptr(t->a[r], AR_SEQ_WEIGHT);
+    d.norm_eps = eps;
+    if (counted) d.count_ptr = mdr_arena_ptr(t->a[r], AR_SEQ_WORD);
+    nr[r] = (norm_rank){.t = t, .rank = r, .d = d};
+    cr_assert_eq(pthread_create(&th[r], NULL, norm_main, &nr[r]), 0);
+  }
+  for (int r = 0; r < n; r++) pthread_join(th[r], NULL);
+  const size_t live = counted ? (count < tokens ? count : tokens) : tokens;
+  const size_t summed = algo == MDR_ALL_REDUCE_NCCL ? tokens : live; /* NCCL's count is fixed at enqueue */
+  unsigned char *got = malloc(m * row), *gres = malloc(m * row), *gout = malloc(m * row);
+  uint32_t *rrow = malloc(h * 4), *wrow = malloc(h * 4), *orow = malloc(h * 4);
+  cr_assert(got && gres && gout && rrow && wrow && orow);
+  for (int r = 0; r < n; r++) {
+    cr_assert_eq(nr[r].st, MDR_OK, "rank %d: %s", r, nr[r].why);
+    mdr_arena *a = t->a[r];
+    cr_assert_eq(mdr_backend_copy_d2h(t->b[r], got, mdr_arena_ptr(a, BUF), m * row), MDR_OK);
+    cr_assert_eq(mdr_backend_copy_d2h(t->b[r], gres, mdr_arena_ptr(a, RES), m * row), MDR_OK);
+    cr_assert_eq(mdr_backend_copy_d2h(t->b[r], gout, mdr_arena_ptr(a, AR_SEQ_NORM), m * row), MDR_OK);
+    for (size_t rw = 0; rw < m; rw++) {
+      for (size_t e = 0; e < h; e++) {
+        const size_t i = rw * h + e;
+        /* the sum: acc = x_0; acc += x_q in rank order (binary32); one rounding */
+        float acc = (float)nref_value(dt, bits_at(in[0], i));
+        for (int q = 1; q < n; q++) acc = nref_f((double)acc + nref_value(dt, bits_at(in[q], i)));
+        const uint32_t sum = nref_round(dt, acc);
+        const uint32_t want = rw < summed ? sum : bits_at(in[r], i);
+        const uint32_t upd = nref_round(dt, nref_f(nref_value(dt, bits_at(res[r], i)) + nref_value(dt, sum)));
+        const uint32_t want_res = rw < live ? upd : bits_at(res[r], i);
+        cr_assert_eq(bits_at(got, i), want, "%d ranks, dt %d, %s, counted %d: rank %d row %zu elem %zu: sum 0x%x, want 0x%x",
+                     n, dt, mdr_all_reduce_algo_name(algo), counted, r, rw, e, bits_at(got, i), want);
+        cr_assert_eq(bits_at(gres, i), want_res, "%d ranks, dt %d, %s, counted %d: rank %d row %zu elem %zu: residual 0x%x, want 0x%x",
+                     n, dt, mdr_all_reduce_algo_name(algo), counted, r, rw, e, bits_at(gres, i), want_res);
+        rrow[e] = want_res;
+        wrow[e] = bits_at(w[r], e);
+      }
+      if (rw < live) {
+        nref_row(dt, rrow, wrow, h, eps, orow);
+      } else {
+        for (size_t e = 0; e < h; e++) orow[e] = poison; /* rows past the count untouched */
+      }
+      for (size_t e = 0; e < h; e++)
+        cr_assert_eq(bits_at(gout, rw * h + e), orow[e],
+                     "%d ranks, dt %d, %s, counted %d (%zu rows of %zu B): rank %d row %zu elem %zu: norm 0x%x, want 0x%x", n, dt,
+                     mdr_all_reduce_algo_name(algo), counted, live, row, r, rw, e, bits_at(gout, rw * h + e), orow[e]);
+    }
+  }
+  free(got), free(gres), free(gout), free(rrow), free(wrow), free(orow);
+  for (int r = 0; r < n; r++) free(in[r]), free(res[r]), free(out0[r]), free(w[r]);
+}
+
+Test(ar_protocol, the_fused_rmsnorm_is_bit_exact_for_every_dtype_algorithm_and_count_source, .timeout = 600) {
+  const int ranks[] = {2, 3, 4, 8};
+  /* rows of one vector, of a tree that is not a power of two, of many
+   * vectors, and of hidden 4096 bf16 */
+  const size_t rows_bytes[] = {16, 208, 2048, 8192};
+  const mdr_all_reduce_algo algos[] = {MDR_ALL_REDUCE_ONE_SHOT, MDR_ALL_REDUCE_TWO_SHOT, MDR_ALL_REDUCE_AUTO,
+                                       MDR_ALL_REDUCE_NCCL};
+  const size_t m = 9;
+  uint64_t seed = 4242;
+  for (int k = 0; k < 4; k++)
+    for (int rb = 0; rb < 4; rb++) {
+      team t;
+      cr_assert_eq(ar_team_init_rows(&t, ranks[k], m, rows_bytes[rb]), MDR_OK);
+      for (int dt = MDR_DTYPE_BF16; dt <= MDR_DTYPE_FP16; dt++)
+        for (int al = 0; al < 4; al++)
+          for (int counted = 0; counted < 2; counted++) {
+            /* tokens: all rows, some (two-shot splits them unevenly), one;
+             * count words below, at and past the bound, and 0 */
+            norm_case(&t, m, rows_bytes[rb], dt, algos[al], counted, 7, counted ? 5 : 0, seed++);
+            norm_case(&t, m, rows_bytes[rb], dt, algos[al], counted, counted ? 7 : 1, counted ? 9 : 0, seed++);
+            if (counted) norm_case(&t, m, rows_bytes[rb], dt, algos[al], 1, 3, 0, seed++);
+            if (!counted) norm_case(&t, m, rows_bytes[rb], dt, algos[al], 0, m, 0, seed++);
+          }
+      team_fini(&t);
+    }
+}
+
+Test(ar_protocol, a_fused_norm_of_rows_over_the_limit_is_refused_naming_the_limit) {
+  team t;
+  const size_t row = MDR_ALL_REDUCE_NORM_MAX_ROW_BYTES + 16;
+  cr_assert_eq(ar_team_init_rows(&t, 1, 2, row), MDR_OK);
+  mdr_all_reduce_desc d = mdr_all_reduce_desc_make(BUF, MDR_DTYPE_BF16, 2);
+  d.residual = RES;
+  d.norm_output = AR_SEQ_NORM;
+  d.norm_weight = mdr_arena_ptr(t.a[0], AR_SEQ_WEIGHT);
+  cr_assert_eq(mdr_all_reduce(t.a[0], &d, t.s[0]), MDR_ERR_UNSUPPORTED);
+  cr_assert(strstr(mdr_backend_last_error(t.b[0]), "MDR_ALL_REDUCE_NORM_MAX_ROW_BYTES"), "%s",
+            mdr_backend_last_error(t.b[0]));
+  d.norm_output = MDR_BUF_COUNT; /* the plain call of those rows runs */
+  d.norm_weight = 0;
+  cr_assert_eq(mdr_all_reduce(t.a[0], &d, t.s[0]), MDR_OK, "%s", mdr_backend_last_error(t.b[0]));
   team_fini(&t);
 }

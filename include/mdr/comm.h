@@ -197,9 +197,49 @@ typedef struct mdr_all_reduce_desc {
    * mdr's kernels; one small kernel after MDR_ALL_REDUCE_NCCL). */
   mdr_buffer residual;
   mdr_all_reduce_algo algo;
+  /* The fused RMSNorm (below). MDR_BUF_COUNT: none (then norm_weight and
+   * norm_eps must be 0). Else a buffer of the same dtype (bf16 or fp16)
+   * and row bytes as buf, neither buf nor residual; a residual is
+   * required: after the residual add, norm_output row i =
+   * RMSNorm(residual row i) * norm_weight for exactly the reduced rows
+   * (later rows are left as they were). In a decode arena this is
+   * MDR_BUF_NORM_OUTPUT, the next block's pre-norm. */
+  mdr_buffer norm_output;
+  /* With norm_output: the device address (a host address on the host
+   * communicator) of the norm's weight, one row of dtype (H elements,
+   * H = row bytes / element bytes), 16-byte aligned, this rank's own copy;
+   * read when the call runs. 0 without norm_output. */
+  mdr_dptr norm_weight;
+  /* With norm_output: epsilon of the norm, finite and >= 0 (added to the
+   * mean of squares; 1e-5 or 1e-6 in most models). 0 without norm_output. */
+  float norm_eps;
 } mdr_all_reduce_desc;
 
-/* A descriptor of `tokens` rows of buf: no count_ptr, no residual, AUTO. */
+/* The fused RMSNorm: residual add, then RMSNorm into norm_output, in the
+ * same kernel as the all-reduce (mdr's kernels: one-shot and two-shot) or
+ * in one kernel after ncclAllReduce (MDR_ALL_REDUCE_NCCL). Rows must be
+ * whole 16-byte vectors, at most MDR_ALL_REDUCE_NORM_MAX_ROW_BYTES. The
+ * arithmetic, every path alike (so graph, eager, host communicator and
+ * every algorithm give the same bits): per reduced row of H elements,
+ * with r_i = round((float)residual_i + (float)sum_i) stored into the
+ * residual, x_i = (float)r_i, w_i = (float)norm_weight_i, each step one
+ * IEEE binary32 operation rounded to nearest even (no fused multiply-add,
+ * no flush to zero):
+ *   p_j = x_8j*x_8j + x_{8j+1}*x_{8j+1} + ... + x_{8j+7}*x_{8j+7}, added
+ *         left to right, for each 8-element vector j < V = H / 8;
+ *   ss  = a pairwise tree over p_0 .. p_{V-1} padded with +0 to P, the
+ *         least power of two >= V: s_j += s_{j+w} for j < w, w = P/2,
+ *         P/4, .. 1; ss = s_0;
+ *   inv = 1 / sqrt(ss / H + eps)   (a division, an addition, a correctly
+ *         rounded square root, a division; not an approximate rsqrt);
+ *   norm_output_i = round((x_i * inv) * w_i), once, to the row's type.
+ * In a two-shot call each rank sums whole rows (1/n of them) instead of
+ * 1/n of the vectors, so that a row's norm reads only rows written by one
+ * block of each rank. */
+#define MDR_ALL_REDUCE_NORM_MAX_ROW_BYTES ((size_t)65536)
+
+/* A descriptor of `tokens` rows of buf: no count_ptr, no residual, no
+ * fused norm (norm_output MDR_BUF_COUNT, norm_weight 0, norm_eps 0), AUTO. */
 MDR_API mdr_all_reduce_desc mdr_all_reduce_desc_make(mdr_buffer buf, mdr_dtype dt, size_t tokens);
 
 /* Enqueue the all-reduce `d` on `stream` (capture-safe: call it from a
@@ -210,7 +250,13 @@ MDR_API mdr_all_reduce_desc mdr_all_reduce_desc_make(mdr_buffer buf, mdr_dtype d
  * arena not on a communicator, a dtype other than bf16, fp16 or fp32, an
  * unknown algo, a buffer with no rows (NULL, or a size that is not
  * max_batch_tokens whole rows of dtype), a residual that is the buffer
- * itself or has other row bytes, or a count_ptr with tokens == 0;
+ * itself or has other row bytes, or a count_ptr with tokens == 0; and for
+ * the fused norm: norm_output with a dtype other than bf16 or fp16, with no
+ * residual, equal to buf or residual, or of other row bytes; norm_weight 0
+ * or not 16-byte aligned; norm_eps negative, infinite or NaN; norm_weight
+ * or norm_eps set without norm_output. MDR_ERR_UNSUPPORTED for
+ * norm_output rows that are not whole 16-byte vectors or are over
+ * MDR_ALL_REDUCE_NORM_MAX_ROW_BYTES (every algorithm);
  * MDR_ERR_OUT_OF_RANGE for tokens > max_batch_tokens; MDR_ERR_STATE on an
  * aborted or failed communicator (Giving up, above); MDR_ERR_UNSUPPORTED
  * for MDR_ALL_REDUCE_ONE_SHOT / TWO_SHOT where

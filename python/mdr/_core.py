@@ -791,7 +791,8 @@ class Arena(_Object):
             return "none"
         return _text(lib.mdr_window_name(lib.mdr_arena_window(self._ptr())))
 
-    def _desc(self, buf, dtype, tokens, count_ptr, residual, algo):
+    def _desc(self, buf, dtype, tokens, count_ptr, residual, algo, norm_output=None, norm_weight=0,
+              norm_eps=0.0):
         if buf not in BUFFER_NAMES:
             raise _bad("unknown buffer %r" % (buf,), "mdr_all_reduce")
         if dtype not in DTYPES:
@@ -800,27 +801,36 @@ class Arena(_Object):
             raise _bad("algo is one of %s, not %r" % (", ".join(ALGOS), algo), "mdr_all_reduce")
         if residual is not None and residual not in BUFFER_NAMES:
             raise _bad("unknown residual buffer %r" % (residual,), "mdr_all_reduce")
+        if norm_output is not None and norm_output not in BUFFER_NAMES:
+            raise _bad("unknown norm_output buffer %r" % (norm_output,), "mdr_all_reduce")
         return AllReduceDescC(BUFFER_NAMES.index(buf), DTYPES[dtype], _as_size(tokens, "tokens"),
                               _as_size(count_ptr or 0, "count_ptr"),
                               BUF_COUNT if residual is None else BUFFER_NAMES.index(residual),
-                              ALGOS[algo])
+                              ALGOS[algo],
+                              BUF_COUNT if norm_output is None else BUFFER_NAMES.index(norm_output),
+                              _as_size(norm_weight or 0, "norm_weight"), float(norm_eps))
 
-    def all_reduce(self, buf, tokens, stream, dtype="bf16", count_ptr=0, residual=None, algo="auto"):
+    def all_reduce(self, buf, tokens, stream, dtype="bf16", count_ptr=0, residual=None, algo="auto",
+                   norm_output=None, norm_weight=0, norm_eps=0.0):
         """mdr_all_reduce: sum in place, across the ranks of the arena's
         communicator, the first `tokens` rows of buffer `buf` (collective;
-        capture-safe, so a body may call it)."""
+        capture-safe, so a body may call it). With `residual`, the sum is
+        added into it; with `norm_output` (a buffer name), `norm_weight`
+        (device address of one row of weights) and `norm_eps`, the fused
+        RMSNorm of the updated residual is written there (bf16, fp16)."""
         if not has("mdr_all_reduce"):
             raise UnsupportedError("this libmdr has no mdr_all_reduce", "mdr_all_reduce")
         a = self._ptr()
-        d = self._desc(buf, dtype, tokens, count_ptr, residual, algo)
+        d = self._desc(buf, dtype, tokens, count_ptr, residual, algo, norm_output, norm_weight, norm_eps)
         self._chk(lib.mdr_all_reduce(a, byref(d), _stream_ptr(stream, self.backend)),
                   "mdr_all_reduce")
 
-    def all_reduce_choice(self, buf, tokens, dtype="bf16", count_ptr=0, residual=None, algo="auto"):
+    def all_reduce_choice(self, buf, tokens, dtype="bf16", count_ptr=0, residual=None, algo="auto",
+                          norm_output=None, norm_weight=0, norm_eps=0.0):
         """What all_reduce would run: "nccl", "one-shot", "two-shot", "auto"
         (chosen on the device), or None when it would be refused."""
         a = self._ptr()
-        d = self._desc(buf, dtype, tokens, count_ptr, residual, algo)
+        d = self._desc(buf, dtype, tokens, count_ptr, residual, algo, norm_output, norm_weight, norm_eps)
         r = lib.mdr_all_reduce_choice(a, byref(d))
         return None if r >= 4 else _text(lib.mdr_all_reduce_algo_name(r))
 

@@ -153,7 +153,8 @@ class GraphInfoC(Structure):
 
 class AllReduceDescC(Structure):
     _fields_ = [("buf", c_int), ("dtype", c_int), ("tokens", c_size_t), ("count_ptr", dptr_t),
-                ("residual", c_int), ("algo", c_int)]
+                ("residual", c_int), ("algo", c_int), ("norm_output", c_int), ("norm_weight", dptr_t),
+                ("norm_eps", ctypes.c_float)]
 
 
 P = c_void_p

@@ -575,6 +575,42 @@ def test_host_comm_all_reduce():
     _raises(mdr.InvalidArgumentError, 1, solo.all_reduce, "hidden_states", 1, b.stream())
 
 
+def test_host_comm_all_reduce_fused_norm():
+    if not _lib.has("mdr_all_reduce"):
+        pytest.skip("this libmdr has no mdr_all_reduce")
+    bs = [mdr.Backend.host() for _ in range(2)]
+    comms = mdr.Comm.host(bs)
+    arenas = mdr.Arena.on_comms(comms, TINY, max_batch_tokens=8)
+    streams = [b.stream() for b in bs]
+    for a in arenas:
+        a["hidden_states"].numpy()[...] = 0  # the sum: 0
+        a["residual"].numpy()[...] = 0x3F80  # bf16 1.0: the residual and the weight
+        a["norm_output"].numpy()[...] = 0x7DED  # poison
+    errs = []
+
+    def run(r):
+        try:
+            w = arenas[r]["residual"].ptr  # one row of 1.0, 16-byte aligned
+            arenas[r].all_reduce("hidden_states", 3, streams[r], dtype="bf16", residual="residual",
+                                 norm_output="norm_output", norm_weight=w, norm_eps=0.0)
+            streams[r].synchronize()
+        except Exception as e:  # pragma: no cover
+            errs.append(e)
+
+    ts = [threading.Thread(target=run, args=(r,)) for r in range(2)]
+    [t.start() for t in ts]
+    [t.join(60) for t in ts]
+    assert not errs, errs
+    for a in arenas:
+        out = a["norm_output"].numpy()
+        assert (out[:3] == 0x3F80).all()  # RMSNorm of ones, weight one, eps 0: exactly 1.0
+        assert (out[3:] == 0x7DED).all()  # rows past the count untouched
+    # a refusal names its field
+    with pytest.raises(mdr.InvalidArgumentError, match="norm_weight"):
+        arenas[0].all_reduce("hidden_states", 3, streams[0], dtype="bf16", residual="residual",
+                             norm_output="norm_output", norm_weight=0)
+
+
 def test_fault_backend():
     pytest.skip("the fault backend (tests/fault_backend.c) is a static test library, not "
                 "exported by libmdr: not reachable from Python")

@@ -15,6 +15,33 @@ use core::ffi::{c_long, c_longlong, c_schar, c_short, c_uchar, c_ulong, c_ulongl
 /// ```
 pub const MDR_ALL_REDUCE_MAX_RANKS: usize = 8;
 
+/// `#define MDR_ALL_REDUCE_NORM_MAX_ROW_BYTES` (comm.h).
+///
+/// ```text
+/// The fused RMSNorm: residual add, then RMSNorm into norm_output, in the
+/// same kernel as the all-reduce (mdr's kernels: one-shot and two-shot) or
+/// in one kernel after ncclAllReduce (MDR_ALL_REDUCE_NCCL). Rows must be
+/// whole 16-byte vectors, at most MDR_ALL_REDUCE_NORM_MAX_ROW_BYTES. The
+/// arithmetic, every path alike (so graph, eager, host communicator and
+/// every algorithm give the same bits): per reduced row of H elements,
+/// with r_i = round((float)residual_i + (float)sum_i) stored into the
+/// residual, x_i = (float)r_i, w_i = (float)norm_weight_i, each step one
+/// IEEE binary32 operation rounded to nearest even (no fused multiply-add,
+/// no flush to zero):
+///   p_j = x_8j*x_8j + x_{8j+1}*x_{8j+1} + ... + x_{8j+7}*x_{8j+7}, added
+///         left to right, for each 8-element vector j < V = H / 8;
+///   ss  = a pairwise tree over p_0 .. p_{V-1} padded with +0 to P, the
+///         least power of two >= V: s_j += s_{j+w} for j < w, w = P/2,
+///         P/4, .. 1; ss = s_0;
+///   inv = 1 / sqrt(ss / H + eps)   (a division, an addition, a correctly
+///         rounded square root, a division; not an approximate rsqrt);
+///   norm_output_i = round((x_i * inv) * w_i), once, to the row's type.
+/// In a two-shot call each rank sums whole rows (1/n of them) instead of
+/// 1/n of the vectors, so that a row's norm reads only rows written by one
+/// block of each rank.
+/// ```
+pub const MDR_ALL_REDUCE_NORM_MAX_ROW_BYTES: usize = 65536;
+
 /// `#define MDR_ALL_REDUCE_ONE_SHOT_MAX_BYTES` (comm.h).
 ///
 /// ```text
@@ -942,6 +969,12 @@ pub struct mdr_all_reduce_desc {
     pub residual: mdr_buffer,
     /// Field `algo`.
     pub algo: mdr_all_reduce_algo,
+    /// Field `norm_output`.
+    pub norm_output: mdr_buffer,
+    /// Field `norm_weight`.
+    pub norm_weight: mdr_dptr,
+    /// Field `norm_eps`.
+    pub norm_eps: f32,
 }
 
 // ---- functions ----
@@ -1734,7 +1767,8 @@ extern "C" {
     /// `mdr_all_reduce_desc_make` (comm.h).
     ///
     /// ```text
-    /// A descriptor of `tokens` rows of buf: no count_ptr, no residual, AUTO.
+    /// A descriptor of `tokens` rows of buf: no count_ptr, no residual, no
+    /// fused norm (norm_output MDR_BUF_COUNT, norm_weight 0, norm_eps 0), AUTO.
     /// ```
     pub fn mdr_all_reduce_desc_make(buf: mdr_buffer, dt: mdr_dtype, tokens: usize) -> mdr_all_reduce_desc;
     /// `mdr_all_reduce` (comm.h).
@@ -2816,6 +2850,9 @@ pub const LAYOUTS: &[(&str, &str, usize, usize)] = &[
     ("mdr_all_reduce_desc", "count_ptr", core::mem::offset_of!(mdr_all_reduce_desc, count_ptr), 0),
     ("mdr_all_reduce_desc", "residual", core::mem::offset_of!(mdr_all_reduce_desc, residual), 0),
     ("mdr_all_reduce_desc", "algo", core::mem::offset_of!(mdr_all_reduce_desc, algo), 0),
+    ("mdr_all_reduce_desc", "norm_output", core::mem::offset_of!(mdr_all_reduce_desc, norm_output), 0),
+    ("mdr_all_reduce_desc", "norm_weight", core::mem::offset_of!(mdr_all_reduce_desc, norm_weight), 0),
+    ("mdr_all_reduce_desc", "norm_eps", core::mem::offset_of!(mdr_all_reduce_desc, norm_eps), 0),
 ];
 
 /// Every enum constant and macro above, with its value. For tests/abi.rs.
@@ -2926,6 +2963,7 @@ pub const CONSTANTS: &[(&str, i128)] = &[
     ("MDR_ALL_REDUCE_TWO_SHOT", MDR_ALL_REDUCE_TWO_SHOT as i128),
     ("MDR_ALL_REDUCE_ALGO_COUNT", MDR_ALL_REDUCE_ALGO_COUNT as i128),
     ("MDR_ALL_REDUCE_MAX_RANKS", MDR_ALL_REDUCE_MAX_RANKS as i128),
+    ("MDR_ALL_REDUCE_NORM_MAX_ROW_BYTES", MDR_ALL_REDUCE_NORM_MAX_ROW_BYTES as i128),
     ("MDR_ALL_REDUCE_ONE_SHOT_MAX_BYTES", MDR_ALL_REDUCE_ONE_SHOT_MAX_BYTES as i128),
     ("MDR_ARENA_ALIGN", MDR_ARENA_ALIGN as i128),
     ("MDR_GRAPH_STAGING_SLOTS", MDR_GRAPH_STAGING_SLOTS as i128),

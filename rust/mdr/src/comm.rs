@@ -148,8 +148,23 @@ impl AllReduceAlgo {
     }
 }
 
+/// The fused RMSNorm of an all-reduce (`norm_output`, `norm_weight`,
+/// `norm_eps` of `mdr_all_reduce_desc`): after the residual add, `output`
+/// row i = RMSNorm(residual row i) * weight for the reduced rows, in the
+/// arithmetic `include/mdr/comm.h` writes down. bf16 and fp16; needs a
+/// residual.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Norm {
+    /// The buffer that receives the normed rows (same dtype and row bytes).
+    pub output: Buffer,
+    /// Device address of the weight: one row of the dtype, 16-byte aligned.
+    pub weight: DevicePtr,
+    /// Epsilon: finite and >= 0.
+    pub eps: f32,
+}
+
 /// One all-reduce of an arena buffer's first rows (`mdr_all_reduce_desc`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct AllReduce {
     /// The buffer whose first rows are summed in place.
     pub buf: Buffer,
@@ -163,12 +178,22 @@ pub struct AllReduce {
     pub residual: Option<Buffer>,
     /// The algorithm.
     pub algo: AllReduceAlgo,
+    /// The fused RMSNorm after the residual add (None: none).
+    pub norm: Option<Norm>,
 }
 
 impl AllReduce {
-    /// `tokens` rows of `buf`: no count word, no residual, `Auto`.
+    /// `tokens` rows of `buf`: no count word, no residual, no norm, `Auto`.
     pub fn new(buf: Buffer, dtype: DType, tokens: usize) -> AllReduce {
-        AllReduce { buf, dtype, tokens, count_ptr: DevicePtr::NULL, residual: None, algo: AllReduceAlgo::Auto }
+        AllReduce {
+            buf,
+            dtype,
+            tokens,
+            count_ptr: DevicePtr::NULL,
+            residual: None,
+            algo: AllReduceAlgo::Auto,
+            norm: None,
+        }
     }
 
     pub(crate) fn raw(&self) -> sys::mdr_all_reduce_desc {
@@ -183,6 +208,9 @@ impl AllReduce {
             count_ptr: self.count_ptr.0,
             residual: self.residual.map_or(sys::MDR_BUF_COUNT, |b| b.raw()),
             algo: self.algo.raw(),
+            norm_output: self.norm.map_or(sys::MDR_BUF_COUNT, |n| n.output.raw()),
+            norm_weight: self.norm.map_or(0, |n| n.weight.0),
+            norm_eps: self.norm.map_or(0.0, |n| n.eps),
         }
     }
 }

@@ -50,7 +50,7 @@ mod version;
 
 pub use arena::{Arena, Buffer, RowsPolicy, Segment, Window, ZeroStrategy};
 pub use backend::{Backend, DeviceBuffer, DevicePtr, Stream, StreamRef};
-pub use comm::{AllReduce, AllReduceAlgo, Comm, DType};
+pub use comm::{AllReduce, AllReduceAlgo, Comm, DType, Norm};
 pub use error::{Error, Result, Status};
 pub use graph::{Body, DynamicBody, DynamicImpl, GraphCache, GraphInfo, GraphStats, Mode, Options};
 pub use inputs::{Element, InputShape, StepInput, StepInputInfo, Values};

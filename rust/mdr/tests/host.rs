@@ -548,6 +548,42 @@ fn a_host_communicator_all_reduces_from_rank_threads() {
 }
 
 #[test]
+fn a_host_communicator_fuses_the_residual_add_and_rmsnorm() {
+    let b0 = Backend::host().unwrap();
+    let b1 = Backend::host().unwrap();
+    let comms = mdr::Comm::create_host(&[&b0, &b1]).unwrap();
+    let sizes = mdr::Sizes::from_preset(PRESET, &limits(8)).unwrap();
+    let arenas = Arena::on_comms(&comms, &sizes).unwrap();
+    std::thread::scope(|sc| {
+        for (r, a) in arenas.iter().enumerate() {
+            sc.spawn(move || {
+                let s = a.backend().stream().unwrap();
+                let row = a.bytes(Buffer::HiddenStates) / a.max_batch_tokens();
+                // the sum 0, the residual (and the weight) bf16 1.0, the output poisoned
+                a.write(Buffer::HiddenStates, 0, &vec![0u8; row * 2]).unwrap();
+                let ones: Vec<u8> = (0..row * 2 / 2).flat_map(|_| 0x3F80u16.to_ne_bytes()).collect();
+                a.write(Buffer::Residual, 0, &ones).unwrap();
+                let poison: Vec<u8> = (0..row * 2 / 2).flat_map(|_| 0x7DEDu16.to_ne_bytes()).collect();
+                a.write(Buffer::NormOutput, 0, &poison).unwrap();
+                let mut d = mdr::AllReduce::new(Buffer::HiddenStates, mdr::DType::Bf16, 1);
+                d.residual = Some(Buffer::Residual);
+                d.norm = Some(mdr::Norm { output: Buffer::NormOutput, weight: a.ptr(Buffer::Residual), eps: 0.0 });
+                a.all_reduce(&d, &s).unwrap();
+                s.synchronize().unwrap();
+                let mut got = vec![0u8; row * 2];
+                a.read(Buffer::NormOutput, 0, &mut got).unwrap();
+                let got: Vec<u16> = got.chunks(2).map(|c| u16::from_ne_bytes(c.try_into().unwrap())).collect();
+                // RMSNorm of ones, weight one, eps 0: exactly 1.0 in row 0; row 1 untouched
+                assert!(got[..row / 2].iter().all(|&x| x == 0x3F80), "rank {r}: row 0");
+                assert!(got[row / 2..].iter().all(|&x| x == 0x7DED), "rank {r}: row 1");
+            });
+        }
+    });
+    drop(arenas);
+    drop(comms);
+}
+
+#[test]
 fn errors_display_status_and_text() {
     let e = mdr::Error::new(Status::Backend, "cudaMalloc failed");
     assert_eq!(e.to_string(), format!("mdr: {}: cudaMalloc failed", Status::Backend.text()));
