@@ -5,7 +5,9 @@
 # benchmark, and print a short table last. Everything is logged under OUT.
 #
 # Usage: bash scripts/device-check.sh OUT [phase...]
-#   phases: build tests sanitize variants sweep probe ncu decode soak bench peer compare tp tpsan arproto overhead floor hf
+#   phases: build tests sanitize variants sweep probe ncu decode soak bench peer compare tp tpsan arproto overhead floor python rust hf
+#   python: the Python package's pytest suite (GPU cases with torch) and python/bench_step.py
+#   rust: rust/gpu-out/run.sh, the Rust GPU bundle built elsewhere and carried (rust/gpu-tests.sh)
 #   arproto: mdr's all-reduce protocol on one GPU: the ar_gpu suite (AR_GPU_CALLS,
 #     default 100000), under memcheck and synccheck (AR_SAN_CALLS, default 2000),
 #     dev/all_reduce_compare (the kernels before and after the protocol rebuild)
@@ -207,6 +209,21 @@ if has overhead; then
 fi
 if has floor; then
   run floor $build/dev/step_floor_probe --reps "${FLOOR_REPS:-300}" --csv "$out/step_floor.csv"
+fi
+if has python; then
+  # the Python package's suite (its GPU cases: torch bodies under mdr's
+  # capture, zero-copy views, mode (b) inside torch.cuda.graph) and the
+  # CPU cost of a step from Python beside CUDAGraph.replay() (issue 24)
+  pyenv=(env MDR_LIBRARY="$PWD/$build/libmdr.so" PYTHONPATH="python${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1)
+  run python-tests "${pyenv[@]}" python3 -m pytest -q -rs -p no:cacheprovider python/tests
+  run python-bench-step "${pyenv[@]}" python3 python/bench_step.py --steps "${PY_BENCH_STEPS:-20000}" --tokens 8 \
+    --json "$out/bench_step.json"
+fi
+if has rust; then
+  # the Rust crates' GPU cases and the Rust-against-C CPU figure (issue 25):
+  # the bundle built where cargo is (rust/gpu-tests.sh) and carried here
+  if [ -x rust/gpu-out/run.sh ]; then run rust-gpu bash rust/gpu-out/run.sh
+  else note "SKIP rust-gpu: no rust/gpu-out bundle (build it with rust/gpu-tests.sh and carry it)"; fi
 fi
 if has hf; then
   hfenv=(env MDR_LIBRARY="$PWD/$build/libmdr.so" PYTHONPATH="python${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1)
