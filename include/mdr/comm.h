@@ -87,9 +87,13 @@ MDR_API mdr_status mdr_comm_create_local(mdr_backend *const *backends, int n, md
 
 /* Create n host communicators (ranks as threads of this process), rank i on
  * backends[i] (host backends; n at most MDR_ALL_REDUCE_MAX_RANKS, else
- * MDR_ERR_UNSUPPORTED). An all-reduce sums through shared memory
- * behind a barrier; it is recorded by host captures and replayed like any
- * op. out[0..n-1] set on success, all NULL on failure. */
+ * MDR_ERR_UNSUPPORTED). An all-reduce runs the protocol of mdr's kernels
+ * through the ranks' shared host memory (docs/TP.md); it is recorded by
+ * host captures and replayed like any op. out[0..n-1] set on success, all
+ * NULL on failure. MDR_ERR_INVALID_ARGUMENT for a NULL array or out, a
+ * NULL backend (the text goes to a backend of the array), a backend that
+ * is not a host backend, or n < 1 (no backend is read then, so no text is
+ * recorded). Not collective: one call makes every rank. */
 MDR_API mdr_status mdr_comm_create_host(mdr_backend *const *backends, int n, mdr_comm **out);
 
 /* Rank, size and CUDA device (-1 on the host) of a communicator; -1 for a
