@@ -42,7 +42,11 @@
  *     least one vector (a block header) of this rank's next one-shot call,
  *     which this rank's kernel sent only after its previous kernel (its
  *     reads and clears of parity k) had completed; so a slot is always
- *     clear when written, however the calls in between were shaped.
+ *     clear when written, however the calls in between were shaped. The
+ *     ordering rests on kernel boundaries: a kernel starts its exchange
+ *     only after the one before it on the stream has completed with its
+ *     memory visible (stream order, or griddepcontrol.wait under
+ *     programmatic dependent launch), so no fence is needed in the call.
  *
  * Algorithms that differ. A rank in a one-shot call whose peer runs a
  * two-shot waits for a header that never comes, and the peer for a flag
