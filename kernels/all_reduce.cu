@@ -62,6 +62,10 @@
 
 namespace {
 
+/* The plain one-shot is written out rather than built from send_header,
+ * send_vector, check_headers and sum_vector (ar_device.cuh), which the
+ * fused one-shot uses: through them ptxas spills and takes more registers
+ * for the kernel that every decode step runs. */
 template <int DT>
 __device__ bool one_shot(const mdr_ar_call &p, const mdr_arp_block &st, size_t nvec, uint32_t sig, int *s_bad) {
   const size_t slot_bytes = MDR_ARP_SLOT_BYTES(p.slot_cap);

@@ -87,3 +87,41 @@ const float *ar_ref_fp16_table(void) {
   return g_fp16_tab;
 }
 
+
+uint32_t ar_elem_bits(const unsigned char *p, size_t i, int dt) {
+  if (dt == 2) {
+    uint32_t u;
+    memcpy(&u, p + 4 * i, 4);
+    return u;
+  }
+  uint16_t h;
+  memcpy(&h, p + 2 * i, 2);
+  return h;
+}
+
+void ar_elem_set_bits(unsigned char *p, size_t i, int dt, uint32_t bits) {
+  if (dt == 2) {
+    memcpy(p + 4 * i, &bits, 4);
+  } else {
+    const uint16_t h = (uint16_t)bits;
+    memcpy(p + 2 * i, &h, 2);
+  }
+}
+
+float ar_bits_float(uint32_t bits, int dt) {
+  if (dt == 2) {
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+  }
+  return dt == 0 ? ar_ref_bf16_table()[bits & 0xffff] : ar_ref_fp16_table()[bits & 0xffff];
+}
+
+uint32_t ar_float_bits(float v, int dt) {
+  if (dt == 2) {
+    uint32_t u;
+    memcpy(&u, &v, 4);
+    return u;
+  }
+  return ar_ref_round(dt == 0 ? &ar_bf16 : &ar_fp16, v);
+}

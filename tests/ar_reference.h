@@ -7,6 +7,7 @@
 #ifndef MDR_TEST_AR_REFERENCE_H
 #define MDR_TEST_AR_REFERENCE_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 /* A binary floating-point format of 16 bits. */
@@ -26,5 +27,13 @@ float ar_ref_widen(const ar_fmt *f, uint32_t h);
 /* Tables of every bf16 and fp16 value (filled once, thread-safe). */
 const float *ar_ref_bf16_table(void);
 const float *ar_ref_fp16_table(void);
+
+/* Elements of dtype dt (the codes of mdr_dtype: 0 bf16, 1 fp16, 2 fp32)
+ * at index i of p: their bits, set from bits, their value, and a value
+ * rounded once to dt. */
+uint32_t ar_elem_bits(const unsigned char *p, size_t i, int dt);
+void ar_elem_set_bits(unsigned char *p, size_t i, int dt, uint32_t bits);
+float ar_bits_float(uint32_t bits, int dt);
+uint32_t ar_float_bits(float v, int dt);
 
 #endif

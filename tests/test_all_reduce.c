@@ -68,47 +68,10 @@ static const char *dt_name(mdr_dtype dt) {
   return dt == MDR_DTYPE_BF16 ? "bf16" : dt == MDR_DTYPE_FP16 ? "fp16" : dt == MDR_DTYPE_FP32 ? "fp32" : "?";
 }
 
-static uint32_t elem_bits(const unsigned char *p, size_t i, mdr_dtype dt) {
-  if (dt == MDR_DTYPE_FP32) {
-    uint32_t u;
-    memcpy(&u, p + 4 * i, 4);
-    return u;
-  }
-  uint16_t h;
-  memcpy(&h, p + 2 * i, 2);
-  return h;
-}
 
-static void elem_set_bits(unsigned char *p, size_t i, mdr_dtype dt, uint32_t bits) {
-  if (dt == MDR_DTYPE_FP32) {
-    memcpy(p + 4 * i, &bits, 4);
-  } else {
-    const uint16_t h = (uint16_t)bits;
-    memcpy(p + 2 * i, &h, 2);
-  }
-}
-
-static float bits_float(uint32_t bits, mdr_dtype dt) {
-  if (dt == MDR_DTYPE_FP32) {
-    float f;
-    memcpy(&f, &bits, 4);
-    return f;
-  }
-  return dt == MDR_DTYPE_BF16 ? ar_ref_bf16_table()[bits & 0xffff] : ar_ref_fp16_table()[bits & 0xffff];
-}
-
-static uint32_t float_bits(float v, mdr_dtype dt) { /* round once to dt */
-  if (dt == MDR_DTYPE_FP32) {
-    uint32_t u;
-    memcpy(&u, &v, 4);
-    return u;
-  }
-  return ar_ref_round(dt == MDR_DTYPE_BF16 ? &ar_bf16 : &ar_fp16, v);
-}
-
-static float elem_get(const unsigned char *p, size_t i, mdr_dtype dt) { return bits_float(elem_bits(p, i, dt), dt); }
-static void elem_put(unsigned char *p, size_t i, mdr_dtype dt, float v) { elem_set_bits(p, i, dt, float_bits(v, dt)); }
-static int bits_nan(uint32_t bits, mdr_dtype dt) { return isnan(bits_float(bits, dt)); }
+static float elem_get(const unsigned char *p, size_t i, mdr_dtype dt) { return ar_bits_float(ar_elem_bits(p, i, dt), dt); }
+static void elem_put(unsigned char *p, size_t i, mdr_dtype dt, float v) { ar_elem_set_bits(p, i, dt, ar_float_bits(v, dt)); }
+static int bits_nan(uint32_t bits, mdr_dtype dt) { return isnan(ar_bits_float(bits, dt)); }
 
 /* The documented sum of elements [0, count) of n rank images. */
 static void ref_sum(unsigned char *out, unsigned char *const *img, int n, size_t count, mdr_dtype dt) {
@@ -140,7 +103,7 @@ static uint32_t rand_bits(mdr_dtype dt, uint64_t *rng) {
 
 static void fill_random(unsigned char *p, size_t bytes, mdr_dtype dt, uint64_t seed) {
   uint64_t rng = seed;
-  for (size_t i = 0; i < bytes / esize(dt); i++) elem_set_bits(p, i, dt, rand_bits(dt, &rng));
+  for (size_t i = 0; i < bytes / esize(dt); i++) ar_elem_set_bits(p, i, dt, rand_bits(dt, &rng));
 }
 
 /* Edge elements at the start of row 0 of every step's input. */
@@ -159,25 +122,25 @@ enum {
 
 /* Edge e of rank `rank`; an edge left out (bit e of `off`) is 1.0. */
 static uint32_t edge_bits(mdr_dtype dt, int rank, int e, unsigned off) {
-  if (off & (1u << e)) return float_bits(1.0f, dt);
+  if (off & (1u << e)) return ar_float_bits(1.0f, dt);
   const uint32_t sign = dt == MDR_DTYPE_FP32 ? 0x80000000u : 0x8000u;
   const float ulp1 = dt == MDR_DTYPE_BF16 ? 0x1p-7f : dt == MDR_DTYPE_FP16 ? 0x1p-10f : 0x1p-23f;
   switch (e) {
     case E_NEG_ZERO: return sign;
-    case E_CANCEL: return rank == 0 ? float_bits(1.5f, dt) : rank == 1 ? float_bits(-1.5f, dt) : 0;
+    case E_CANCEL: return rank == 0 ? ar_float_bits(1.5f, dt) : rank == 1 ? ar_float_bits(-1.5f, dt) : 0;
     case E_MAX:
     case E_NEG_MAX: {
       const uint32_t max = dt == MDR_DTYPE_BF16 ? 0x7f7fu : dt == MDR_DTYPE_FP16 ? 0x7bffu : 0x7f7fffffu;
       return e == E_MAX ? max : sign | max;
     }
     case E_MIN_SUB: return 1u;
-    case E_TIE_EVEN: return rank == 0 ? float_bits(1.0f, dt) : rank == 1 ? float_bits(ulp1 / 2, dt) : 0;
-    case E_TIE_UP: return rank == 0 ? float_bits(1.0f + ulp1, dt) : rank == 1 ? float_bits(ulp1 / 2, dt) : 0;
+    case E_TIE_EVEN: return rank == 0 ? ar_float_bits(1.0f, dt) : rank == 1 ? ar_float_bits(ulp1 / 2, dt) : 0;
+    case E_TIE_UP: return rank == 0 ? ar_float_bits(1.0f + ulp1, dt) : rank == 1 ? ar_float_bits(ulp1 / 2, dt) : 0;
     case E_ORDER: {
       const float big = dt == MDR_DTYPE_FP16 ? 1024.0f : 16777216.0f; /* float ulp 2^-13 / 2 */
-      return rank == 0 ? float_bits(big, dt) : float_bits(dt == MDR_DTYPE_FP16 ? 0x1p-14f : 1.0f, dt);
+      return rank == 0 ? ar_float_bits(big, dt) : ar_float_bits(dt == MDR_DTYPE_FP16 ? 0x1p-14f : 1.0f, dt);
     }
-    default: return rank == 0 ? (dt == MDR_DTYPE_FP32 ? 0xffffffffu : 0xffffu) : float_bits(1.0f, dt);
+    default: return rank == 0 ? (dt == MDR_DTYPE_FP32 ? 0xffffffffu : 0xffffu) : ar_float_bits(1.0f, dt);
   }
 }
 
@@ -640,7 +603,7 @@ static void build_images(plan_state *ps, const ar_plan *p, int n, size_t k, unsi
     const size_t off = (size_t)(mix(p->seed + (uint64_t)q, k + 1) % (span + 1)) * 16;
     memcpy(ps->img[q], ps->pool[q] + off, ps->bytes);
     const size_t edges = ps->row_elems < N_EDGE ? ps->row_elems : N_EDGE;
-    for (size_t e = 0; e < edges; e++) elem_set_bits(ps->img[q], e, p->dt, edge_bits(p->dt, q, (int)e, edges_off));
+    for (size_t e = 0; e < edges; e++) ar_elem_set_bits(ps->img[q], e, p->dt, edge_bits(p->dt, q, (int)e, edges_off));
   }
 }
 
@@ -650,7 +613,7 @@ static size_t first_diff(const unsigned char *got, const unsigned char *want, si
   const size_t es = esize(dt);
   if (to <= from || memcmp(got + from * es, want + from * es, (to - from) * es) == 0) return SIZE_MAX;
   for (size_t i = from; i < to; i++) {
-    const uint32_t g = elem_bits(got, i, dt), w = elem_bits(want, i, dt);
+    const uint32_t g = ar_elem_bits(got, i, dt), w = ar_elem_bits(want, i, dt);
     if (g != w && !(bits_nan(g, dt) && bits_nan(w, dt))) return i;
   }
   return SIZE_MAX;
@@ -684,14 +647,14 @@ static void check_step(ar_rank *r, const step_ctx *sc, plan_state *ps) {
     return;
   size_t i = first_diff(ps->got, ps->sum, 0, head, p->dt);
   if (i != SIZE_MAX) {
-    fail_elem(r, sc, ps, "reduced rows: not the reference sum at", i, elem_bits(ps->got, i, p->dt),
-              elem_bits(ps->sum, i, p->dt));
+    fail_elem(r, sc, ps, "reduced rows: not the reference sum at", i, ar_elem_bits(ps->got, i, p->dt),
+              ar_elem_bits(ps->sum, i, p->dt));
     return;
   }
   i = first_diff(ps->got, ps->img[r->rank], head, ps->elems, p->dt);
   if (i != SIZE_MAX) {
-    fail_elem(r, sc, ps, "rows past the reduced ones were touched at", i, elem_bits(ps->got, i, p->dt),
-              elem_bits(ps->img[r->rank], i, p->dt));
+    fail_elem(r, sc, ps, "rows past the reduced ones were touched at", i, ar_elem_bits(ps->got, i, p->dt),
+              ar_elem_bits(ps->img[r->rank], i, p->dt));
     return;
   }
   const mdr_buffer res = plan_res(p, sc->mode);
@@ -702,7 +665,7 @@ static void check_step(ar_rank *r, const step_ctx *sc, plan_state *ps) {
     fail_elem(r, sc, ps,
               i < sc->res_rows * ps->row_elems ? "residual: not round(residual + sum) at"
                                                : "residual rows past the count were touched at",
-              i, elem_bits(ps->got, i, p->dt), elem_bits(ps->model[sc->mode], i, p->dt));
+              i, ar_elem_bits(ps->got, i, p->dt), ar_elem_bits(ps->model[sc->mode], i, p->dt));
 }
 
 /* The calls counter of the protocol (kernels/ar_protocol.h): calls that

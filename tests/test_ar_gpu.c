@@ -75,45 +75,8 @@
 static size_t esize(int dt) { return dt == MDR_ARP_FP32 ? 4 : 2; }
 static const char *dt_name(int dt) { return dt == MDR_ARP_BF16 ? "bf16" : dt == MDR_ARP_FP16 ? "fp16" : "fp32"; }
 
-static uint32_t elem_bits(const unsigned char *p, size_t i, int dt) {
-  if (dt == MDR_ARP_FP32) {
-    uint32_t u;
-    memcpy(&u, p + 4 * i, 4);
-    return u;
-  }
-  uint16_t h;
-  memcpy(&h, p + 2 * i, 2);
-  return h;
-}
 
-static void elem_set_bits(unsigned char *p, size_t i, int dt, uint32_t bits) {
-  if (dt == MDR_ARP_FP32) {
-    memcpy(p + 4 * i, &bits, 4);
-  } else {
-    const uint16_t h = (uint16_t)bits;
-    memcpy(p + 2 * i, &h, 2);
-  }
-}
-
-static float bits_float(uint32_t bits, int dt) {
-  if (dt == MDR_ARP_FP32) {
-    float f;
-    memcpy(&f, &bits, 4);
-    return f;
-  }
-  return dt == MDR_ARP_BF16 ? ar_ref_bf16_table()[bits & 0xffff] : ar_ref_fp16_table()[bits & 0xffff];
-}
-
-static uint32_t float_bits(float v, int dt) { /* round once to dt */
-  if (dt == MDR_ARP_FP32) {
-    uint32_t u;
-    memcpy(&u, &v, 4);
-    return u;
-  }
-  return ar_ref_round(dt == MDR_ARP_BF16 ? &ar_bf16 : &ar_fp16, v);
-}
-
-static int bits_nan(uint32_t bits, int dt) { return isnan(bits_float(bits, dt)); }
+static int bits_nan(uint32_t bits, int dt) { return isnan(ar_bits_float(bits, dt)); }
 
 /* The same rounding, fast (the reference's is written for clarity and is
  * far too slow for the random sequences): the bit tricks of RNE for bf16
@@ -164,7 +127,7 @@ static uint64_t fast_rounding_faults(void) {
   uint64_t bad = 0, rng = 0xfa57u;
   for (int dt = MDR_ARP_BF16; dt <= MDR_ARP_FP16; dt++)
     for (uint32_t h = 0; h < 0xffffu; h++) {
-      const float x = bits_float(h, dt), y = bits_float(h + 1, dt);
+      const float x = ar_bits_float(h, dt), y = ar_bits_float(h + 1, dt);
       if (isnan(x) || isnan(y) || isinf(x) || isinf(y) || (h & 0x7fffu) == 0x7fffu) continue;
       const float mid = (float)(((double)x + (double)y) / 2);
       uint32_t mu;
@@ -173,7 +136,7 @@ static uint64_t fast_rounding_faults(void) {
         const uint32_t tu = mu + (uint32_t)d;
         float t;
         memcpy(&t, &tu, 4);
-        if (!isnan(t) && fast_bits(t, dt) != float_bits(t, dt)) bad++;
+        if (!isnan(t) && fast_bits(t, dt) != ar_float_bits(t, dt)) bad++;
       }
     }
   for (int i = 0; i < (1 << 21); i++) {
@@ -182,7 +145,7 @@ static uint64_t fast_rounding_faults(void) {
     memcpy(&t, &u, 4);
     if (isnan(t)) continue;
     for (int dt = MDR_ARP_BF16; dt <= MDR_ARP_FP16; dt++)
-      if (fast_bits(t, dt) != float_bits(t, dt)) bad++;
+      if (fast_bits(t, dt) != ar_float_bits(t, dt)) bad++;
   }
   return bad;
 }
@@ -198,20 +161,20 @@ static uint32_t edge_bits(int dt, int rank, int e) {
   const float ulp1 = dt == MDR_ARP_BF16 ? 0x1p-7f : dt == MDR_ARP_FP16 ? 0x1p-10f : 0x1p-23f;
   switch (e) {
     case E_NEG_ZERO: return sign;
-    case E_CANCEL: return rank == 0 ? float_bits(1.5f, dt) : rank == 1 ? float_bits(-1.5f, dt) : 0;
+    case E_CANCEL: return rank == 0 ? ar_float_bits(1.5f, dt) : rank == 1 ? ar_float_bits(-1.5f, dt) : 0;
     case E_MAX:
     case E_NEG_MAX: {
       const uint32_t max = dt == MDR_ARP_BF16 ? 0x7f7fu : dt == MDR_ARP_FP16 ? 0x7bffu : 0x7f7fffffu;
       return e == E_MAX ? max : sign | max;
     }
     case E_MIN_SUB: return 1u;
-    case E_TIE_EVEN: return rank == 0 ? float_bits(1.0f, dt) : rank == 1 ? float_bits(ulp1 / 2, dt) : 0;
-    case E_TIE_UP: return rank == 0 ? float_bits(1.0f + ulp1, dt) : rank == 1 ? float_bits(ulp1 / 2, dt) : 0;
+    case E_TIE_EVEN: return rank == 0 ? ar_float_bits(1.0f, dt) : rank == 1 ? ar_float_bits(ulp1 / 2, dt) : 0;
+    case E_TIE_UP: return rank == 0 ? ar_float_bits(1.0f + ulp1, dt) : rank == 1 ? ar_float_bits(ulp1 / 2, dt) : 0;
     case E_ORDER: {
       const float big = dt == MDR_ARP_FP16 ? 1024.0f : 16777216.0f;
-      return rank == 0 ? float_bits(big, dt) : float_bits(dt == MDR_ARP_FP16 ? 0x1p-14f : 1.0f, dt);
+      return rank == 0 ? ar_float_bits(big, dt) : ar_float_bits(dt == MDR_ARP_FP16 ? 0x1p-14f : 1.0f, dt);
     }
-    default: return rank == 0 ? (dt == MDR_ARP_FP32 ? 0xffffffffu : 0xffffu) : float_bits(1.0f, dt);
+    default: return rank == 0 ? (dt == MDR_ARP_FP32 ? 0xffffffffu : 0xffffu) : ar_float_bits(1.0f, dt);
   }
 }
 
@@ -529,7 +492,7 @@ static void fill_elems(unsigned char *p, size_t ne, int dt, uint64_t *rng) {
       if (dt == MDR_ARP_BF16) v = (sign << 15) | ((ex + 127u - 6u) << 7) | (uint32_t)((x >> 5) & 0x7fu);
       else if (dt == MDR_ARP_FP16) v = (sign << 15) | ((ex + 15u - 6u) << 10) | (uint32_t)((x >> 5) & 0x3ffu);
       else v = (sign << 31) | ((ex + 127u - 6u) << 23) | (uint32_t)((x >> 5) & 0x7fffffu);
-      elem_set_bits(p, e, dt, v);
+      ar_elem_set_bits(p, e, dt, v);
     }
   }
 }
@@ -561,7 +524,7 @@ static void *fill_main(void *arg) {
       fill_elems(b->in[j->rank] + 3 * (size_t)AREA + c->off, c->row_bytes / esize(c->dtype), c->dtype, &rng);
     if (c->edges)
       for (int e = 0; e < N_EDGE && (size_t)e < ne; e++)
-        elem_set_bits(rows + c->off, (size_t)e, c->dtype, edge_bits(c->dtype, j->rank, e));
+        ar_elem_set_bits(rows + c->off, (size_t)e, c->dtype, edge_bits(c->dtype, j->rank, e));
   }
   return NULL;
 }
@@ -658,23 +621,23 @@ static void *check_main(void *arg) {
       }
     }
     for (size_t e = 0; e < red_e; e++) {
-      float acc = bits_float(elem_bits(in[0], e, c->dtype), c->dtype);
-      for (int r = 1; r < n; r++) acc += bits_float(elem_bits(in[r], e, c->dtype), c->dtype);
+      float acc = ar_bits_float(ar_elem_bits(in[0], e, c->dtype), c->dtype);
+      for (int r = 1; r < n; r++) acc += ar_bits_float(ar_elem_bits(in[r], e, c->dtype), c->dtype);
       uint32_t sum = fast_bits(acc, c->dtype);
       for (int r = 0; r < n; r++)
-        if (elem_bits(got[r], e, c->dtype) != sum) sum = float_bits(acc, c->dtype); /* the reference decides */
-      const float sumf = bits_float(sum, c->dtype);
+        if (ar_elem_bits(got[r], e, c->dtype) != sum) sum = ar_float_bits(acc, c->dtype); /* the reference decides */
+      const float sumf = ar_bits_float(sum, c->dtype);
       for (int r = 0; r < n; r++) {
-        const uint32_t g = elem_bits(got[r], e, c->dtype);
+        const uint32_t g = ar_elem_bits(got[r], e, c->dtype);
         if (!same(g, sum, c->dtype)) note_wrong(p, n, r, k, "sum", e, g, sum);
-        const uint32_t rin = elem_bits(in[r] + AREA, e, c->dtype), rg = elem_bits(got[r] + AREA, e, c->dtype);
+        const uint32_t rin = ar_elem_bits(in[r] + AREA, e, c->dtype), rg = ar_elem_bits(got[r] + AREA, e, c->dtype);
         if (!c->residual) {
           if (rg != rin) note_wrong(p, n, r, k, "residual (none given)", e, rg, rin);
           continue;
         }
-        const float rsum = bits_float(rin, c->dtype) + sumf;
+        const float rsum = ar_bits_float(rin, c->dtype) + sumf;
         uint32_t rwant = fast_bits(rsum, c->dtype);
-        if (rg != rwant) rwant = float_bits(rsum, c->dtype);
+        if (rg != rwant) rwant = ar_float_bits(rsum, c->dtype);
         if (!same(rg, rwant, c->dtype)) note_wrong(p, n, r, k, "residual", e, rg, rwant);
         if (c->norm) want_res[r][e] = rwant;
       }
@@ -688,17 +651,17 @@ static void *check_main(void *arg) {
       if (!c->norm) {
         if (red_e && memcmp(ngot, nin, red_e * es) != 0)
           for (size_t e = 0; e < red_e; e++)
-            if (elem_bits(ngot, e, c->dtype) != elem_bits(nin, e, c->dtype))
-              note_wrong(p, n, r, k, "norm row (none asked)", e, elem_bits(ngot, e, c->dtype), elem_bits(nin, e, c->dtype));
+            if (ar_elem_bits(ngot, e, c->dtype) != ar_elem_bits(nin, e, c->dtype))
+              note_wrong(p, n, r, k, "norm row (none asked)", e, ar_elem_bits(ngot, e, c->dtype), ar_elem_bits(nin, e, c->dtype));
         continue;
       }
       uint32_t *wrow = malloc(row_e * sizeof(uint32_t)), *orow = malloc(row_e * sizeof(uint32_t));
       cr_assert(wrow && orow);
-      for (size_t e = 0; e < row_e; e++) wrow[e] = elem_bits(in[r] + 3 * (size_t)AREA, e, c->dtype);
+      for (size_t e = 0; e < row_e; e++) wrow[e] = ar_elem_bits(in[r] + 3 * (size_t)AREA, e, c->dtype);
       for (size_t row = 0; row * row_e < red_e; row++) {
         nref_row(c->dtype == MDR_ARP_BF16 ? 0 : 1, want_res[r] + row * row_e, wrow, row_e, c->eps, orow);
         for (size_t e = 0; e < row_e; e++) {
-          const uint32_t g = elem_bits(ngot, row * row_e + e, c->dtype);
+          const uint32_t g = ar_elem_bits(ngot, row * row_e + e, c->dtype);
           if (!same(g, orow[e], c->dtype)) note_wrong(p, n, r, k, "norm", row * row_e + e, g, orow[e]);
         }
       }
