@@ -1703,9 +1703,13 @@ extern "C" {
     /// ```text
     /// Create n host communicators (ranks as threads of this process), rank i on
     /// backends[i] (host backends; n at most MDR_ALL_REDUCE_MAX_RANKS, else
-    /// MDR_ERR_UNSUPPORTED). An all-reduce sums through shared memory
-    /// behind a barrier; it is recorded by host captures and replayed like any
-    /// op. out[0..n-1] set on success, all NULL on failure.
+    /// MDR_ERR_UNSUPPORTED). An all-reduce runs the protocol of mdr's kernels
+    /// through the ranks' shared host memory (docs/TP.md); it is recorded by
+    /// host captures and replayed like any op. out[0..n-1] set on success, all
+    /// NULL on failure. MDR_ERR_INVALID_ARGUMENT for a NULL array or out, a
+    /// NULL backend (the text goes to a backend of the array), a backend that
+    /// is not a host backend, or n < 1 (no backend is read then, so no text is
+    /// recorded). Not collective: one call makes every rank.
     /// ```
     pub fn mdr_comm_create_host(backends: *const *mut mdr_backend, n: c_int, out: *mut *mut mdr_comm) -> mdr_status;
     /// `mdr_comm_rank` (comm.h).
