@@ -35,6 +35,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <algorithm>
 #include <string>
@@ -491,6 +492,9 @@ void fill_rows(const harness &h, size_t elems, uint32_t rows, bool zero) {
     CUDA_CHECK(cudaMemcpy(h.slab[r] + kBufOff, v.data(), elems * 2, cudaMemcpyHostToDevice));
     CUDA_CHECK(cudaMemcpy(h.slab[r] + kCountOff, &rows, 4, cudaMemcpyHostToDevice));
   }
+  /* a pageable copy may return before its DMA lands: land them before any
+   * rank's stream runs a call */
+  CUDA_CHECK(cudaDeviceSynchronize());
 }
 
 /* Every rank's rows are scale * (sum of the patterns). */
@@ -511,8 +515,31 @@ bool rows_are(const harness &h, size_t elems, int scale, const char *what) {
   return true;
 }
 
+double now_s() {
+  timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* What the program is doing, for the hang report. */
+const char *g_phase = "setting up";
+
+/* Wait for both ranks' streams, at most 20 s: past it a call hung (the
+ * ranks never met); say where, raise lib's abort word so its kernels end,
+ * and exit 3 rather than wait for ever. */
 void sync_all(const harness &h) {
-  for (int r = 0; r < RANKS; r++) CUDA_CHECK(cudaStreamSynchronize(h.stream[r]));
+  const double t0 = now_s();
+  for (int r = 0; r < RANKS; r++) {
+    cudaError_t e;
+    while ((e = cudaStreamQuery(h.stream[r])) == cudaErrorNotReady) {
+      if (now_s() - t0 > 20.0) {
+        fprintf(stderr, "all_reduce_compare: hang: rank %d's stream did not finish within 20 s (%s)\n", r, g_phase);
+        __atomic_store_n(&h.words[MDR_ARP_HOST_ABORT], 1u, __ATOMIC_SEQ_CST);
+        exit(3);
+      }
+    }
+    CUDA_CHECK(e);
+  }
 }
 
 cudaGraphExec_t capture(const harness &h, version v, int r, const call_shape &c) {
@@ -547,6 +574,8 @@ bool run_case(harness &h, version v, const call_shape &c, int reps, result *out)
   snprintf(what, sizeof what, "%s %s%s %zu bytes", k_version_names[v], c.algo == MDR_ARP_ONE_SHOT ? "one-shot" : "two-shot",
            c.counted ? " count" : "", bytes);
   /* one call */
+  fprintf(stderr, "all_reduce_compare: %s\n", what);
+  g_phase = "the first call";
   fill_rows(h, elems, (uint32_t)c.rows, false);
   for (int r = 0; r < RANKS; r++) CUDA_CHECK((cudaError_t)launch_call(h, v, r, c));
   sync_all(h);
@@ -554,12 +583,14 @@ bool run_case(harness &h, version v, const call_shape &c, int reps, result *out)
   /* one replay of the graph: K calls, each doubling the sum */
   cudaGraphExec_t x[RANKS];
   for (int r = 0; r < RANKS; r++) x[r] = capture(h, v, r, c);
+  g_phase = "the graph's validation replay";
   fill_rows(h, elems, (uint32_t)c.rows, false);
   for (int r = 0; r < RANKS; r++) CUDA_CHECK(cudaGraphLaunch(x[r], h.stream[r]));
   sync_all(h);
   if (!rows_are(h, elems, 1 << (K - 1), what)) return false;
   /* time on zeros (a fixed point of the sum) */
   fill_rows(h, elems, (uint32_t)c.rows, true);
+  g_phase = "the timed replays";
   std::vector<cudaEvent_t> ev(2 * RANKS * (size_t)reps);
   for (auto &e : ev) CUDA_CHECK(cudaEventCreate(&e));
   for (int w = 0; w < 3; w++)
@@ -609,6 +640,7 @@ int main(int argc, char **argv) {
   /* every kernel (v1 and the new one) loaded up front: a lazy first load
    * can wait for the peer's spinning kernel */
   setenv("CUDA_MODULE_LOADING", "EAGER", 0);
+  setvbuf(stdout, nullptr, _IOLBF, 0); /* the table survives a kill */
   if (argc < 2) {
     fprintf(stderr, "usage: %s OUT_DIR [--reps N] [--no-pdl]\n", argv[0]);
     return 2;
