@@ -9,7 +9,9 @@
 #   python: the Python package's pytest suite (GPU cases with torch) and python/bench_step.py
 #   rust: rust/gpu-out/run.sh, the Rust GPU bundle built elsewhere and carried (rust/gpu-tests.sh)
 #   arproto: mdr's all-reduce protocol on one GPU: the ar_gpu suite (AR_GPU_CALLS,
-#     default 100000), under memcheck and synccheck (AR_SAN_CALLS, default 2000),
+#     default 100000); tests/ar_gpu_procs (ranks as processes) with 2 and 4
+#     ranks, plainly and under memcheck and synccheck (AR_PROCS_SAN_CALLS,
+#     default 100; each such run under STEP_TIMEOUT, default 900 s here),
 #     dev/all_reduce_compare (the kernels before and after the protocol rebuild)
 #     and dev/all_reduce_norm_compare (the fused norm against the unfused chain)
 #   tpsan: the several-GPU suites under compute-sanitizer (memcheck; synccheck
@@ -190,13 +192,31 @@ if has tpsan; then
 fi
 if has arproto; then
   # mdr's all-reduce protocol on one GPU (the ar_gpu harness: 2, 4 and 8
-  # ranks, AR_GPU_CALLS random calls per rank count), its sanitizer runs
-  # with fewer calls, and the kernels before and after the protocol rebuild
-  # side by side (dev/all_reduce_compare)
+  # ranks, AR_GPU_CALLS random calls per rank count), the kernels with
+  # ranks as processes plainly and under the sanitizers, and the kernels
+  # before and after the protocol rebuild side by side (dev/all_reduce_compare)
   run ar-gpu env MDR_AR_GPU_CALLS="${AR_GPU_CALLS:-100000}" $build/tests/test_ar_gpu --jobs 1 --verbose
-  cs="compute-sanitizer --error-exitcode 1"
-  run memcheck-ar-gpu env MDR_AR_GPU_CALLS="${AR_SAN_CALLS:-2000}" $cs --tool memcheck $build/tests/test_ar_gpu --jobs 1
-  run synccheck-ar-gpu env MDR_AR_GPU_CALLS="${AR_SAN_CALLS:-2000}" $cs --tool synccheck $build/tests/test_ar_gpu --jobs 1
+  # Not the ar_gpu suite under compute-sanitizer: its ranks are threads of
+  # one process, the tool serialises a process's kernels, and a rank's
+  # kernel spins until its peers' kernels run, so they never meet (a hang).
+  # tests/ar_gpu_procs runs each rank as a process (slabs shared through
+  # CUDA IPC); processes time-slice on the GPU, so the ranks meet under the
+  # tool too. --target-processes all: the tool follows the forked ranks.
+  for n in 2 4; do
+    run ar-procs-$n $build/tests/ar_gpu_procs --ranks $n
+  done
+  cs="compute-sanitizer --error-exitcode 1 --target-processes all"
+  for tool in memcheck synccheck; do
+    for n in 2 4; do
+      STEP_TIMEOUT=${STEP_TIMEOUT:-900} run $tool-ar-procs-$n $cs --tool $tool $build/tests/ar_gpu_procs --ranks $n \
+        --calls "${AR_PROCS_SAN_CALLS:-100}" --timeout-s 300
+      # a rank the tool did not follow would pass unchecked: the tool prints
+      # one ERROR SUMMARY per process it watched
+      watched=$(grep -c "ERROR SUMMARY" "$out/$tool-ar-procs-$n.log" 2>/dev/null)
+      [ "${watched:-0}" -ge "$n" ] ||
+        note "WARN $tool-ar-procs-$n: ${watched:-0} ERROR SUMMARY lines for $n ranks: did the tool follow every rank?"
+    done
+  done
   mkdir -p "$out/ar-compare"
   run ar-compare $build/dev/all_reduce_compare "$out/ar-compare" ${AR_COMPARE_ARGS:---reps 400}
   # the fused all-reduce + residual + RMSNorm against the unfused chain, ranks

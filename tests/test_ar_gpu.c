@@ -66,6 +66,7 @@
 #include <cuda_runtime.h>
 
 #include "all_reduce.h"
+#include "ar_gpu_layout.h"
 #endif
 
 #if defined(AR_GPU)
@@ -193,22 +194,12 @@ static void sleep_s(double s) {
 
 /* ==== the harness ==== */
 
+/* the slab's layout (BUF_OFF ... REGION_OFF, AREA, MAX_CALLS, GUARD):
+ * tests/ar_gpu_layout.h, shared with tests/ar_gpu_procs.c */
 enum {
   MAXR = MDR_ARP_MAX_RANKS,
-  AREA = 8 << 20,             /* bytes of a slab's rows; its residual rows as many */
-  MAX_CALLS = 4096,           /* calls in one batch (one count word each) */
-  GUARD = 64,                 /* bytes past a call's bound, checked untouched */
   DEADLINE_S = 10             /* host deadline of one batch, or of one case's wait */
 };
-
-#define BUF_OFF ((size_t)0)
-#define RES_OFF ((size_t)AREA)
-#define NORM_OFF ((size_t)2 * AREA) /* the fused RMSNorm's output rows */
-#define WGT_OFF ((size_t)3 * AREA)  /* its weight: a call's row at its offset */
-#define COUNT_OFF ((size_t)4 * AREA)
-#define REGION_OFF (((size_t)COUNT_OFF + MAX_CALLS * 4u + 255u) & ~(size_t)255u)
-#define REGION_BYTES(n) MDR_ARP_REGION_BYTES(n, MDR_ARP_ONE_SHOT_MAX_BYTES)
-#define SLAB_BYTES(n) ((REGION_OFF + REGION_BYTES(n) + 255u) & ~(size_t)255u)
 
 typedef struct harness {
   int n, sms, device;
