@@ -5,7 +5,7 @@
 # benchmark, and print a short table last. Everything is logged under OUT.
 #
 # Usage: bash scripts/device-check.sh OUT [phase...]
-#   phases: build tests sanitize variants sweep probe ncu decode soak bench peer compare tp tpsan arproto overhead floor python rust hf
+#   phases: build tests sanitize variants sweep probe ncu decode soak bench peer compare tp tpsan arproto overhead floor params python rust hf
 #   python: the Python package's pytest suite (GPU cases with torch) and python/bench_step.py
 #   rust: rust/gpu-out/run.sh, the Rust GPU bundle built elsewhere and carried (rust/gpu-tests.sh)
 #   arproto: mdr's all-reduce protocol on one GPU: the ar_gpu suite (AR_GPU_CALLS,
@@ -19,6 +19,10 @@
 #   overhead: the host's cost of a step, piece by piece, and its tails (dev/step_overhead_probe)
 #   floor: where a small device-id step's GPU time goes (dev/step_floor_probe,
 #     FLOOR_REPS reps per case)
+#   params: issue 22 item 8, a small step's inputs in the kernel's parameters
+#     (node update per step) beside the staging slot, device-resident inputs
+#     and zeroing alone (dev/step_params_probe, PARAMS_REPS reps per case,
+#     default 2000; PARAMS_ARGS adds arguments, e.g. --zero-mib 2,4,16)
 #   hf: issue 26, Hugging Face transformers' Qwen3 decoded through mdr
 #     (examples/python/hf_decode.py: torch + transformers on python3): its
 #     smoke test, then per model in HF_MODELS (default "0.6b 1.7b") and batch
@@ -229,6 +233,9 @@ if has overhead; then
 fi
 if has floor; then
   run floor $build/dev/step_floor_probe --reps "${FLOOR_REPS:-300}" --csv "$out/step_floor.csv"
+fi
+if has params; then
+  run params $build/dev/step_params_probe --reps "${PARAMS_REPS:-2000}" --csv "$out/step_params.csv" ${PARAMS_ARGS:-}
 fi
 if has python; then
   # the Python package's suite (its GPU cases: torch bodies under mdr's
