@@ -464,13 +464,15 @@ int launch_call(const harness &h, version v, int r, const call_shape &c) {
   return mdr_cuda_ar_launch(&k, h.stream[r]);
 }
 
-/* The blocker: spins until the host stores `generation` (or 2 s pass). */
+/* The blocker: spins until the host's word reaches `generation` (or 2 s
+ * pass). Reaches, not equals: the host moves on to the next rep as soon as
+ * it has queued this one, so a stream that runs late finds a later value. */
 __global__ void blocker_kernel(const volatile uint32_t *release, uint32_t generation) {
   uint64_t t0, t;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
   do {
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  } while (*release != generation && t - t0 < 2000000000ull);
+  } while ((int32_t)(*release - generation) < 0 && t - t0 < 2000000000ull);
 }
 
 /* bf16 of a small integer (exact). */
@@ -694,16 +696,20 @@ int main(int argc, char **argv) {
   const size_t sizes[] = {2u << 10, 8u << 10, 32u << 10, 128u << 10, 512u << 10, 2u << 20};
   std::vector<result> res;
   bool ok = true;
-  for (size_t bytes : sizes)
-    for (int algo : {MDR_ARP_ONE_SHOT, MDR_ARP_TWO_SHOT})
-      for (int counted = 0; counted < 2; counted++)
-        for (int v = 0; v < N_VERSIONS; v++) {
+  /* every case of the product's kernel first, then v1's: each figure is
+   * printed as it is measured, so a run cut short keeps what it measured */
+  for (int v = N_VERSIONS - 1; v >= 0; v--)
+    for (size_t bytes : sizes)
+      for (int algo : {MDR_ARP_ONE_SHOT, MDR_ARP_TWO_SHOT})
+        for (int counted = 0; counted < 2; counted++) {
           result r;
           const call_shape c = {algo, counted, bytes / ROW_BYTES};
           if (!run_case(h, (version)v, c, reps, &r)) {
             ok = false;
             continue;
           }
+          printf("measured: %s %s%s %zu bytes: median %.2f us, p99 %.2f us\n", k_version_names[v],
+                 algo == MDR_ARP_ONE_SHOT ? "one-shot" : "two-shot", counted ? " count" : "", r.bytes, r.median, r.p99);
           res.push_back(r);
         }
   printf("\n%-9s %-9s %-6s | %10s %10s | %10s %10s | %8s\n", "bytes", "algo", "count", "v1 med us", "v1 p99 us",
@@ -720,13 +726,13 @@ int main(int argc, char **argv) {
             r.c.algo == MDR_ARP_ONE_SHOT ? "one-shot" : "two-shot", r.c.counted ? "word" : "rows", r.bytes, r.median,
             r.p99, reps, K, h.max_blocks, h.pdl);
   fclose(csv);
-  for (size_t i = 0; i + 1 < res.size(); i++) {
-    const result &a = res[i], &b = res[i + 1];
-    if (a.v != V1 || b.v != LIB || a.bytes != b.bytes || a.c.algo != b.c.algo || a.c.counted != b.c.counted) continue;
-    printf("%-9zu %-9s %-6s | %10.2f %10.2f | %10.2f %10.2f | %8.3f\n", a.bytes,
+  for (const result &a : res) /* each v1 figure beside lib's of the same case */
+    for (const result &b : res) {
+      if (a.v != V1 || b.v != LIB || a.bytes != b.bytes || a.c.algo != b.c.algo || a.c.counted != b.c.counted) continue;
+      printf("%-9zu %-9s %-6s | %10.2f %10.2f | %10.2f %10.2f | %8.3f\n", a.bytes,
            a.c.algo == MDR_ARP_ONE_SHOT ? "one-shot" : "two-shot", a.c.counted ? "word" : "rows", a.median, a.p99,
-           b.median, b.p99, b.median / a.median);
-  }
+             b.median, b.p99, b.median / a.median);
+    }
   printf("\nwrote %s\n", csv_path.c_str());
   if (!ok) printf("some cases failed validation (not timed): see above\n");
   return ok ? 0 : 1;

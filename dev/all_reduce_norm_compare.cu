@@ -101,7 +101,7 @@ __global__ void blocker_kernel(const volatile uint32_t *release, uint32_t genera
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
   do {
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  } while (*release != generation && t - t0 < 2000000000ull);
+  } while ((int32_t)(*release - generation) < 0 && t - t0 < 2000000000ull); /* reaches: a late stream finds a later value */
 }
 
 uint16_t bf16_of(float f) { /* exact for the values here */
@@ -253,6 +253,7 @@ int main(int argc, char **argv) {
    * first load can wait for a peer's spinning kernel); before any CUDA call */
   setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 0);
   setenv("CUDA_MODULE_LOADING", "EAGER", 0);
+  setvbuf(stdout, nullptr, _IOLBF, 0); /* what was printed survives a kill */
   if (argc < 2) {
     fprintf(stderr, "usage: %s OUT_DIR [--reps N] [--ranks 2|4|8] [--no-pdl]\n", argv[0]);
     return 2;

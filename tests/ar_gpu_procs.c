@@ -8,9 +8,12 @@
  * the tool they never meet (it hangs). Kernels of separate processes
  * time-slice on the GPU: a spinning rank is switched out and its peers run.
  *
- * How: the parent maps a MAP_SHARED | MAP_ANONYMOUS control page and forks
- * one child per rank; it never touches CUDA (a context does not survive
- * fork). Each child makes its slab on device 0 (tests/ar_gpu_layout.h),
+ * How: the parent maps a shared control page (a memfd) and starts one
+ * child per rank, which forks and executes this program again with --rank
+ * and the page's descriptor: the parent never touches CUDA (a context does
+ * not survive fork), and compute-sanitizer's --target-processes all follows
+ * a child that executes a program (it does not follow a bare fork: the first
+ * GPU run saw one process watched of three). Each child makes its slab on device 0 (tests/ar_gpu_layout.h),
  * puts its cudaIpcGetMemHandle on the page, meets its siblings (a barrier
  * of atomics on the page), opens their slabs (cudaIpcOpenMemHandle), sets
  * its comm region up, meets them again and runs the calls: a random
@@ -39,7 +42,8 @@
  *     --tool memcheck build/tests/ar_gpu_procs --ranks 2 --calls 100
  * (scripts/device-check.sh, phase arproto). Exit 0 when every value is
  * right and nothing hung, 1 otherwise, 77 (CTest's skip) without a device. */
-#define _DEFAULT_SOURCE /* MAP_ANONYMOUS, prctl */
+#define _DEFAULT_SOURCE /* prctl */
+#define _GNU_SOURCE /* memfd_create */
 #include <cuda_runtime.h>
 #include <errno.h>
 #include <math.h> /* isnan */
@@ -595,7 +599,7 @@ static int usage(void) {
 }
 
 int main(int argc, char **argv) {
-  int n = 2;
+  int n = 2, rank = -1, ctl_fd = -1;
   uint64_t calls = 300, seed = 1;
   double timeout_s = 60;
   for (int i = 1; i < argc; i++) {
@@ -608,17 +612,39 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--calls")) calls = v;
     else if (!strcmp(argv[i], "--seed")) seed = v;
     else if (!strcmp(argv[i], "--timeout-s")) timeout_s = (double)v;
+    else if (!strcmp(argv[i], "--rank")) rank = (int)(v > 1000 ? 1000 : v); /* a child (below) */
+    else if (!strcmp(argv[i], "--ctl-fd")) ctl_fd = v > 1000000 ? -1 : (int)v;
     else return usage();
     i++;
   }
   if (n < 2 || n > MAXR || timeout_s < 1) return usage();
+  if (rank >= 0) { /* a rank, executed by the parent below: its page is ctl_fd */
+    if (rank >= n || ctl_fd < 0) return usage();
+    ctl_page *page = mmap(NULL, sizeof *page, PROT_READ | PROT_WRITE, MAP_SHARED, ctl_fd, 0);
+    if (page == MAP_FAILED) {
+      perror("ar_gpu_procs: mmap of the control page");
+      return 1;
+    }
+    return rank_main(page, n, rank, seed, calls, timeout_s);
+  }
 
-  ctl_page *ctl = mmap(NULL, sizeof *ctl, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  const int fd = memfd_create("ar_gpu_procs", 0); /* no MFD_CLOEXEC: the ranks inherit it */
+  if (fd < 0 || ftruncate(fd, (off_t)sizeof(ctl_page)) != 0) {
+    perror("ar_gpu_procs: memfd_create");
+    return 1;
+  }
+  ctl_page *ctl = mmap(NULL, sizeof *ctl, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (ctl == MAP_FAILED) {
     perror("ar_gpu_procs: mmap");
     return 1;
   }
   memset(ctl, 0, sizeof *ctl);
+  char a_n[24], a_calls[24], a_seed[24], a_t[24], a_fd[24], a_rank[24];
+  snprintf(a_n, sizeof a_n, "%d", n);
+  snprintf(a_calls, sizeof a_calls, "%llu", (unsigned long long)calls);
+  snprintf(a_seed, sizeof a_seed, "%llu", (unsigned long long)seed);
+  snprintf(a_t, sizeof a_t, "%.0f", timeout_s);
+  snprintf(a_fd, sizeof a_fd, "%d", fd);
   const pid_t parent = getpid();
   pid_t pid[MAXR] = {0};
   int code[MAXR] = {0}, live = 0; /* -1 while rank r runs */
@@ -633,7 +659,12 @@ int main(int argc, char **argv) {
     if (pid[r] == 0) {
       prctl(PR_SET_PDEATHSIG, SIGKILL); /* no rank outlives the run (a timeout kills the parent) */
       if (getppid() != parent) _exit(1);
-      exit(rank_main(ctl, n, r, seed, calls, timeout_s)); /* exit: the tool's at-exit reports run */
+      snprintf(a_rank, sizeof a_rank, "%d", r);
+      char *args[] = {argv[0], "--ranks", a_n,  "--calls", a_calls, "--seed", a_seed, "--timeout-s",
+                      a_t,     "--rank",  a_rank, "--ctl-fd", a_fd,  NULL};
+      execv("/proc/self/exe", args);
+      perror("ar_gpu_procs: execv");
+      _exit(1);
     }
     code[r] = -1;
     live++;
