@@ -40,6 +40,9 @@ cat > "$out/run.sh" <<'RUN'
 # nvidia-nccl Python package are added.
 cd "$(dirname "$0")"
 export LD_LIBRARY_PATH=$PWD${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+# The cases that compile a C twin link -lmdr from the build machine's
+# folder, absent here: the compiler also looks in LIBRARY_PATH.
+export LIBRARY_PATH=$PWD${LIBRARY_PATH:+:$LIBRARY_PATH}
 if ldd ./libmdr.so.0 | grep -q "not found"; then
   nccl=$(python3 -c 'import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], "lib"))' 2>/dev/null || true)
   for d in /usr/local/cuda/lib64 /usr/local/cuda/lib /usr/local/cuda/targets/x86_64-linux/lib $nccl; do

@@ -37,7 +37,10 @@
  * prints where its kernels waited (the report words) and the run fails.
  *
  * Run: ar_gpu_procs [--ranks N (2..8, 2)] [--calls C (300)] [--seed S (1)]
- *                   [--timeout-s T (60)]
+ *                   [--timeout-s T (60)] [--plant-oob 0|1 (0)]
+ * --plant-oob 1 is the control of a sanitizer run: the last rank reads past
+ * an allocation once, which memcheck must report (device-check.sh fails
+ * the step when it does not: the tool did not watch the ranks).
  *   compute-sanitizer --error-exitcode 1 --target-processes all \
  *     --tool memcheck build/tests/ar_gpu_procs --ranks 2 --calls 100
  * (scripts/device-check.sh, phase arproto). Exit 0 when every value is
@@ -64,6 +67,7 @@
 #include "ar_norm_ref.h"
 #include "ar_reference.h"
 #include "rng.h"
+#include "gpu_helpers.h"
 
 enum {
   MAXR = MDR_ARP_MAX_RANKS,
@@ -562,6 +566,26 @@ static int rank_body(rank_ctx *x, uint64_t total) {
 
 /* A child: exit code 0 (ran; wrong values are on the page), 1 (failed),
  * SKIP (no device). */
+/* --plant-oob 1: the last rank reads past a 64-byte allocation once, before
+ * its calls: the control that shows compute-sanitizer watches the ranks
+ * (under memcheck the run must then fail; plainly nothing notices). */
+static int g_plant;
+
+static void plant_oob(int rank) {
+  uint32_t *ids = NULL;
+  uint64_t *acc = NULL;
+  if (cudaMalloc((void **)&ids, 64) != cudaSuccess || cudaMalloc((void **)&acc, 16) != cudaSuccess) return;
+  (void)cudaMemset(ids, 0, 64);
+  (void)cudaMemset(acc, 0, 16);
+  printf("ar_gpu_procs: rank %d: reading 4 KiB from a 64-byte allocation (planted; the tool must report it)\n", rank);
+  fflush(stdout);
+  (void)tb_cuda_accumulate(NULL, ids, 1024, acc);
+  (void)cudaDeviceSynchronize();
+  (void)cudaGetLastError();
+  (void)cudaFree(ids);
+  (void)cudaFree(acc);
+}
+
 static int rank_main(ctl_page *ctl, int n, int rank, uint64_t seed, uint64_t total, double timeout_s) {
   int count = 0;
   const cudaError_t e = cudaGetDeviceCount(&count);
@@ -582,6 +606,7 @@ static int rank_main(ctl_page *ctl, int n, int rank, uint64_t seed, uint64_t tot
   x.got = malloc(4 * (size_t)AREA);
   if (!x.in || !x.got) return 1;
   (void)ar_ref_bf16_table();
+  if (g_plant && rank == n - 1) plant_oob(rank);
   const int ok = rank_body(&x, total);
   ctl->wrong[rank] = x.wrong;
   if (x.wrong) memcpy(ctl->first_wrong[rank], x.first_wrong, sizeof x.first_wrong);
@@ -594,7 +619,7 @@ static int rank_main(ctl_page *ctl, int n, int rank, uint64_t seed, uint64_t tot
 /* ==== the parent: never touches CUDA ==== */
 
 static int usage(void) {
-  fprintf(stderr, "usage: ar_gpu_procs [--ranks N (2..8)] [--calls C] [--seed S] [--timeout-s T]\n");
+  fprintf(stderr, "usage: ar_gpu_procs [--ranks N (2..8)] [--calls C] [--seed S] [--timeout-s T] [--plant-oob 0|1]\n");
   return 2;
 }
 
@@ -614,6 +639,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--timeout-s")) timeout_s = (double)v;
     else if (!strcmp(argv[i], "--rank")) rank = (int)(v > 1000 ? 1000 : v); /* a child (below) */
     else if (!strcmp(argv[i], "--ctl-fd")) ctl_fd = v > 1000000 ? -1 : (int)v;
+    else if (!strcmp(argv[i], "--plant-oob")) g_plant = v != 0;
     else return usage();
     i++;
   }
@@ -645,6 +671,7 @@ int main(int argc, char **argv) {
   snprintf(a_seed, sizeof a_seed, "%llu", (unsigned long long)seed);
   snprintf(a_t, sizeof a_t, "%.0f", timeout_s);
   snprintf(a_fd, sizeof a_fd, "%d", fd);
+  char *a_plant = g_plant ? "1" : "0";
   const pid_t parent = getpid();
   pid_t pid[MAXR] = {0};
   int code[MAXR] = {0}, live = 0; /* -1 while rank r runs */
@@ -661,7 +688,7 @@ int main(int argc, char **argv) {
       if (getppid() != parent) _exit(1);
       snprintf(a_rank, sizeof a_rank, "%d", r);
       char *args[] = {argv[0], "--ranks", a_n,  "--calls", a_calls, "--seed", a_seed, "--timeout-s",
-                      a_t,     "--rank",  a_rank, "--ctl-fd", a_fd,  NULL};
+                      a_t,     "--rank",  a_rank, "--ctl-fd", a_fd,  "--plant-oob", a_plant, NULL};
       execv("/proc/self/exe", args);
       perror("ar_gpu_procs: execv");
       _exit(1);
