@@ -67,6 +67,7 @@
 #include "ar_norm_ref.h"
 #include "ar_reference.h"
 #include "rng.h"
+#include "clock.h"
 #include "gpu_helpers.h"
 
 enum {
@@ -90,17 +91,6 @@ typedef struct ctl_page {
   char skip_reason[128];
 } ctl_page;
 
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static void sleep_s(double s) {
-  struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
-  nanosleep(&ts, NULL);
-}
-
 static uint32_t load32(const uint32_t *p) { return __atomic_load_n(p, __ATOMIC_SEQ_CST); }
 static void store32(uint32_t *p, uint32_t v) { __atomic_store_n(p, v, __ATOMIC_SEQ_CST); }
 
@@ -114,15 +104,15 @@ static int barrier(ctl_page *c, int n, double timeout_s) {
     __atomic_add_fetch(&c->generation, 1u, __ATOMIC_SEQ_CST);
     return 1;
   }
-  const double deadline = now_s() + timeout_s;
+  const double deadline = tb_now_s() + timeout_s;
   while (load32(&c->generation) == gen) {
     if (load32(&c->failed) || load32(&c->skipped)) return 0;
-    if (now_s() > deadline) {
+    if (tb_now_s() > deadline) {
       store32(&c->failed, 1);
       fprintf(stderr, "ar_gpu_procs: a barrier waited %.0f s for a rank (a hang or a dead rank)\n", timeout_s);
       return 0;
     }
-    sleep_s(100e-6);
+    tb_sleep_s(100e-6);
   }
   return 1;
 }
@@ -295,7 +285,7 @@ static void *watchdog(void *arg) {
   rank_ctx *x = arg;
   while (!load32(&x->stop)) {
     const uint64_t dl = __atomic_load_n(&x->deadline_ns, __ATOMIC_SEQ_CST);
-    const int late = dl && now_s() * 1e9 > (double)dl;
+    const int late = dl && tb_now_s() * 1e9 > (double)dl;
     if ((late || load32(&x->ctl->failed)) && !load32(&x->words[MDR_ARP_HOST_ABORT])) {
       if (late) {
         store32(&x->timed_out, 1);
@@ -303,7 +293,7 @@ static void *watchdog(void *arg) {
       }
       store32(&x->words[MDR_ARP_HOST_ABORT], 1);
     }
-    sleep_s(1e-3);
+    tb_sleep_s(1e-3);
   }
   return NULL;
 }
@@ -476,7 +466,7 @@ static int run_batch(rank_ctx *x, const batch *b, int pdl) {
    * place before any peer's kernel reads or writes them */
   CU(cudaDeviceSynchronize());
   if (!barrier(x->ctl, x->n, x->timeout_s)) return 0;
-  __atomic_store_n(&x->deadline_ns, (uint64_t)((now_s() + x->timeout_s) * 1e9), __ATOMIC_SEQ_CST);
+  __atomic_store_n(&x->deadline_ns, (uint64_t)((tb_now_s() + x->timeout_s) * 1e9), __ATOMIC_SEQ_CST);
   int launched = 1;
   for (int k = 0; k < b->n && launched; k++) {
     const mdr_ar_call kc = fill_call(x, &b->calls[k], k, pdl);
@@ -485,11 +475,11 @@ static int run_batch(rank_ctx *x, const batch *b, int pdl) {
   }
   cudaError_t q;
   while ((q = cudaStreamQuery(x->stream)) == cudaErrorNotReady && !load32(&x->words[MDR_ARP_HOST_ABORT]))
-    sleep_s(50e-6);
+    tb_sleep_s(50e-6);
   __atomic_store_n(&x->deadline_ns, 0, __ATOMIC_SEQ_CST);
   if (q == cudaErrorNotReady) { /* aborted: the kernels leave within ms of the word */
-    const double until = now_s() + 10.0;
-    while ((q = cudaStreamQuery(x->stream)) == cudaErrorNotReady && now_s() < until) sleep_s(1e-3);
+    const double until = tb_now_s() + 10.0;
+    while ((q = cudaStreamQuery(x->stream)) == cudaErrorNotReady && tb_now_s() < until) tb_sleep_s(1e-3);
     fprintf(stderr, "ar_gpu_procs: rank %d: batch at call %llu %s; the abort word was raised%s\n", x->rank,
             (unsigned long long)b->first,
             load32(&x->timed_out) ? "outlasted its deadline (a hang)" : "stopped: another rank failed",
@@ -696,7 +686,7 @@ int main(int argc, char **argv) {
     code[r] = -1;
     live++;
   }
-  const double t0 = now_s();
+  const double t0 = tb_now_s();
   double next_progress = t0 + PROGRESS_S, failed_at = 0;
   while (live > 0) {
     int status = 0;
@@ -713,7 +703,7 @@ int main(int argc, char **argv) {
         }
       continue;
     }
-    const double t = now_s();
+    const double t = tb_now_s();
     if (load32(&ctl->failed) && !failed_at) failed_at = t;
     if (failed_at && t > failed_at + timeout_s + 15) { /* the ranks had their time to leave */
       fprintf(stderr, "ar_gpu_procs: ranks still running %.0f s after a failure: killed\n", t - failed_at);
@@ -727,7 +717,7 @@ int main(int argc, char **argv) {
       fflush(stdout);
       next_progress = t + PROGRESS_S;
     }
-    sleep_s(10e-3);
+    tb_sleep_s(10e-3);
   }
   if (load32(&ctl->skipped)) {
     printf("ar_gpu_procs: skipped: no CUDA device (%s)\n", ctl->skip_reason[0] ? ctl->skip_reason : "none found");
@@ -744,6 +734,6 @@ int main(int argc, char **argv) {
   printf("ar_gpu_procs: %d ranks, %llu calls (%llu one-shot, %llu two-shot, %llu empty), %llu wrong values%s, %.1f s\n",
          n, (unsigned long long)ctl->done, (unsigned long long)ctl->one, (unsigned long long)ctl->two,
          (unsigned long long)ctl->empty, (unsigned long long)wrong, failed ? "; FAILED (a rank failed or hung)" : "",
-         now_s() - t0);
+         tb_now_s() - t0);
   return failed || wrong || ctl->done != calls ? 1 : 0;
 }

@@ -36,6 +36,7 @@
 
 #include "mdr/mdr.h"
 #include "rng.h"
+#include "clock.h"
 
 #define CACHES 6
 #define MARK_POISON 0x3C
@@ -86,12 +87,6 @@ static mdr_status body_dynamic(void *user, mdr_stream s, mdr_dptr count_ptr, siz
 
 static unsigned char poison_of(int buf) { return (unsigned char)(0x80 + (unsigned)buf * 3); }
 
-
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + ts.tv_nsec / 1e9;
-}
 
 #define TRY(what, call)                                                                     \
   do {                                                                                      \
@@ -294,7 +289,7 @@ int main(int argc, char **argv) {
   uint64_t rng = seed ? seed : 1;
   uint32_t *ids = malloc(m * sizeof *ids);
   if (!ids) goto out;
-  double t0 = now_s();
+  double t0 = tb_now_s();
   for (k->steps = 0; k->steps < steps; k->steps++) {
     int ci = (int)(tb_rng_next(&rng) % CACHES);
     size_t t = 1 + tb_rng_next(&rng) % m;
@@ -311,7 +306,7 @@ int main(int argc, char **argv) {
     }
     if ((k->steps + 1) % 10000 == 0) {
       printf("soak: %" PRIu64 "/%zu steps, %" PRIu64 " checks, %" PRIu64 " wrong bytes, %.0f steps/s\n",
-             k->steps + 1, steps, k->checks, k->wrong, (k->steps + 1) / (now_s() - t0));
+             k->steps + 1, steps, k->checks, k->wrong, (k->steps + 1) / (tb_now_s() - t0));
       fflush(stdout);
     }
   }

@@ -60,6 +60,7 @@
 #include "ar_reference.h"
 #include "ar_norm_ref.h"
 #include "support.h"
+#include "clock.h"
 
 #if defined(MDR_HAVE_CUDA) && defined(MDR_HAVE_NCCL)
 #define AR_GPU 1
@@ -177,19 +178,6 @@ static uint32_t edge_bits(int dt, int rank, int e) {
     }
     default: return rank == 0 ? (dt == MDR_ARP_FP32 ? 0xffffffffu : 0xffffu) : ar_float_bits(1.0f, dt);
   }
-}
-
-/* ==== time ==== */
-
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static void sleep_s(double s) {
-  struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
-  nanosleep(&ts, NULL);
 }
 
 /* ==== the harness ==== */
@@ -361,8 +349,8 @@ static int stream_wait(cudaStream_t s, double deadline) {
   for (;;) {
     const cudaError_t e = cudaStreamQuery(s);
     if (e != cudaErrorNotReady) return 1;
-    if (now_s() > deadline) return 0;
-    sleep_s(50e-6);
+    if (tb_now_s() > deadline) return 0;
+    tb_sleep_s(50e-6);
   }
 }
 
@@ -374,7 +362,7 @@ static void *rank_main(void *p) {
     const mdr_ar_call k = h_call(h, j->rank, &j->cases[i], i, j->pdl, j->timeout_ns);
     j->launch_error = mdr_cuda_ar_launch(&k, h->stream[j->rank]);
   }
-  j->timed_out = !stream_wait(h->stream[j->rank], now_s() + DEADLINE_S);
+  j->timed_out = !stream_wait(h->stream[j->rank], tb_now_s() + DEADLINE_S);
   return NULL;
 }
 
@@ -425,7 +413,7 @@ static void run_lockstep(harness *h, const ar_case *cases, int ncases, int pdl, 
   }
   if (late) {
     __atomic_store_n(&h->words[MDR_ARP_HOST_ABORT], 1u, __ATOMIC_SEQ_CST);
-    for (int r = 0; r < h->n; r++) (void)stream_wait(h->stream[r], now_s() + 5);
+    for (int r = 0; r < h->n; r++) (void)stream_wait(h->stream[r], tb_now_s() + 5);
     /* where each rank was: the reports the abort made the waits write */
     for (int r = 0; r < h->n; r++) {
       const uint32_t *rep = &h->words[MDR_ARP_HOST_RANKS0 + (size_t)r * MDR_ARP_HOST_REPORT];
@@ -892,7 +880,7 @@ static void random_sequences(int n) {
   uint64_t rng = 0x5eed0000u + (uint64_t)n;
   const uint64_t want = calls_knob();
   uint64_t calls = 0, empty = 0, one = 0, two = 0;
-  const double t0 = now_s();
+  const double t0 = tb_now_s();
   mdr_arp_block model = {0, 0, 0, 0}; /* a fresh region */
   while (calls < want) {
     const int k = (int)tb_rng_range(&rng, 64, 1024);
@@ -912,7 +900,7 @@ static void random_sequences(int n) {
   read_states(&h, 0, st);
   printf("ar_gpu: %d ranks: %llu calls per rank (%llu one-shot, %llu two-shot, %llu empty), %llu wrong values, %.1f s\n",
          n, (unsigned long long)calls, (unsigned long long)one, (unsigned long long)two, (unsigned long long)empty,
-         (unsigned long long)b->wrong, now_s() - t0);
+         (unsigned long long)b->wrong, tb_now_s() - t0);
   fflush(stdout);
   cr_expect_eq(b->wrong, 0u, "%llu wrong values; the first: %s", (unsigned long long)b->wrong, b->first_wrong);
   cr_expect(st[0].calls == model.calls && st[0].one_shot == model.one_shot && st[0].barriers == model.barriers,
@@ -1048,18 +1036,18 @@ Test(ar_gpu, a_lone_rank_waits_at_every_start_state_until_aborted, .timeout = 60
         CUDA_OK(cudaDeviceSynchronize());
         k = h_call(&h, 0, &empty, 1, 1, 0);
         cr_assert_eq(mdr_cuda_ar_launch(&k, h.stream[0]), 0);
-        cr_expect(stream_wait(h.stream[0], now_s() + 2.0), "%s: a lone empty call did not finish", what);
+        cr_expect(stream_wait(h.stream[0], tb_now_s() + 2.0), "%s: a lone empty call did not finish", what);
         /* the call: launched on rank 0 only, it must still be waiting */
         k = h_call(&h, 0, &c, 0, si & 1, 0);
         cr_assert_eq(mdr_cuda_ar_launch(&k, h.stream[0]), 0);
-        sleep_s(0.2);
+        tb_sleep_s(0.2);
         const cudaError_t q = cudaStreamQuery(h.stream[0]);
         cr_expect_eq(q, cudaErrorNotReady, "%s: the lone rank's call finished without its peers (%s)", what,
                      cudaGetErrorName(q));
-        const double t0 = now_s();
+        const double t0 = tb_now_s();
         __atomic_store_n(&h.words[MDR_ARP_HOST_ABORT], 1u, __ATOMIC_SEQ_CST);
         const int done = stream_wait(h.stream[0], t0 + 5.0);
-        const double ms = (now_s() - t0) * 1e3;
+        const double ms = (tb_now_s() - t0) * 1e3;
         cr_assert(done, "%s: the kernel did not end within 5 s of the abort", what);
         if (ms > worst_ms) worst_ms = ms;
         cr_expect_lt(ms, 100.0, "%s: the kernel ended %.1f ms after the abort", what, ms);
@@ -1077,7 +1065,7 @@ Test(ar_gpu, a_lone_rank_waits_at_every_start_state_until_aborted, .timeout = 60
         expect_rank0_untouched(&h, b, before, what);
         /* the stream is usable afterwards */
         CUDA_OK(cudaMemsetAsync(h.slab[0] + COUNT_OFF, 0, 4096, h.stream[0]));
-        cr_expect(stream_wait(h.stream[0], now_s() + 2.0), "%s: the stream is not usable after the abort", what);
+        cr_expect(stream_wait(h.stream[0], tb_now_s() + 2.0), "%s: the stream is not usable after the abort", what);
         CUDA_OK(cudaStreamQuery(h.stream[0]));
       }
     printf("ar_gpu: %d ranks: a lone rank waited at all %d start states x 2 algorithms; the slowest end after the "
@@ -1106,10 +1094,10 @@ Test(ar_gpu, a_lone_rank_gives_up_at_the_time_limit_and_raises_every_abort_word,
       batch_fill(b, n, &rng);
       batch_upload(&h, b);
       const mdr_ar_call k = h_call(&h, 0, &c, 0, 0, 50u * 1000u * 1000u);
-      const double t0 = now_s();
+      const double t0 = tb_now_s();
       cr_assert_eq(mdr_cuda_ar_launch(&k, h.stream[0]), 0);
       const int done = stream_wait(h.stream[0], t0 + 5.0);
-      const double ms = (now_s() - t0) * 1e3;
+      const double ms = (tb_now_s() - t0) * 1e3;
       if (!done) __atomic_store_n(&h.words[MDR_ARP_HOST_ABORT], 1u, __ATOMIC_SEQ_CST);
       cr_expect(done, "%s: the kernel did not give up by itself within 5 s", what);
       printf("ar_gpu: %s: a lone rank with a 50 ms limit ended after %.1f ms\n", what, ms);
@@ -1204,10 +1192,10 @@ static void expect_mismatch(int n, const ar_case *c, const ar_case *odd, const c
     cr_assert_eq(mdr_cuda_ar_launch(&k, h.stream[r]), 0);
   }
   int done = 1;
-  for (int r = 0; r < n; r++) done &= stream_wait(h.stream[r], now_s() + 10.0);
+  for (int r = 0; r < n; r++) done &= stream_wait(h.stream[r], tb_now_s() + 10.0);
   if (!done) {
     __atomic_store_n(&h.words[MDR_ARP_HOST_ABORT], 1u, __ATOMIC_SEQ_CST);
-    for (int r = 0; r < n; r++) (void)stream_wait(h.stream[r], now_s() + 5.0);
+    for (int r = 0; r < n; r++) (void)stream_wait(h.stream[r], tb_now_s() + 5.0);
   }
   cr_expect(done, "%s: the ranks did not give up (hang past the 2 s limit)", what);
   int mismatch = 0;

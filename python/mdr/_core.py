@@ -1195,12 +1195,46 @@ def _np():
     return numpy
 
 
+_NDARRAY = None
+
+
+def _ndarray_type():
+    """numpy.ndarray (numpy imported at the first call)."""
+    global _NDARRAY
+    if _NDARRAY is None:
+        _NDARRAY = _np().ndarray
+    return _NDARRAY
+
+
+def _exact_dtype(info):
+    """The numpy dtype whose arrays an input takes without conversion (None:
+    bfloat16 or raw elements, which go through the checks); cached on info."""
+    nd = info.__dict__.get("_np_dtype", False)
+    if nd is False:
+        np = _np()
+        dt = info.dtype
+        nd = np.dtype(dt) if dt is not None and dt != "bfloat16" else None
+        if nd is not None and nd.itemsize != info.elem_bytes:
+            nd = None
+        info.__dict__["_np_dtype"] = nd
+    return nd
+
+
 def _host_values(info, v, rows, what):
     """A C-contiguous numpy array of info's element type with >= rows * width
     elements (the first ones are the step's), from a list, a numpy array or a
-    CPU tensor."""
-    np = _np()
+    CPU tensor. `what` names the value in errors: a str, or a callable that
+    makes it (formatted only when an error needs it)."""
     want = rows * info.width
+    nd = info.__dict__.get("_np_dtype", False)
+    if nd is False:
+        nd = _exact_dtype(info)
+    if (nd is not None and type(v) is _ndarray_type() and v.dtype == nd and v.ndim == 1
+            and v.flags.c_contiguous and v.size >= want):
+        return v  # already the input's elements, flat: used as is (the common case, per step)
+    if callable(what):
+        what = what()
+    np = _np()
     if hasattr(v, "data_ptr") and hasattr(v, "is_cuda"):  # torch
         if v.is_cuda:
             raise _bad("%s: a CUDA tensor; host values are staged from host memory (declare "
@@ -1422,7 +1456,10 @@ class GraphCache(_Object):
         n = len(self._meta)
         self._values = (c_void_p * n)()
         self._host_inputs = [m for m in self._meta[1:] if not m.device_src]
+        self._host_index = [m.index for m in self._host_inputs]
+        self._seq_inputs = [m for m in self._meta[1:] if m.shape == "sequence"]
         self._index = {m.name: m.index for m in self._meta}
+        self._addrs = {}  # id -> (array, address): _address_of
 
     def _query_meta(self, dtypes):
         c = self._h.ptr
@@ -1605,7 +1642,11 @@ class GraphCache(_Object):
         those are ignored). sequences: 1 .. min(tokens, max_sequences);
         default: the rows of the first "sequence" input given, else
         min(tokens, max_sequences). Everything is copied into the staging
-        slot before the call returns."""
+        slot before the call returns. A flat C-contiguous numpy array of the
+        input's own dtype is read as it is, and its address remembered while
+        the cache holds it (the per-step path of an engine that fills the same
+        arrays every step); resizing such an array in place with
+        refcheck=False is as unsafe here as for any other view of it."""
         c = self._c()
         if ids is None:
             addr, n, dev, keep = 0, None, True, None
@@ -1643,17 +1684,18 @@ class GraphCache(_Object):
                 raise _bad("values: %d entries for %d declared inputs"
                            % (len(values), len(meta) - 1), "step_inputs")
             given = {i + 1: v for i, v in enumerate(values) if v is not None}
-        for m in meta[1:]:
-            if m.device_src and m.index in given:
-                raise _bad("values[%r]: this input's values are in device memory (device=...); "
-                           "give none" % m.name, "step_inputs")
-            if not m.device_src and m.index not in given:
-                raise _bad("values[%r]: missing (the input takes host values every step)"
-                           % m.name, "step_inputs")
+        if len(given) != len(self._host_inputs) or any(i not in given for i in self._host_index):
+            for m in meta[1:]:
+                if m.device_src and m.index in given:
+                    raise _bad("values[%r]: this input's values are in device memory (device=...); "
+                               "give none" % m.name, "step_inputs")
+                if not m.device_src and m.index not in given:
+                    raise _bad("values[%r]: missing (the input takes host values every step)"
+                               % m.name, "step_inputs")
         if sequences is None:
             s = None
-            for m in meta[1:]:
-                if m.shape == "sequence" and m.index in given:
+            for m in self._seq_inputs:
+                if m.index in given:
                     v = given[m.index]
                     sh = getattr(v, "shape", None)
                     if sh is not None and len(sh) >= 2:
@@ -1679,9 +1721,10 @@ class GraphCache(_Object):
                 vals[m.index] = None
                 continue
             rows = t if m.shape == "token" else s if m.shape == "sequence" else m.max_rows
-            a = _host_values(m, given[m.index], rows, "values[%r]" % m.name)
+            v = given[m.index]
+            a = _host_values(m, v, rows, lambda m=m: "values[%r]" % m.name)
             held.append(a)
-            vals[m.index] = a.ctypes.data
+            vals[m.index] = self._address_of(a) if a is v else a.ctypes.data
         if dev:
             vals[0] = None
             st = lib.mdr_graph_cache_step_inputs_device(c, addr, vals, len(meta), t, s)
@@ -1692,6 +1735,20 @@ class GraphCache(_Object):
         if st or self._excs:
             self._fail(st, "mdr_graph_cache_step_inputs_device" if dev
                        else "mdr_graph_cache_step_inputs")
+
+    def _address_of(self, a):
+        """The data address of the caller's numpy array `a`, remembered by
+        identity (the array is held while remembered, so its id and buffer
+        stay its own): an engine passes the same arrays step after step, and
+        asking numpy costs about a microsecond a call."""
+        hit = self._addrs.get(id(a))
+        if hit is not None and hit[0] is a:
+            return hit[1]
+        if len(self._addrs) >= 512:
+            self._addrs.clear()
+        addr = a.ctypes.data
+        self._addrs[id(a)] = (a, addr)
+        return addr
 
     def step_ptr(self, addr, tokens):
         """The lowest-cost step: host ids at address `addr` (uint32[tokens])."""

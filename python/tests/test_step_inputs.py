@@ -176,6 +176,40 @@ def test_inputs_staged_and_padded_every_mode(host, mode):
     dev.close()
 
 
+def test_the_same_arrays_step_after_step_are_read_again(host):
+    """Arrays of the input's own dtype go to the slot as they are, their
+    addresses remembered by identity: changed in place, freed, or past the
+    memo's 512 entries, every step stages the values the arrays hold then."""
+    b, s, a = host
+    c = mdr.GraphCache(a, s, mode="exact",
+                       inputs=[mdr.StepInput("positions", "int64", "token", pad=-1,
+                                             dest="scratch", offset=0)])
+    pos = _at(a, 0, np.int64, 4)
+    arr = np.array([10, 11, 12], np.int64)
+    for k in range(3):  # the same array, changed in place between steps
+        arr[:] = [10 * k, 10 * k + 1, 10 * k + 2]
+        c.step_inputs([1, 2, 3], {"positions": arr})
+        s.synchronize()
+        assert list(pos[:3]) == [10 * k, 10 * k + 1, 10 * k + 2]
+    for k in range(600):  # fresh arrays, each dropped after its step: past the memo's size
+        c.step_inputs([1, 2], {"positions": np.array([k, -k], np.int64)})
+        if k % 97 == 0:
+            s.synchronize()
+            assert list(pos[:2]) == [k, -k]
+    s.synchronize()
+    assert list(pos[:2]) == [599, -599]
+    view = np.arange(8, dtype=np.int64)[::2]  # not contiguous: copied, never memoised
+    c.step_inputs([1, 2, 3, 4], {"positions": view})
+    s.synchronize()
+    assert list(pos[:4]) == [0, 2, 4, 6]
+    wide = np.array([[5, 6]], np.int64)  # 2-D: through the checks, flattened
+    c.step_inputs([1, 2], {"positions": wide})
+    s.synchronize()
+    assert list(pos[:2]) == [5, 6]
+    assert len(c._addrs) <= 512
+    c.close()
+
+
 def test_bodies_see_the_inputs_and_the_pointers(host):
     b, s, a = host
     seen = []
