@@ -35,6 +35,8 @@
 
 #include "bench_tp_rank.h"
 
+#ifdef TP_GPU
+
 /* What AUTO runs for `rows` rows of the rank's buffer (counted: a count
  * read on the device), as mdr_all_reduce_choice answers. */
 static mdr_all_reduce_algo tp_choice(const tp_rank *rk, size_t rows, int counted) {
@@ -42,8 +44,6 @@ static mdr_all_reduce_algo tp_choice(const tp_rank *rk, size_t rows, int counted
   if (counted) d.count_ptr = mdr_arena_token_ids(rk->arena); /* any device word: only its presence counts here */
   return mdr_all_reduce_choice(rk->arena, &d);
 }
-
-#ifdef TP_GPU
 
 /* ---- small pieces ---- */
 
