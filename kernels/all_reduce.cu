@@ -41,7 +41,12 @@
  * Blocks never wait for blocks of their own rank, only for the same block
  * of a peer; the grid is at most one block per SM of the smallest GPU of
  * the communicator, so all blocks are resident, and every rank launches
- * the same grid. */
+ * the same grid.
+ *
+ * One measurement entry beside them (mdr_cuda_ar_barrier_bench,
+ * all_reduce.h): the two-shot's block barrier alone, with its real flags
+ * and counters, which mdr-bench-tp --barrier times against NCCL's LSA
+ * barrier. */
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -412,6 +417,42 @@ __global__ void residual_add_kernel(uint4 *res, const uint4 *rows, size_t row_ve
     res[i] = add_residual<DT>(res[i], rows[i]);
 }
 
+/* ---- measurement only: the two-shot's block barrier alone (all_reduce.h,
+ * mdr_ar_barrier_run; mdr-bench-tp --barrier times it against NCCL's LSA
+ * barrier). The counters are read and written as run_call does, but only
+ * `barriers` moves: one per barrier passed. ---- */
+template <bool CHECK>
+__global__ void __launch_bounds__(MDR_AR_THREADS) barrier_bench_kernel(mdr_ar_call p, mdr_ar_barrier_run run) {
+  __shared__ int s_bad;
+  if (threadIdx.x == 0) s_bad = 0;
+  mdr_arp_block *states = (mdr_arp_block *)(p.self + p.region_off + MDR_ARP_STATE_OFF);
+  volatile mdr_arp_block *mine = &states[blockIdx.x];
+  mdr_arp_block st;
+  st.calls = mine->calls;
+  st.one_shot = mine->one_shot;
+  st.barriers = mine->barriers;
+  st.spare = 0;
+  const uint32_t sig = mdr_arp_signature(0, 0, MDR_ARP_BF16, 0, 0, 0, 0); /* an empty two-shot's */
+  __syncthreads(); /* s_bad is set */
+  for (unsigned i = 0; i < run.barriers; i++) {
+    const uint32_t k = 1u + (i & 1u); /* barrier 1, then 2, of a two-shot */
+    const size_t slots = run.check_off + ((size_t)(i & 1u) * gridDim.x + blockIdx.x) * (size_t)p.nranks * 4u;
+    if (CHECK && threadIdx.x == blockDim.x - 1)
+      for (int r = 0; r < p.nranks; r++)
+        *(volatile uint32_t *)(p.peer[r] + slots + (size_t)p.rank * 4u) =
+            mdr_ar_barrier_check_value(run.salt, p.rank, blockIdx.x, i);
+    if (!block_barrier(p, st, k, sig, &s_bad)) return; /* gave up: the counters stay (later calls are refused) */
+    if (CHECK && threadIdx.x == blockDim.x - 1)
+      for (int r = 0; r < p.nranks; r++)
+        if (*(volatile const uint32_t *)(p.self + slots + (size_t)r * 4u) !=
+            mdr_ar_barrier_check_value(run.salt, r, blockIdx.x, i))
+          atomicAdd(run.wrong, 1u);
+    /* a pair published barriers + 1 and + 2; a lone last barrier 1, + 1 */
+    if (k == 2 || i + 1 == run.barriers) st.barriers += k;
+  }
+  if (threadIdx.x == 0) mine->barriers = st.barriers;
+}
+
 #if defined(MDR_HAVE_NCCL_DEVICE)
 __global__ void resolve_peers_kernel(ncclWindow_t win, int n, char **out) {
   for (int r = 0; r < n; r++) out[r] = (char *)ncclGetLsaPointer(win, 0, r);
@@ -464,6 +505,20 @@ extern "C" int mdr_cuda_ar_launch(const mdr_ar_call *k, void *stream) {
     default: e = cudaLaunchKernelEx(&cfg, all_reduce_kernel<MDR_ARP_FP32>, *k); break;
   }
   return (int)e;
+}
+
+extern "C" int mdr_cuda_ar_barrier_bench(const mdr_ar_call *k, const mdr_ar_barrier_run *run, void *stream) {
+  const unsigned cap = k->max_blocks < MDR_ARP_MAX_BLOCKS ? (unsigned)(k->max_blocks > 0 ? k->max_blocks : 0)
+                                                         : (unsigned)MDR_ARP_MAX_BLOCKS;
+  const bool check = run->check_off != MDR_AR_NO_CHECK;
+  if (run->blocks < 1 || run->blocks > cap || (check && !run->wrong)) return (int)cudaErrorInvalidValue;
+  cudaStream_t s = (cudaStream_t)stream;
+  if (check) {
+    barrier_bench_kernel<true><<<run->blocks, MDR_AR_THREADS, 0, s>>>(*k, *run);
+  } else {
+    barrier_bench_kernel<false><<<run->blocks, MDR_AR_THREADS, 0, s>>>(*k, *run);
+  }
+  return (int)cudaGetLastError();
 }
 
 extern "C" int mdr_cuda_ar_region_init(void *region, int n, size_t cap, void *stream) {

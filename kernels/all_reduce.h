@@ -40,6 +40,44 @@ int mdr_cuda_ar_residual_add(void *residual, const void *rows, size_t row_bytes,
 int mdr_cuda_ar_residual_norm(void *residual, const void *sum, void *out, const void *weight, float eps,
                               size_t row_bytes, size_t nrows, const uint32_t *count_ptr, int dtype, void *stream);
 
+/* ---- measurement only (mdr-bench-tp --barrier, bench/README.md) ----
+ *
+ * The two-shot's block barrier (block_barrier, kernels/ar_device.cuh) run
+ * alone, so that it can be timed against NCCL's LSA barrier: each of
+ * `blocks` blocks passes `barriers` consecutive barriers with its real
+ * counters and flags, alternating barrier 1 and 2 as a two-shot call does
+ * (the signature: that of an empty two-shot, which no real call sends).
+ * Only block b's `barriers` counter advances, by one per barrier, so the
+ * protocol's invariant (kernels/ar_protocol.h) holds for every call after
+ * it. With check_off set, the last thread of each block (in another warp
+ * than the threads that raise and poll the flags, as a two-shot's rows
+ * are every thread's) also writes, before each barrier i,
+ * mdr_ar_barrier_check_value(salt, rank, block, i) into every rank's slot
+ * [i & 1][block][rank] (uint32 words at window offset check_off:
+ * 2 * blocks * nranks of them), and after it reads its own slots of every
+ * rank: each wrong value adds one to *wrong (a barrier that does not
+ * synchronise shows there). */
+#define MDR_AR_NO_CHECK (~(size_t)0)
+typedef struct mdr_ar_barrier_run {
+  unsigned blocks;   /* the grid: 1 .. min(k->max_blocks, MDR_ARP_MAX_BLOCKS), the same on every rank */
+  unsigned barriers; /* barriers per block */
+  size_t check_off;  /* MDR_AR_NO_CHECK: none */
+  uint32_t *wrong;   /* with a check: device memory, wrong values are added to it */
+  uint32_t salt;     /* with a check: different for every checked launch */
+} mdr_ar_barrier_run;
+
+/* The value rank `rank`'s block `block` writes before barrier i. */
+MDR_ARP_FN uint32_t mdr_ar_barrier_check_value(uint32_t salt, int rank, unsigned block, unsigned i) {
+  return salt * 0x9E3779B1u + (i << 12) + (block << 4) + (uint32_t)rank;
+}
+
+/* Enqueue one launch of the run on `stream` (a cudaStream_t): k is the call
+ * mdr_all_reduce would run on the arena (transport part filled:
+ * mdr_all_reduce_call_of, src/all_reduce_impl.h), MDR_AR_THREADS threads a
+ * block, no programmatic dependent launch. Capture-safe. 0, or a
+ * cudaError_t (cudaErrorInvalidValue: a grid out of range). */
+int mdr_cuda_ar_barrier_bench(const mdr_ar_call *k, const mdr_ar_barrier_run *run, void *stream);
+
 /* Set a region up on `stream` (zeroed control, counters and flags; the
  * scratch all-ones), for n ranks and slots of `cap` bytes. 0 or a
  * cudaError_t; asynchronous. */

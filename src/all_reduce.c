@@ -260,6 +260,21 @@ mdr_status mdr_all_reduce_state(mdr_arena *a, mdr_arp_block *get, const mdr_arp_
   return c->ops->state(c, mdr_arena_slab_base(a), mdr_comm_region_off(a), get, set);
 }
 
+mdr_status mdr_all_reduce_call_of(mdr_arena *a, mdr_ar_call *out) {
+  if (!a || !out) return MDR_ERR_INVALID_ARGUMENT;
+  mdr_comm *c = mdr_arena_comm(a);
+  if (!c)
+    return mdr_backend_fail(mdr_arena_backend(a), MDR_ERR_INVALID_ARGUMENT,
+                            "all-reduce call: the arena is not on a communicator");
+  if (!c->ops->call_of)
+    return mdr_backend_fail(c->b, MDR_ERR_UNSUPPORTED, "all-reduce call: the %s communicator has no kernel call",
+                            c->ops->name);
+  memset(out, 0, sizeof *out);
+  out->res_off = MDR_ARP_NO_RESIDUAL;
+  out->region_off = mdr_comm_region_off(a);
+  return c->ops->call_of(c, out, mdr_arena_slab_base(a));
+}
+
 long mdr_ar_timeout_ms(mdr_backend *b) { return mdr_env_ms(b, "MDR_AR_TIMEOUT_MS", "communicator"); }
 
 void mdr_ar_report_text(const volatile uint32_t *report, int rank, char *buf, size_t n) {

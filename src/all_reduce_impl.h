@@ -1,6 +1,7 @@
 /* all_reduce_impl.h — the all-reduce's private surface (src/all_reduce.c):
- * AUTO's table, where an arena's comm region starts, and the test hook
- * that reads or writes the protocol counters. */
+ * AUTO's table, where an arena's comm region starts, the test hook that
+ * reads or writes the protocol counters, and the measurement entry that
+ * hands out the call of mdr's kernels. */
 #ifndef MDR_ALL_REDUCE_IMPL_H
 #define MDR_ALL_REDUCE_IMPL_H
 
@@ -25,6 +26,15 @@ size_t mdr_comm_region_off(const mdr_arena *a);
  * is what a run of that many calls leaves: a one-shot-only run leaves
  * barriers at 0 and the flags untouched. */
 mdr_status mdr_all_reduce_state(mdr_arena *a, mdr_arp_block *get, const mdr_arp_block *set);
+
+/* Measurement only (mdr-bench-tp --barrier): *out = the call of mdr's
+ * kernels on arena a with the transport's part filled as mdr_all_reduce
+ * fills it (each rank's window base, this rank's slab, the comm region,
+ * the grid cap, the host's abort and report words) and no call part but
+ * region_off (no rows, no residual). Enqueues nothing; the pointers are
+ * the arena's, valid while it lives. MDR_ERR_UNSUPPORTED where mdr's
+ * kernels do not run on the arena. */
+mdr_status mdr_all_reduce_call_of(mdr_arena *a, mdr_ar_call *out);
 
 /* MDR_AR_TIMEOUT_MS from the environment: a positive integer of ms, or 0
  * (unset; another value is 0 too, and reported on b: src/env.h). */

@@ -35,6 +35,11 @@ struct mdr_comm_ops {
    * limits) and runs it. k->algo is MDR_ARP_NCCL, ONE_SHOT, TWO_SHOT, or
    * AUTO (a count read on the device: the kernel picks). */
   mdr_status (*all_reduce)(mdr_comm *c, mdr_ar_call *k, mdr_dptr slab, mdr_stream s);
+  /* Fill the transport's part of *k for the slab, as all_reduce does
+   * before it launches mdr's kernel, and run nothing (the measurement
+   * entry of src/all_reduce_impl.h). MDR_ERR_UNSUPPORTED where mdr's
+   * kernels do not run. Optional (NULL: unsupported). */
+  mdr_status (*call_of)(mdr_comm *c, mdr_ar_call *k, mdr_dptr slab);
   /* Bytes the transport keeps at the end of an arena's slab (its comm
    * region, inside the window) for messages of up to max_message bytes;
    * 0 for none. */

@@ -149,6 +149,25 @@ static nccl_slab *slab_of(const mdr_comm *c, mdr_dptr slab) {
   return NULL;
 }
 
+/* The transport's part of the call of mdr's kernels on the slab. */
+static mdr_status nccl_call_of(mdr_comm *c, mdr_ar_call *k, mdr_dptr slab) {
+  const nccl_slab *sl = slab_of(c, slab);
+  if (!sl || !sl->kernels)
+    return mdr_backend_fail(c->b, MDR_ERR_UNSUPPORTED, "all-reduce: mdr's kernels do not run on this slab");
+  const nccl_words *w = words_of(c);
+  for (int r = 0; r < c->size; r++) k->peer[r] = sl->peer[r];
+  k->self = (char *)(uintptr_t)slab;
+  k->slot_cap = MDR_ARP_ONE_SHOT_MAX_BYTES;
+  k->rank = c->rank;
+  k->nranks = c->size;
+  k->max_blocks = sl->max_blocks;
+  k->pdl = sl->pdl;
+  k->timeout_ns = (uint64_t)c->timeout_ms * 1000000u;
+  k->host_abort = w ? &w->dev[MDR_ARP_HOST_ABORT] : NULL;
+  k->host_report = w ? &w->dev[MDR_ARP_HOST_RANKS0 + (size_t)c->rank * MDR_ARP_HOST_REPORT] : NULL;
+  return MDR_OK;
+}
+
 static mdr_status nccl_all_reduce(mdr_comm *c, mdr_ar_call *k, mdr_dptr slab, mdr_stream s) {
   mdr_status st = check_rank(c, "all-reduce");
   if (st != MDR_OK) return st;
@@ -174,22 +193,11 @@ static mdr_status nccl_all_reduce(mdr_comm *c, mdr_ar_call *k, mdr_dptr slab, md
     leave_device(prev);
     return e ? cuda_fail(c->b, (cudaError_t)e, "residual add after ncclAllReduce") : MDR_OK;
   }
-  const nccl_slab *sl = slab_of(c, slab);
-  if (!sl || !sl->kernels) {
+  st = nccl_call_of(c, k, slab);
+  if (st != MDR_OK) {
     leave_device(prev);
-    return mdr_backend_fail(c->b, MDR_ERR_UNSUPPORTED, "all-reduce: mdr's kernels do not run on this slab");
+    return st;
   }
-  const nccl_words *w = words_of(c);
-  for (int r = 0; r < c->size; r++) k->peer[r] = sl->peer[r];
-  k->self = base;
-  k->slot_cap = MDR_ARP_ONE_SHOT_MAX_BYTES;
-  k->rank = c->rank;
-  k->nranks = c->size;
-  k->max_blocks = sl->max_blocks;
-  k->pdl = sl->pdl;
-  k->timeout_ns = (uint64_t)c->timeout_ms * 1000000u;
-  k->host_abort = w ? &w->dev[MDR_ARP_HOST_ABORT] : NULL;
-  k->host_report = w ? &w->dev[MDR_ARP_HOST_RANKS0 + (size_t)c->rank * MDR_ARP_HOST_REPORT] : NULL;
   const int e = mdr_cuda_ar_launch(k, s);
   leave_device(prev);
   return e ? cuda_fail(c->b, (cudaError_t)e, "mdr all-reduce kernel") : MDR_OK;
@@ -564,6 +572,7 @@ static void nccl_destroy(mdr_comm *c) {
 static const struct mdr_comm_ops nccl_comm_ops = {
     .name = "nccl",
     .all_reduce = nccl_all_reduce,
+    .call_of = nccl_call_of,
     .region_bytes = nccl_region_bytes,
     .kernels = nccl_kernels,
     .state = nccl_state,
