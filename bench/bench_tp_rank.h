@@ -88,6 +88,15 @@ void tp_nccl_all_reduce(tp_rank *rk, void *buf);
 /* Path p at the case's row count: build, validate, time, record (rank 0),
  * or record it skipped with the reason. index/total: progress. */
 void tp_run_case(tp_rank *rk, tp_path p, size_t index, size_t total);
+/* One operation of a blocked timing: enqueued on rk->stream. */
+typedef void (*tp_op_fn)(tp_rank *rk, void *ctx);
+/* The blocked method (bench/README.md) on both ranks: TP_WARMUP untimed
+ * ops, then per rep a blocker, an event, the op, an event; the ranks meet
+ * and one store releases both blockers. Per rep the slower rank's µs count,
+ * divided by `per` (the ops, or barriers, in one op). Rank 0 gets the
+ * summary over o->reps (the other rank k_no_summary); `what` names the
+ * phase in a failure. */
+summary tp_time_blocked(tp_rank *rk, tp_op_fn op, void *ctx, double per, const char *what);
 /* Drain the rank's stream, polling so that an NCCL failure or a peer that
  * never comes ends the run with a message instead of a hang. */
 void tp_rank_sync(tp_rank *rk, const char *what);

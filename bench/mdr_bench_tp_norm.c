@@ -128,42 +128,16 @@ static void tpn_check(tp_rank *rk, size_t h, size_t tokens, size_t m, tpn_path p
   free(orow);
 }
 
-static double tpn_elapsed_us(cudaEvent_t a, cudaEvent_t b) {
-  float ms = 0;
-  TP_CUDA(cudaEventElapsedTime(&ms, a, b));
-  return (double)ms * 1e3;
-}
+/* One timed step of a path: its cache's graph, device ids. */
+typedef struct tpn_step_ctx {
+  mdr_graph_cache *cache;
+  mdr_dptr ids;
+  size_t tokens;
+} tpn_step_ctx;
 
-/* The blocked timing of one step of `c` at `tokens`; rank 0 gets the summary. */
-static summary tpn_time(tp_rank *rk, mdr_graph_cache *c, mdr_dptr ids, size_t tokens) {
-  tp_shared *sh = rk->sh;
-  const size_t reps = rk->o->reps;
-  for (int i = 0; i < TP_WARMUP; i++) TP_MDR(rk->b, mdr_graph_cache_step_device(c, ids, tokens));
-  tp_rank_sync(rk, "norm: warm-up");
-  tp_barrier(rk);
-  for (size_t i = 0; i < reps; i++) {
-    rk->generation++;
-    TP_CUDA((cudaError_t)tp_launch_blocker(rk->stream, rk->release_dev, rk->generation, TP_BLOCKER_TIMEOUT_NS,
-                                           rk->timed_out_dev));
-    TP_CUDA(cudaEventRecord(rk->start[i], rk->stream));
-    TP_MDR(rk->b, mdr_graph_cache_step_device(c, ids, tokens));
-    TP_CUDA(cudaEventRecord(rk->stop[i], rk->stream));
-    tp_barrier(rk);
-    if (rk->rank == 0) __atomic_store_n((uint32_t *)&sh->words[0], rk->generation, __ATOMIC_RELEASE);
-    if ((i + 1) % TP_DRAIN_EVERY == 0) tp_rank_sync(rk, "norm: timing");
-  }
-  tp_rank_sync(rk, "norm: timing");
-  for (size_t i = 0; i < reps; i++) sh->samples[rk->rank][i] = tpn_elapsed_us(rk->start[i], rk->stop[i]);
-  tp_barrier(rk);
-  summary s = k_no_summary;
-  if (rk->rank == 0) {
-    double *v = xmalloc(reps * sizeof *v);
-    for (size_t i = 0; i < reps; i++) v[i] = fmax(sh->samples[0][i], sh->samples[1][i]);
-    s = summarize(v, reps);
-    free(v);
-  }
-  tp_barrier(rk);
-  return s;
+static void tpn_step(tp_rank *rk, void *ctx) {
+  const tpn_step_ctx *c = ctx;
+  TP_MDR(rk->b, mdr_graph_cache_step_device(c->cache, c->ids, c->tokens));
 }
 
 static void tpn_report(const tp_options *o, const tp_run_info *info, tpn_fig *figs) {
@@ -310,7 +284,8 @@ void tp_norm(tp_rank *rk) {
         TP_CUDA(cudaMemset(base_buf, 0, bytes));
         TP_CUDA(cudaDeviceSynchronize());
         tp_barrier(rk);
-        const summary s = tpn_time(rk, cache[p], ids, tokens);
+        tpn_step_ctx step = {cache[p], ids, tokens};
+        const summary s = tp_time_blocked(rk, tpn_step, &step, 1.0, "norm: timing");
         if (f) {
           f->s = s;
           f->ran = true;

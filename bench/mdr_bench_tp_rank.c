@@ -341,6 +341,37 @@ static double tp_median_of(const double *v, size_t n) {
   return m;
 }
 
+summary tp_time_blocked(tp_rank *rk, tp_op_fn op, void *ctx, double per, const char *what) {
+  tp_shared *sh = rk->sh;
+  const size_t reps = rk->o->reps;
+  for (int i = 0; i < TP_WARMUP; i++) op(rk, ctx);
+  tp_rank_sync(rk, what);
+  tp_barrier(rk);
+  for (size_t i = 0; i < reps; i++) {
+    rk->generation++;
+    TP_CUDA((cudaError_t)tp_launch_blocker(rk->stream, rk->release_dev, rk->generation, TP_BLOCKER_TIMEOUT_NS,
+                                           rk->timed_out_dev));
+    TP_CUDA(cudaEventRecord(rk->start[i], rk->stream));
+    op(rk, ctx);
+    TP_CUDA(cudaEventRecord(rk->stop[i], rk->stream));
+    tp_barrier(rk);
+    if (rk->rank == 0) __atomic_store_n((uint32_t *)&sh->words[0], rk->generation, __ATOMIC_RELEASE);
+    if ((i + 1) % TP_DRAIN_EVERY == 0) tp_rank_sync(rk, what);
+  }
+  tp_rank_sync(rk, what);
+  for (size_t i = 0; i < reps; i++) sh->samples[rk->rank][i] = tp_elapsed_us(rk->start[i], rk->stop[i]) / per;
+  tp_barrier(rk);
+  summary s = k_no_summary;
+  if (rk->rank == 0) {
+    double *v = xmalloc(reps * sizeof *v);
+    for (size_t i = 0; i < reps; i++) v[i] = fmax(sh->samples[0][i], sh->samples[1][i]);
+    s = summarize(v, reps);
+    free(v);
+  }
+  tp_barrier(rk);
+  return s;
+}
+
 /* GPU µs of the op, the blocked method: both ranks enqueue a blocker, an
  * event, the op, an event; they meet at the barrier; rank 0 releases both
  * blockers with one store to the shared word. The events see GPU execution
