@@ -14,7 +14,11 @@
  *                           soak.json, the output folder
  *   mdr_bench_tp_norm.c     --norm: the fused all-reduce + residual + RMSNorm against the
  *                           unfused chain and NCCL + RMSNorm; norm.csv, norm.json
+ *   mdr_bench_tp_barrier.c  --barrier: mdr's block barrier against NCCL's LSA barrier;
+ *                           barrier.csv, barrier.json
  *   mdr_bench_tp_cuda.cu    the blocker kernel; the soak's fill / check kernels
+ *   mdr_bench_tp_barrier.cu --barrier's NCCL side: the device communicator and the
+ *                           LSA barrier kernel (NCCL's device API)
  *
  * Statistics, JSON/CSV number formatting, now_us and xmalloc come from
  * bench_util.c (bench.h); the git revision and build type from
@@ -57,6 +61,11 @@ enum {
   TP_SYNC_TIMEOUT_S = 60,  /* one stream drain longer than this: exit 1, naming the rank and the phase */
   TP_SOAK_CHECK_EVERY = 1000, /* --soak: replays between two host checks (drain, read back, epoch) */
   TP_SOAK_MAX = 1000000000,   /* --soak: at most this many replays (well under 2^32: the epoch check is mod 2^32) */
+  /* --barrier: barriers per block in one timed launch: more than the
+   * sweeps' TP_K, so that a launch's start and end (a few µs, the same for
+   * both paths) weigh little in the figure per barrier */
+  TP_BARRIER_K = 64,
+  TP_BARRIER_CHECK = 4096, /* --barrier: checked barriers per grid and path before timing */
 };
 #define TP_MAX_SIZE_BYTES ((size_t)512 << 20)
 #define TP_BLOCKER_TIMEOUT_NS 2000000000ull /* a blocker never holds a stream longer (2 s) */
@@ -131,6 +140,9 @@ typedef struct tp_options {
   size_t norm_tokens[TP_MAX_COUNTS], n_norm_tokens; /* --norm-tokens */
   size_t norm_hidden[TP_MAX_COUNTS], n_norm_hidden; /* --norm-hidden: elements (bf16) a row */
   bool set_norm_tokens, set_norm_hidden;
+  /* --barrier: mdr's block barrier against NCCL's LSA barrier (instead of
+   * the sweeps; mdr_bench_tp_barrier.c) */
+  bool barrier;
   int argc;
   char **argv;
 } tp_options;
@@ -325,6 +337,25 @@ static inline int tp_soak_value(int r, size_t i, uint32_t g) {
  *        one-thread launch, after every block has checked) */
 int tp_launch_soak_fill(cudaStream_t s, uint16_t *buf, size_t n_el, int rank, const void *st);
 int tp_launch_soak_check(cudaStream_t s, const uint16_t *buf, size_t n_el, void *st); /* st: a tp_soak_state */
+
+#if defined(MDR_HAVE_NCCL_DEVICE)
+/* --barrier's NCCL side (mdr_bench_tp_barrier.cu): an ncclDevComm of comm
+ * made with lsaBarrierCount = grid, no multicast, and a buffer for the
+ * check's slots. Create and destroy are collective (every rank at once).
+ * 0 or an ncclResult_t. */
+typedef struct tp_nccl_barrier tp_nccl_barrier;
+int tp_nccl_barrier_create(ncclComm_t comm, unsigned grid, tp_nccl_barrier **out);
+int tp_nccl_barrier_destroy(ncclComm_t comm, tp_nccl_barrier *nb);
+/* Its world rank and size, and the LSA team's. */
+void tp_nccl_barrier_team(const tp_nccl_barrier *nb, int *rank, int *nranks, int *lsa_rank, int *lsa_size);
+/* One launch on s: each of `grid` blocks opens one ncclLsaBarrierSession
+ * (unicast) on its barrier and syncs it `barriers` times (acq_rel); with
+ * wrong, the check of mdr_ar_barrier_run (kernels/all_reduce.h) around
+ * each barrier, wrong values added to *wrong (device memory).
+ * Capture-safe; 0 or a cudaError_t. */
+int tp_nccl_barrier_launch(cudaStream_t s, const tp_nccl_barrier *nb, unsigned barriers, uint32_t *wrong,
+                           uint32_t salt);
+#endif
 #endif
 
 #endif

@@ -112,6 +112,15 @@ void tp_soak(tp_rank *rk);
  * instead of the sweeps; rank 0 prints the tables and writes norm.csv and
  * norm.json. */
 void tp_norm(tp_rank *rk);
+/* ---- mdr_bench_tp_barrier.c ---- */
+
+/* --barrier: mdr's block barrier against NCCL's LSA barrier, run by both
+ * ranks instead of the sweeps; rank 0 prints the table and writes
+ * barrier.csv and barrier.json. Built with NCCL's device API only (main
+ * exits 77 without it). */
+#if defined(MDR_HAVE_NCCL_DEVICE)
+void tp_barrier_compare(tp_rank *rk);
+#endif
 
 #endif
 #endif

@@ -8,7 +8,8 @@
  * preset's hidden size; or (--soak N) N replays of one graph holding mdr's
  * all-reduce, checked, across the wrap of its 32-bit epoch; or (--norm) the
  * fused all-reduce + residual + RMSNorm against the unfused chain and NCCL +
- * RMSNorm. bench/README.md
+ * RMSNorm; or (--barrier) mdr's block barrier against NCCL's LSA barrier.
+ * bench/README.md
  * (section mdr-bench-tp) explains every option, column and file;
  * bench_tp.h lists the files.
  *
@@ -48,6 +49,12 @@ static int tp_gpu_count(void) {
 }
 
 static void tp_print_sweeps(const tp_options *o, const tp_sweep *sw) {
+  if (o->barrier) {
+    printf("barrier: mdr's block barrier against NCCL's LSA barrier, %d barriers a launch, grids 1, 8, 32 and the "
+           "cap; reps %zu, warm-up %d\n",
+           TP_BARRIER_K, o->reps, TP_WARMUP);
+    return;
+  }
   if (o->norm) {
     printf("norm: the fused all-reduce + residual + RMSNorm (fused-1shot, fused-2shot) against the unfused chain "
            "(unfused-1shot, unfused-2shot) and nccl+norm; tokens ");
@@ -120,6 +127,11 @@ int main(int argc, char **argv) {
 #endif
   );
 #else
+#if !defined(MDR_HAVE_NCCL_DEVICE)
+  if (o.barrier)
+    tp_exit(TP_EXIT_SKIP, "skipped: --barrier needs NCCL's device API (nccl_device.h, NCCL 2.28 or later), and "
+                          "this build's NCCL has none");
+#endif
   if (!mdr_comm_nccl_available())
     tp_exit(TP_EXIT_SKIP, "skipped: libmdr was built without NCCL (mdr_comm_nccl_available() is 0)");
   const int n_gpus = tp_gpu_count();
@@ -214,7 +226,7 @@ int main(int argc, char **argv) {
   res.cap_captures = n_counts;
   res.captures = xmalloc(res.cap_captures * sizeof *res.captures);
 
-  if (!o.soak && !o.norm) tp_print_legend();
+  if (!o.soak && !o.norm && !o.barrier) tp_print_legend();
   fflush(stdout);
   if (pthread_barrier_init(&sh.barrier, NULL, TP_RANKS) != 0) tp_die("pthread_barrier_init failed");
   pthread_t th[TP_RANKS];
@@ -231,8 +243,8 @@ int main(int argc, char **argv) {
 
   /* results first: a teardown that hangs (the watchdog ends it) loses nothing */
   tp_progress("writing results");
-  if (o.norm) {
-    /* tp_norm printed its tables and wrote norm.csv and norm.json */
+  if (o.norm || o.barrier) {
+    /* tp_norm / tp_barrier_compare printed their tables and wrote their files */
   } else if (o.soak) {
     tp_write_soak(&o, &info, &soak);
     printf("\nwrote %s/soak.json\n", info.out_dir);

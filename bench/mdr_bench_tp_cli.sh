@@ -5,8 +5,11 @@
 # Refusals exit 2 with a message: bad lists, unknown options and paths,
 # sizes that are not whole rows, an --out holding an earlier run's files
 # (accepted with --force), bad --soak / --soak-algo / --soak-size values
-# and their misuse. --help and --version exit 0. With two GPUs a tiny soak
-# (--soak 3000) must pass too.
+# and their misuse, --barrier with another mode's options. --help and
+# --version exit 0. With two GPUs a tiny soak (--soak 3000) and a tiny
+# --barrier run (--reps 3: both barriers validated, barrier.csv written)
+# must pass too (or skip, exit 77, where mdr's kernels or NCCL's device API
+# are missing).
 # Usage: bash bench/mdr_bench_tp_cli.sh PATH/TO/mdr-bench-tp WORK_DIR
 set -u
 bench=${1:?usage: mdr_bench_tp_cli.sh MDR_BENCH_TP WORK_DIR}
@@ -81,6 +84,27 @@ elif [ "$gpu" -eq 1 ]; then
   else fail "soak of 3000 replays exited $rc"; tail -5 "$work/soak.err"; fi
 fi
 
+# 2c. --barrier: skipped without two GPUs; with them a tiny run validates both barriers and writes its files
+if [ "$gpu" -eq 0 ]; then
+  expect_exit barrier-skip 77 'skipped:' --barrier --reps 3 --out "$work/barrier"
+  [ -e "$work/barrier" ] && fail "a skipped --barrier run created its --out folder"
+elif [ "$gpu" -eq 1 ]; then
+  if "$bench" --barrier --reps 3 --out "$work/barrier" >"$work/barrier.out" 2>"$work/barrier.err"; then
+    rc=0
+  else
+    rc=$?
+  fi
+  if [ "$rc" -eq 0 ]; then
+    grep -q '^barrier: GPU us per barrier' "$work/barrier.out" && [ -s "$work/barrier/barrier.json" ] \
+      && grep -q '^1,mdr,' "$work/barrier/barrier.csv" && grep -q '^1,nccl-lsa,' "$work/barrier/barrier.csv" \
+      && pass "--barrier: both barriers validated and timed" \
+      || { fail "--barrier: exit 0 without its table or files"; tail -5 "$work/barrier.out"; }
+  elif [ "$rc" -eq 77 ]; then pass "--barrier skipped (exit 77): $(tail -1 "$work/barrier.err")"
+  else fail "--barrier exited $rc"; tail -5 "$work/barrier.err"; fi
+fi
+mkdir -p "$work/held-barrier" && echo 'grid' >"$work/held-barrier/barrier.csv"
+expect_exit barrier-out-held 2 'refusing to overwrite .*barrier.csv' --barrier --out "$work/held-barrier"
+
 # 3. refusals: exit 2 and a message naming what is valid
 expect_exit unknown-option 2 "unknown option '--nope'" --nope
 expect_exit flag-with-value 2 'takes no value' --quick=yes
@@ -114,10 +138,16 @@ expect_exit soak-size-1shot 2 'over MDR_ALL_REDUCE_ONE_SHOT_MAX_BYTES' --soak 10
 expect_exit soak-with-sizes 2 '--soak runs the soak alone: --sizes' --soak 10 --sizes 2K
 expect_exit soak-with-paths 2 '--soak runs the soak alone: --paths' --soak 10 --paths mdr-dyn
 expect_exit soak-with-quick 2 '--soak runs the soak alone: --quick' --soak 10 --quick
+expect_exit barrier-with-value 2 '--barrier takes no value' --barrier=yes
+expect_exit barrier-with-sizes 2 '--barrier runs the barrier comparison alone: --sizes' --barrier --sizes 2K
+expect_exit barrier-with-paths 2 '--barrier runs the barrier comparison alone: --paths' --barrier --paths mdr-dyn
+expect_exit barrier-with-norm 2 '--barrier runs the barrier comparison alone: --norm' --barrier --norm
+expect_exit barrier-with-soak 2 '--barrier runs the barrier comparison alone: --soak' --soak 10 --barrier
+expect_exit barrier-with-norm-tokens 2 '--norm-tokens needs --norm' --barrier --norm-tokens 8
 
 # 4. --help and --version
 if "$bench" --help >"$work/help.out" 2>&1 && grep -q -- '--tokens' "$work/help.out" && grep -q -- '--soak-algo' "$work/help.out" \
-  && grep -q -- 'mdr-dyn' "$work/help.out"; then pass "--help"
+  && grep -q -- 'mdr-dyn' "$work/help.out" && grep -q -- '--barrier' "$work/help.out"; then pass "--help"
 else fail "--help:"; cat "$work/help.out"; fi
 if "$bench" --version >"$work/version.out" 2>&1 && grep -Eq '^mdr-bench-tp [0-9]+\.[0-9]+\.[0-9]+' "$work/version.out"
 then pass "--version: $(head -1 "$work/version.out")"

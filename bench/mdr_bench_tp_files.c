@@ -21,7 +21,7 @@
 #define TP_MAX_SAME_SECOND_RUNS 100
 
 static const char *const k_out_files[] = {"results.json", "results.csv", "capture.csv", "soak.json", "norm.csv",
-                                          "norm.json"};
+                                          "norm.json", "barrier.csv", "barrier.json"};
 
 /* ---- the output folder ---- */
 

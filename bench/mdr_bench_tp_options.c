@@ -77,6 +77,11 @@ static void tp_usage(FILE *f) {
           "                   every path validated bit for bit first; writes norm.csv and norm.json\n"
           "  --norm-tokens a,b  --norm's token counts, 1..%d (default 1,2,4,8,16,32,64,128)\n"
           "  --norm-hidden a,b  --norm's hidden sizes, bf16 elements a row (default 4096,6144,8192)\n"
+          "  --barrier        instead of the sweeps: mdr's block barrier (the two-shot's, its real flags and\n"
+          "                   counters) against NCCL's LSA barrier (ncclLsaBarrierSession, device API, no\n"
+          "                   multicast), %d barriers a launch, grids 1, 8, 32 and the SM cap; both validated\n"
+          "                   first (values written before a barrier read after it); --reps, --quick apply;\n"
+          "                   writes barrier.csv and barrier.json (exit 77 without NCCL's device API)\n"
           "  --out DIR        output folder; refused if it holds results, unless --force\n"
           "                   (default: a fresh bench-out/tp-<UTC timestamp>/, bench-out/tp-latest points to it)\n"
           "  --force          write into an --out folder that holds an earlier run's files\n"
@@ -85,10 +90,11 @@ static void tp_usage(FILE *f) {
           "  --help           this text\n"
           "explicit options win over --quick whatever the order. Exit: 0 done, 1 a failure (validation,\n"
           "CUDA, NCCL, mdr, watchdog; the soak: a wrong value or epoch), 2 a refused command line, 77 skipped\n"
-          "(fewer than 2 GPUs, no NCCL; the soak: mdr's kernels cannot run here).\n",
+          "(fewer than 2 GPUs, no NCCL; the soak and --barrier: mdr's kernels cannot run here; --barrier:\n"
+          "no NCCL device API).\n",
           MDR_ALL_REDUCE_ONE_SHOT_MAX_BYTES >> 10, TP_DEFAULT_REPS, TP_QUICK_REPS, TP_SIZE_ROW_BYTES, TP_MAX_SIZE_BYTES >> 20,
           TP_PRESET, TP_MAX_TOKENS, TP_SOAK_MAX, TP_SOAK_CHECK_EVERY, TP_SIZE_ROW_BYTES, TP_NORM_MAX_TOKENS,
-          TP_QUICK_REPS);
+          TP_BARRIER_K, TP_QUICK_REPS);
 }
 
 static void tp_print_version(void) {
@@ -195,11 +201,11 @@ static mdr_all_reduce_algo tp_parse_soak_algo(const char *s) {
 typedef enum tp_opt_id {
   TP_OPT_REPS, TP_OPT_SIZES, TP_OPT_TOKENS, TP_OPT_PATHS, TP_OPT_OUT, TP_OPT_SOAK, TP_OPT_SOAK_ALGO,
   TP_OPT_SOAK_SIZE, TP_OPT_NORM_TOKENS, TP_OPT_NORM_HIDDEN, /* the options above take a value */
-  TP_OPT_FORCE, TP_OPT_QUICK, TP_OPT_VERSION, TP_OPT_HELP, TP_OPT_NORM, TP_OPT_COUNT
+  TP_OPT_FORCE, TP_OPT_QUICK, TP_OPT_VERSION, TP_OPT_HELP, TP_OPT_NORM, TP_OPT_BARRIER, TP_OPT_COUNT
 } tp_opt_id;
 static const char *const k_opt_names[TP_OPT_COUNT] = {
-    "--reps",        "--sizes",         "--tokens", "--paths", "--out",     "--soak", "--soak-algo", "--soak-size",
-    "--norm-tokens", "--norm-hidden",   "--force",  "--quick", "--version", "--help", "--norm"};
+    "--reps",        "--sizes",       "--tokens", "--paths", "--out",     "--soak", "--soak-algo", "--soak-size",
+    "--norm-tokens", "--norm-hidden", "--force",  "--quick", "--version", "--help", "--norm",      "--barrier"};
 static bool tp_takes_value(tp_opt_id id) { return id <= TP_OPT_NORM_HIDDEN; }
 
 /* --norm's defaults: decode token counts up to one-shot fusion's range,
@@ -289,6 +295,7 @@ void tp_parse_options(int argc, char **argv, tp_options *o) {
         tp_for_each_item(name, value, tp_add_norm_hidden, o);
         break;
       case TP_OPT_NORM: o->norm = true; break;
+      case TP_OPT_BARRIER: o->barrier = true; break;
       case TP_OPT_OUT:
         if (!*value) tp_refuse("--out: empty folder name");
         o->out_dir = value;
@@ -302,6 +309,17 @@ void tp_parse_options(int argc, char **argv, tp_options *o) {
   }
   if ((o->set_norm_tokens || o->set_norm_hidden) && !o->norm)
     tp_refuse("%s needs --norm", o->set_norm_tokens ? "--norm-tokens" : "--norm-hidden");
+  /* --barrier runs alone: only --reps, --quick, --out and --force mean something there. */
+  if (o->barrier) {
+    const char *other = o->norm ? "--norm" : o->soak ? "--soak" : o->set_sizes ? "--sizes" : o->set_tokens ? "--tokens"
+                      : o->set_paths ? "--paths" : o->set_soak_algo ? "--soak-algo" : o->set_soak_size ? "--soak-size"
+                      : NULL;
+    if (other)
+      tp_refuse("--barrier runs the barrier comparison alone: %s does not belong to it; leave it out", other);
+    if (!o->set_reps) o->reps = o->quick ? TP_QUICK_REPS : TP_DEFAULT_REPS;
+    for (int p = 0; p < TP_PATH_COUNT; p++) o->path_on[p] = false;
+    return;
+  }
   /* --norm runs alone: the sweeps' and the soak's options have no meaning there. */
   if (o->norm) {
     const char *other = o->soak ? "--soak" : o->set_sizes ? "--sizes" : o->set_tokens ? "--tokens"

@@ -293,6 +293,10 @@ void *tp_rank_main(void *arg) {
   rk.timed_out_dev = (uint32_t *)dev_words + 1 + rk.rank;
 
   size_t total = sh->res->cap_cases, index = 0;
+#if defined(MDR_HAVE_NCCL_DEVICE)
+  if (rk.o->barrier) tp_barrier_compare(&rk);
+  else
+#endif
   if (rk.o->norm) tp_norm(&rk);
   else if (rk.o->soak) tp_soak(&rk);
   else

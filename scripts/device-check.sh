@@ -34,8 +34,9 @@
 #     backend_cuda suites, soaks of mdr's all-reduce
 #     (TP_SOAK replays, default 100000, per algorithm in TP_SOAK_ALGOS), the
 #     TP=2 decode loop, mdr-bench-tp (TP_BENCH_RUNS times; with TP_PDL_AB
-#     set, each time also with MDR_AR_PDL=0 first), and mdr-bench-tp --norm
-#     (the fused all-reduce + residual + RMSNorm; TP_NORM_ARGS)
+#     set, each time also with MDR_AR_PDL=0 first), mdr-bench-tp --norm
+#     (the fused all-reduce + residual + RMSNorm; TP_NORM_ARGS) and
+#     mdr-bench-tp --barrier (mdr's block barrier against NCCL's LSA barrier)
 #   (default: build tests sanitize variants decode bench peer)
 #   env BENCH_ARGS: extra arguments for mdr-bench (default --quick)
 #   compare: the previous build side by side with this one. PREV names a
@@ -183,6 +184,8 @@ if has tp; then
     # the fused all-reduce + residual + RMSNorm against the unfused chain and
     # NCCL + RMSNorm (1-128 tokens, hidden 4096/6144/8192; TP_NORM_ARGS)
     run bench-tp-norm $build/bench/mdr-bench-tp --norm ${TP_NORM_ARGS:-} --out "$out/bench-tp-norm" --force
+    # mdr's block barrier against NCCL's LSA barrier (issue 21 item 1), both validated first
+    run bench-tp-barrier $build/bench/mdr-bench-tp --barrier --out "$out/bench-tp-barrier" --force
   fi
 fi
 if has tpsan; then
