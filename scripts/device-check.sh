@@ -5,7 +5,7 @@
 # benchmark, and print a short table last. Everything is logged under OUT.
 #
 # Usage: bash scripts/device-check.sh OUT [phase...]
-#   phases: build tests sanitize variants sweep probe ncu decode soak bench peer compare tp tpsan arproto overhead floor params python rust hf
+#   phases: build tests sanitize variants sweep probe ncu decode soak bench peer compare variant tp tpsan arproto overhead floor params python rust hf
 #   python: the Python package's pytest suite (GPU cases with torch) and python/bench_step.py
 #   rust: rust/gpu-out/run.sh, the Rust GPU bundle built elsewhere and carried (rust/gpu-tests.sh)
 #   arproto: mdr's all-reduce protocol on one GPU: the ar_gpu suite (AR_GPU_CALLS,
@@ -39,6 +39,12 @@
 #     mdr-bench-tp --barrier (mdr's block barrier against NCCL's LSA barrier)
 #   (default: build tests sanitize variants decode bench peer)
 #   env BENCH_ARGS: extra arguments for mdr-bench (default --quick)
+#   variant: a branch's tree beside this one (VARIANT, default .device-variant,
+#     made with `git archive BRANCH | tar -x -C .device-variant` and carried):
+#     built to build-variant, then for each of VARIANT_RUNS rounds (default 2)
+#     both trees' all_reduce_compare and step-inputs bench alternately, and
+#     the variant's ar_gpu suite (VARIANT_AR_CALLS calls, default 100000) and
+#     its step_inputs, staging and graph_cache suites once
 #   compare: the previous build side by side with this one. PREV names a
 #     source tree of it (default .device-prev, made here with
 #     `git archive REV | tar -x -C .device-prev` and carried); both
@@ -272,6 +278,28 @@ if has hf; then
         --json "$out/hf_${m}_b$b.json"
     done
   done
+fi
+if has variant; then
+  vt=${VARIANT:-.device-variant}
+  if [ ! -d "$vt" ]; then
+    note "SKIP variant: no tree at $vt (git archive BRANCH | tar -x -C $vt, and carry it)"
+  else
+    run variant-configure cmake -S "$vt" -B build-variant -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+      -DCMAKE_CUDA_ARCHITECTURES=90 -DMDR_REQUIRE_TESTS=ON
+    run variant-build cmake --build build-variant -j "$(nproc)"
+    run variant-ar-gpu env MDR_AR_GPU_CALLS="${VARIANT_AR_CALLS:-100000}" build-variant/tests/test_ar_gpu --jobs 1 --verbose
+    run variant-suites bash -c "cd build-variant && ctest --output-on-failure -R '^(step_inputs|staging|graph_cache|decode_loop)'"
+    ins=(--strategies graph-fused,graph-fused-inputs --tokens 1,2,4,8,16,32,64 --presets glm-5.3-flash-tp2,qwen3-next-80b
+      --cpu-reps 4000 --force)
+    for i in $(seq 1 "${VARIANT_RUNS:-2}"); do
+      for side in main variant; do
+        b=$build; [ $side = variant ] && b=build-variant
+        mkdir -p "$out/ar-compare-$side-$i"
+        run "ar-compare-$side-$i" $b/dev/all_reduce_compare "$out/ar-compare-$side-$i" --reps 400
+        run "bench-inputs-$side-$i" $b/bench/mdr-bench "${ins[@]}" --out "$out/bench-inputs-$side-$i"
+      done
+    done
+  fi
 fi
 if has compare; then
   prev=${PREV:-.device-prev}
