@@ -5,7 +5,7 @@
  * Each case is one graph of one kernel node: the blocks after the stage
  * block(s) clear Z bytes (16 KiB each, 256 threads, 16-byte stores); block
  * 0 copies the step's payload into a device inputs block, every load of a
- * round issued before its stores (as kernels/staging.cuh). Variants:
+ * round issued before its stores (as staging/staging.cuh). Variants:
  *   zero-only      block 0 idle: the floor's launch;
  *   device         payload already in device memory: the lower bound;
  *   slot           the host writes a slot of a ring in mapped pinned

@@ -5,7 +5,7 @@
  * token count, LRU eviction, and DYNAMIC's one re-targeted graph. The step
  * prologue (the staging ring that carries each step's ids and count to the
  * device) lives in staging.h; the zero plans come from the arena
- * (arena_impl.h) and their arithmetic from kernels/zero_map.h.
+ * (arena_impl.h) and their arithmetic from plan/zero_map.h.
  *
  * Two kinds of steps. A host step's ids travel through the staging ring; a
  * device step's ids are already in device memory (the engine's sampling

@@ -24,7 +24,7 @@
  * copy node plus a kernel.
  *
  * Step inputs travel in the same slot, after the ids (layout:
- * kernels/staging_layout.h); the same launch copies them.
+ * staging/staging_layout.h); the same launch copies them.
  *
  * Failures. A step that fails before its staged launch was enqueued leaves
  * host_step as it was (the slot is written again by the next step); one

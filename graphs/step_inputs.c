@@ -1,6 +1,6 @@
 /* step_inputs.c — a graph cache's step inputs (include/mdr/graph.h):
  * their declaration, checked and resolved at create into the staging
- * ring's slot layout (kernels/staging_layout.h), the step calls that carry
+ * ring's slot layout (staging/staging_layout.h), the step calls that carry
  * their values, and the layout queries a binding shows as decode_meta.
  * The steps themselves are graph_cache.c's. */
 #define _POSIX_C_SOURCE 200809L

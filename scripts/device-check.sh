@@ -121,7 +121,7 @@ if has sweep; then
   shapes="4096:1 8192:2 16384:4 16384:2 32768:8 65536:8"
   for sh in $shapes; do
     chunk=${sh%%:*} unroll=${sh##*:}
-    nvcc -O3 -std=c++17 -arch=sm_90 -Ikernels -Iinclude -DMDR_STATIC_DEFINE -DMDR_ZERO_CHUNK=$chunk -DZF_UNROLL=$unroll \
+    nvcc -O3 -std=c++17 -arch=sm_90 -Ikernels -Istaging -Iplan -Iinclude -DMDR_STATIC_DEFINE -DMDR_ZERO_CHUNK=$chunk -DZF_UNROLL=$unroll \
       dev/zero_fused_variants.cu kernels/zero_fused.cu -o "/tmp/zfv_${chunk}_${unroll}" &
   done
   wait

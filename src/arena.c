@@ -3,7 +3,7 @@
  *
  * Layout: buffers in enum order, each at a 256-byte aligned offset of the
  * single slab; size-0 entries get address 0 and no space. The zero plans are
- * built from three coverage lists below and the rules of kernels/zero_map.h,
+ * built from three coverage lists below and the rules of plan/zero_map.h,
  * so eager zeroing, the fused kernel and the graphs all clear the same bytes. */
 #define _POSIX_C_SOURCE 200809L
 #include <stdlib.h>

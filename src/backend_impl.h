@@ -17,8 +17,8 @@
 #include <stdarg.h>
 
 #include "mdr/backend.h"
-#include "../kernels/staging_layout.h"
-#include "../kernels/zero_map.h"
+#include "../staging/staging_layout.h"
+#include "../plan/zero_map.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -83,7 +83,7 @@ static void zero_table_host(size_t n, uint64_t t, const mdr_stage_desc *stage) {
   zero_ranges_host(segs, (uint32_t)n, off, e);
 }
 
-/* The stage block's inputs (kernels/staging.cuh): from the slot (when the
+/* The stage block's inputs (staging/staging.cuh): from the slot (when the
  * launch reads one) the rows at the copy counts, which the host padded;
  * from device memory the rows at the real counts, then each input's pad up
  * to the copy counts. */

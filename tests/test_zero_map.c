@@ -1,4 +1,4 @@
-/* test_zero_map.c — the zero-plan arithmetic (kernels/zero_map.h) and its CPU
+/* test_zero_map.c — the zero-plan arithmetic (plan/zero_map.h) and its CPU
  * execution (mdr_zero_fused_host), on the CPU only.
  *
  * Two models: for large plans (segments up to 64 MiB) the chunk mapping is

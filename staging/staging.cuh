@@ -1,6 +1,6 @@
 /* staging.cuh — the staging ring's device code: what the stage block of a
  * fused zero-and-stage launch does (kernels/zero_fused.cu includes it; the
- * layout is kernels/staging_layout.h, the host side graphs/staging.c).
+ * layout is staging/staging_layout.h, the host side graphs/staging.c).
  *
  * A staged launch serves one step from one block of MDR_STAGE_BLOCK
  * threads, dispatched first so that its round trip to host memory overlaps

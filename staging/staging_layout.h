@@ -3,7 +3,7 @@
  * device words it coordinates with. Nothing here touches memory.
  *
  * The module has three files: this layout; its device code,
- * kernels/staging.cuh, which the fused zero-and-stage kernels include for
+ * staging/staging.cuh, which the fused zero-and-stage kernels include for
  * their stage block; and its host side, graphs/staging.c (the ring, the
  * slots' writer, the wait). The host backend runs the same stage work on
  * the CPU (src/zero_fused_host.c) from the same layout.

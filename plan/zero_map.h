@@ -24,7 +24,7 @@
  *    written one by one, the rest with 16-byte stores.
  *
  * 3. (The staging ring's layout, once here, is a module of its own:
- *    kernels/staging_layout.h.)
+ *    staging/staging_layout.h.)
  *
  * 4. Plan tables (DYNAMIC by node update). The plan of every count 1..m,
  *    resolved once on the host and kept in device memory, so that a launch
