@@ -25,9 +25,9 @@
 #     default 2000; PARAMS_ARGS adds arguments, e.g. --zero-mib 2,4,16)
 #   hf: issue 26, Hugging Face transformers' Qwen3 decoded through mdr
 #     (examples/python/hf_decode.py: torch + transformers on python3): its
-#     smoke test, then per model in HF_MODELS (default "0.6b 1.7b") and batch
-#     size in HF_BATCHES (default "1 4 16") one run of HF_STEPS greedy steps
-#     (default 128) after a 32-token prompt, JSON in OUT/hf_<model>_b<b>.json;
+#     smoke test, then per model in HF_MODELS (default "0.6b 1.7b") one run
+#     over the batch sizes in HF_BATCHES (default "1 4 16") of HF_STEPS greedy
+#     steps (default 128) after a 32-token prompt, JSON in OUT/hf_<model>.json;
 #     HF_ARGS adds arguments (e.g. --no-compile), HF_TIMEOUT bounds each run
 #     (default 600 s)
 #   tp: the several-GPU phase (two GPUs or more): the comm, all_reduce and
@@ -271,12 +271,13 @@ if has hf; then
     STEP_TIMEOUT=${HF_TIMEOUT:-600} run hf-smoke "${hfenv[@]}" python3 examples/python/hf_decode.py \
       --tiny --steps 4 --batch 1,4 --reps 1 --no-compile --json "$out/hf_smoke.json"
   fi
+  # one process per model, every batch size in it: the model is made (and
+  # torch.compile'd) once
+  hb=$(echo ${HF_BATCHES:-1 4 16} | tr ' ' ',')
   for m in ${HF_MODELS:-0.6b 1.7b}; do
-    for b in ${HF_BATCHES:-1 4 16}; do
-      STEP_TIMEOUT=${HF_TIMEOUT:-600} run "hf-$m-b$b" "${hfenv[@]}" python3 examples/python/hf_decode.py \
-        --model "$m" --batch "$b" --prompt 32 --steps "${HF_STEPS:-128}" ${HF_ARGS:-} \
-        --json "$out/hf_${m}_b$b.json"
-    done
+    STEP_TIMEOUT=${HF_TIMEOUT:-600} run "hf-$m" "${hfenv[@]}" python3 examples/python/hf_decode.py \
+      --model "$m" --batch "$hb" --prompt 32 --steps "${HF_STEPS:-128}" ${HF_ARGS:-} \
+      --json "$out/hf_$m.json"
   done
 fi
 if has variant; then
