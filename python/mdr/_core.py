@@ -1810,6 +1810,7 @@ class GraphCache(_Object):
         """Wait for the cache's stream, then free its graphs (deferred while
         a step is running)."""
         self._last_ids = self._last = None
+        self._addrs = {}  # the arrays step_inputs remembered are the caller's again
         if self._h is not None:
             self._h.close()
 

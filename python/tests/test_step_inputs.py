@@ -207,7 +207,12 @@ def test_the_same_arrays_step_after_step_are_read_again(host):
     s.synchronize()
     assert list(pos[:2]) == [5, 6]
     assert len(c._addrs) <= 512
+    import sys
+    c.step_inputs([1, 2, 3], {"positions": arr})  # remembered again (the 600 above cleared the memo)
+    s.synchronize()
+    held = sys.getrefcount(arr)
     c.close()
+    assert not c._addrs and sys.getrefcount(arr) == held - 1  # closing lets the arrays go
 
 
 def test_bodies_see_the_inputs_and_the_pointers(host):
