@@ -15,12 +15,14 @@
  * header vector (the call's signature) to slot [k][rank] of every peer's
  * scratch, k the parity of the one-shot counter; each thread stores its
  * 16-byte vectors of the rows, canonicalised so that no element has
- * all-ones bits, into the same slot; thread 0 then waits for every peer's
- * header of this block and compares it; then each thread polls, for its
+ * all-ones bits, into the same slot; then each thread polls, for its
  * vectors, slot [k][r] of its own scratch for every peer r until no
  * element is all-ones (a vector may land in pieces: every element is
- * checked), sums in rank order (its own vector, as sent, in its place),
- * stores the sum (and the residual), and writes the sentinel back.
+ * checked) and sums in rank order (its own vector, as sent, in its place);
+ * thread 0 waits, in the same turns as its first vector, for every peer's
+ * header of this block and compares it. Once the block has passed the
+ * headers, each thread stores its sums (and the residual) and writes the
+ * sentinel back.
  *
  * Two-shot (in place). Block b of every rank meets at its barrier 1
  * (every rank's rows are ready: its kernel started after the work that
@@ -96,45 +98,78 @@ __device__ bool one_shot(const mdr_ar_call &p, const mdr_arp_block &st, size_t n
   }
   char *local = p.self + base;
   const uint4 clear = make_uint4(0xffffffffu, 0xffffffffu, 0xffffffffu, 0xffffffffu);
-  /* the peers' headers of this block: the same call, or leave */
-  if (threadIdx.x == 0) {
-    uint32_t want[4];
-    mdr_arp_header(want, sig, nvec, &st, gridDim.x);
-    for (int r = 0; r < p.nranks && !*(volatile int *)s_bad; r++) {
-      if (r == p.rank) continue;
-      uint4 *slot = (uint4 *)(local + (size_t)r * slot_bytes) + blockIdx.x;
-      const uint32_t *flag = flag_slot(p.self, p, blockIdx.x, r);
-      uint4 v = ld_volatile(slot);
+  uint4 *res = p.res_off == MDR_ARP_NO_RESIDUAL ? nullptr : (uint4 *)(p.self + p.res_off);
+  /* Each thread's first vector is polled and summed while thread 0, in the
+   * same turns, waits for the peers' headers of this block: the header's
+   * round trip and the rows' overlap. Nothing is cleared or stored before
+   * the block has passed the headers (a value in a slot of this parity is
+   * the peer's current call once its header matches: the slot was clear,
+   * and the peer reuses it only two data-moving calls later). */
+  const bool head = threadIdx.x == 0, have = first < nvec;
+  uint32_t want[4];
+  mdr_arp_header(want, sig, nvec, &st, gridDim.x);
+  const uint4 own0 = have ? rows[first] : clear;
+  float acc0[elems<DT>::N];
+  for (int r = 0; r < p.nranks && !*(volatile int *)s_bad; r++) {
+    uint4 v = canonical<DT>(own0);
+    if (r != p.rank) {
+      uint4 *hslot = (uint4 *)(local + (size_t)r * slot_bytes) + blockIdx.x;
+      const uint4 *dslot = (const uint4 *)(local + (size_t)r * slot_bytes + MDR_ARP_HEADER_BYTES) + first;
+      bool hdone = !head, ddone = !have;
       spin s = {0, 0};
       uint32_t cause = 0;
-      while (v.x == 0xffffffffu || v.y == 0xffffffffu || v.z == 0xffffffffu || v.w == 0xffffffffu) {
+      for (;;) {
+        if (!hdone) {
+          const uint4 h = ld_volatile(hslot);
+          if (h.x != 0xffffffffu && h.y != 0xffffffffu && h.z != 0xffffffffu && h.w != 0xffffffffu) {
+            if (h.x != want[0] || h.y != want[1] || h.z != want[2] || h.w != want[3]) {
+              cause = MDR_ARP_MISMATCH;
+              break;
+            }
+            hdone = true;
+            st_volatile(hslot, clear);
+          }
+        }
+        if (!ddone) {
+          v = ld_volatile(dslot);
+          ddone = !pending<DT>(v);
+        }
+        if (hdone && ddone) break;
         if ((cause = must_leave(p, s)) != 0) break;
-        if (s.turns % MDR_ARP_POLL_EVERY == 0) {
+        if (!hdone && s.turns % MDR_ARP_POLL_EVERY == 0) {
           /* a peer in a two-shot raised its barrier flag (after any header
            * it had sent: read the flag first, then the header again) */
-          const uint32_t f = ld_acquire_sys(flag);
-          v = ld_volatile(slot);
-          if (v.x != 0xffffffffu && v.y != 0xffffffffu && v.z != 0xffffffffu && v.w != 0xffffffffu) break;
-          if (f != st.barriers) {
+          const uint32_t f = ld_acquire_sys(flag_slot(p.self, p, blockIdx.x, r));
+          const uint4 h = ld_volatile(hslot);
+          const bool arrived = h.x != 0xffffffffu && h.y != 0xffffffffu && h.z != 0xffffffffu && h.w != 0xffffffffu;
+          if (!arrived && f != st.barriers) {
             cause = MDR_ARP_MISMATCH;
             break;
           }
         }
-        v = ld_volatile(slot);
       }
-      if (!cause && (v.x != want[0] || v.y != want[1] || v.z != want[2] || v.w != want[3])) cause = MDR_ARP_MISMATCH;
       if (cause) {
-        give_up(p, cause, MDR_ARP_WAIT_HEADER, r, st.calls);
+        give_up(p, cause, !hdone ? MDR_ARP_WAIT_HEADER : MDR_ARP_WAIT_ROWS, r, st.calls);
         *(volatile int *)s_bad = 1;
-      } else {
-        st_volatile(slot, clear);
+        break;
       }
+    }
+    if (r == 0) {
+      first_term<DT>(acc0, v);
+    } else {
+      accumulate<DT>(acc0, v);
     }
   }
   __syncthreads();
   if (*(volatile int *)s_bad) return false;
-  uint4 *res = p.res_off == MDR_ARP_NO_RESIDUAL ? nullptr : (uint4 *)(p.self + p.res_off);
-  for (size_t i = first; i < nvec; i += stride) {
+  if (have) {
+    for (int r = 0; r < p.nranks; r++)
+      if (r != p.rank) st_volatile((uint4 *)(local + (size_t)r * slot_bytes + MDR_ARP_HEADER_BYTES) + first, clear);
+    const uint4 sum = pack<DT>(acc0);
+    rows[first] = sum;
+    if (res) res[first] = add_residual<DT>(res[first], sum);
+  }
+  for (size_t i = first + stride; i < nvec; i += stride) {
     const uint4 own = rows[i]; /* summed as sent: the same bits on every rank */
     float acc[elems<DT>::N];
     for (int r = 0; r < p.nranks; r++) {
