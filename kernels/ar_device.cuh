@@ -42,6 +42,17 @@ __device__ __forceinline__ uint32_t ld_acquire_sys(const uint32_t *p) {
   return v;
 }
 
+/* A barrier flag {value, signature} as one 8-byte word (value low). */
+__device__ __forceinline__ void st_release_sys64(uint32_t *p, uint64_t v) {
+  asm volatile("st.release.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
+
+__device__ __forceinline__ uint64_t ld_acquire_sys64(const uint32_t *p) {
+  uint64_t v;
+  asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+  return v;
+}
+
 __device__ __forceinline__ uint64_t global_ns(void) {
   uint64_t t;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
@@ -222,20 +233,21 @@ __device__ bool block_barrier(const mdr_ar_call &p, const mdr_arp_block &st, uin
   __syncthreads();
   if ((int)threadIdx.x < p.nranks) {
     const int r = threadIdx.x;
-    uint32_t *theirs = flag_slot(p.peer[r], p, blockIdx.x, p.rank);
-    *(volatile uint32_t *)(theirs + 1) = sig;
-    st_release_sys(theirs, value);
+    /* the value and the signature in one store and one load: the
+     * signature's check costs no second round trip */
+    st_release_sys64(flag_slot(p.peer[r], p, blockIdx.x, p.rank), ((uint64_t)sig << 32) | value);
     const uint32_t *mine = flag_slot(p.self, p, blockIdx.x, r);
     spin s = {0, 0};
     uint32_t cause = 0;
-    while (mdr_arp_waiting(ld_acquire_sys(mine), value)) {
+    uint64_t got;
+    while (mdr_arp_waiting((uint32_t)(got = ld_acquire_sys64(mine)), value)) {
       if ((cause = must_leave(p, s)) != 0) break;
       if (k == 1 && s.turns % MDR_ARP_POLL_EVERY == 0 && peer_in_one_shot(p, blockIdx.x, r)) {
         cause = MDR_ARP_MISMATCH;
         break;
       }
     }
-    if (!cause && k == 1 && *(volatile const uint32_t *)(mine + 1) != sig) cause = MDR_ARP_MISMATCH;
+    if (!cause && k == 1 && (uint32_t)(got >> 32) != sig) cause = MDR_ARP_MISMATCH;
     if (cause) {
       give_up(p, cause, k == 1 ? MDR_ARP_WAIT_BARRIER1 : MDR_ARP_WAIT_BARRIER2, r, st.calls);
       *(volatile int *)s_bad = 1;

@@ -20,7 +20,9 @@
  *                            the call did not launch)
  *   +MDR_ARP_FLAGS_OFF       barrier flags [block][rank] of {value,
  *                            signature}: slot [b][r] is written only by
- *                            rank r's block b, at its barriers
+ *                            rank r's block b, at its barriers (on the
+ *                            GPU one 8-byte release store, the value in
+ *                            the low word, read by one acquire load)
  *   +MDR_ARP_SCRATCH_OFF(n)  one-shot scratch: 2 parities x n slots; slot
  *                            [k][r] is written only by rank r: a header
  *                            vector per block, then the rows
