@@ -67,6 +67,15 @@ __device__ __forceinline__ void mdr_stage_device_ids(const mdr_stage_desc &st, u
   for (uint32_t i = t + threadIdx.x; i < copy; i += MDR_STAGE_BLOCK) dst[i] = st.pad_id;
 }
 
+/* The input table into shared memory, one entry a thread: one load's
+ * latency, issued before the launch's other reads (the ring counter, the
+ * slot) so that it overlaps them. The caller synchronises the block before
+ * reading s_in. */
+__device__ __forceinline__ void mdr_stage_load_table(const mdr_stage_desc &st, mdr_stage_input *s_in) {
+  const uint32_t n = st.n_inputs < MDR_STAGE_INPUTS_MAX ? st.n_inputs : MDR_STAGE_INPUTS_MAX;
+  if (threadIdx.x < n) s_in[threadIdx.x] = ((const mdr_stage_input *)st.inputs)[threadIdx.x];
+}
+
 /* Pieces of one slot read: the ids (optional) and every input that takes
  * host values, as byte ranges of the slot and their destinations. */
 #define MDR_STAGE_PIECES (MDR_STAGE_INPUTS_MAX + 1)
@@ -74,18 +83,15 @@ __device__ __forceinline__ void mdr_stage_device_ids(const mdr_stage_desc &st, u
 /* Copy, from the slot at `slot`, the ids (`ids`: copy_t of them, when the
  * ids come from the slot) and the rows of every slot input at the copy
  * counts (copy_t, copy_s), every load of a round issued before its stores.
- * The input table is read from device memory into shared memory first (it
- * is at most 768 bytes). Every thread of the block calls it. */
-__device__ __forceinline__ void mdr_stage_copy_slot(const mdr_stage_desc &st, uint64_t slot, bool ids,
-                                                    uint32_t copy_t, uint32_t copy_s) {
-  __shared__ mdr_stage_input s_in[MDR_STAGE_INPUTS_MAX];
+ * s_in: the input table in shared memory (mdr_stage_load_table, the block
+ * synchronised since). Every thread of the block calls it. */
+__device__ __forceinline__ void mdr_stage_copy_slot(const mdr_stage_desc &st, const mdr_stage_input *s_in,
+                                                    uint64_t slot, bool ids, uint32_t copy_t, uint32_t copy_s) {
   __shared__ uint64_t s_src[MDR_STAGE_PIECES], s_dst[MDR_STAGE_PIECES];
   __shared__ uint32_t s_bytes[MDR_STAGE_PIECES], s_vpre[MDR_STAGE_PIECES + 1], s_tpre[MDR_STAGE_PIECES + 1];
   __shared__ uint32_t s_np;
   const uint32_t n = st.n_inputs < MDR_STAGE_INPUTS_MAX ? st.n_inputs : MDR_STAGE_INPUTS_MAX;
   const uint32_t tid = threadIdx.x;
-  if (tid < n) s_in[tid] = ((const mdr_stage_input *)st.inputs)[tid];
-  __syncthreads();
   if (tid == 0) { /* the pieces, their vectors' and tail bytes' prefix sums */
     uint32_t k = 0;
     if (ids && copy_t) {
@@ -156,13 +162,14 @@ __device__ __forceinline__ void mdr_stage_copy_slot(const mdr_stage_desc &st, ui
 /* Inputs already in device memory: copy each one's rows at the real counts
  * (t, s) from src to dst (nothing when they are the same), then its pad
  * value into the rows up to the copy counts (device to device: no round
- * trip to host memory). Every thread of the block calls it. */
-__device__ __forceinline__ void mdr_stage_device_inputs(const mdr_stage_desc &st, uint32_t t, uint32_t s,
-                                                        uint32_t copy_t, uint32_t copy_s) {
+ * trip to host memory). s_in: the input table in shared memory (one load
+ * for the whole table, not one dependent load an input). Every thread of
+ * the block calls it. */
+__device__ __forceinline__ void mdr_stage_device_inputs(const mdr_stage_desc &st, const mdr_stage_input *s_in,
+                                                        uint32_t t, uint32_t s, uint32_t copy_t, uint32_t copy_s) {
   const uint32_t n = st.n_inputs < MDR_STAGE_INPUTS_MAX ? st.n_inputs : MDR_STAGE_INPUTS_MAX;
-  const mdr_stage_input *table = (const mdr_stage_input *)st.inputs;
   for (uint32_t i = 0; i < n; i++) {
-    const mdr_stage_input in = table[i];
+    const mdr_stage_input in = s_in[i];
     if (!in.src) continue;
     const uint64_t bytes = mdr_stage_input_rows(&in, t, s) * in.row_bytes;
     const uint64_t copy_bytes = mdr_stage_input_rows(&in, copy_t, copy_s) * in.row_bytes;
@@ -202,6 +209,8 @@ __device__ __forceinline__ void mdr_stage_publish_counts(const mdr_stage_desc &s
  * the values read have been stored. */
 __device__ __forceinline__ void mdr_stage_block(const mdr_stage_desc &st, uint32_t flags, uint32_t copy) {
   const uint32_t copy_s = st.copy_sequences;
+  __shared__ mdr_stage_input s_in[MDR_STAGE_INPUTS_MAX];
+  if (st.n_inputs) mdr_stage_load_table(st, s_in); /* in flight with the counter's load */
   if ((flags & (MDR_STAGE_FETCH | MDR_STAGE_ADVANCE)) == 0) {
     /* device ids whose count the launch carries (EXACT device steps): no
      * slot and no counter to read, so nothing to wait for before the copy;
@@ -210,7 +219,10 @@ __device__ __forceinline__ void mdr_stage_block(const mdr_stage_desc &st, uint32
     if (flags & MDR_STAGE_DEVICE_IDS) {
       if (threadIdx.x == 0) mdr_stage_publish_counts(st, copy, copy_s);
       mdr_stage_device_ids(st, copy, copy);
-      if (st.n_inputs) mdr_stage_device_inputs(st, copy, copy_s, copy, copy_s);
+      if (st.n_inputs) {
+        __syncthreads(); /* the table is in s_in */
+        mdr_stage_device_inputs(st, s_in, copy, copy_s, copy, copy_s);
+      }
     }
     return;
   }
@@ -227,14 +239,15 @@ __device__ __forceinline__ void mdr_stage_block(const mdr_stage_desc &st, uint32
       ht = h->tokens;
       hs = h->sequences;
     }
-    if (fetch) mdr_stage_copy_slot(st, slot, !(flags & MDR_STAGE_DEVICE_IDS), copy, copy_s);
+    __syncthreads(); /* the table is in s_in */
+    if (fetch) mdr_stage_copy_slot(st, s_in, slot, !(flags & MDR_STAGE_DEVICE_IDS), copy, copy_s);
     if (threadIdx.x == 0) {
       s_tokens = ht;
       s_seqs = hs;
     }
     __syncthreads();
     if (flags & MDR_STAGE_DEVICE_IDS) mdr_stage_device_ids(st, s_tokens, copy);
-    mdr_stage_device_inputs(st, s_tokens, s_seqs, copy, copy_s);
+    mdr_stage_device_inputs(st, s_in, s_tokens, s_seqs, copy, copy_s);
   } else if (flags & MDR_STAGE_DEVICE_IDS) { /* no ids from host memory; the count only with FETCH */
     if (threadIdx.x == 0) {
       s_tokens = fetch ? ((const mdr_stage_header *)slot)->tokens : copy;
@@ -271,6 +284,8 @@ __device__ __forceinline__ void mdr_stage_block(const mdr_stage_desc &st, uint32
 __device__ __forceinline__ void mdr_stage_dynamic(const mdr_stage_desc &st, uint32_t flags, uint64_t step,
                                                   volatile uint64_t *published, uint32_t *s_tokens) {
   __shared__ uint32_t s_copy, s_seqs, s_copy_seqs;
+  __shared__ mdr_stage_input s_in[MDR_STAGE_INPUTS_MAX];
+  if (st.n_inputs) mdr_stage_load_table(st, s_in); /* in flight with the header's load; the sync below */
   const uint64_t slot = st.ring + (step % st.slots) * st.slot_bytes;
   const uint64_t ids = slot + MDR_STAGE_HEADER_BYTES;
   const bool device_ids = flags & MDR_STAGE_DEVICE_IDS;
@@ -302,8 +317,8 @@ __device__ __forceinline__ void mdr_stage_dynamic(const mdr_stage_desc &st, uint
     mdr_stage_device_ids(st, *s_tokens, s_copy);
   }
   if (st.n_inputs) {
-    if (flags & MDR_STAGE_FETCH) mdr_stage_copy_slot(st, slot, false, s_copy, s_copy_seqs);
-    mdr_stage_device_inputs(st, *s_tokens, s_seqs, s_copy, s_copy_seqs);
+    if (flags & MDR_STAGE_FETCH) mdr_stage_copy_slot(st, s_in, slot, false, s_copy, s_copy_seqs);
+    mdr_stage_device_inputs(st, s_in, *s_tokens, s_seqs, s_copy, s_copy_seqs);
   }
   if (threadIdx.x == 0 && (fetch || device_ids)) mdr_stage_publish_counts(st, *s_tokens, s_seqs);
 }
