@@ -5,6 +5,11 @@ by side in one run (interleaved rounds), ids in a preallocated pinned array.
     PYTHONPATH=python python3 python/bench_step.py [--steps 20000] [--tokens 8]
         [--device 0] [--json out.json]
 
+A third path is the C library's own step, mdr_graph_cache_step called
+through ctypes on the same cache with no wrapper: its GPU time is C's for
+this graph (issue 24: the package's GPU time per step equal to C's), and
+the package's CPU cost above it is the wrapper's.
+
 CPU time: the host time of one call (step / replay), in µs, median and p99;
 the GPU is kept from falling behind by a synchronize after every call,
 outside the timed region, so neither call ever waits for the GPU. GPU time:
@@ -23,6 +28,7 @@ import torch
 
 import mdr
 import mdr.torch as mt
+from mdr._lib import lib as _clib
 
 
 def pct(xs, p):
@@ -76,11 +82,19 @@ def main():
 
     step = cache.step
     replay = cg.replay
+    c_step, c_handle, c_ids = _clib.mdr_graph_cache_step, cache._h.ptr, ids.data_ptr()
+
+    def raw():  # C's step, no wrapper
+        st = c_step(c_handle, c_ids, n)
+        if st:
+            raise RuntimeError("mdr_graph_cache_step: status %d" % st)
+
     clock = time.perf_counter_ns
-    t_mdr, t_torch = [], []
-    for _ in range(200):  # warm both paths
+    t_mdr, t_torch, t_c = [], [], []
+    for _ in range(200):  # warm every path
         step(ids, n)
         replay()
+        raw()
     stream.synchronize()
     torch.cuda.synchronize()
     done = 0
@@ -98,6 +112,12 @@ def main():
             t1 = clock()
             t_torch.append(t1 - t0)
             ts.synchronize()
+        for _ in range(k):
+            t0 = clock()
+            c_step(c_handle, c_ids, n)
+            t1 = clock()
+            t_c.append(t1 - t0)
+            stream.synchronize()
         done += k
 
     # GPU time per step: events around back-to-back calls
@@ -114,8 +134,11 @@ def main():
         return e0.elapsed_time(e1) * 1000.0 / reps
 
     mstream = mt.external_stream(stream)
-    g_mdr = [gpu_us(lambda: step(ids, n), mstream) for _ in range(5)]
-    g_torch = [gpu_us(replay, ts) for _ in range(5)]
+    g_mdr, g_torch, g_c = [], [], []
+    for _ in range(5):  # interleaved runs
+        g_mdr.append(gpu_us(lambda: step(ids, n), mstream))
+        g_torch.append(gpu_us(replay, ts))
+        g_c.append(gpu_us(raw, mstream))
 
     us = lambda ns: ns / 1000.0  # noqa: E731
     res = {
@@ -130,6 +153,9 @@ def main():
                             "max": max(g_mdr)},
         "torch_replay_gpu_us": {"median": statistics.median(g_torch), "min": min(g_torch),
                                 "max": max(g_torch)},
+        "c_step_cpu_us": {"median": us(statistics.median(t_c)), "p99": us(pct(t_c, 99)),
+                          "min": us(min(t_c))},
+        "c_step_gpu_us": {"median": statistics.median(g_c), "min": min(g_c), "max": max(g_c)},
         "stats": vars(cache.stats()) if hasattr(cache.stats(), "__dict__") else None,
     }
     ms, tr = res["mdr_step_cpu_us"], res["torch_replay_cpu_us"]
@@ -137,6 +163,9 @@ def main():
         "step_median_le_5us": ms["median"] <= 5.0,
         "step_p99_le_10us": ms["p99"] <= 10.0,
         "step_median_le_replay_plus_2us": ms["median"] <= tr["median"] + 2.0,
+        # the package's GPU time within the spread of C's (the ranges overlap)
+        "gpu_equal_to_c_within_spread": (res["mdr_step_gpu_us"]["min"] <= res["c_step_gpu_us"]["max"]
+                                         and res["c_step_gpu_us"]["min"] <= res["mdr_step_gpu_us"]["max"]),
     }
     print("device %s, torch %s, mdr %s, %d tokens of M=%d, %d steps each (interleaved)"
           % (res["device"], res["torch"], res["mdr"], n, M, args.steps))
@@ -144,10 +173,14 @@ def main():
     print("%-28s %10.2f %10.2f %10.2f" % ("mdr cache.step(ids)", ms["median"], ms["p99"], ms["min"]))
     print("%-28s %10.2f %10.2f %10.2f" % ("torch CUDAGraph.replay()", tr["median"], tr["p99"],
                                           tr["min"]))
+    cc = res["c_step_cpu_us"]
+    print("%-28s %10.2f %10.2f %10.2f" % ("C mdr_graph_cache_step", cc["median"], cc["p99"], cc["min"]))
     print("GPU µs per step (5 runs of 500): mdr %.2f [%.2f..%.2f], torch %.2f [%.2f..%.2f]" % (
         res["mdr_step_gpu_us"]["median"], res["mdr_step_gpu_us"]["min"],
         res["mdr_step_gpu_us"]["max"], res["torch_replay_gpu_us"]["median"],
         res["torch_replay_gpu_us"]["min"], res["torch_replay_gpu_us"]["max"]))
+    print("GPU µs per step, C's own step on the same cache: %.2f [%.2f..%.2f]" % (
+        res["c_step_gpu_us"]["median"], res["c_step_gpu_us"]["min"], res["c_step_gpu_us"]["max"]))
     print("targets: " + ", ".join("%s %s" % (k, "PASS" if v else "FAIL")
                                   for k, v in res["targets"].items()))
     if args.json:
