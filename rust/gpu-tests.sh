@@ -7,6 +7,7 @@
 #   MDR_DIR=$PWD/build-cuda bash rust/gpu-tests.sh rust/gpu-out
 #
 # On the GPU machine: bash OUT_DIR/run.sh   (exit status 0 when every binary passed)
+#                     bash OUT_DIR/run.sh step_cpu   (the CPU figure alone)
 set -euo pipefail
 out=${1:?usage: gpu-tests.sh OUT_DIR}
 # OUT_DIR is relative to where the script is called from, not to rust/.
@@ -52,6 +53,11 @@ fi
 echo "== libmdr: $PWD/libmdr.so.0"
 ldd ./libmdr.so.0 | grep -E "cudart|nccl|not found" || true
 export NCCL_NVLS_ENABLE=0
+# `run.sh step_cpu`: the CPU figure alone (Rust's step against C's on one cache)
+if [ "${1:-}" = step_cpu ]; then
+  ./step_cpu 20000 1 && ./step_cpu 20000 8
+  exit
+fi
 rc=0
 for t in ./*.test; do
   echo "== $t"
