@@ -79,6 +79,9 @@ def parse():
                          "bf16 spacings of the top logit")
     ap.add_argument("--no-compile", action="store_true", help="skip path (c)")
     ap.add_argument("--no-generate", action="store_true", help="skip path (a)")
+    ap.add_argument("--sdpa", default="default", choices=["default", "math", "efficient", "flash"],
+                    help="the only scaled-dot-product-attention backend torch may pick "
+                         "(default: torch's own choice)")
     ap.add_argument("--json", default=None)
     a = ap.parse_args()
     if a.tiny:
@@ -411,6 +414,28 @@ def generate(run, logits):
     return new.t().contiguous(), (out.logits if logits else None)
 
 
+def first_difference(x, ref):
+    """The first decode step whose logits differ from ref's (None: none)."""
+    import torch
+    for k in range(ref.shape[0]):
+        if not torch.equal(x[k], ref[k]):
+            return k
+    return None
+
+
+def set_sdpa(which):
+    """Leave torch one scaled-dot-product-attention backend (or its own choice)."""
+    import torch
+    if which == "default":
+        return
+    b = torch.backends.cuda
+    b.enable_flash_sdp(which == "flash")
+    b.enable_mem_efficient_sdp(which == "efficient")
+    b.enable_math_sdp(which == "math")
+    if hasattr(b, "enable_cudnn_sdp"):
+        b.enable_cudnn_sdp(False)
+
+
 def run_batch(args, model, info, stepper, backend):
     import torch
     from hf_decode_lib import agreement, cache_lengths, median, pct, top2_margins
@@ -456,6 +481,7 @@ def run_batch(args, model, info, stepper, backend):
         bl, bt = r.buffers()
         r.drive(pb, (bl, bt))
         res["checks"]["b_logits_bit_identical"] = bool(torch.equal(bl, rl))
+        res["first_logits_difference"] = {"b": first_difference(bl, rl)}
         res["checks"]["b_tokens_identical"] = bool(torch.equal(bt, rt))
         res["paths"]["b"] = {"capture_s": pb.capture_s}
 
@@ -476,6 +502,11 @@ def run_batch(args, model, info, stepper, backend):
         r.drive(pd, (dl, dt), mem=mem_sample)
         res["checks"]["d_prefill_identical"] = bool(torch.equal(pd.prefill_logits, ref_pl))
         res["checks"]["d_logits_bit_identical"] = bool(torch.equal(dl, rl))
+        # beside the checks: where the graphs (torch's and mdr's) part from
+        # the eager loops, and whether they part from each other
+        res["first_logits_difference"]["d"] = first_difference(dl, rl)
+        res["compare"] = {"d_logits_equal_b": bool(torch.equal(dl, bl)),
+                          "d_tokens_equal_b": bool(torch.equal(dt, bt))}
         res["checks"]["d_tokens_identical"] = bool(torch.equal(dt, rt))
         if not res["checks"]["d_tokens_identical"]:
             k = next(k for k in range(r.steps) if not torch.equal(dt[k], rt[k]))
@@ -487,6 +518,8 @@ def run_batch(args, model, info, stepper, backend):
         el, et = r.buffers()
         r.drive(pe, (el, et))
         res["checks"]["d_disable_graphs_identical"] = bool(torch.equal(el, dl) and torch.equal(et, dt))
+        res["compare"]["d_eager_logits_equal_ref"] = bool(torch.equal(el, rl))
+        res["first_logits_difference"]["d_eager"] = first_difference(el, rl)
         st = pe.cache.stats()
         res["checks"]["d_disable_graphs_ran_eager"] = bool(st.graphs == 0 and st.graphs_disabled)
         pe.close()
@@ -630,6 +663,10 @@ def report(res):
               + (" ..." if len(rows) > 16 else ""))
     print("targets: " + ", ".join("%s %s" % (k, "PASS" if v else "FAIL")
                                   for k, v in res["targets"].items()))
+    if "compare" in res:
+        print("beside the checks: " + ", ".join("%s %s" % (k, v) for k, v in res["compare"].items())
+              + "; first step whose logits differ from the reference: "
+              + ", ".join("%s %s" % (k, v) for k, v in res.get("first_logits_difference", {}).items()))
     for n in res["notes"]:
         print("note: " + n)
     if res.get("capture_warnings"):
@@ -647,6 +684,7 @@ def main():
     dev = torch.device("cuda", args.device)
     torch.cuda.set_device(dev)
     backend = mdr.Backend.cuda(args.device)
+    set_sdpa(args.sdpa)
     model, info = build_model(args.model, args.seed, dev)
     gc = getattr(model, "generation_config", None)
     if gc is not None:  # no early stop: every path decodes all the steps
@@ -656,9 +694,9 @@ def main():
            "machine": {"gpu": torch.cuda.get_device_name(dev), "host": platform.node(),
                        "python": platform.python_version()},
            "versions": dict(versions(), mdr=mdr.version()), "model": info,
-           "margin_ulps": args.margin_ulps}
-    print("Qwen3 %s (%d parameters, seeded random, bf16, %s attention) on %s; torch %s, "
-          "transformers %s, mdr %s" % (args.model, info["params"], info["attn_implementation"],
+           "margin_ulps": args.margin_ulps, "sdpa": args.sdpa}
+    print("Qwen3 %s (%d parameters, seeded random, bf16, %s attention, SDPA backend %s) on %s; torch %s, "
+          "transformers %s, mdr %s" % (args.model, info["params"], info["attn_implementation"], args.sdpa,
                                        out["machine"]["gpu"], out["versions"]["torch"],
                                        out["versions"]["transformers"], out["versions"]["mdr"]))
     print("forward keywords: cache_position %s, logits_to_keep %s"
