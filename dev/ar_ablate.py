@@ -16,7 +16,14 @@ Ablations:
             __syncthreads after the poll (the header's verdict unawaited)
   nosig     the lockstep signature is the vector count (no hash)
   vecload   the block's counters read as one 16-byte load (a candidate)
+  nopre     no barrier after thread 0 clears the give-up flag (the other
+            threads may read shared memory not yet cleared: a lab figure
+            only, validated like the rest before it is timed)
+  noend     no barrier before the counters advance (thread 0 advances them
+            when its own part is done)
   all       nohdr + noleave + nosync + nosig
+  bare      all + nopre + noend: what is left is the counters, the row
+            count and the code's shape
 
 Usage: dev/ar_ablate.py OUT_DIR [names...] [-- compare args]
 Writes OUT_DIR/<name>/all_reduce_compare.csv and OUT_DIR/ablate.txt (the
@@ -49,7 +56,13 @@ ABLATIONS = {
     "nosig": [("ar_protocol.h", SIG)],
     "vecload": [("all_reduce.cu", VEC)],
 }
+PRE = ("  __syncthreads(); /* s_bad is set */\n  bool ok;", "  bool ok;")
+END = ("  __syncthreads(); /* every thread is here, those that gave up too */\n  if (!ok || *(volatile int *)&s_bad) return;",
+       "  if (!ok) return;")
+ABLATIONS["nopre"] = [("all_reduce.cu", PRE)]
+ABLATIONS["noend"] = [("all_reduce.cu", END)]
 ABLATIONS["all"] = ABLATIONS["nohdr"] + ABLATIONS["noleave"] + ABLATIONS["nosync"] + ABLATIONS["nosig"]
+ABLATIONS["bare"] = ABLATIONS["all"] + ABLATIONS["nopre"] + ABLATIONS["noend"]
 
 
 def build(out, name):
