@@ -9,7 +9,9 @@ timed against the model's own paths in one run (issue 26).
     ... --tiny --steps 4          (a few layers, small hidden: the smoke test)
 
 Per batch size b: a prompt of b x 32 random ids is prefilled eagerly, then
-`steps` greedy steps run on each path:
+`steps` greedy steps run on each path, every path in the same static cache
+(reset and prefilled again by each), so that they differ only in how the
+steps are launched:
 
   (ref) the same forward called eagerly step by step with a static cache:
         the reference (the same kernels as the graphs);
@@ -119,8 +121,7 @@ class EagerPath(Path):
     def __init__(self, run):
         super().__init__(run)
         import torch
-        from hf_decode_lib import static_cache
-        self.kv, run.cache_api = static_cache(run.model, run.b, run.max_len, run.dev)
+        self.kv, run.cache_api = run.static_cache()
         self.pos = torch.zeros(run.M, dtype=torch.long, device=run.dev)
 
     def start(self):
@@ -144,9 +145,8 @@ class CUDAGraphPath(Path):
     def __init__(self, run):
         super().__init__(run)
         import torch
-        from hf_decode_lib import static_cache
         r = run
-        self.kv, _ = static_cache(r.model, r.b, r.max_len, r.dev)
+        self.kv, _ = r.static_cache()
         self.ids = torch.zeros(r.b, 1, dtype=torch.long, device=r.dev)
         self.pos = torch.full((r.M,), r.prompt_len, dtype=torch.long, device=r.dev)
         self.logits = torch.zeros(r.b, r.vocab, dtype=r.logits_dtype, device=r.dev)
@@ -189,9 +189,8 @@ class CompilePath(Path):
     def __init__(self, run):
         super().__init__(run)
         import torch
-        from hf_decode_lib import static_cache
         r = run
-        self.kv, _ = static_cache(r.model, r.b, r.max_len, r.dev)
+        self.kv, _ = r.static_cache()
         kv, stepper = self.kv, r.stepper
 
         def one(ids, pos):
@@ -239,7 +238,7 @@ class MdrPath(Path):
         import torch
         import mdr
         import mdr.torch as mt
-        from hf_decode_lib import HFAPIError, static_cache
+        from hf_decode_lib import HFAPIError
         r = run
         self.name = "d-eager" if disable_graphs else "d"
         d = r.dims
@@ -260,7 +259,7 @@ class MdrPath(Path):
             self.logits_where = ("own buffer (arena logits are %s %s, the model's %s)"
                                  % (lb.dtype, tuple(lb.shape), r.logits_dtype))
         self.pos = torch.full((r.M,), r.prompt_len, dtype=torch.long, device=r.dev)
-        self.kv, _ = static_cache(r.model, r.b, r.max_len, r.dev)
+        self.kv, _ = r.static_cache()
         kv, stepper, tok, logits, pos = self.kv, r.stepper, self.tok, self.logits, self.pos
 
         def body(stream, tokens):
@@ -348,6 +347,18 @@ class Run:
         self.pos_pinned = torch.from_numpy(np.stack(self.pos_host)).pin_memory()
         self.logits_dtype = None
         self.cache_api = None
+        self._kv = None
+
+    def static_cache(self):
+        """The one static cache every path of this batch size decodes into
+        (each path's start() resets it and prefills it again): the paths
+        differ in how the steps are launched, never in where the cache
+        lies, so a placement's effect on the time (L2, pages) is the same
+        for all of them. (cache, which constructor took it)."""
+        if self._kv is None:
+            from hf_decode_lib import static_cache
+            self._kv = static_cache(self.model, self.b, self.max_len, self.dev)
+        return self._kv
 
     def prefill(self, kv):
         """Reset `kv`, prefill the prompt eagerly: (first ids (b,), logits)."""
