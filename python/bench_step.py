@@ -19,6 +19,7 @@ to reach (issue 24): step median <= 5 µs, p99 <= 10 µs, and the step's
 median <= the replay's + 2 µs.
 """
 import argparse
+import ctypes
 import json
 import os
 import statistics
@@ -30,6 +31,7 @@ import torch
 import mdr
 import mdr.torch as mt
 from mdr._lib import lib as _clib
+from mdr._lib import path as _clib_path
 
 
 def pct(xs, p):
@@ -90,12 +92,23 @@ def main():
         if st:
             raise RuntimeError("mdr_graph_cache_step: status %d" % st)
 
+    # where the package's time over the bare call goes: the same C function
+    # bound through ctypes.PyDLL (the GIL held across the call, where CDLL
+    # releases and retakes it), and the package's step given a numpy view of
+    # the same pinned ids (its remembered-address path; a torch tensor's
+    # address and size are asked of torch every step)
+    g_step = ctypes.PyDLL(_clib_path).mdr_graph_cache_step
+    g_step.argtypes, g_step.restype = c_step.argtypes, c_step.restype
+    ids_np = ids.numpy()
+
     clock = time.perf_counter_ns
-    t_mdr, t_torch, t_c = [], [], []
+    t_mdr, t_torch, t_c, t_gil, t_np, t_ptr = [], [], [], [], [], []
     for _ in range(200):  # warm every path
         step(ids, n)
         replay()
         raw()
+        g_step(c_handle, c_ids, n)
+        step(ids_np, n)
     stream.synchronize()
     torch.cuda.synchronize()
     done = 0
@@ -119,6 +132,24 @@ def main():
             t1 = clock()
             t_c.append(t1 - t0)
             stream.synchronize()
+        for _ in range(k):
+            t0 = clock()
+            g_step(c_handle, c_ids, n)
+            t1 = clock()
+            t_gil.append(t1 - t0)
+            stream.synchronize()
+        for _ in range(k):
+            t0 = clock()
+            step(ids_np, n)
+            t1 = clock()
+            t_np.append(t1 - t0)
+            stream.synchronize()
+        for _ in range(k):
+            t0 = clock()
+            ids.data_ptr()
+            ids.numel()
+            t1 = clock()
+            t_ptr.append(t1 - t0)
         done += k
 
     # GPU time per step: events around back-to-back calls
@@ -162,6 +193,11 @@ def main():
         "c_step_cpu_us": {"median": us(statistics.median(t_c)), "p99": us(pct(t_c, 99)),
                           "min": us(min(t_c))},
         "c_step_gpu_us": {"median": statistics.median(g_c), "min": min(g_c), "max": max(g_c)},
+        "breakdown_cpu_us": {
+            "c_step_gil_held": {"median": us(statistics.median(t_gil)), "p99": us(pct(t_gil, 99))},
+            "package_step_numpy_ids": {"median": us(statistics.median(t_np)), "p99": us(pct(t_np, 99))},
+            "torch_data_ptr_and_numel": {"median": us(statistics.median(t_ptr)), "p99": us(pct(t_ptr, 99))},
+        },
         "stats": vars(cache.stats()) if hasattr(cache.stats(), "__dict__") else None,
     }
     ms, tr = res["mdr_step_cpu_us"], res["torch_replay_cpu_us"]
@@ -181,6 +217,11 @@ def main():
                                           tr["min"]))
     cc = res["c_step_cpu_us"]
     print("%-28s %10.2f %10.2f %10.2f" % ("C mdr_graph_cache_step", cc["median"], cc["p99"], cc["min"]))
+    bd = res["breakdown_cpu_us"]
+    for k, label in (("c_step_gil_held", "  the same, GIL held (PyDLL)"),
+                     ("package_step_numpy_ids", "  cache.step(numpy view)"),
+                     ("torch_data_ptr_and_numel", "  ids.data_ptr() + numel()")):
+        print("%-28s %10.2f %10.2f" % (label, bd[k]["median"], bd[k]["p99"]))
     print("GPU µs per step (6 runs of 500, order rotated): mdr %.2f [%.2f..%.2f], torch %.2f [%.2f..%.2f]" % (
         res["mdr_step_gpu_us"]["median"], res["mdr_step_gpu_us"]["min"],
         res["mdr_step_gpu_us"]["max"], res["torch_replay_gpu_us"]["median"],
