@@ -33,10 +33,11 @@ static void words_free(void *p) {
   free(w);
 }
 
-/* The words of a group of `ranks` ranks, or NULL when they cannot be
- * allocated (mdr's kernels then stay off: src/comm_nccl_window.c's
- * rank_ready says so), with CUDA's error state cleared. */
-static nccl_words *words_new(int ranks) {
+/* The words of a group of `members` ranks of a communicator of `ranks`
+ * (a report each), or NULL when they cannot be allocated (mdr's kernels
+ * then stay off: src/comm_nccl_window.c's rank_ready says so), with CUDA's
+ * error state cleared. */
+static nccl_words *words_new(int ranks, int members) {
   const size_t bytes = MDR_ARP_HOST_WORDS(ranks) * sizeof(uint32_t);
   void *h = NULL, *d = NULL;
   nccl_words *w = calloc(1, sizeof *w);
@@ -46,6 +47,7 @@ static nccl_words *words_new(int ranks) {
   memset(h, 0, bytes);
   w->host = h;
   w->dev = d;
+  w->members = members;
   return w;
 fail:
   (void)cudaGetLastError();
@@ -308,11 +310,16 @@ mdr_status mdr_nccl_exchange(mdr_comm *const *cs, int n, const void *mine, size_
 
 /* ---- abort and teardown ---- */
 
+/* The host word ends the waits of this group's kernels; a hard cancel
+ * (mdr_comm_abort, a failed enqueue, a failure seen) also raises the region
+ * words of the peers beyond the group (src/comm_nccl_window.c), before
+ * ncclCommAbort. */
 static void nccl_cancel(mdr_comm *c, int hard) {
   nccl_rank *nr = nccl_rank_of(c);
   nccl_words *w = nccl_words_of(c);
   if (w) __atomic_store_n(&w->host[MDR_ARP_HOST_ABORT], 1u, __ATOMIC_RELEASE); /* mdr's spinning kernels leave */
-  if (!hard) return; /* a rank going away: its own destroy tears NCCL down */
+  if (!hard) return; /* a rank going away: its destroy tears its windows and NCCL down */
+  if (!nr->dead) mdr_nccl_raise_peers(c);
   if (nr->owned && !nr->dead) {
     device_scope scope;
     mdr_nccl_enter_teardown(c->device, &scope);
@@ -369,6 +376,7 @@ static mdr_status make_rank(mdr_backend *b, ncclComm_t comm, int owned, mdr_comm
   if (!c || !nr) goto fail;
   nr->comm = comm;
   nr->owned = owned;
+  atomic_flag_clear(&nr->slabs_lock);
   *c = (mdr_comm){.ops = &nccl_comm_ops, .b = b, .rank = rank, .size = size, .device = dev, .group = g, .impl = nr,
                   .timeout_ms = mdr_ar_timeout_ms(b)};
   *out = c;
@@ -394,7 +402,7 @@ mdr_status mdr_comm_adopt_nccl(mdr_backend *b, void *nccl_comm, mdr_comm **out) 
     return st;
   }
   /* the kernels' host words (without them the kernels stay off: rank_ready) */
-  g->impl = words_new((*out)->size);
+  g->impl = words_new((*out)->size, 1);
   g->impl_free = words_free;
   return MDR_OK;
 }
@@ -429,7 +437,7 @@ mdr_status mdr_comm_create_local(mdr_backend *const *backends, int n, mdr_comm *
     goto fail;
   }
   /* the kernels' host words, one set for the ranks made together */
-  g->impl = words_new(n);
+  g->impl = words_new(n, n);
   g->impl_free = words_free;
   for (; made < n; made++) {
     st = make_rank(backends[made], comms[made], 1, g, &out[made]);

@@ -38,6 +38,7 @@ typedef struct nccl_slab {
 typedef struct nccl_words {
   uint32_t *host; /* NULL: none could be allocated (kernels run without) */
   uint32_t *dev;  /* the same words as the GPUs reach them */
+  int members;    /* ranks of the group: those the host abort word reaches */
 } nccl_words;
 
 typedef struct nccl_rank {
@@ -45,6 +46,9 @@ typedef struct nccl_rank {
   int owned; /* made by mdr: destroyed (or aborted) by mdr */
   int dead;  /* aborted: not to be used again */
   nccl_slab *slabs;
+  /* held while the list changes and while an abort walks it (an abort may
+   * come from any thread: mdr_comm_abort) */
+  atomic_flag slabs_lock;
 } nccl_rank;
 
 static inline nccl_rank *nccl_rank_of(const mdr_comm *c) { return c->impl; }
@@ -81,6 +85,10 @@ nccl_slab *mdr_nccl_slab_of(const mdr_comm *c, mdr_dptr slab);
 mdr_status mdr_nccl_slab_alloc(mdr_comm *const *cs, int n, size_t bytes, size_t region_off, size_t max_message,
                                mdr_dptr *slab, int *kind);
 void mdr_nccl_slab_free(mdr_comm *c, mdr_dptr slab);
+/* Raise the peers' region abort words on every slab of c where mdr's
+ * kernels run (src/comm_nccl_window.c says when and what the peers see);
+ * before ncclCommAbort. Best effort, blocking. */
+void mdr_nccl_raise_peers(mdr_comm *c);
 
 #endif /* MDR_HAVE_NCCL */
 #endif

@@ -39,6 +39,56 @@ nccl_slab *mdr_nccl_slab_of(const mdr_comm *c, mdr_dptr slab) {
   return NULL;
 }
 
+/* ---- reaching the peers the host word does not ---- */
+
+/* Before a window of mdr's kernels goes away (its arena is destroyed, or
+ * its communicator with the arena left alive) and when the communicator is
+ * aborted, this rank raises the abort word of every other rank's comm
+ * region through its own LSA pointers (mdr_cuda_ar_raise_abort): the host
+ * abort word reaches only the ranks of this rank's group (made together in
+ * this process), not ranks in other processes or adopted on their own.
+ * Their kernels waiting on this rank then leave with cause MDR_ARP_PEER,
+ * leaving unfinished rows as they were and their streams usable; each
+ * writes its report, so its communicator refuses every later call with
+ * MDR_ERR_STATE ("a peer rank gave up"); a rank not in a call gives up at
+ * its next one. This rank's own kernels are left to the host word (their
+ * cause stays MDR_ARP_ABORTED). Never after ncclCommAbort, which may take
+ * the mappings with it. Best effort: a failure is ignored on purpose (the
+ * peers then end at their time limit, MDR_AR_TIMEOUT_MS) and CUDA's error
+ * state cleared; nothing is recorded on the backend, whose last error
+ * stays that of the failure that led here. */
+static void raise_peers_of(mdr_comm *c, const nccl_slab *sl) {
+  const nccl_words *w = nccl_words_of(c);
+  if (!sl->kernels || nccl_rank_of(c)->dead || !w || w->members >= c->size) return;
+  char *others[MDR_ARP_MAX_RANKS];
+  for (int r = 0; r < c->size; r++) others[r] = r == c->rank ? NULL : sl->peer[r];
+  device_scope scope;
+  if (device_enter(c->device, &scope, NULL) != cudaSuccess) return; /* ignored on purpose (above) */
+  cudaStream_t q = NULL;
+  if (cudaStreamCreateWithFlags(&q, cudaStreamNonBlocking) == cudaSuccess) {
+    (void)mdr_cuda_ar_raise_abort(others, c->size, sl->region_off, q); /* ignored on purpose (above) */
+    (void)cudaStreamDestroy(q);
+  }
+  (void)cudaGetLastError();
+  device_leave(&scope);
+}
+
+static void lock_slabs(nccl_rank *nr) {
+  while (atomic_flag_test_and_set_explicit(&nr->slabs_lock, memory_order_acquire)) {
+  }
+}
+
+static void unlock_slabs(nccl_rank *nr) { atomic_flag_clear_explicit(&nr->slabs_lock, memory_order_release); }
+
+/* Under the list's lock: a slab being destroyed by another thread is
+ * either still listed (and mapped) or already gone from the list. */
+void mdr_nccl_raise_peers(mdr_comm *c) {
+  nccl_rank *nr = nccl_rank_of(c);
+  lock_slabs(nr);
+  for (const nccl_slab *sl = nr->slabs; sl; sl = sl->next) raise_peers_of(c, sl);
+  unlock_slabs(nr);
+}
+
 /* ---- teardown ---- */
 
 static void drop_devcomm(mdr_comm *c, nccl_slab *sl) {
@@ -66,6 +116,7 @@ static void drop_window(mdr_comm *c, nccl_slab *sl) {
  * them with it). */
 static void release_slab(mdr_comm *c, nccl_slab *sl) {
   if (!nccl_rank_of(c)->dead) {
+    raise_peers_of(c, sl); /* while the window still maps them */
     if (sl->devcomm) drop_devcomm(c, sl);
     if (sl->win) drop_window(c, sl);
   }
@@ -293,10 +344,13 @@ mdr_status mdr_nccl_slab_alloc(mdr_comm *const *cs, int n, size_t bytes, size_t 
   if (st == MDR_OK && symmetric) st = setup_kernels(cs, n, sl, bytes);
   if (st != MDR_OK) goto fail;
   for (int i = 0; i < n; i++) {
+    nccl_rank *nr = nccl_rank_of(cs[i]);
     slab[i] = sl[i]->ptr;
     kind[i] = sl[i]->win ? MDR_WINDOW_SYMMETRIC : MDR_WINDOW_PLAIN;
-    sl[i]->next = nccl_rank_of(cs[i])->slabs;
-    nccl_rank_of(cs[i])->slabs = sl[i];
+    lock_slabs(nr);
+    sl[i]->next = nr->slabs;
+    nr->slabs = sl[i];
+    unlock_slabs(nr);
   }
   return MDR_OK;
 fail:
@@ -306,13 +360,17 @@ fail:
 }
 
 void mdr_nccl_slab_free(mdr_comm *c, mdr_dptr slab) {
-  for (nccl_slab **p = &nccl_rank_of(c)->slabs; *p; p = &(*p)->next) {
-    nccl_slab *sl = *p;
-    if (sl->ptr != slab) continue;
-    *p = sl->next;
-    release_slab(c, sl);
-    return;
-  }
+  nccl_rank *nr = nccl_rank_of(c);
+  nccl_slab *sl = NULL;
+  lock_slabs(nr);
+  for (nccl_slab **p = &nr->slabs; *p; p = &(*p)->next)
+    if ((*p)->ptr == slab) {
+      sl = *p;
+      *p = sl->next;
+      break;
+    }
+  unlock_slabs(nr);
+  if (sl) release_slab(c, sl);
 }
 
 #endif /* MDR_HAVE_NCCL */
