@@ -581,6 +581,18 @@ extern "C" int mdr_cuda_ar_region_init(void *region, int n, size_t cap, void *st
   return (int)e;
 }
 
+extern "C" int mdr_cuda_ar_raise_abort(char *const *peers, int nranks, size_t region_off, void *stream) {
+  static const uint32_t raised = 1u; /* static: it outlives the copies */
+  cudaStream_t s = (cudaStream_t)stream;
+  cudaError_t e = cudaSuccess;
+  for (int r = 0; r < nranks && e == cudaSuccess; r++)
+    if (peers[r])
+      e = cudaMemcpyAsync(peers[r] + region_off + MDR_ARP_CTL_OFF + (size_t)MDR_ARP_CTL_ABORT * sizeof raised,
+                          &raised, sizeof raised, cudaMemcpyHostToDevice, s);
+  const cudaError_t synced = cudaStreamSynchronize(s);
+  return (int)(e != cudaSuccess ? e : synced);
+}
+
 extern "C" int mdr_cuda_ar_residual_add(void *residual, const void *rows, size_t row_bytes, size_t nrows,
                                         const uint32_t *count_ptr, int dtype, void *stream) {
   const size_t row_vecs = row_bytes / MDR_ARP_VEC, nvec = nrows * row_vecs;

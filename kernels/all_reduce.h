@@ -83,6 +83,20 @@ int mdr_cuda_ar_barrier_bench(const mdr_ar_call *k, const mdr_ar_barrier_run *ru
  * cudaError_t; asynchronous. */
 int mdr_cuda_ar_region_init(void *region, int n, size_t cap, void *stream);
 
+/* Raise the abort word of each rank's region from the host: 1 stored into
+ * word MDR_ARP_CTL_ABORT at peers[r] + region_off + MDR_ARP_CTL_OFF for
+ * r < nranks (a NULL entry is skipped), by copies on `stream` (a
+ * cudaStream_t; copies, not a kernel, so that no SM is needed while
+ * kernels spin), then the stream is synchronised. The pointers are device
+ * addresses valid in this process whose memory is still mapped: the LSA
+ * pointers of an NCCL window, or CUDA-IPC mappings. A kernel of that
+ * region's rank polls the word in every wait and leaves it with cause
+ * MDR_ARP_PEER (kernels/ar_device.cuh, must_leave); the word stays raised
+ * until the region is set up again (mdr_cuda_ar_region_init). Blocking.
+ * 0, or the first failure's cudaError_t (the copies enqueued before it are
+ * still waited for). */
+int mdr_cuda_ar_raise_abort(char *const *peers, int nranks, size_t region_off, void *stream);
+
 /* Resolve each rank's window base (ncclGetLsaPointer of window `win`, an
  * ncclWindow_t, at offset 0) into out[0..n-1] on the host; blocking on
  * `stream`. 0 or a cudaError_t. */

@@ -193,10 +193,11 @@ __device__ void give_up(const mdr_ar_call &p, uint32_t cause, uint32_t wait, int
     __threadfence_system();
   }
   /* a cause found here (the time limit, a mismatch) ends the peers' waits
-   * too; an abort the host asked for reaches this process's ranks through
-   * the host word, and a peer's abort its peers already see (a rank that
-   * went away may have no window left to write to); the own word always,
-   * so this rank's other blocks leave */
+   * too; an abort the host asked for reaches the ranks sharing the host
+   * word, and the host raises the other peers' words itself
+   * (mdr_cuda_ar_raise_abort); a peer's abort its peers already see (a
+   * rank that went away may have no window left to write to); the own word
+   * always, so this rank's other blocks leave */
   const bool all = cause == MDR_ARP_TIMED_OUT || cause == MDR_ARP_MISMATCH;
   for (int r = 0; r < p.nranks; r++)
     if (all || r == p.rank) st_release_sys(&ctl_of(p.peer[r], p)[MDR_ARP_CTL_ABORT], 1u);

@@ -71,8 +71,12 @@
  * below), raises its own abort word, and leaves without storing a row it
  * had not finished or advancing a counter. A cause it found itself (the
  * time limit, a mismatch) it also raises in every peer's region; an abort
- * the host asked for reaches this process's ranks through the host word,
- * and a rank that went away may have no region left to write to. */
+ * the host asked for reaches the ranks that share the host word (ranks
+ * this process made together), and a rank that went away may have no
+ * region left to write to. The host raises the other peers' region words
+ * itself (mdr_cuda_ar_raise_abort) when it aborts a rank or tears down a
+ * window of mdr's kernels (src/comm_nccl_window.c): their kernels leave
+ * with MDR_ARP_PEER. */
 #ifndef MDR_KERNELS_AR_PROTOCOL_H
 #define MDR_KERNELS_AR_PROTOCOL_H
 

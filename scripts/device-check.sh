@@ -12,6 +12,7 @@
 #     default 100000); tests/ar_gpu_procs (ranks as processes) with 2 and 4
 #     ranks, plainly and under memcheck and synccheck (AR_PROCS_SAN_CALLS,
 #     default 100; each such run under STEP_TIMEOUT, default 900 s here),
+#     and plainly with rank 1 of 4 destroyed while the others wait (--destroy-rank 1),
 #     dev/all_reduce_compare (the kernels before and after the protocol rebuild)
 #     and dev/all_reduce_norm_compare (the fused norm against the unfused chain)
 #   tpsan: the several-GPU suites under compute-sanitizer (memcheck; synccheck
@@ -218,6 +219,10 @@ if has arproto; then
   for n in 2 4; do
     run ar-procs-$n $build/tests/ar_gpu_procs --ranks $n
   done
+  # a rank that goes away while its peers (other processes) wait in a call:
+  # it raises their regions' abort words, and each peer must end within
+  # 100 ms with the give-up cause PEER, rows untouched, stream usable
+  run ar-procs-destroy $build/tests/ar_gpu_procs --ranks 4 --destroy-rank 1
   cs="compute-sanitizer --error-exitcode 1 --target-processes all"
   for tool in memcheck synccheck; do
     for n in 2 4; do

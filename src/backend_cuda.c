@@ -30,6 +30,7 @@
 #include <cuda_runtime.h>
 #include <stdlib.h>
 
+#include "cuda_scope.h"
 #include "zero_fused.h"
 
 typedef struct cuda_backend {
@@ -79,47 +80,33 @@ static mdr_status cuda_fail(mdr_backend *b, cudaError_t e, const char *what) {
     }                                                        \
   } while (0)
 
-/* The caller's current device, switched to the backend's for one call. */
-typedef struct device_scope {
-  int prev;
-  int switched;
-} device_scope;
-
-static mdr_status device_enter(mdr_backend *b, device_scope *g) {
-  g->switched = 0;
-  cudaError_t e = cudaGetDevice(&g->prev);
-  if (e != cudaSuccess) return cuda_fail(b, e, "cudaGetDevice");
-  if (g->prev != cuda_of(b)->device) {
-    e = cudaSetDevice(cuda_of(b)->device);
-    if (e != cudaSuccess) return cuda_fail(b, e, "cudaSetDevice");
-    g->switched = 1;
-  }
-  return MDR_OK;
-}
-
-static void device_leave(const device_scope *g) {
-  if (g->switched) (void)cudaSetDevice(g->prev);
+/* The caller's current device, switched to the backend's for one call
+ * (src/cuda_scope.h); a failure is recorded on b. */
+static mdr_status device_enter_backend(mdr_backend *b, device_scope *g) {
+  const char *what = "cudaSetDevice";
+  const cudaError_t e = device_enter(cuda_of(b)->device, g, &what);
+  return e == cudaSuccess ? MDR_OK : cuda_fail(b, e, what);
 }
 
 /* Open a scope on the backend's device for the rest of the function; leave
  * it with DEVICE_RETURN (or CU on failure). */
-#define DEVICE_SCOPE(b)                                  \
-  device_scope scope_;                                   \
-  do {                                                   \
-    mdr_status st0_ = device_enter((b), &scope_);        \
-    if (st0_ != MDR_OK) return st0_;                     \
+#define DEVICE_SCOPE(b)                                   \
+  device_scope scope_;                                    \
+  do {                                                    \
+    mdr_status st0_ = device_enter_backend((b), &scope_); \
+    if (st0_ != MDR_OK) return st0_;                      \
   } while (0)
 #define DEVICE_RETURN(st)  \
   do {                     \
     device_leave(&scope_); \
     return (st);           \
   } while (0)
-#define DEVICE_VOID(b, call)                              \
-  do {                                                    \
-    device_scope scope_;                                  \
-    if (device_enter((b), &scope_) != MDR_OK) return;     \
-    (void)(call);                                         \
-    device_leave(&scope_);                                \
+#define DEVICE_VOID(b, call)                                  \
+  do {                                                        \
+    device_scope scope_;                                      \
+    if (device_enter_backend((b), &scope_) != MDR_OK) return; \
+    (void)(call);                                             \
+    device_leave(&scope_);                                    \
   } while (0)
 
 static mdr_status cuda_alloc_device(mdr_backend *b, size_t n, mdr_dptr *out) {
@@ -419,7 +406,7 @@ mdr_status mdr_backend_cuda_create(int device, mdr_backend **out) {
   cb->device = device;
   mdr_backend *b = &cb->base;
   device_scope scope_;
-  mdr_status st = device_enter(b, &scope_);
+  mdr_status st = device_enter_backend(b, &scope_);
   if (st != MDR_OK) {
     free(cb);
     return MDR_ERR_NO_DEVICE;

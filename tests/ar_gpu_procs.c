@@ -37,10 +37,19 @@
  * prints where its kernels waited (the report words) and the run fails.
  *
  * Run: ar_gpu_procs [--ranks N (2..8, 2)] [--calls C (300)] [--seed S (1)]
- *                   [--timeout-s T (60)] [--plant-oob 0|1 (0)]
+ *                   [--timeout-s T (60)] [--plant-oob 0|1 (0)] [--destroy-rank R]
  * --plant-oob 1 is the control of a sanitizer run: the last rank reads past
  * an allocation once, which memcheck must report (device-check.sh fails
  * the step when it does not: the tool did not watch the ranks).
+ * --destroy-rank R replaces the calls: every other rank launches a one-shot
+ * call that rank R never makes, and R, as a rank that goes away does to
+ * peers in other processes (src/comm_nccl_window.c), raises the abort word
+ * of every other rank's region through its mappings of their slabs
+ * (mdr_cuda_ar_raise_abort) 300 ms later. Each waiting rank must still be
+ * waiting before the raise, end within 100 ms of it with the give-up cause
+ * MDR_ARP_PEER in its report (its host word untouched), leave its rows,
+ * residual rows and protocol counters as they were, and its stream usable;
+ * each prints how long it took.
  *   compute-sanitizer --error-exitcode 1 --target-processes all \
  *     --tool memcheck build/tests/ar_gpu_procs --ranks 2 --calls 100
  * (scripts/device-check.sh, phase arproto). Exit 0 when every value is
@@ -86,6 +95,7 @@ typedef struct ctl_page {
   uint64_t done;                /* calls rank 0 has checked (progress) */
   uint64_t one, two, empty;     /* rank 0's tally of how the calls ran */
   uint64_t wrong[MAXR];
+  uint64_t raised_ns;           /* --destroy-rank: when rank R began raising (CLOCK_MONOTONIC ns) */
   cudaIpcMemHandle_t handle[MAXR];
   char first_wrong[MAXR][300];
   char skip_reason[128];
@@ -501,9 +511,9 @@ static int run_batch(rank_ctx *x, const batch *b, int pdl) {
   return 1;
 }
 
-/* Set up, run every batch, tear down. 1 on success (wrong values are
- * counted, not a failure of the rank). */
-static int rank_body(rank_ctx *x, uint64_t total) {
+/* This rank's slab, host words and stream; every peer's slab opened; the
+ * comm region set up before any rank's kernel runs. 1 on success. */
+static int rank_setup(rank_ctx *x) {
   ctl_page *ctl = x->ctl;
   CU(cudaSetDevice(0));
   CU(cudaDeviceGetAttribute(&x->sms, cudaDevAttrMultiProcessorCount, 0));
@@ -523,8 +533,27 @@ static int rank_body(rank_ctx *x, uint64_t total) {
   const int ri = mdr_cuda_ar_region_init(x->slab + REGION_OFF, x->n, MDR_ARP_ONE_SHOT_MAX_BYTES, x->stream);
   CU((cudaError_t)ri);
   CU(cudaStreamSynchronize(x->stream));
-  if (!barrier(ctl, x->n, x->timeout_s)) return 0; /* every region set up before any kernel */
+  return barrier(ctl, x->n, x->timeout_s); /* every region set up before any kernel */
+}
 
+/* After every rank's last kernel: no rank unmaps or frees a slab a peer's
+ * kernel may still reach. 1 on success. */
+static int rank_teardown(rank_ctx *x) {
+  if (!barrier(x->ctl, x->n, x->timeout_s)) return 0;
+  for (int q = 0; q < x->n; q++)
+    if (q != x->rank) CU(cudaIpcCloseMemHandle(x->peer[q]));
+  if (!barrier(x->ctl, x->n, x->timeout_s)) return 0;
+  CU(cudaStreamDestroy(x->stream));
+  CU(cudaFree(x->slab));
+  CU(cudaFreeHost(x->words));
+  return 1;
+}
+
+/* Set up, run every batch, tear down. 1 on success (wrong values are
+ * counted, not a failure of the rank). */
+static int rank_body(rank_ctx *x, uint64_t total) {
+  ctl_page *ctl = x->ctl;
+  if (!rank_setup(x)) return 0;
   pthread_t dog;
   if (pthread_create(&dog, NULL, watchdog, x) != 0) return 0;
   sequence s = {x->seed ^ 0x5e9e9ce5u, 0, total, 0, {0}};
@@ -543,15 +572,139 @@ static int rank_body(rank_ctx *x, uint64_t total) {
   store32(&x->stop, 1);
   pthread_join(dog, NULL);
   if (!ok) return 0;
-  /* no rank unmaps or frees a slab a peer's kernel may still reach */
-  if (!barrier(ctl, x->n, x->timeout_s)) return 0;
-  for (int q = 0; q < x->n; q++)
-    if (q != x->rank) CU(cudaIpcCloseMemHandle(x->peer[q]));
-  if (!barrier(ctl, x->n, x->timeout_s)) return 0;
-  CU(cudaStreamDestroy(x->stream));
-  CU(cudaFree(x->slab));
-  CU(cudaFreeHost(x->words));
+  return rank_teardown(x);
+}
+
+/* ==== --destroy-rank R: a rank destroyed while its peers wait ==== */
+
+enum {
+  RAISE_AFTER_MS = 300, /* rank R raises this long after the peers start launching */
+  CHECK_AT_MS = 150,    /* when a peer checks that its call is still waiting */
+  END_WITHIN_MS = 100   /* a peer's call must end this soon after the raise */
+};
+
+/* Wait up to `s` seconds for the stream: its cudaStreamQuery result then
+ * (cudaErrorNotReady: still running). */
+static cudaError_t stream_wait(cudaStream_t q, double s) {
+  const double until = tb_now_s() + s;
+  cudaError_t e;
+  while ((e = cudaStreamQuery(q)) == cudaErrorNotReady && tb_now_s() < until) tb_sleep_s(20e-6);
+  return e;
+}
+
+/* Rank R: instead of its calls, what a rank that goes away does to peers
+ * beyond its process (src/comm_nccl_window.c): raise the abort word of
+ * every other rank's region through its own mappings of their slabs. */
+static int destroyed_rank(rank_ctx *x) {
+  if (!barrier(x->ctl, x->n, x->timeout_s)) return 0; /* the peers launch now */
+  tb_sleep_s(RAISE_AFTER_MS * 1e-3);
+  char *others[MAXR];
+  for (int q = 0; q < x->n; q++) others[q] = q == x->rank ? NULL : x->peer[q];
+  const double t0 = tb_now_s();
+  __atomic_store_n(&x->ctl->raised_ns, (uint64_t)(t0 * 1e9), __ATOMIC_SEQ_CST);
+  const int e = mdr_cuda_ar_raise_abort(others, x->n, REGION_OFF, x->stream);
+  const double ms = (tb_now_s() - t0) * 1e3;
+  CU((cudaError_t)e);
+  printf("ar_gpu_procs: rank %d (destroyed): raised %d peers' abort words in %.3f ms\n", x->rank, x->n - 1, ms);
+  fflush(stdout);
   return 1;
+}
+
+/* A peer of rank R: a one-shot call R never makes (bf16, 64 rows of 4 KiB
+ * with a residual: several blocks wait), launched before R goes away. It
+ * must still wait when R has not raised yet, end within END_WITHIN_MS of
+ * the raise with cause MDR_ARP_PEER (through the region's word: this
+ * rank's host word stays down), leave its rows, residual rows and counters
+ * as they were, and leave its stream usable. */
+static int waiting_peer(rank_ctx *x, int victim) {
+  static batch b;
+  memset(&b, 0, sizeof b);
+  b.n = 1;
+  b.calls[0] = (call){.off = 0, .row_bytes = 4096, .rows = 64, .dtype = MDR_ARP_BF16, .algo = MDR_ARP_ONE_SHOT,
+                      .residual = 1};
+  b.used = bound_bytes(&b.calls[0]) + GUARD;
+  const size_t used16 = (b.used + 15u) & ~(size_t)15u;
+  build_inputs(x, &b);
+  for (int part = 0; part < 4; part++)
+    CU(cudaMemcpy(x->slab + (size_t)part * AREA, x->in + (size_t)part * AREA, used16, cudaMemcpyHostToDevice));
+  mdr_arp_block before[MDR_ARP_MAX_BLOCKS], after[MDR_ARP_MAX_BLOCKS];
+  CU(cudaMemcpy(before, x->slab + REGION_OFF + MDR_ARP_STATE_OFF, sizeof before, cudaMemcpyDeviceToHost));
+  CU(cudaDeviceSynchronize());
+  if (!barrier(x->ctl, x->n, x->timeout_s)) return 0;
+  const double t_start = tb_now_s();
+  const mdr_ar_call kc = fill_call(x, &b.calls[0], 0, 0);
+  CU((cudaError_t)mdr_cuda_ar_launch(&kc, x->stream));
+  const double left = t_start + CHECK_AT_MS * 1e-3 - tb_now_s();
+  if (left > 0) tb_sleep_s(left);
+  const int waited = cudaStreamQuery(x->stream) == cudaErrorNotReady;
+  const int raised_then = __atomic_load_n(&x->ctl->raised_ns, __ATOMIC_SEQ_CST) != 0;
+  cudaError_t q = stream_wait(x->stream, 5.0);
+  const double t_end = tb_now_s();
+  const uint64_t raised_ns = __atomic_load_n(&x->ctl->raised_ns, __ATOMIC_SEQ_CST);
+  if (q == cudaErrorNotReady) { /* never ended: the host word ends it, and the run fails */
+    store32(&x->words[MDR_ARP_HOST_ABORT], 1);
+    q = stream_wait(x->stream, 10.0);
+    fprintf(stderr, "ar_gpu_procs: rank %d: its call did not end within 5 s of rank %d's raise%s\n", x->rank, victim,
+            q == cudaErrorNotReady ? " (nor within 10 s of its own host abort word)" : "");
+    print_report(x, &b, 0);
+    return 0;
+  }
+  CU(q);
+  int ok = 1;
+  if (!waited && !raised_then) {
+    fprintf(stderr, "ar_gpu_procs: rank %d: its call ended before rank %d raised the abort words\n", x->rank, victim);
+    ok = 0;
+  }
+  const double ms = raised_ns ? (t_end - (double)raised_ns * 1e-9) * 1e3 : -1.0;
+  if (ms < 0 || ms > END_WITHIN_MS) {
+    fprintf(stderr, "ar_gpu_procs: rank %d: its call ended %.2f ms after rank %d's raise (want 0 to %d)\n", x->rank,
+            ms, victim, END_WITHIN_MS);
+    ok = 0;
+  }
+  const uint32_t *rep = &x->words[MDR_ARP_HOST_RANKS0 + (size_t)x->rank * MDR_ARP_HOST_REPORT];
+  const uint32_t cause = load32(&rep[MDR_ARP_REP_CAUSE]);
+  if (cause != MDR_ARP_PEER || load32(&x->words[MDR_ARP_HOST_ABORT])) {
+    fprintf(stderr, "ar_gpu_procs: rank %d: cause %u (%s), want %u (%s)%s\n", x->rank, cause,
+            cause ? mdr_arp_cause_name(cause) : "none reported", (unsigned)MDR_ARP_PEER,
+            mdr_arp_cause_name(MDR_ARP_PEER), load32(&x->words[MDR_ARP_HOST_ABORT]) ? "; the host word was raised" : "");
+    ok = 0;
+  }
+  for (int part = 0; part < 3; part++)
+    CU(cudaMemcpy(x->got + (size_t)part * AREA, x->slab + (size_t)part * AREA, used16, cudaMemcpyDeviceToHost));
+  CU(cudaMemcpy(after, x->slab + REGION_OFF + MDR_ARP_STATE_OFF, sizeof after, cudaMemcpyDeviceToHost));
+  static const char *const area[3] = {"rows", "residual rows", "norm rows"};
+  for (int part = 0; part < 3; part++)
+    if (memcmp(x->got + (size_t)part * AREA, x->in + (size_t)part * AREA, used16) != 0) {
+      fprintf(stderr, "ar_gpu_procs: rank %d: its %s were touched\n", x->rank, area[part]);
+      ok = 0;
+    }
+  if (memcmp(before, after, sizeof before) != 0) {
+    fprintf(stderr, "ar_gpu_procs: rank %d: its protocol counters moved\n", x->rank);
+    ok = 0;
+  }
+  /* the stream is usable afterwards */
+  CU(cudaMemsetAsync(x->slab + COUNT_OFF, 0, 4096, x->stream));
+  q = stream_wait(x->stream, 2.0);
+  if (q != cudaSuccess) {
+    fprintf(stderr, "ar_gpu_procs: rank %d: its stream is not usable after the give-up (%s)\n", x->rank,
+            cudaGetErrorName(q));
+    (void)cudaGetLastError();
+    ok = 0;
+  }
+  printf("ar_gpu_procs: rank %d: ended %.2f ms after rank %d raised the abort words (cause %s, %s, block %u)%s\n",
+         x->rank, ms, victim, cause ? mdr_arp_cause_name(cause) : "none", mdr_arp_wait_name(rep[MDR_ARP_REP_WAIT]),
+         rep[MDR_ARP_REP_BLOCK], ok ? "; rows and counters untouched, stream usable" : "; FAILED");
+  fflush(stdout);
+  return ok;
+}
+
+/* --destroy-rank R: set up as for the calls, then rank R goes away while
+ * every other rank waits in a call; then the usual teardown. */
+static int destroy_body(rank_ctx *x, int victim) {
+  if (!rank_setup(x)) return 0;
+  const int ok = x->rank == victim ? destroyed_rank(x) : waiting_peer(x, victim);
+  if (!ok) store32(&x->ctl->failed, 1); /* the others leave their barriers */
+  return rank_teardown(x) && ok;
 }
 
 /* A child: exit code 0 (ran; wrong values are on the page), 1 (failed),
@@ -576,7 +729,7 @@ static void plant_oob(int rank) {
   (void)cudaFree(acc);
 }
 
-static int rank_main(ctl_page *ctl, int n, int rank, uint64_t seed, uint64_t total, double timeout_s) {
+static int rank_main(ctl_page *ctl, int n, int rank, uint64_t seed, uint64_t total, double timeout_s, int victim) {
   int count = 0;
   const cudaError_t e = cudaGetDeviceCount(&count);
   if (e != cudaSuccess || count < 1) {
@@ -597,7 +750,7 @@ static int rank_main(ctl_page *ctl, int n, int rank, uint64_t seed, uint64_t tot
   if (!x.in || !x.got) return 1;
   (void)ar_ref_bf16_table();
   if (g_plant && rank == n - 1) plant_oob(rank);
-  const int ok = rank_body(&x, total);
+  const int ok = victim >= 0 ? destroy_body(&x, victim) : rank_body(&x, total);
   ctl->wrong[rank] = x.wrong;
   if (x.wrong) memcpy(ctl->first_wrong[rank], x.first_wrong, sizeof x.first_wrong);
   if (!ok) store32(&ctl->failed, 1);
@@ -609,12 +762,13 @@ static int rank_main(ctl_page *ctl, int n, int rank, uint64_t seed, uint64_t tot
 /* ==== the parent: never touches CUDA ==== */
 
 static int usage(void) {
-  fprintf(stderr, "usage: ar_gpu_procs [--ranks N (2..8)] [--calls C] [--seed S] [--timeout-s T] [--plant-oob 0|1]\n");
+  fprintf(stderr, "usage: ar_gpu_procs [--ranks N (2..8)] [--calls C] [--seed S] [--timeout-s T] [--plant-oob 0|1]\n"
+                  "                    [--destroy-rank R]\n");
   return 2;
 }
 
 int main(int argc, char **argv) {
-  int n = 2, rank = -1, ctl_fd = -1;
+  int n = 2, rank = -1, ctl_fd = -1, victim = -1;
   uint64_t calls = 300, seed = 1;
   double timeout_s = 60;
   for (int i = 1; i < argc; i++) {
@@ -630,10 +784,11 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--rank")) rank = (int)(v > 1000 ? 1000 : v); /* a child (below) */
     else if (!strcmp(argv[i], "--ctl-fd")) ctl_fd = v > 1000000 ? -1 : (int)v;
     else if (!strcmp(argv[i], "--plant-oob")) g_plant = v != 0;
+    else if (!strcmp(argv[i], "--destroy-rank")) victim = (int)(v > 1000 ? 1000 : v);
     else return usage();
     i++;
   }
-  if (n < 2 || n > MAXR || timeout_s < 1) return usage();
+  if (n < 2 || n > MAXR || timeout_s < 1 || victim >= n) return usage();
   if (rank >= 0) { /* a rank, executed by the parent below: its page is ctl_fd */
     if (rank >= n || ctl_fd < 0) return usage();
     ctl_page *page = mmap(NULL, sizeof *page, PROT_READ | PROT_WRITE, MAP_SHARED, ctl_fd, 0);
@@ -641,7 +796,7 @@ int main(int argc, char **argv) {
       perror("ar_gpu_procs: mmap of the control page");
       return 1;
     }
-    return rank_main(page, n, rank, seed, calls, timeout_s);
+    return rank_main(page, n, rank, seed, calls, timeout_s, victim);
   }
 
   const int fd = memfd_create("ar_gpu_procs", 0); /* no MFD_CLOEXEC: the ranks inherit it */
@@ -655,12 +810,13 @@ int main(int argc, char **argv) {
     return 1;
   }
   memset(ctl, 0, sizeof *ctl);
-  char a_n[24], a_calls[24], a_seed[24], a_t[24], a_fd[24], a_rank[24];
+  char a_n[24], a_calls[24], a_seed[24], a_t[24], a_fd[24], a_rank[24], a_victim[24];
   snprintf(a_n, sizeof a_n, "%d", n);
   snprintf(a_calls, sizeof a_calls, "%llu", (unsigned long long)calls);
   snprintf(a_seed, sizeof a_seed, "%llu", (unsigned long long)seed);
   snprintf(a_t, sizeof a_t, "%.0f", timeout_s);
   snprintf(a_fd, sizeof a_fd, "%d", fd);
+  snprintf(a_victim, sizeof a_victim, "%d", victim);
   char *a_plant = g_plant ? "1" : "0";
   const pid_t parent = getpid();
   pid_t pid[MAXR] = {0};
@@ -678,7 +834,8 @@ int main(int argc, char **argv) {
       if (getppid() != parent) _exit(1);
       snprintf(a_rank, sizeof a_rank, "%d", r);
       char *args[] = {argv[0], "--ranks", a_n,  "--calls", a_calls, "--seed", a_seed, "--timeout-s",
-                      a_t,     "--rank",  a_rank, "--ctl-fd", a_fd,  "--plant-oob", a_plant, NULL};
+                      a_t,     "--rank",  a_rank, "--ctl-fd", a_fd,  "--plant-oob", a_plant,
+                      victim >= 0 ? "--destroy-rank" : NULL, a_victim, NULL}; /* NULL ends the list early */
       execv("/proc/self/exe", args);
       perror("ar_gpu_procs: execv");
       _exit(1);
@@ -722,6 +879,13 @@ int main(int argc, char **argv) {
   if (load32(&ctl->skipped)) {
     printf("ar_gpu_procs: skipped: no CUDA device (%s)\n", ctl->skip_reason[0] ? ctl->skip_reason : "none found");
     return SKIP;
+  }
+  if (victim >= 0) {
+    const int failed = (int)load32(&ctl->failed);
+    printf("ar_gpu_procs: %d ranks, rank %d destroyed while the others waited in a call: %s, %.1f s\n", n, victim,
+           failed ? "FAILED" : "every peer ended with cause PEER in time, rows untouched, stream usable",
+           tb_now_s() - t0);
+    return failed ? 1 : 0;
   }
   uint64_t wrong = 0;
   for (int r = 0; r < n; r++) {

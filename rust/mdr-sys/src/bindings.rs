@@ -526,8 +526,9 @@ pub const MDR_DTYPE_COUNT: mdr_dtype = 3;
 /// Ranks compare each call (rows, row bytes, dtype, algorithm, residual,
 /// count source) on the device; a difference fails the communicator.
 ///
-/// Giving up. Every wait of mdr's kernels also watches an abort word:
-/// mdr_comm_abort (or destroying a rank of this process) ends them at once.
+/// Giving up. Every wait of mdr's kernels also watches abort words:
+/// mdr_comm_abort, or destroying a rank (and its arenas), ends them at once,
+/// on every rank (mdr_comm_abort and mdr_comm_destroy say how).
 /// With MDR_AR_TIMEOUT_MS=<ms> in the environment when the communicator is
 /// made (a positive integer; off by default), a wait that lasts longer
 /// gives up by itself, and its peers with it. A kernel that gives up leaves
@@ -1744,9 +1745,14 @@ extern "C" {
     /// ```text
     /// Mark the communicator failed on every rank of this process: collectives
     /// waiting on this or any rank and all later ones return MDR_ERR_STATE.
-    /// mdr's all-reduce kernels that are spinning (waiting for a peer) on this
-    /// process's ranks leave at once, leaving unfinished rows as they were; the
-    /// streams stay usable. For a communicator mdr created over NCCL this also
+    /// mdr's all-reduce kernels that are spinning (waiting for a peer) leave at
+    /// once, leaving unfinished rows as they were; the streams stay usable. The
+    /// ranks made together in this process see a host word; every other rank
+    /// (another process, or a communicator adopted on its own) sees the abort
+    /// word of its comm region, which this call raises through the arenas'
+    /// windows: its kernels give up ("a peer rank gave up") and its
+    /// communicator then refuses later calls with MDR_ERR_STATE. Blocking for
+    /// those few copies. For a communicator mdr created over NCCL this also
     /// aborts the NCCL communicator (ncclCommAbort); an adopted one is the
     /// engine's to abort. Thread-safe (any thread, while other threads wait in
     /// collectives of this communicator). Accepts NULL.
@@ -1758,7 +1764,11 @@ extern "C" {
     /// Release a communicator (and, for create_local, its NCCL communicator).
     /// A rank that goes away aborts its group first: peers of this process
     /// waiting for it (host ranks, mdr's kernels) return at once with
-    /// MDR_ERR_STATE, so destroy every rank only after its last collective.
+    /// MDR_ERR_STATE. Peers beyond its group (other processes, communicators
+    /// adopted on their own) waiting in mdr's kernels are aborted as by
+    /// mdr_comm_abort when a window of the kernels is torn down (its arena's
+    /// destroy, or this call for an arena left alive). So destroy ranks and
+    /// their arenas only after every rank's last collective has completed.
     /// Arenas made on it must be destroyed first. Accepts NULL.
     /// ```
     pub fn mdr_comm_destroy(c: *mut mdr_comm);
