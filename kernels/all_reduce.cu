@@ -116,7 +116,7 @@ __device__ bool one_shot(const mdr_ar_call &p, const mdr_arp_block &st, size_t n
       uint4 *hslot = (uint4 *)(local + (size_t)r * slot_bytes) + blockIdx.x;
       const uint4 *dslot = (const uint4 *)(local + (size_t)r * slot_bytes + MDR_ARP_HEADER_BYTES) + first;
       bool hdone = !head, ddone = !have;
-      spin s = {0, 0};
+      spin s = {};
       uint32_t cause = 0;
       for (;;) {
         if (!hdone) {
@@ -179,7 +179,7 @@ __device__ bool one_shot(const mdr_ar_call &p, const mdr_arp_block &st, size_t n
       } else {
         uint4 *slot = (uint4 *)(local + (size_t)r * slot_bytes + MDR_ARP_HEADER_BYTES) + i;
         v = ld_volatile(slot);
-        spin s = {0, 0};
+        spin s = {};
         while (pending<DT>(v)) {
           const uint32_t cause = must_leave(p, s);
           if (cause) {

@@ -162,14 +162,24 @@ __device__ __forceinline__ uint32_t *ctl_of(char *slab, const mdr_ar_call &p) {
 /* A spin loop's poll state. */
 struct spin {
   unsigned turns;
+  bool peer; /* the region's abort word was seen: leave at the next turn */
   uint64_t t0;
 };
 
 /* Called on every turn of a spin loop: nonzero (an MDR_ARP_ cause) when
  * the wait must end. Looks only every MDR_ARP_POLL_EVERY turns. */
+/* The region's abort word ends a wait one turn after it is seen: the wait
+ * polls once more first. A rank that raises it from the host (torn down, or
+ * aborted) may have completed this very call, its data or flag visible
+ * before the word; the acquire load orders that last poll after the word,
+ * so a wait whose value had arrived completes instead of giving up. */
 __device__ __forceinline__ uint32_t must_leave(const mdr_ar_call &p, spin &s) {
+  if (s.peer) return MDR_ARP_PEER;
   if ((++s.turns % MDR_ARP_POLL_EVERY) != 0) return 0;
-  if (*(volatile const uint32_t *)&ctl_of(p.self, p)[MDR_ARP_CTL_ABORT]) return MDR_ARP_PEER;
+  if (ld_acquire_sys(&ctl_of(p.self, p)[MDR_ARP_CTL_ABORT])) {
+    s.peer = true;
+    return 0;
+  }
   if (p.host_abort && *p.host_abort) return MDR_ARP_ABORTED;
   if (p.timeout_ns) {
     const uint64_t now = global_ns();
@@ -238,7 +248,7 @@ __device__ bool block_barrier(const mdr_ar_call &p, const mdr_arp_block &st, uin
      * signature's check costs no second round trip */
     st_release_sys64(flag_slot(p.peer[r], p, blockIdx.x, p.rank), ((uint64_t)sig << 32) | value);
     const uint32_t *mine = flag_slot(p.self, p, blockIdx.x, r);
-    spin s = {0, 0};
+    spin s = {};
     uint32_t cause = 0;
     uint64_t got;
     while (mdr_arp_waiting((uint32_t)(got = ld_acquire_sys64(mine)), value)) {
@@ -299,7 +309,7 @@ __device__ __forceinline__ void check_headers(const mdr_ar_call &p, const mdr_ar
     uint4 *slot = (uint4 *)(local + (size_t)r * slot_bytes) + blockIdx.x;
     const uint32_t *flag = flag_slot(p.self, p, blockIdx.x, r);
     uint4 v = ld_volatile(slot);
-    spin s = {0, 0};
+    spin s = {};
     uint32_t cause = 0;
     while (v.x == 0xffffffffu || v.y == 0xffffffffu || v.z == 0xffffffffu || v.w == 0xffffffffu) {
       if ((cause = must_leave(p, s)) != 0) break;
@@ -343,7 +353,7 @@ __device__ __forceinline__ bool sum_vector(const mdr_ar_call &p, const mdr_arp_b
     } else {
       uint4 *slot = (uint4 *)(local + (size_t)r * slot_bytes + MDR_ARP_HEADER_BYTES) + i;
       v = ld_volatile(slot);
-      spin s = {0, 0};
+      spin s = {};
       while (pending<DT>(v)) {
         const uint32_t cause = must_leave(p, s);
         if (cause) {

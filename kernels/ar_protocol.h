@@ -76,7 +76,10 @@
  * region left to write to. The host raises the other peers' region words
  * itself (mdr_cuda_ar_raise_abort) when it aborts a rank or tears down a
  * window of mdr's kernels (src/comm_nccl_window.c): their kernels leave
- * with MDR_ARP_PEER. */
+ * with MDR_ARP_PEER. A wait that sees the region's word polls its value
+ * once more before it leaves (read after the word with acquire): a rank
+ * that raises it from the host may have completed this very call first,
+ * and then the wait completes instead of giving up. */
 #ifndef MDR_KERNELS_AR_PROTOCOL_H
 #define MDR_KERNELS_AR_PROTOCOL_H
 

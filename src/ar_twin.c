@@ -134,6 +134,7 @@ typedef struct twin {
   uint32_t sig;
   struct timespec t0;
   int timed;
+  int peer_seen; /* the region's abort word was seen: the next poll's failure leaves */
 } twin;
 
 static uint32_t *region_words(const mdr_ar_call *k, char *slab) { return (uint32_t *)(slab + k->region_off); }
@@ -144,12 +145,18 @@ static double since(const struct timespec *t0) {
   return (double)(now.tv_sec - t0->tv_sec) * 1e3 + (double)(now.tv_nsec - t0->tv_nsec) * 1e-6;
 }
 
-/* The kernels' must_leave: nonzero (a cause) when the wait must end. */
+/* The kernels' must_leave: nonzero (a cause) when the wait must end. As
+ * there, the region's abort word ends a wait only after one more poll of
+ * it (a rank raising it may have completed this call first). */
 static uint32_t must_leave(twin *t, unsigned *turns) {
   sched_yield(); /* ranks are threads; let the peers run */
+  if (t->peer_seen) return MDR_ARP_PEER;
   if ((++*turns % MDR_ARP_POLL_EVERY) != 0) return 0;
   const mdr_ar_call *k = t->k;
-  if (__atomic_load_n(&region_words(k, k->self)[MDR_ARP_CTL_ABORT], __ATOMIC_ACQUIRE)) return MDR_ARP_PEER;
+  if (__atomic_load_n(&region_words(k, k->self)[MDR_ARP_CTL_ABORT], __ATOMIC_ACQUIRE)) {
+    t->peer_seen = 1;
+    return 0;
+  }
   if (__atomic_load_n((const uint32_t *)k->host_abort, __ATOMIC_ACQUIRE)) return MDR_ARP_ABORTED;
   if (k->timeout_ns) {
     if (!t->timed) {
