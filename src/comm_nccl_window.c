@@ -8,8 +8,12 @@
  * (collective; in a group when one thread drives several ranks). When NCCL
  * cannot (no symmetric support: it then returns success with no window; or
  * an error), every rank falls back to plain memory, decided together so
- * that the ranks agree. A slab is deregistered and freed when its arena is
- * destroyed (or its communicator, for arenas left alive).
+ * that the ranks agree. Before registering, the ranks say what they hold
+ * (an exchange): a rank whose allocation failed fails every rank's arena
+ * creation, and a rank on plain memory keeps every rank plain, so that no
+ * rank waits in the collective registration for one that skips it. A slab
+ * is deregistered and freed when its arena is destroyed (or its
+ * communicator, for arenas left alive).
  *
  * mdr's kernels (kernels/all_reduce.cu). On a symmetric slab every rank
  * also makes a device communicator (ncclDevCommCreate), resolves each
@@ -28,6 +32,7 @@
 #if defined(MDR_HAVE_NCCL)
 
 #include <stdlib.h>
+#include <string.h>
 
 #include "all_reduce.h"
 #include "comm_nccl_impl.h"
@@ -166,6 +171,10 @@ fail:
   free(sl);
   return st;
 }
+
+/* What a rank holds before the collective steps (mdr_nccl_slab_alloc),
+ * ordered: the least over the ranks decides. */
+enum { SLAB_NONE = 0, SLAB_PLAIN = 1, SLAB_NCCL = 2 };
 
 /* Register every rank's slab as a symmetric window, once for the whole
  * slab, or none: the ranks agree through an exchange, and when any could
@@ -338,9 +347,37 @@ mdr_status mdr_nccl_slab_alloc(mdr_comm *const *cs, int n, size_t bytes, size_t 
   for (int i = 0; i < n; i++) sl[i] = NULL;
   int symmetric = 0;
   mdr_status st = MDR_OK;
-  for (int i = 0; i < n && st == MDR_OK; i++) st = new_slab(cs[i], bytes, region_off, &sl[i]);
-  if (st != MDR_OK) goto fail;
-  st = register_windows(cs, n, sl, bytes, &symmetric);
+  /* Every rank says what it holds before anything collective: no slab (the
+   * allocation failed), plain memory, or NCCL's (which can become a
+   * window). Window registration is collective, so a rank that would skip
+   * it (no slab, or plain memory) while its peers register would leave them
+   * waiting for it: all ranks fail together, or all register, or none. */
+  int held[n], all[cs[0]->size];
+  memset(held, 0, sizeof held); /* SLAB_NONE until said otherwise */
+  for (int i = 0; i < n; i++) {
+    const mdr_status got = new_slab(cs[i], bytes, region_off, &sl[i]);
+    if (got != MDR_OK && st == MDR_OK) st = got; /* recorded on that rank's backend */
+    held[i] = got != MDR_OK ? SLAB_NONE : sl[i]->from_nccl ? SLAB_NCCL : SLAB_PLAIN;
+  }
+  const mdr_status ex = mdr_nccl_exchange(cs, n, held, sizeof held[0], all);
+  if (ex != MDR_OK) {
+    st = ex;
+    goto fail;
+  }
+  int least = SLAB_NCCL;
+  for (int r = 0; r < cs[0]->size; r++) least = all[r] < least ? all[r] : least;
+  if (least == SLAB_NONE) {
+    for (int i = 0; i < n; i++)
+      if (held[i] != SLAB_NONE)
+        st = mdr_backend_fail(cs[i]->b, MDR_ERR_STATE, "nccl: a peer rank could not allocate its arena slab");
+    goto fail;
+  }
+  if (least == SLAB_NCCL) st = register_windows(cs, n, sl, bytes, &symmetric);
+  else
+    for (int i = 0; i < n; i++) /* plain memory everywhere: nothing collective to do */
+      if (held[i] == SLAB_NCCL)
+        mdr_backend_fail(cs[i]->b, MDR_ERR_UNSUPPORTED,
+                         "nccl: a peer's slab is plain memory: plain memory on every rank (NCCL's all-reduce)");
   if (st == MDR_OK && symmetric) st = setup_kernels(cs, n, sl, bytes);
   if (st != MDR_OK) goto fail;
   for (int i = 0; i < n; i++) {
