@@ -60,7 +60,7 @@ typedef struct mdr_staging {
 } mdr_staging;
 
 /* Allocate the ring for steps of up to max_tokens ids and the n inputs
- * (their dst, src, pad, rows, fixed_rows, elem_bytes and row_bytes set; the
+ * (their dst, src, pad, rows, max_rows, elem_bytes and row_bytes set; the
  * slot offsets are laid out here, ids first, each 16-byte aligned, room for
  * max_rows[i] rows), and the device block with the input table, all
  * zeroed but the table. MDR_ERR_INVALID_ARGUMENT when a slot would exceed

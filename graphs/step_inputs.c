@@ -110,7 +110,7 @@ static mdr_status resolve_input(mdr_graph_cache *c, size_t i, const mdr_step_inp
                          .rows = in->shape == MDR_INPUT_PER_TOKEN      ? MDR_STAGE_ROWS_TOKENS
                                  : in->shape == MDR_INPUT_PER_SEQUENCE ? MDR_STAGE_ROWS_SEQUENCES
                                                                        : MDR_STAGE_ROWS_FIXED,
-                         .fixed_rows = in->shape == MDR_INPUT_FIXED ? (uint32_t)rows : 0u,
+                         .max_rows = (uint32_t)rows,
                          .elem_bytes = (uint32_t)e};
   *max_rows = rows;
   return MDR_OK;

@@ -46,7 +46,7 @@ MDR_HD uint64_t mdr_stage_slot_bytes(uint64_t max_tokens) {
 enum {
   MDR_STAGE_ROWS_TOKENS = 0,    /* one row per token */
   MDR_STAGE_ROWS_SEQUENCES = 1, /* one row per sequence */
-  MDR_STAGE_ROWS_FIXED = 2      /* fixed_rows rows, every step */
+  MDR_STAGE_ROWS_FIXED = 2      /* max_rows rows, every step */
 };
 
 /* Step inputs a cache may declare besides the ids (one launch's table). */
@@ -61,14 +61,20 @@ typedef struct mdr_stage_input {
   uint32_t offset;     /* slot inputs: byte offset in the slot (16-byte aligned) */
   uint32_t row_bytes;  /* bytes per row: elem_bytes * width */
   uint32_t rows;       /* MDR_STAGE_ROWS_* */
-  uint32_t fixed_rows; /* MDR_STAGE_ROWS_FIXED: rows of every step */
+  uint32_t max_rows;   /* the rows its destination holds: a FIXED input's rows every step; the
+                          most a TOKENS or SEQUENCES input carries (a graph's padded count is
+                          clamped to it) */
   uint32_t elem_bytes; /* 1, 2, 4 or 8 */
   uint32_t reserved;
 } mdr_stage_input;
 
-/* Rows of input `in` at token count t and sequence count s. */
+/* Rows of input `in` at token count t and sequence count s, at most its
+ * max_rows: a step's real counts never exceed them (the step is refused),
+ * but a graph's padded counts can (a LADDER rung of 8 tokens, a 5-row
+ * input): the padding stops where the destination ends. */
 MDR_HD uint64_t mdr_stage_input_rows(const mdr_stage_input *in, uint64_t t, uint64_t s) {
-  return in->rows == MDR_STAGE_ROWS_TOKENS ? t : in->rows == MDR_STAGE_ROWS_SEQUENCES ? s : in->fixed_rows;
+  const uint64_t r = in->rows == MDR_STAGE_ROWS_TOKENS ? t : in->rows == MDR_STAGE_ROWS_SEQUENCES ? s : in->max_rows;
+  return r < in->max_rows ? r : in->max_rows;
 }
 
 /* Flags of a staged launch. */

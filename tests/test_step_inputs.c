@@ -253,6 +253,85 @@ ParameterizedTest(mode_case *mc, step_inputs, every_input_reaches_its_destinatio
   mdr_backend_destroy(b);
 }
 
+/* Inputs that hold fewer rows than a graph pads to (max_rows below the
+ * graph's count, or below max_sequences): the padding stops at the end of
+ * the destination. Each destination is followed by guard bytes, poisoned
+ * with it before every step and checked after it. */
+enum { SHORT_POS = 5, SHORT_SEQS = 3, SHORT_WIDTH = 8, GUARD = 64, N_SHORT = 3 };
+
+typedef struct short_case {
+  tb_kind kind;
+  mdr_graph_mode mode;
+} short_case;
+
+ParameterizedTestParameters(step_inputs, padding_stops_at_an_inputs_max_rows) {
+  static short_case cases[TB_KIND_COUNT * 2];
+  size_t n = 0;
+  for (int k = 0; k < TB_KIND_COUNT; k++) {
+    cases[n++] = (short_case){(tb_kind)k, MDR_GRAPH_EXACT};
+    cases[n++] = (short_case){(tb_kind)k, MDR_GRAPH_LADDER};
+  }
+  return cr_make_param_array(short_case, cases, n);
+}
+
+ParameterizedTest(short_case *sc, step_inputs, padding_stops_at_an_inputs_max_rows) {
+  mdr_backend *b = tb_backend(sc->kind);
+  mdr_stream s = tb_stream(b);
+  mdr_sizes sizes = tb_small_sizes();
+  mdr_arena *a = NULL;
+  cr_assert_eq(mdr_arena_create(b, &sizes, &a), MDR_OK, "%s", mdr_backend_last_error(b));
+  const size_t rows[N_SHORT] = {SHORT_POS, SHORT_SEQS, SHORT_SEQS};
+  const size_t width[N_SHORT] = {1, 1, SHORT_WIDTH};
+  const mdr_step_input_shape shape[N_SHORT] = {MDR_INPUT_PER_TOKEN, MDR_INPUT_PER_SEQUENCE, MDR_INPUT_PER_SEQUENCE};
+  const char *names[N_SHORT] = {"positions", "seq_lens", "block_table"};
+  mdr_step_input in[N_SHORT];
+  mdr_dptr dst[N_SHORT];
+  size_t bytes[N_SHORT];
+  for (int i = 0; i < N_SHORT; i++) {
+    bytes[i] = rows[i] * width[i] * 4;
+    cr_assert_eq(mdr_backend_alloc(b, bytes[i] + GUARD, &dst[i]), MDR_OK);
+    in[i] = (mdr_step_input){.name = names[i], .elem_bytes = 4, .shape = shape[i], .width = width[i],
+                             .max_rows = rows[i], .pad = 0x11111111u * (unsigned)(i + 1),
+                             .dest = MDR_INPUT_TO_DEVICE, .address = dst[i]};
+  }
+  mdr_graph_cache_options o;
+  mdr_graph_cache_options_default(&o);
+  o.mode = sc->mode;
+  o.inputs = in;
+  o.n_inputs = N_SHORT;
+  o.max_sequences = S; /* more than the inputs' SHORT_SEQS rows */
+  mdr_graph_cache *c = NULL;
+  cr_assert_eq(mdr_graph_cache_create(a, s, &o, &c), MDR_OK, "%s", mdr_backend_last_error(b));
+  unsigned char host[SHORT_SEQS * SHORT_WIDTH * 4 + GUARD];
+  for (size_t t = 1; t <= SHORT_POS; t++)
+    for (size_t q = 1; q <= (t < SHORT_SEQS ? t : SHORT_SEQS); q++) {
+      uint32_t ids[SHORT_POS], pos[SHORT_POS], lens[SHORT_SEQS], table[SHORT_SEQS * SHORT_WIDTH];
+      for (size_t k = 0; k < SHORT_POS; k++) ids[k] = (uint32_t)(100 + k), pos[k] = (uint32_t)(1000 + k);
+      for (size_t k = 0; k < SHORT_SEQS; k++) lens[k] = (uint32_t)(2000 + k);
+      for (size_t k = 0; k < SHORT_SEQS * SHORT_WIDTH; k++) table[k] = (uint32_t)(3000 + k);
+      for (int i = 0; i < N_SHORT; i++) cr_assert_eq(mdr_backend_fill(b, dst[i], POISON, bytes[i] + GUARD), MDR_OK);
+      const void *arr[1 + N_SHORT] = {ids, pos, lens, table};
+      cr_assert_eq(mdr_graph_cache_step_inputs(c, arr, 1 + N_SHORT, t, q), MDR_OK, "t=%zu s=%zu: %s", t, q,
+                   mdr_backend_last_error(b));
+      cr_assert_eq(mdr_backend_synchronize(b, s), MDR_OK);
+      const uint32_t *want[N_SHORT] = {pos, lens, table};
+      const size_t real[N_SHORT] = {t, q, q};
+      for (int i = 0; i < N_SHORT; i++) {
+        cr_assert_eq(mdr_backend_copy_d2h(b, host, dst[i], bytes[i] + GUARD), MDR_OK);
+        cr_assert_eq(memcmp(host, want[i], real[i] * width[i] * 4), 0, "%s: t=%zu s=%zu: the step's rows", names[i],
+                     t, q);
+        const size_t bad = tb_first_not(host + bytes[i], GUARD, POISON);
+        cr_assert_eq(bad, GUARD, "%s (%s): t=%zu s=%zu: byte %zu past its %zu rows was written", names[i],
+                     sc->mode == MDR_GRAPH_EXACT ? "EXACT" : "LADDER", t, q, bad, rows[i]);
+      }
+    }
+  mdr_graph_cache_destroy(c);
+  for (int i = 0; i < N_SHORT; i++) mdr_backend_free(b, dst[i]);
+  mdr_arena_destroy(a);
+  mdr_backend_stream_destroy(b, s);
+  mdr_backend_destroy(b);
+}
+
 /* The eager path (graphs disabled) stages the same values. */
 Test(step_inputs, eager_steps_stage_the_same_values) {
   setenv("MDR_DISABLE_GRAPHS", "1", 1);
