@@ -145,10 +145,12 @@ typedef enum mdr_graph_dynamic_impl {
  * Padding. A graph serves a bound of rows, not only the step's count: in
  * EXACT and LADDER mode the graph's token count g (per token), and
  * min(g, max_sequences) (per sequence, since a step's sequences never
- * outnumber its tokens). Rows from the step's count up to that bound get the
+ * outnumber its tokens), but never more than the input's max_rows (its
+ * destination's rows). Rows from the step's count up to that bound get the
  * input's `pad` value, as ids get pad_token_id, so a graph's kernels may
- * read every row of the bound. DYNAMIC graphs copy exactly the step's rows
- * (their kernels read the counts on the device). */
+ * read every row of the bound that the destination holds. DYNAMIC graphs
+ * copy exactly the step's rows (their kernels read the counts on the
+ * device). */
 typedef enum mdr_step_input_shape {
   MDR_INPUT_PER_TOKEN,
   MDR_INPUT_PER_SEQUENCE,
