@@ -7,10 +7,10 @@
  * mdr_bench_tp_barrier.c.
  *
  * No NVLink multicast: the requirements ask for none (lsaMultimem false,
- * no team requirements), every session is opened with multimem = false
- * (peer inboxes reached by plain stores over NVLink), and the barrier is
- * ncclLsaBarrierSession, never ncclBarrierSession (whose LSA part may be
- * multimem) nor a GIN barrier.
+ * no team requirements), every session is opened unicast (its multicast
+ * argument false: peer inboxes reached by plain stores over NVLink), and
+ * the barrier is ncclLsaBarrierSession, never ncclBarrierSession (whose
+ * LSA part may use NVLink multicast) nor a GIN barrier.
  *
  * The check (wrong != NULL) is the one mdr's side runs: before barrier i,
  * the last thread of block b (another warp than thread 0, which raises and
@@ -48,8 +48,10 @@ template <bool CHECK>
 __global__ void __launch_bounds__(MDR_AR_THREADS)
     tp_nccl_barrier_kernel(ncclDevComm dc, ncclDevResourceHandle check, unsigned barriers, uint32_t *wrong,
                            uint32_t salt) {
-  /* one session per block, on barrier blockIdx.x of the LSA team; unicast */
-  ncclLsaBarrierSession<ncclCoopCta> bar(ncclCoopCta(), dc, ncclTeamTagLsa(), blockIdx.x, /*multimem=*/false);
+  /* one session per block, on barrier blockIdx.x of the LSA team; the last
+   * argument is the session's NVLink multicast switch: off, unicast only */
+  const bool nvlink_multicast = false;
+  ncclLsaBarrierSession<ncclCoopCta> bar(ncclCoopCta(), dc, ncclTeamTagLsa(), blockIdx.x, nvlink_multicast);
   const int rank = dc.lsaRank, n = dc.lsaSize;
   for (unsigned i = 0; i < barriers; i++) {
     const size_t slots = ((size_t)(i & 1u) * gridDim.x + blockIdx.x) * (size_t)n;
