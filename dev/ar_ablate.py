@@ -43,10 +43,9 @@ LEAVE = ("if ((++s.turns % MDR_ARP_POLL_EVERY) != 0) return 0;", "++s.turns;\n  
 SYNC = ("  __syncthreads();\n  if (*(volatile int *)s_bad) return false;\n  if (have) {", "  if (have) {")
 SIG = ("                                      int norm) {\n  uint64_t h",
        "                                      int norm) {\n  if (nvec != (size_t)-1) return (uint32_t)nvec & 0x7fffffffu;\n  uint64_t h")
-VEC = ("  st.calls = mine->calls;\n  st.one_shot = mine->one_shot;\n  st.barriers = mine->barriers;\n"
-       "  st.spare = 0;\n  const size_t rows",
-       "  {\n    uint4 c4 = ld_volatile((const uint4 *)mine);\n    st.calls = c4.x;\n    st.one_shot = c4.y;\n"
-       "    st.barriers = c4.z;\n  }\n  st.spare = 0;\n  const size_t rows")
+VEC = ("  st.calls = mine->calls;\n  st.one_shot = mine->one_shot;\n  st.barriers = mine->barriers;\n",
+       "  const uint4 c4 = ld_volatile((const uint4 *)mine);\n  st.calls = c4.x;\n  st.one_shot = c4.y;\n"
+       "  st.barriers = c4.z;\n")
 
 ABLATIONS = {
     "base": [],
@@ -54,7 +53,7 @@ ABLATIONS = {
     "noleave": [("ar_device.cuh", LEAVE)],
     "nosync": [("all_reduce.cu", SYNC)],
     "nosig": [("ar_protocol.h", SIG)],
-    "vecload": [("all_reduce.cu", VEC)],
+    "vecload": [("ar_device.cuh", VEC)],
 }
 PRE = ("  __syncthreads(); /* s_bad is set */\n  bool ok;", "  bool ok;")
 END = ("  __syncthreads(); /* every thread is here, those that gave up too */\n  if (!ok || *(volatile int *)&s_bad) return;",

@@ -369,15 +369,9 @@ template <int DT, bool NORM> __device__ __forceinline__ void run_call(const mdr_
 #endif
   __shared__ int s_bad;
   if (threadIdx.x == 0) s_bad = 0;
-  /* this block's counters: volatile reads, not an asm with a memory
-   * clobber, so the loads of the rows may be in flight with them */
-  mdr_arp_block *states = (mdr_arp_block *)(p.self + p.region_off + MDR_ARP_STATE_OFF);
+  mdr_arp_block *states = block_states(p);
   volatile mdr_arp_block *mine = &states[blockIdx.x];
-  mdr_arp_block st;
-  st.calls = mine->calls;
-  st.one_shot = mine->one_shot;
-  st.barriers = mine->barriers;
-  st.spare = 0;
+  const mdr_arp_block st = load_block(mine); /* this block's counters */
   const size_t rows = mdr_arp_rows_now(&p);
   const size_t bytes = rows * p.row_bytes, nvec = bytes / MDR_ARP_VEC;
   if (nvec == 0) return; /* an empty call: nothing moves, no counter advances */
@@ -460,13 +454,8 @@ template <bool CHECK>
 __global__ void __launch_bounds__(MDR_AR_THREADS) barrier_bench_kernel(mdr_ar_call p, mdr_ar_barrier_run run) {
   __shared__ int s_bad;
   if (threadIdx.x == 0) s_bad = 0;
-  mdr_arp_block *states = (mdr_arp_block *)(p.self + p.region_off + MDR_ARP_STATE_OFF);
-  volatile mdr_arp_block *mine = &states[blockIdx.x];
-  mdr_arp_block st;
-  st.calls = mine->calls;
-  st.one_shot = mine->one_shot;
-  st.barriers = mine->barriers;
-  st.spare = 0;
+  volatile mdr_arp_block *mine = &block_states(p)[blockIdx.x];
+  mdr_arp_block st = load_block(mine);
   const uint32_t sig = mdr_arp_signature(0, 0, MDR_ARP_BF16, 0, 0, 0, 0); /* an empty two-shot's */
   __syncthreads(); /* s_bad is set */
   for (unsigned i = 0; i < run.barriers; i++) {

@@ -153,6 +153,24 @@ template <int DT> __device__ __forceinline__ uint4 add_residual(const uint4 &res
   return pack<DT>(a);
 }
 
+/* ---- a block's counters ---- */
+
+/* The blocks' counters of p's region (mdr_arp_block, one per block). */
+__device__ __forceinline__ mdr_arp_block *block_states(const mdr_ar_call &p) {
+  return (mdr_arp_block *)(p.self + p.region_off + MDR_ARP_STATE_OFF);
+}
+
+/* A block's counters, read with volatile loads, not an asm with a memory
+ * clobber, so that the loads of the rows may be in flight with them. */
+__device__ __forceinline__ mdr_arp_block load_block(const volatile mdr_arp_block *mine) {
+  mdr_arp_block st;
+  st.calls = mine->calls;
+  st.one_shot = mine->one_shot;
+  st.barriers = mine->barriers;
+  st.spare = 0;
+  return st;
+}
+
 /* ---- give-up ---- */
 
 __device__ __forceinline__ uint32_t *ctl_of(char *slab, const mdr_ar_call &p) {
