@@ -145,7 +145,8 @@ def reset_cache(cache):
 
 
 class Stepper:
-    """One decode step of the model with a static cache: ids (b, 1) int64,
+    """One decode step of the model with a static cache: ids (b, 1) int64
+    (or int32 where the embedding gathers the same rows from them),
     positions (>= b,) int64 on the device; returns the last position's
     logits (b, vocab). The same Python code serves every path, so every path
     launches the same kernels."""
