@@ -29,6 +29,8 @@
 #     smoke test, then per model in HF_MODELS (default "0.6b 1.7b") one run
 #     over the batch sizes in HF_BATCHES (default "1 4 16") of HF_STEPS greedy
 #     steps (default 128) after a 32-token prompt, JSON in OUT/hf_<model>.json;
+#     attention pinned to SDPA's HF_SDPA backend (default math: with torch's
+#     own choice the eager loop does not repeat itself at batch 16);
 #     HF_ARGS adds arguments (e.g. --no-compile), HF_TIMEOUT bounds each run
 #     (default 600 s)
 #   tp: the several-GPU phase (two GPUs or more): the comm, all_reduce and
@@ -281,7 +283,7 @@ if has hf; then
   hb=$(echo ${HF_BATCHES:-1 4 16} | tr ' ' ',')
   for m in ${HF_MODELS:-0.6b 1.7b}; do
     STEP_TIMEOUT=${HF_TIMEOUT:-600} run "hf-$m" "${hfenv[@]}" python3 examples/python/hf_decode.py \
-      --model "$m" --batch "$hb" --prompt 32 --steps "${HF_STEPS:-128}" ${HF_ARGS:-} \
+      --model "$m" --batch "$hb" --prompt 32 --steps "${HF_STEPS:-128}" --sdpa "${HF_SDPA:-math}" ${HF_ARGS:-} \
       --json "$out/hf_$m.json"
   done
 fi
