@@ -74,6 +74,15 @@ class _Handle:
         return not self.closed
 
 
+class _BodyHold:
+    """A body's hold on a cache handle that the body closed (GraphCache
+    _make_thunk), released by the call that ran the body once C returns."""
+    __slots__ = ("h",)
+
+    def __init__(self, h):
+        self.h = h
+
+
 class _Object:
     """close(), context manager, and a finalizer that closes."""
     _h = None
@@ -1394,6 +1403,7 @@ class GraphCache(_Object):
         s = _stream_ptr(self.stream, backend)
         self.mode = mode
         self._excs = []
+        self._hold = [None]  # the handle, once made: what a body's call holds (_make_thunk)
         o = GraphCacheOptionsC()
         lib.mdr_graph_cache_options_default(byref(o))
         o.mode = _MODES[mode]
@@ -1445,6 +1455,7 @@ class GraphCache(_Object):
         self._h = _Handle(p.value, lib.mdr_graph_cache_destroy, (arena._h, self.stream._h),
                           what="graph cache")
         self._h.keep = keep  # the callbacks live as long as the native cache
+        self._hold[0] = self._h
         self._cptr = p.value
         self._last_ids = None
         self._last = None
@@ -1478,32 +1489,52 @@ class GraphCache(_Object):
         return out
 
     def _make_thunk(self, fn, dynamic):
+        """The C callback around a body. While the body runs it holds the
+        cache's handle, so a body that closes its own cache does not destroy
+        the native cache under the C call that is running it: the hold goes
+        into the exception list, and the call that ran the body (step,
+        prepare, ...) releases it once C has returned (_fail), which is
+        when the native cache goes. The closure holds no reference to the
+        cache object, only to its handle."""
         excs = self._excs
         stream = self.stream
+        hold = self._hold
+
+        def run(call):
+            h = hold[0]
+            if h is not None:
+                with _lock:
+                    h.users += 1
+            try:
+                r = call()
+                return 0 if r is None else int(r)
+            except BaseException as e:  # noqa: B902 - re-raised from step
+                excs.append(e)
+                return _STATUS_BODY_FAILED
+            finally:
+                if h is not None:
+                    if h.closed:  # closed by the body: released after C returns
+                        excs.append(_BodyHold(h))
+                    else:
+                        h.release()
         if dynamic:
             def thunk(user, s, count_ptr, max_tokens):
-                try:
-                    r = fn(stream, count_ptr, max_tokens)
-                    return 0 if r is None else int(r)
-                except BaseException as e:  # noqa: B902 - re-raised from step
-                    excs.append(e)
-                    return _STATUS_BODY_FAILED
+                return run(lambda: fn(stream, count_ptr, max_tokens))
         else:
             def thunk(user, s, tokens):
-                try:
-                    r = fn(stream, tokens)
-                    return 0 if r is None else int(r)
-                except BaseException as e:  # noqa: B902
-                    excs.append(e)
-                    return _STATUS_BODY_FAILED
+                return run(lambda: fn(stream, tokens))
         return thunk
 
     def _fail(self, st, call):
         excs = self._excs
         if excs:
-            first = excs[0]
+            holds = [x for x in excs if isinstance(x, _BodyHold)]
+            errs = [x for x in excs if not isinstance(x, _BodyHold)]
             del excs[:]
-            raise first
+            for x in holds:  # C has returned: a cache its body closed goes now
+                x.h.release()
+            if errs:
+                raise errs[0]
         if st:
             raise error_for(st, _text(lib.mdr_backend_last_error(self.backend._h.ptr)), call)
 

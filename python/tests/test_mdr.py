@@ -361,6 +361,56 @@ def test_exception_every_time_and_in_prepare(host):
     del holder["c"]
 
 
+@pytest.mark.parametrize("when", ["capture", "eager", "prepare"])
+def test_a_body_that_closes_its_own_cache(host, when, monkeypatch):
+    """The native cache goes once the call that ran the body has returned,
+    not under it: no crash, the step's work done, the cache closed after."""
+    b, s = host
+    if when == "eager":
+        monkeypatch.setenv("MDR_DISABLE_GRAPHS", "1")
+    a = tiny_arena(b)
+    h = a["hidden_states"]
+    holder = {}
+
+    def body(stream, tokens):
+        holder["c"].close()
+        assert holder["c"].closed
+        b.memset_async(h, 0x5A, h.nbytes, stream)
+
+    c = mdr.GraphCache(a, s, mode="exact", zero="fused", body=body)
+    holder["c"] = c
+    handle = c._h
+    if when == "prepare":
+        c.prepare([2])
+    else:
+        c.step([4, 5])
+        s.synchronize()
+        assert (h.numpy().view(np.uint8) == 0x5A).all()  # the step ran its body
+        assert a["token_ids"].numpy()[:2].tolist() == [4, 5]
+    assert c.closed and handle.ptr is None  # the native cache is gone now
+    with pytest.raises(mdr.ClosedError):
+        c.step([1])
+    del holder["c"]
+    a.close()  # the arena's last user went with the cache
+
+
+def test_a_body_that_closes_its_cache_and_raises(host):
+    b, s = host
+    a = tiny_arena(b)
+    holder = {}
+
+    def body(stream, tokens):
+        holder["c"].close()
+        raise ValueError("after the close")
+
+    c = mdr.GraphCache(a, s, body=body)
+    holder["c"] = c
+    with pytest.raises(ValueError, match="after the close"):
+        c.step([1])
+    assert c.closed and c._h.ptr is None
+    del holder["c"]
+
+
 def test_stats_info_and_options(host):
     b, s = host
     a = tiny_arena(b)
