@@ -70,6 +70,7 @@ static void team_state(team *t, uint32_t e, uint32_t b) {
 typedef struct lone {
   team *t;
   mdr_all_reduce_algo algo;
+  atomic_int calling; /* set just before the call: the clock of a box starts there */
   atomic_int done;
   mdr_status st;
   double t_end;
@@ -81,11 +82,24 @@ static void *lone_main(void *p) {
   const mdr_all_reduce_desc d0 = mdr_all_reduce_desc_make(BUF, MDR_DTYPE_FP32, 4);
   mdr_all_reduce_desc d = d0;
   d.algo = l->algo;
+  atomic_store(&l->calling, 1);
   l->st = mdr_all_reduce(l->t->a[0], &d, l->t->s[0]);
   l->t_end = now_ms();
   snprintf(l->why, sizeof l->why, "%s", mdr_backend_last_error(l->t->b[0]));
   atomic_store(&l->done, 1);
   return NULL;
+}
+
+/* Until the lone rank's thread is about to call: a loaded machine may start
+ * the thread late, and a box counted from its creation would then abort a
+ * call not yet made (refused as on an aborted communicator, not given up). */
+static void wait_calling(lone *l) {
+  const double t0 = now_ms();
+  while (!atomic_load(&l->calling)) {
+    cr_assert_lt(now_ms() - t0, 30000.0, "the lone rank's thread never started");
+    struct timespec nap = {0, 1000000};
+    nanosleep(&nap, NULL);
+  }
 }
 
 /* Rank 0 alone from state (e, b): still waiting after `box` ms; then the
@@ -97,9 +111,11 @@ static double lone_rank(uint32_t e, uint32_t b, mdr_all_reduce_algo algo, double
   team_state(&t, e, b);
   cr_assert_eq(mdr_backend_fill(t.b[0], mdr_arena_ptr(t.a[0], BUF), 0x5A, M * ROW), MDR_OK);
   lone l = {.t = &t, .algo = algo};
+  atomic_init(&l.calling, 0);
   atomic_init(&l.done, 0);
   pthread_t th;
   cr_assert_eq(pthread_create(&th, NULL, lone_main, &l), 0);
+  wait_calling(&l);
   const double t0 = now_ms();
   while (now_ms() - t0 < box && !atomic_load(&l.done)) {
     struct timespec nap = {0, 2000000};
@@ -148,6 +164,7 @@ Test(ar_protocol, a_lone_rank_gives_up_by_itself_past_the_time_limit, .timeout =
   unsetenv("MDR_AR_TIMEOUT_MS");
   team_state(&t, 0x80000000u, 0);
   lone l = {.t = &t, .algo = MDR_ALL_REDUCE_TWO_SHOT};
+  atomic_init(&l.calling, 0);
   atomic_init(&l.done, 0);
   const double t0 = now_ms();
   lone_main(&l);
@@ -167,9 +184,11 @@ Test(ar_protocol, destroying_a_rank_ends_its_peers_waits_at_once, .timeout = 60)
   team t;
   team_init(&t, 2);
   lone l = {.t = &t, .algo = MDR_ALL_REDUCE_ONE_SHOT};
+  atomic_init(&l.calling, 0);
   atomic_init(&l.done, 0);
   pthread_t th;
   cr_assert_eq(pthread_create(&th, NULL, lone_main, &l), 0);
+  wait_calling(&l);
   struct timespec nap = {0, 50000000};
   nanosleep(&nap, NULL);
   cr_assert_not(atomic_load(&l.done), "rank 0 finished without its peer");
