@@ -231,7 +231,10 @@ __device__ __forceinline__ void mdr_stage_block(const mdr_stage_desc &st, uint32
   const uint64_t slot = st.ring + (step % st.slots) * st.slot_bytes;
   const uint64_t ids = slot + MDR_STAGE_HEADER_BYTES;
   const bool fetch = flags & MDR_STAGE_FETCH;
-  if (st.n_inputs) {
+  /* the inputs belong to the launch that fetches (or takes device ids): a
+   * plan split over several launches has its later ones only advance (a
+   * copy there would write the sources' rows over the first launch's pad) */
+  if (st.n_inputs && (flags & (MDR_STAGE_FETCH | MDR_STAGE_DEVICE_IDS))) {
     /* the header's load is issued with the slot's, and waited for after */
     uint32_t ht = copy, hs = copy_s;
     if (fetch && threadIdx.x == 0) {
