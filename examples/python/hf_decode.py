@@ -506,6 +506,21 @@ def run_batch(args, model, info, stepper, backend):
         if not args.no_generate:
             gen_tokens, gen_logits = generate(r, logits=True)
             rows = agreement(ref_tokens, margins, gen_tokens.cpu(), args.margin_ulps)
+            # Where a row parts from the reference: how far generate's logits
+            # are from the reference's at that step (both saw the same tokens
+            # until then: the difference is the kernels', accumulated through
+            # the KV cache), beside the reference's top-2 margin there. A
+            # margin within twice that difference is a tie those kernels may
+            # break either way; the check above still counts bf16 spacings.
+            for x in rows:
+                k = x["first_mismatch"]
+                if k is None:
+                    continue
+                ref_k = ref_pl if k == 0 else rl[k - 1]
+                d = float((gen_logits[k][x["row"]].float() - ref_k[x["row"]].float()).abs().max())
+                x["logits_diff_at_mismatch"] = d
+                x["ref_margin_at_mismatch"] = margins[k][0][x["row"]]
+                x["within_kernel_difference"] = margins[k][0][x["row"]] <= 2.0 * d
             res["generate_agreement"] = rows
             res["checks"]["generate_agrees_until_ambiguous"] = all(x["ok"] for x in rows)
             res["generate_prefill_logits_max_abs_diff"] = float(
@@ -701,6 +716,15 @@ def report(res):
               + "; ".join("%d: %s/%s/%s" % (x["row"], x["agree_until"], x["first_ambiguous"],
                                             x["first_mismatch"]) for x in rows[:16])
               + (" ..." if len(rows) > 16 else ""))
+        for x in rows:
+            if not x["ok"]:
+                print("generate parts from the reference in row %d at step %d, before its first ambiguous step "
+                      "(%s): there the reference's top-2 margin is %.4g and generate's logits differ from the "
+                      "reference's by up to %.4g (%s)"
+                      % (x["row"], x["first_mismatch"], x["first_ambiguous"], x["ref_margin_at_mismatch"],
+                         x["logits_diff_at_mismatch"],
+                         "a tie within the kernels' difference" if x["within_kernel_difference"]
+                         else "more than the kernels' difference"))
     print("targets: " + ", ".join("%s %s" % (k, "PASS" if v else "FAIL")
                                   for k, v in res["targets"].items()))
     if "compare" in res:
