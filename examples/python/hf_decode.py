@@ -270,16 +270,13 @@ class MdrPath(Path):
         emb = r.model.get_input_embeddings()
         with torch.no_grad():
             self.ids_int32 = bool(torch.equal(emb(probe.to(torch.int32)), emb(probe)))
-        if self.ids_int32:
-            def body(stream, tokens):
-                lg = stepper(kv, tok[:tokens].view(tokens, 1), pos)
-                logits[:tokens].copy_(lg)
-                tok[:tokens].copy_(logits[:tokens].argmax(-1))
-        else:
-            def body(stream, tokens):
-                lg = stepper(kv, tok[:tokens].view(tokens, 1).long(), pos)
-                logits[:tokens].copy_(lg)
-                tok[:tokens].copy_(logits[:tokens].argmax(-1))
+        ids_int32 = self.ids_int32
+
+        def body(stream, tokens):
+            ids = tok[:tokens].view(tokens, 1)
+            lg = stepper(kv, ids if ids_int32 else ids.long(), pos)
+            logits[:tokens].copy_(lg)
+            tok[:tokens].copy_(logits[:tokens].argmax(-1))
 
         inputs = [mdr.StepInput("positions", "int64", "token", pad=0, dest=self.pos)]
         old = os.environ.get("MDR_DISABLE_GRAPHS")
