@@ -85,6 +85,7 @@ def parse():
                     help="the only scaled-dot-product-attention backend torch may pick "
                          "(default: torch's own choice)")
     ap.add_argument("--json", default=None)
+    ap.add_argument("--trace", action="store_true", help="a line before each timed run of a path")
     a = ap.parse_args()
     if a.tiny:
         a.model = "tiny"
@@ -632,7 +633,12 @@ def run_batch(args, model, info, stepper, backend):
             # always runs right after another (the reference stays first)
             k = rep % (len(paths) - 1)
             for n, p in paths[:1] + paths[1 + k:] + paths[1:1 + k]:
-                g_ms, w_ms = r.drive(p, mem=mem_sample if n == "d" else None)
+                if args.trace:
+                    print("timing round %d: path %s" % (rep, n), flush=True)
+                try:
+                    g_ms, w_ms = r.drive(p, mem=mem_sample if n == "d" else None)
+                except Exception as e:
+                    raise RuntimeError("timing round %d, path %s: %s" % (rep, n, e)) from e
                 T[n]["gpu"].append(g_ms / r.steps)
                 T[n]["wall"].append(w_ms / r.steps)
                 T[n]["cpu"].extend(r.drive_cpu(p))
