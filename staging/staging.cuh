@@ -25,6 +25,12 @@
 /* Ids one 16-byte vector holds. */
 #define MDR_STAGE_IDS_PER_VEC 4u
 
+/* The header is read as one 16-byte vector: x tokens, y copy_tokens,
+ * z sequences, w copy_sequences. */
+static_assert(sizeof(mdr_stage_header) == 16 && offsetof(mdr_stage_header, copy_tokens) == 4 &&
+                  offsetof(mdr_stage_header, sequences) == 8 && offsetof(mdr_stage_header, copy_sequences) == 12,
+              "the header is one uint4 in field order");
+
 /* Copy ids [from, nvec) (16-byte vectors) of a slot into token_ids with one
  * block, MDR_STAGE_FETCH_VECS loads in flight per thread before the stores:
  * one round trip to host memory per MDR_STAGE_BLOCK * MDR_STAGE_FETCH_VECS
@@ -235,18 +241,19 @@ __device__ __forceinline__ void mdr_stage_block(const mdr_stage_desc &st, uint32
    * plan split over several launches has its later ones only advance (a
    * copy there would write the sources' rows over the first launch's pad) */
   if (st.n_inputs && (flags & (MDR_STAGE_FETCH | MDR_STAGE_DEVICE_IDS))) {
-    /* the header's load is issued with the slot's, and waited for after */
-    uint32_t ht = copy, hs = copy_s;
-    if (fetch && threadIdx.x == 0) {
-      const volatile mdr_stage_header *h = (const volatile mdr_stage_header *)slot;
-      ht = h->tokens;
-      hs = h->sequences;
-    }
+    /* the header's load is issued with the slot's, and waited for after:
+     * one plain 16-byte load, as the ids-only path reads it. The slot is
+     * written before the launch is enqueued, so no stronger load is needed;
+     * volatile field loads would be strong system-scope reads of host
+     * memory, one request a field, that cannot merge with the plain loads
+     * of the ids in the same sector */
+    uint4 hv = make_uint4(copy, copy, copy_s, copy_s);
+    if (fetch && threadIdx.x == 0) hv = *(const uint4 *)slot;
     __syncthreads(); /* the table is in s_in */
     if (fetch) mdr_stage_copy_slot(st, s_in, slot, !(flags & MDR_STAGE_DEVICE_IDS), copy, copy_s);
     if (threadIdx.x == 0) {
-      s_tokens = ht;
-      s_seqs = hs;
+      s_tokens = hv.x; /* mdr_stage_header: tokens, copy_tokens, sequences, copy_sequences */
+      s_seqs = hv.z;
     }
     __syncthreads();
     if (flags & MDR_STAGE_DEVICE_IDS) mdr_stage_device_ids(st, s_tokens, copy);
@@ -296,14 +303,13 @@ __device__ __forceinline__ void mdr_stage_dynamic(const mdr_stage_desc &st, uint
   const bool vec = ((ids | st.token_ids) & 15u) == 0;
   uint4 spec = make_uint4(0u, 0u, 0u, 0u);
   uint32_t spec_vecs = 0;
-  if (threadIdx.x == 0) {
-    const volatile mdr_stage_header *h = (const volatile mdr_stage_header *)slot;
-    const uint32_t t = h->tokens;
-    *s_tokens = t;
-    s_copy = h->copy_tokens;
-    s_seqs = h->sequences;
-    s_copy_seqs = h->copy_sequences;
-    *published = ((uint64_t)(uint32_t)(step + 1) << 32) | t;
+  if (threadIdx.x == 0) { /* one plain 16-byte load of the header (as mdr_stage_block's) */
+    const uint4 h = *(const uint4 *)slot; /* tokens, copy_tokens, sequences, copy_sequences */
+    *s_tokens = h.x;
+    s_copy = h.y;
+    s_seqs = h.z;
+    s_copy_seqs = h.w;
+    *published = ((uint64_t)(uint32_t)(step + 1) << 32) | h.x;
   }
   if (fetch && vec) {
     spec_vecs = (uint32_t)((st.slot_bytes - MDR_STAGE_HEADER_BYTES) / 16u);
