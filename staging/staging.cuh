@@ -4,9 +4,12 @@
  *
  * A staged launch serves one step from one block of MDR_STAGE_BLOCK
  * threads, dispatched first so that its round trip to host memory overlaps
- * the zeroing: it reads the ring counter, then the slot (header, ids, the
- * inputs that take host values) with every load issued before the first
- * store, so a step costs one PCIe round trip whatever its inputs; it copies
+ * the zeroing: it reads the ring counter (and, in flight with it, the
+ * input table's entries, one a lane of each warp, into registers), then the
+ * slot (header, ids, the inputs that take host values) with every load
+ * issued before the first store, each warp placing its loads in the slot
+ * with warp shuffles (no shared memory, no barrier before them), so a step
+ * costs one PCIe round trip whatever its inputs; it copies
  * inputs already in device memory, writes the pad of their rows past the
  * count, publishes the counts for the body, and advances the counter and
  * the ack once every read of the slot has completed. */
@@ -73,95 +76,145 @@ __device__ __forceinline__ void mdr_stage_device_ids(const mdr_stage_desc &st, u
   for (uint32_t i = t + threadIdx.x; i < copy; i += MDR_STAGE_BLOCK) dst[i] = st.pad_id;
 }
 
-/* The input table into shared memory, one entry a thread: one load's
- * latency, issued before the launch's other reads (the ring counter, the
- * slot) so that it overlaps them. The caller synchronises the block before
- * reading s_in. */
+/* The input table into shared memory, one entry a thread (the
+ * device-resident inputs and the DYNAMIC stager read it there). The caller
+ * synchronises the block before reading s_in. */
 __device__ __forceinline__ void mdr_stage_load_table(const mdr_stage_desc &st, mdr_stage_input *s_in) {
   const uint32_t n = st.n_inputs < MDR_STAGE_INPUTS_MAX ? st.n_inputs : MDR_STAGE_INPUTS_MAX;
   if (threadIdx.x < n) s_in[threadIdx.x] = ((const mdr_stage_input *)st.inputs)[threadIdx.x];
 }
 
-/* Pieces of one slot read: the ids (optional) and every input that takes
- * host values, as byte ranges of the slot and their destinations. */
-#define MDR_STAGE_PIECES (MDR_STAGE_INPUTS_MAX + 1)
+/* The table entry of input lane - 1 into e, for lanes 1 .. n of every warp
+ * (`table`: the device table at st.inputs, or its copy in shared memory);
+ * whether this lane has one. Nothing waits for the load here: its first use
+ * does (mdr_stage_lane_piece_of). */
+__device__ __forceinline__ bool mdr_stage_lane_entry(const mdr_stage_desc &st, const mdr_stage_input *table,
+                                                     mdr_stage_input &e) {
+  const uint32_t n = st.n_inputs < MDR_STAGE_INPUTS_MAX ? st.n_inputs : MDR_STAGE_INPUTS_MAX;
+  const uint32_t lane = threadIdx.x & 31u;
+  const bool have = lane >= 1u && lane <= n;
+  if (have) e = table[lane - 1u];
+  return have;
+}
+
+/* One piece of a slot read as a lane of every warp holds it: lane 0 the
+ * ids (when they come from the slot), lane 1 + i input i (empty when its
+ * values are in device memory or it has no rows at the copy counts), the
+ * other lanes empty. The read's vectors are numbered over the pieces in
+ * lane order, and so are its tail bytes (a piece's bytes past its last
+ * whole vector, or all of them when it is not 16-byte aligned at both
+ * ends); the addresses are rebased so that vector i of the read, when it
+ * falls in this piece, is at vsrc + 16 i (to vdst + 16 i) and tail byte j at
+ * tsrc + j (to tdst + j). */
+typedef struct mdr_stage_lane_piece {
+  uint64_t vsrc, vdst, tsrc, tdst;
+  uint32_t vend, tend;   /* vectors and tail bytes of the pieces up to this lane's (inclusive) */
+  uint32_t nvec, ntail;  /* the read's vectors and tail bytes (the same in every lane) */
+} mdr_stage_lane_piece;
+
+/* This lane's piece of the slot at `slot` at the copy counts (copy_t,
+ * copy_s), the ids in it when `ids`: from the lane's table entry (e, when
+ * `have`) and a warp scan, in registers; every lane of the warp calls it. */
+__device__ __forceinline__ mdr_stage_lane_piece mdr_stage_lane_piece_of(const mdr_stage_desc &st,
+                                                                         const mdr_stage_input &e, bool have,
+                                                                         uint64_t slot, bool ids, uint32_t copy_t,
+                                                                         uint32_t copy_s) {
+  const uint32_t lane = threadIdx.x & 31u;
+  uint64_t src = 0, dst = 0;
+  uint32_t bytes = 0;
+  if (lane == 0) {
+    if (ids) {
+      src = slot + MDR_STAGE_HEADER_BYTES;
+      dst = st.token_ids;
+      bytes = copy_t * 4u;
+    }
+  } else if (have && !e.src) {
+    src = slot + e.offset;
+    dst = e.dst;
+    bytes = (uint32_t)(mdr_stage_input_rows(&e, copy_t, copy_s) * e.row_bytes);
+  }
+  const bool vec = ((src | dst) & 15u) == 0;
+  const uint32_t v = vec ? bytes / 16u : 0u, t = vec ? bytes % 16u : bytes;
+  uint32_t vi = v, ti = t;
+#pragma unroll
+  for (uint32_t off = 1; off < 32u; off *= 2u) {
+    const uint32_t va = __shfl_up_sync(0xffffffffu, vi, off), ta = __shfl_up_sync(0xffffffffu, ti, off);
+    if (lane >= off) {
+      vi += va;
+      ti += ta;
+    }
+  }
+  mdr_stage_lane_piece p;
+  p.vend = vi;
+  p.tend = ti;
+  p.nvec = __shfl_sync(0xffffffffu, vi, 31);
+  p.ntail = __shfl_sync(0xffffffffu, ti, 31);
+  const uint64_t vfirst = vi - v, tfirst = ti - t, tbase = vec ? bytes / 16u * 16u : 0u;
+  p.vsrc = src - 16u * vfirst;
+  p.vdst = dst - 16u * vfirst;
+  p.tsrc = src + tbase - tfirst;
+  p.tdst = dst + tbase - tfirst;
+  return p;
+}
+
+/* The lane of the warp whose piece holds element i of a read, `end` being
+ * in each lane the elements of the pieces up to its own (inclusive, as
+ * vend and tend): the first lane whose end exceeds i, i.e. the count of
+ * lanes whose end is at most i (end never decreases over the lanes). Each lane
+ * asks for its own i, so the search reads the other lanes' ends with
+ * indexed shuffles (a binary search over the lanes), not with a ballot: a
+ * ballot would combine every lane's comparison of its own end with its own
+ * i, a count of no lane's piece. Meaningful for i below the last lane's end
+ * (the read's total); 31 otherwise, where the caller loads nothing. Every
+ * lane of the warp calls it. */
+__device__ __forceinline__ uint32_t mdr_stage_piece_lane(uint32_t end, uint32_t i) {
+  uint32_t k = 0;
+#pragma unroll
+  for (uint32_t step = 16; step; step /= 2u)
+    if (__shfl_sync(0xffffffffu, end, (int)(k + step - 1u)) <= i) k += step;
+  return k;
+}
 
 /* Copy, from the slot at `slot`, the ids (`ids`: copy_t of them, when the
  * ids come from the slot) and the rows of every slot input at the copy
  * counts (copy_t, copy_s), every load of a round issued before its stores.
- * s_in: the input table in shared memory (mdr_stage_load_table, the block
- * synchronised since). Every thread of the block calls it. */
-__device__ __forceinline__ void mdr_stage_copy_slot(const mdr_stage_desc &st, const mdr_stage_input *s_in,
+ * e and have: this lane's table entry (mdr_stage_lane_entry). The pieces
+ * are each warp's own, in registers: no shared memory and no barrier stand
+ * between the table's and the counter's loads and the slot's. Every thread
+ * of the block calls it. */
+__device__ __forceinline__ void mdr_stage_copy_slot(const mdr_stage_desc &st, const mdr_stage_input &e, bool have,
                                                     uint64_t slot, bool ids, uint32_t copy_t, uint32_t copy_s) {
-  __shared__ uint64_t s_src[MDR_STAGE_PIECES], s_dst[MDR_STAGE_PIECES];
-  __shared__ uint32_t s_bytes[MDR_STAGE_PIECES], s_vpre[MDR_STAGE_PIECES + 1], s_tpre[MDR_STAGE_PIECES + 1];
-  __shared__ uint32_t s_np;
-  const uint32_t n = st.n_inputs < MDR_STAGE_INPUTS_MAX ? st.n_inputs : MDR_STAGE_INPUTS_MAX;
+  const mdr_stage_lane_piece p = mdr_stage_lane_piece_of(st, e, have, slot, ids && copy_t, copy_t, copy_s);
   const uint32_t tid = threadIdx.x;
-  if (tid == 0) { /* the pieces, their vectors' and tail bytes' prefix sums */
-    uint32_t k = 0;
-    if (ids && copy_t) {
-      s_src[k] = slot + MDR_STAGE_HEADER_BYTES;
-      s_dst[k] = st.token_ids;
-      s_bytes[k++] = copy_t * 4u;
-    }
-    for (uint32_t i = 0; i < n; i++) {
-      const mdr_stage_input &in = s_in[i];
-      const uint32_t bytes = (uint32_t)(mdr_stage_input_rows(&in, copy_t, copy_s) * in.row_bytes);
-      if (in.src || bytes == 0) continue;
-      s_src[k] = slot + in.offset;
-      s_dst[k] = in.dst;
-      s_bytes[k++] = bytes;
-    }
-    uint32_t v = 0, t = 0;
-    for (uint32_t i = 0; i < k; i++) {
-      s_vpre[i] = v;
-      s_tpre[i] = t;
-      const bool vec = ((s_src[i] | s_dst[i]) & 15u) == 0;
-      v += vec ? s_bytes[i] / 16u : 0;
-      t += vec ? s_bytes[i] % 16u : s_bytes[i];
-    }
-    s_vpre[k] = v;
-    s_tpre[k] = t;
-    s_np = k;
-  }
-  __syncthreads();
-  const uint32_t np = s_np, nvec = s_vpre[np], ntail = s_tpre[np];
   /* a round: MDR_STAGE_FETCH_VECS vectors and one tail byte per thread, all
    * loaded before any is stored (tail bytes: under 16 per aligned piece, so
-   * one round holds them unless a piece is unaligned) */
+   * one round holds them unless a piece is unaligned). The piece of vector
+   * i is held by lane mdr_stage_piece_lane(vend, i), of tail byte j by lane
+   * mdr_stage_piece_lane(tend, j). The loop is uniform over the block, so
+   * every lane takes part in the warp operations. */
   for (uint32_t round = 0;; round++) {
     const uint32_t base = round * MDR_STAGE_BLOCK * MDR_STAGE_FETCH_VECS, tj = round * MDR_STAGE_BLOCK + tid;
-    if (base >= nvec && round * MDR_STAGE_BLOCK >= ntail) break;
+    if (base >= p.nvec && round * MDR_STAGE_BLOCK >= p.ntail) break;
     uint4 r[MDR_STAGE_FETCH_VECS];
-    uint32_t piece[MDR_STAGE_FETCH_VECS];
+    uint64_t to[MDR_STAGE_FETCH_VECS];
 #pragma unroll
     for (int u = 0; u < MDR_STAGE_FETCH_VECS; u++) {
       const uint32_t i = base + u * MDR_STAGE_BLOCK + tid;
-      piece[u] = np;
-      if (i < nvec) {
-        uint32_t p = 0;
-        while (s_vpre[p + 1] <= i) p++;
-        piece[u] = p;
-        r[u] = ((const uint4 *)s_src[p])[i - s_vpre[p]];
-      }
+      const int k = (int)mdr_stage_piece_lane(p.vend, i);
+      const uint64_t from = __shfl_sync(0xffffffffu, p.vsrc, k) + 16u * (uint64_t)i;
+      to[u] = __shfl_sync(0xffffffffu, p.vdst, k) + 16u * (uint64_t)i;
+      if (i < p.nvec) r[u] = *(const uint4 *)from;
     }
+    const int k = (int)mdr_stage_piece_lane(p.tend, tj);
+    const uint64_t tfrom = __shfl_sync(0xffffffffu, p.tsrc, k) + tj, tto = __shfl_sync(0xffffffffu, p.tdst, k) + tj;
     unsigned char tb = 0;
-    uint64_t taddr = 0;
-    if (tj < ntail) {
-      uint32_t p = 0;
-      while (s_tpre[p + 1] <= tj) p++;
-      const bool vec = ((s_src[p] | s_dst[p]) & 15u) == 0;
-      const uint32_t off = (vec ? s_bytes[p] / 16u * 16u : 0u) + (tj - s_tpre[p]);
-      tb = ((const unsigned char *)s_src[p])[off];
-      taddr = s_dst[p] + off;
-    }
+    if (tj < p.ntail) tb = *(const unsigned char *)tfrom;
 #pragma unroll
     for (int u = 0; u < MDR_STAGE_FETCH_VECS; u++) {
       const uint32_t i = base + u * MDR_STAGE_BLOCK + tid;
-      if (piece[u] < np) ((uint4 *)s_dst[piece[u]])[i - s_vpre[piece[u]]] = r[u];
+      if (i < p.nvec) *(uint4 *)to[u] = r[u];
     }
-    if (taddr) *(unsigned char *)taddr = tb;
+    if (tj < p.ntail) *(unsigned char *)tto = tb;
   }
 }
 
@@ -216,8 +269,8 @@ __device__ __forceinline__ void mdr_stage_publish_counts(const mdr_stage_desc &s
 __device__ __forceinline__ void mdr_stage_block(const mdr_stage_desc &st, uint32_t flags, uint32_t copy) {
   const uint32_t copy_s = st.copy_sequences;
   __shared__ mdr_stage_input s_in[MDR_STAGE_INPUTS_MAX];
-  if (st.n_inputs) mdr_stage_load_table(st, s_in); /* in flight with the counter's load */
   if ((flags & (MDR_STAGE_FETCH | MDR_STAGE_ADVANCE)) == 0) {
+    if (st.n_inputs) mdr_stage_load_table(st, s_in);
     /* device ids whose count the launch carries (EXACT device steps): no
      * slot and no counter to read, so nothing to wait for before the copy;
      * a step at 1-8 tokens is short enough for that wait to show. Inputs
@@ -233,6 +286,12 @@ __device__ __forceinline__ void mdr_stage_block(const mdr_stage_desc &st, uint32
     return;
   }
   __shared__ uint32_t s_tokens, s_seqs;
+  /* this lane's table entry, into registers: issued before the counter's
+   * load and waited for only where the slot's pieces are computed, so the
+   * two device reads overlap and nothing (no shared-memory store, no
+   * barrier) stands between them and the slot's loads */
+  mdr_stage_input e = {};
+  const bool have = mdr_stage_lane_entry(st, (const mdr_stage_input *)st.inputs, e);
   const uint64_t step = *(volatile const uint64_t *)st.counter; /* one broadcast load */
   const uint64_t slot = st.ring + (step % st.slots) * st.slot_bytes;
   const uint64_t ids = slot + MDR_STAGE_HEADER_BYTES;
@@ -249,8 +308,8 @@ __device__ __forceinline__ void mdr_stage_block(const mdr_stage_desc &st, uint32
      * of the ids in the same sector */
     uint4 hv = make_uint4(copy, copy, copy_s, copy_s);
     if (fetch && threadIdx.x == 0) hv = *(const uint4 *)slot;
-    __syncthreads(); /* the table is in s_in */
-    if (fetch) mdr_stage_copy_slot(st, s_in, slot, !(flags & MDR_STAGE_DEVICE_IDS), copy, copy_s);
+    if (fetch) mdr_stage_copy_slot(st, e, have, slot, !(flags & MDR_STAGE_DEVICE_IDS), copy, copy_s);
+    if (threadIdx.x < 32u && have) s_in[threadIdx.x - 1u] = e; /* for the device-resident inputs */
     if (threadIdx.x == 0) {
       s_tokens = hv.x; /* mdr_stage_header: tokens, copy_tokens, sequences, copy_sequences */
       s_seqs = hv.z;
@@ -326,7 +385,11 @@ __device__ __forceinline__ void mdr_stage_dynamic(const mdr_stage_desc &st, uint
     mdr_stage_device_ids(st, *s_tokens, s_copy);
   }
   if (st.n_inputs) {
-    if (flags & MDR_STAGE_FETCH) mdr_stage_copy_slot(st, s_in, slot, false, s_copy, s_copy_seqs);
+    if (flags & MDR_STAGE_FETCH) {
+      mdr_stage_input e = {};
+      const bool have = mdr_stage_lane_entry(st, s_in, e);
+      mdr_stage_copy_slot(st, e, have, slot, false, s_copy, s_copy_seqs);
+    }
     mdr_stage_device_inputs(st, s_in, *s_tokens, s_seqs, s_copy, s_copy_seqs);
   }
   if (threadIdx.x == 0 && (fetch || device_ids)) mdr_stage_publish_counts(st, *s_tokens, s_seqs);
