@@ -86,6 +86,10 @@ def parse():
                          "(default: torch's own choice)")
     ap.add_argument("--json", default=None)
     ap.add_argument("--trace", action="store_true", help="a line before each timed run of a path")
+    ap.add_argument("--no-ref-timing", action="store_true",
+                    help="the eager reference checks every path but is not timed (it takes ~40 ms a step)")
+    ap.add_argument("--compile-cache", default="shared", choices=["shared", "own"],
+                    help="(c)'s static cache: the one every path decodes into, or one of its own")
     a = ap.parse_args()
     if a.tiny:
         a.model = "tiny"
@@ -191,7 +195,11 @@ class CompilePath(Path):
         super().__init__(run)
         import torch
         r = run
-        self.kv, _ = r.static_cache()
+        if r.args.compile_cache == "own":
+            from hf_decode_lib import static_cache
+            self.kv, _ = static_cache(r.model, r.b, r.max_len, r.dev)
+        else:
+            self.kv, _ = r.static_cache()
         kv, stepper = self.kv, r.stepper
 
         def one(ids, pos):
@@ -458,7 +466,9 @@ def set_sdpa(which):
         b.enable_cudnn_sdp(False)
 
 
-def run_batch(args, model, info, stepper, backend):
+def run_batch(args, model, info, stepper, backend, save=None):
+    """Every batch size of args.batches: a result dict each. save(results so
+    far) is called after each batch size, so a run cut short keeps them."""
     import torch
     from hf_decode_lib import agreement, cache_lengths, median, pct, top2_margins
     res_all = []
@@ -604,7 +614,9 @@ def run_batch(args, model, info, stepper, backend):
         del rl, rt
 
         # -- timing, interleaved rounds
-        paths = [("ref", ref), ("b", pb)] + ([("c", pc)] if pc else []) + [("d", pd)]
+        fixed = [] if args.no_ref_timing else [("ref", ref)]
+        rotated = [("b", pb)] + ([("c", pc)] if pc else []) + [("d", pd)]
+        paths = fixed + rotated
         T = {n: {"gpu": [], "wall": [], "cpu": []} for n, _ in paths}
         A = {"gpu": [], "wall": [], "cpu": []}
         for rep in range(args.reps):
@@ -630,9 +642,10 @@ def run_batch(args, model, info, stepper, backend):
                 A["wall"].append((hi[1] - lo[1]) / r.steps)
                 A["cpu"].append((hi[2] - lo[2]) / r.steps)
             # the graph paths in a rotated order each round, so that no path
-            # always runs right after another (the reference stays first)
-            k = rep % (len(paths) - 1)
-            for n, p in paths[:1] + paths[1 + k:] + paths[1:1 + k]:
+            # always runs right after another (the reference, when timed,
+            # stays first)
+            k = rep % len(rotated)
+            for n, p in fixed + rotated[k:] + rotated[:k]:
                 if args.trace:
                     print("timing round %d: path %s" % (rep, n), flush=True)
                 try:
@@ -686,6 +699,8 @@ def run_batch(args, model, info, stepper, backend):
         del ref, pb, pc, pd
         torch.cuda.empty_cache()
         res_all.append(res)
+        if save is not None:
+            save(res_all)
     return res_all
 
 
@@ -769,15 +784,24 @@ def main():
     print("forward keywords: cache_position %s, logits_to_keep %s"
           % ("yes" if info["forward_has_cache_position"] else "no (the cache keeps its position)",
              "yes" if info["forward_has_logits_to_keep"] else "no"), flush=True)
-    out["batches"] = run_batch(args, model, info, stepper, backend)
-    ok = all(all(b["checks"].values()) for b in out["batches"])
-    out["all_checks_pass"] = ok
-    print("\nall checks %s" % ("PASS" if ok else "FAIL"))
-    if args.json:
+
+    def save(batches, complete=False):
+        """The JSON as it stands: after each batch size, then complete."""
+        out["batches"] = batches
+        out["complete"] = complete
+        if not args.json:
+            return
         if os.path.dirname(args.json):
             os.makedirs(os.path.dirname(args.json), exist_ok=True)
-        with open(args.json, "w") as f:
+        with open(args.json + ".part", "w") as f:
             json.dump(out, f, indent=1)
+        os.replace(args.json + ".part", args.json)
+
+    batches = run_batch(args, model, info, stepper, backend, save)
+    ok = all(all(b["checks"].values()) for b in batches)
+    out["all_checks_pass"] = ok
+    print("\nall checks %s" % ("PASS" if ok else "FAIL"))
+    save(batches, complete=True)
     backend.close()
     return 0 if ok else 1
 
