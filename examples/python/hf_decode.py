@@ -88,6 +88,8 @@ def parse():
     ap.add_argument("--trace", action="store_true", help="a line before each timed run of a path")
     ap.add_argument("--no-ref-timing", action="store_true",
                     help="the eager reference checks every path but is not timed (it takes ~40 ms a step)")
+    ap.add_argument("--mdr-rows", default="seed", choices=["seed", "all"],
+                    help="(d)'s row policy: the seed's zeroing (logits whole), or only the rows in use")
     ap.add_argument("--compile-cache", default="shared", choices=["shared", "own"],
                     help="(c)'s static cache: the one every path decodes into, or one of its own")
     a = ap.parse_args()
@@ -293,7 +295,8 @@ class MdrPath(Path):
             os.environ["MDR_DISABLE_GRAPHS"] = "1"
         try:
             self.cache = mt.GraphCache(self.arena, self.mstream, mode="exact", zero="fused",
-                                       body=body, inputs=inputs, max_sequences=r.M)
+                                       rows=r.args.mdr_rows, body=body, inputs=inputs,
+                                       max_sequences=r.M)
         finally:
             if disable_graphs:
                 if old is None:
