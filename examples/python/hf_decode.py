@@ -7,6 +7,14 @@ timed against the model's own paths in one run (issue 26).
         python3 examples/python/hf_decode.py [--model 0.6b|1.7b] [--batch 1,4,16] \\
         [--steps 128] [--prompt 32] [--reps 3] [--no-compile] [--json out.json]
     ... --tiny --steps 4          (a few layers, small hidden: the smoke test)
+    ... --no-ref-timing           (the reference checks every path, untimed)
+    ... --time b,d                (the graph paths timed; each still checked)
+    ... --compile-cache own       ((c) in a static cache of its own)
+    ... --mdr-rows all            ((d) zeroes only the rows in use)
+    ... --trace                   (a line before each timed run)
+
+With --json the results are written after each batch size ("complete":
+false until the last), so a run cut short keeps what it measured.
 
 Per batch size b: a prompt of b x 32 random ids is prefilled eagerly, then
 `steps` greedy steps run on each path, every path in the same static cache
@@ -88,6 +96,8 @@ def parse():
     ap.add_argument("--trace", action="store_true", help="a line before each timed run of a path")
     ap.add_argument("--no-ref-timing", action="store_true",
                     help="the eager reference checks every path but is not timed (it takes ~40 ms a step)")
+    ap.add_argument("--time", default="b,c,d",
+                    help="the graph paths timed, comma-separated among b, c, d (each still runs its checks)")
     ap.add_argument("--mdr-rows", default="seed", choices=["seed", "all"],
                     help="(d)'s row policy: the seed's zeroing (logits whole), or only the rows in use")
     ap.add_argument("--compile-cache", default="shared", choices=["shared", "own"],
@@ -96,6 +106,9 @@ def parse():
     if a.tiny:
         a.model = "tiny"
     a.batches = [int(x) for x in a.batch.split(",") if x.strip()]
+    a.timed = [x.strip() for x in a.time.split(",") if x.strip()]
+    if any(x not in ("b", "c", "d") for x in a.timed):
+        ap.error("--time takes b, c and d, comma-separated, not %r" % a.time)
     if a.steps < 2 or a.prompt < 1 or a.reps < 1 or not a.batches or min(a.batches) < 1:
         ap.error("need --steps >= 2, --prompt >= 1, --reps >= 1 and batch sizes >= 1")
     return a
@@ -618,7 +631,7 @@ def run_batch(args, model, info, stepper, backend, save=None):
 
         # -- timing, interleaved rounds
         fixed = [] if args.no_ref_timing else [("ref", ref)]
-        rotated = [("b", pb)] + ([("c", pc)] if pc else []) + [("d", pd)]
+        rotated = [(n, p) for n, p in [("b", pb), ("c", pc), ("d", pd)] if p is not None and n in args.timed]
         paths = fixed + rotated
         T = {n: {"gpu": [], "wall": [], "cpu": []} for n, _ in paths}
         A = {"gpu": [], "wall": [], "cpu": []}
@@ -671,7 +684,7 @@ def run_batch(args, model, info, stepper, backend, save=None):
         st = pd.cache.stats()
         res["mdr_stats"] = {k: (v if isinstance(v, (int, float, bool)) else str(v))
                             for k, v in vars(st).items()}
-        res["paths"]["d"]["capture_s"] = pd.capture_s
+        res["paths"].setdefault("d", {})["capture_s"] = pd.capture_s
         res["checks"]["d_no_eager_steps"] = bool(st.eager_steps == 0 and st.eager_fallbacks == 0
                                                  and st.captures == 2)
         # (allocated, reserved, device free, graphs, graph bytes, captures)
@@ -685,15 +698,17 @@ def run_batch(args, model, info, stepper, backend, save=None):
             "torch_unchanged": all(a[:2] == z[:2] for a, z in mem[1:]),
             "device_free_unchanged": all(a[2] == z[2] for a, z in mem[1:]),
             "graphs_unchanged": len({z[3:] for _, z in mem}) == 1}
-        res["checks"]["d_memory_stable"] = len(mem) > 1 and all(
-            v for k, v in res["memory"].items() if k != "timed_runs")
+        if "d" in args.timed:  # (without timed runs of (d) there is nothing to compare)
+            res["checks"]["d_memory_stable"] = len(mem) > 1 and all(
+                v for k, v in res["memory"].items() if k != "timed_runs")
 
         P = res["paths"]
         tg = {}
-        if "gpu_ms" in P.get("b", {}):
+        timed_d = "gpu_ms" in P.get("d", {})
+        if timed_d and "gpu_ms" in P.get("b", {}):
             tg["d_gpu_le_b"] = P["d"]["gpu_ms"] <= P["b"]["gpu_ms"]
             tg["d_cpu_le_b_plus_3us"] = P["d"]["cpu_us"] <= P["b"]["cpu_us"] + 3.0
-        if "a" in P:
+        if timed_d and "a" in P:
             tg["d_wall_le_half_a"] = P["d"]["wall_ms"] <= 0.5 * P["a"]["wall_ms"]
         res["targets"] = tg
         report(res)
