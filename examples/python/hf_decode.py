@@ -10,6 +10,7 @@ timed against the model's own paths in one run (issue 26).
     ... --no-ref-timing           (the reference checks every path, untimed)
     ... --time b,d                (the graph paths timed; each still checked)
     ... --compile-cache own       ((c) in a static cache of its own)
+    ... --compile-partition off   ((c) without inductor's graph partitions)
     ... --mdr-rows all            ((d) zeroes only the rows in use)
     ... --trace                   (a line before each timed run)
 
@@ -100,6 +101,8 @@ def parse():
                     help="the graph paths timed, comma-separated among b, c, d (each still runs its checks)")
     ap.add_argument("--mdr-rows", default="seed", choices=["seed", "all"],
                     help="(d)'s row policy: the seed's zeroing (logits whole), or only the rows in use")
+    ap.add_argument("--compile-partition", default="default", choices=["default", "off"],
+                    help="(c): inductor's graph partitions as torch sets them, or off")
     ap.add_argument("--compile-cache", default="shared", choices=["shared", "own"],
                     help="(c)'s static cache: the one every path decodes into, or one of its own")
     a = ap.parse_args()
@@ -220,6 +223,17 @@ class CompilePath(Path):
         def one(ids, pos):
             return stepper(kv, ids, pos)
 
+        if r.args.compile_partition == "off":
+            # inductor's graph partitions (one cudagraph per partition) off:
+            # one graph of the whole step, as before partitions existed
+            try:
+                import torch._inductor.config as cfg
+            except ImportError:
+                cfg = None
+            if cfg is None or not hasattr(cfg, "graph_partition"):
+                from hf_decode_lib import HFAPIError
+                raise HFAPIError("this torch's inductor has no graph_partition setting")
+            cfg.graph_partition = False
         self.fn = torch.compile(one, mode="reduce-overhead", dynamic=False)
         # distinct device tensors of the positions, made ahead (cudagraph
         # trees copy non-static inputs into the graph's own)
