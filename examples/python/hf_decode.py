@@ -9,6 +9,7 @@ timed against the model's own paths in one run (issue 26).
     ... --tiny --steps 4          (a few layers, small hidden: the smoke test)
     ... --no-ref-timing           (the reference checks every path, untimed)
     ... --time b,d                (the graph paths timed; each still checked)
+    ... --time b,d,d0             (d0: an mdr cache with an empty body, mdr's part)
     ... --compile-cache own       ((c) in a static cache of its own)
     ... --compile-partition off   ((c) without inductor's graph partitions)
     ... --mdr-rows all            ((d) zeroes only the rows in use)
@@ -98,7 +99,8 @@ def parse():
     ap.add_argument("--no-ref-timing", action="store_true",
                     help="the eager reference checks every path but is not timed (it takes ~40 ms a step)")
     ap.add_argument("--time", default="b,c,d",
-                    help="the graph paths timed, comma-separated among b, c, d (each still runs its checks)")
+                    help="the graph paths timed, comma-separated among b, c, d (each still runs its checks), "
+                         "and d0: an mdr cache whose body does nothing (mdr's own part of a step)")
     ap.add_argument("--mdr-rows", default="seed", choices=["seed", "all"],
                     help="(d)'s row policy: the seed's zeroing (logits whole), or only the rows in use")
     ap.add_argument("--compile-partition", default="default", choices=["default", "off"],
@@ -110,8 +112,8 @@ def parse():
         a.model = "tiny"
     a.batches = [int(x) for x in a.batch.split(",") if x.strip()]
     a.timed = [x.strip() for x in a.time.split(",") if x.strip()]
-    if any(x not in ("b", "c", "d") for x in a.timed):
-        ap.error("--time takes b, c and d, comma-separated, not %r" % a.time)
+    if any(x not in ("b", "c", "d", "d0") for x in a.timed):
+        ap.error("--time takes b, c, d and d0, comma-separated, not %r" % a.time)
     if a.steps < 2 or a.prompt < 1 or a.reps < 1 or not a.batches or min(a.batches) < 1:
         ap.error("need --steps >= 2, --prompt >= 1, --reps >= 1 and batch sizes >= 1")
     return a
@@ -271,14 +273,17 @@ class MdrPath(Path):
     """(d): the forward as the body of an mdr.torch.GraphCache."""
     name = "d"
 
-    def __init__(self, run, disable_graphs=False):
+    def __init__(self, run, disable_graphs=False, empty=False):
+        """empty: a body that does nothing (path d0), so that a step times
+        mdr's own part alone: the fused zero-and-stage kernel with the
+        positions, in a graph of its own."""
         super().__init__(run)
         import torch
         import mdr
         import mdr.torch as mt
         from hf_decode_lib import HFAPIError
         r = run
-        self.name = "d-eager" if disable_graphs else "d"
+        self.name = "d-eager" if disable_graphs else "d0" if empty else "d"
         d = r.dims
         acfg = dict(hidden_size=d["hidden_size"], intermediate_size=d["intermediate_size"],
                     vocab_size=d["vocab_size"], num_attention_heads=d["num_attention_heads"],
@@ -311,6 +316,8 @@ class MdrPath(Path):
         ids_int32 = self.ids_int32
 
         def body(stream, tokens):
+            if empty:
+                return
             ids = tok[:tokens].view(tokens, 1)
             lg = stepper(kv, ids if ids_int32 else ids.long(), pos)
             logits[:tokens].copy_(lg)
@@ -645,7 +652,9 @@ def run_batch(args, model, info, stepper, backend, save=None):
 
         # -- timing, interleaved rounds
         fixed = [] if args.no_ref_timing else [("ref", ref)]
-        rotated = [(n, p) for n, p in [("b", pb), ("c", pc), ("d", pd)] if p is not None and n in args.timed]
+        p0 = MdrPath(r, empty=True) if "d0" in args.timed else None
+        rotated = [(n, p) for n, p in [("b", pb), ("c", pc), ("d", pd), ("d0", p0)]
+                   if p is not None and n in args.timed]
         paths = fixed + rotated
         T = {n: {"gpu": [], "wall": [], "cpu": []} for n, _ in paths}
         A = {"gpu": [], "wall": [], "cpu": []}
@@ -726,9 +735,10 @@ def run_batch(args, model, info, stepper, backend, save=None):
             tg["d_wall_le_half_a"] = P["d"]["wall_ms"] <= 0.5 * P["a"]["wall_ms"]
         res["targets"] = tg
         report(res)
-        for p in (pd,):
-            p.close()
-        del ref, pb, pc, pd
+        for p in (pd, p0):
+            if p is not None:
+                p.close()
+        del ref, pb, pc, pd, p0
         torch.cuda.empty_cache()
         res_all.append(res)
         if save is not None:
@@ -740,7 +750,8 @@ LABELS = [("a", "(a) generate, default cache, eager"),
           ("ref", "(ref) eager static-cache step loop"),
           ("b", "(b) static cache + torch.cuda.CUDAGraph"),
           ("c", "(c) torch.compile reduce-overhead"),
-          ("d", "(d) mdr graph cache (mdr.torch)")]
+          ("d", "(d) mdr graph cache (mdr.torch)"),
+          ("d0", "(d0) mdr's own part: the same, empty body")]
 
 
 def report(res):
