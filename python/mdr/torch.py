@@ -6,6 +6,13 @@
     allocator to a private pool of the cache. Temporaries the body allocates
     are captured from that pool; the pool is never handed to other work
     while the cache's graphs live, and is released when the cache is closed.
+    cuBLAS's workspace too: torch keeps one per stream, outside any pool,
+    made by the first GEMM on that stream (an eager warmup, say); a graph
+    captured with it would write into it on every replay after torch frees
+    it, which torch.compile's CUDA graphs (cudagraph trees) do whenever they
+    record. So around each capture mdr clears torch's cuBLAS workspaces, as
+    cudagraph trees do: the body's GEMMs take a new workspace from the
+    cache's pool, and torch keeps no reference to it after the capture.
     Torch RNG ops (torch.rand, dropout, multinomial, ...) are REFUSED under
     capture: torch refuses a generator that no torch graph registered, and
     mdr re-raises that as mdr.torch.RNGInCaptureError; the step runs
@@ -124,6 +131,15 @@ class _Pool:
                 pass
 
 
+def _clear_blas_workspaces():
+    """Drop torch's cached cuBLAS (and cuBLASLt) workspaces, every stream's:
+    the next GEMM on a stream allocates a new one (torch's own
+    _cuda_clearCublasWorkspaces; nothing where this torch has none)."""
+    f = getattr(_torch._C, "_cuda_clearCublasWorkspaces", None)
+    if f is not None:
+        f()
+
+
 _RNG_TEXT = re.compile(r"generator|philox|\bRNG\b|random", re.I)
 
 
@@ -206,6 +222,7 @@ class GraphCache(_GraphCache):
                     self._pool = _Pool(dev)
                 pool = self._pool
                 pool.begin()
+                _clear_blas_workspaces()  # the body's workspace comes from the pool
                 try:
                     r = fn(stream, *args)
                 except Exception as e:
@@ -216,6 +233,7 @@ class GraphCache(_GraphCache):
                             "eager" % str(e).splitlines()[0], "mdr.torch body") from e
                     raise
                 finally:
+                    _clear_blas_workspaces()  # torch keeps none of the pool's after the capture
                     pool.end()
                 if self._check_leaks and not pool.live_ok():
                     warnings.warn("mdr.torch: tensors allocated under capture are still alive "

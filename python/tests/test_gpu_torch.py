@@ -193,6 +193,72 @@ def test_temporaries_memory_stable_and_no_alias(backend):
     assert c._pool is None  # released with the cache
 
 
+def _active_default_blocks():
+    """(address, size) of every allocated block of torch's default pool on DEV."""
+    out = set()
+    for seg in torch.cuda.memory_snapshot():
+        if seg.get("device", DEV) != DEV or tuple(seg.get("segment_pool_id", (0, 0))) != (0, 0):
+            continue
+        for b in seg["blocks"]:
+            if b["state"] == "active_allocated":
+                out.add((b["address"], b["size"]))
+    return out
+
+
+def test_captured_gemms_keep_no_cublas_workspace_outside_the_pool(backend):
+    """A GEMM captured by mdr.torch must not use the cuBLAS workspace an
+    eager warmup left in torch's default pool: torch frees it whenever its
+    workspaces are cleared (torch.compile's CUDA graphs do so each time they
+    record), and the replays would then write into memory that is someone
+    else's. Warmup (the workspace made eagerly on mdr's stream), capture,
+    then the clear torch.compile does: the warmup's workspace must already
+    be free after the capture, and a tensor given its bytes keeps them over
+    the replays, whose results stay those of eager."""
+    clear = getattr(torch._C, "_cuda_clearCublasWorkspaces", None)
+    if clear is None:
+        pytest.skip("this torch cannot clear its cuBLAS workspaces")
+    a = arena_of(backend)
+    s = backend.stream()
+    dev = torch.device("cuda", DEV)
+    rows, k, n = 16, 8192, 4096  # decode-shaped: few rows, a long K
+    g = torch.Generator(device="cpu").manual_seed(5)
+    w = (torch.randn(k, n, generator=g) / k ** 0.5).to(dev, torch.bfloat16)
+    x = torch.randn(rows, k, generator=g).to(dev, torch.bfloat16)
+    out = torch.zeros(rows, n, device=dev, dtype=torch.bfloat16)
+
+    def body(stream, t):
+        out[:t].copy_(x[:t] @ w)
+
+    c = mdr_torch.GraphCache(a, s, mode="exact", zero="fused", body=body)
+    clear()
+    torch.cuda.synchronize()
+    before = _active_default_blocks()
+    c.warmup([rows])
+    torch.cuda.synchronize()
+    ws = _active_default_blocks() - before  # what the warmup kept: the workspace(s) on mdr's stream
+    eager = out.clone()
+    assert ws, "the eager GEMM kept no block: nothing to check against"
+    c.prepare([rows])
+    s.synchronize()
+    held = ws & _active_default_blocks()
+    assert not held, "the warmup's cuBLAS workspace is still held after the capture: %s" % sorted(held)
+    clear()
+    torch.cuda.synchronize()
+    # the freed bytes to tensors of a known pattern (a block of the same
+    # size comes back first), then the replays
+    poison = [torch.full((size,), 0x5A, dtype=torch.uint8, device=dev) for _, size in sorted(ws)]
+    torch.cuda.synchronize()
+    out.zero_()
+    ids = torch.zeros(M, dtype=torch.int32).pin_memory()
+    for _ in range(50):
+        c.step(ids, rows)
+    s.synchronize()
+    for t in poison:
+        assert bool((t == 0x5A).all()), "a replay wrote into memory freed from torch's cuBLAS workspace"
+    assert torch.equal(out, eager)
+    c.close()
+
+
 def test_rng_in_a_captured_body_is_refused(backend):
     a = arena_of(backend)
     s = backend.stream()
