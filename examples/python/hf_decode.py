@@ -683,7 +683,7 @@ def run_batch(args, model, info, stepper, backend, save=None):
             # the graph paths in a rotated order each round, so that no path
             # always runs right after another (the reference, when timed,
             # stays first)
-            k = rep % len(rotated)
+            k = rep % len(rotated) if rotated else 0
             for n, p in fixed + rotated[k:] + rotated[:k]:
                 if args.trace:
                     print("timing round %d: path %s" % (rep, n), flush=True)
