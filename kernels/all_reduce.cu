@@ -119,21 +119,21 @@ __device__ bool one_shot(const mdr_ar_call &p, const mdr_arp_block &st, size_t n
       spin s = {};
       uint32_t cause = 0;
       for (;;) {
-        if (!hdone) {
-          const uint4 h = ld_volatile(hslot);
-          if (h.x != 0xffffffffu && h.y != 0xffffffffu && h.z != 0xffffffffu && h.w != 0xffffffffu) {
-            if (h.x != want[0] || h.y != want[1] || h.z != want[2] || h.w != want[3]) {
-              cause = MDR_ARP_MISMATCH;
-              break;
-            }
-            hdone = true;
-            st_volatile(hslot, clear);
+        /* the turn's two loads are issued before either is looked at: the
+         * data load does not wait for the header's round trip (thread 0's
+         * warp took two round trips a turn, and the block waits for it) */
+        uint4 h = clear;
+        if (!hdone) h = ld_volatile(hslot);
+        if (!ddone) v = ld_volatile(dslot);
+        if (!hdone && h.x != 0xffffffffu && h.y != 0xffffffffu && h.z != 0xffffffffu && h.w != 0xffffffffu) {
+          if (h.x != want[0] || h.y != want[1] || h.z != want[2] || h.w != want[3]) {
+            cause = MDR_ARP_MISMATCH;
+            break;
           }
+          hdone = true;
+          st_volatile(hslot, clear);
         }
-        if (!ddone) {
-          v = ld_volatile(dslot);
-          ddone = !pending<DT>(v);
-        }
+        if (!ddone) ddone = !pending<DT>(v);
         if (hdone && ddone) break;
         if ((cause = must_leave(p, s)) != 0) break;
         if (!hdone && s.turns % MDR_ARP_POLL_EVERY == 0) {
