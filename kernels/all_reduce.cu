@@ -405,7 +405,13 @@ template <int DT, bool NORM> __device__ __forceinline__ void run_call(const mdr_
     }
 }
 
-template <int DT> __global__ void __launch_bounds__(MDR_AR_THREADS) all_reduce_kernel(mdr_ar_call p) {
+/* Two blocks a multiprocessor (at most 64 registers a thread): a call's
+ * block and, launched early under PDL, the next call's fit on one SM, as
+ * v1's 64 did. Without the second bound ptxas picks its own target for
+ * 512 threads: 58 here, but 40 with spills (stack loads in the poll loop)
+ * for small changes of the code, e.g. ar_ablate's `bare` or an earlier
+ * load of the rows (dev/ar_skeleton.md). */
+template <int DT> __global__ void __launch_bounds__(MDR_AR_THREADS, 2) all_reduce_kernel(mdr_ar_call p) {
   run_call<DT, false>(p, nullptr);
 }
 
