@@ -72,9 +72,12 @@ namespace {
 /* The plain one-shot is written out rather than built from send_header,
  * send_vector, check_headers and sum_vector (ar_device.cuh), which the
  * fused one-shot uses: through them ptxas spills and takes more registers
- * for the kernel that every decode step runs. */
+ * for the kernel that every decode step runs. own0: this thread's first
+ * vector of the rows, rows[first] (run_call loads it early; meaningful
+ * when first < nvec). */
 template <int DT>
-__device__ bool one_shot(const mdr_ar_call &p, const mdr_arp_block &st, size_t nvec, uint32_t sig, int *s_bad) {
+__device__ bool one_shot(const mdr_ar_call &p, const mdr_arp_block &st, size_t nvec, uint32_t sig, uint4 own0,
+                         int *s_bad) {
   const size_t slot_bytes = MDR_ARP_SLOT_BYTES(p.slot_cap);
   const size_t base = p.region_off + MDR_ARP_SCRATCH_OFF(p.nranks) +
                       (size_t)mdr_arp_parity(&st) * (size_t)p.nranks * slot_bytes;
@@ -91,7 +94,7 @@ __device__ bool one_shot(const mdr_ar_call &p, const mdr_arp_block &st, size_t n
       if (r != p.rank) st_volatile((uint4 *)(p.peer[r] + base + (size_t)p.rank * slot_bytes) + blockIdx.x, hv);
   }
   for (size_t i = first; i < nvec; i += stride) {
-    const uint4 v = canonical<DT>(rows[i]);
+    const uint4 v = canonical<DT>(i == first ? own0 : rows[i]);
     for (int r = 0; r < p.nranks; r++)
       if (r != p.rank)
         st_volatile((uint4 *)(p.peer[r] + base + (size_t)p.rank * slot_bytes + MDR_ARP_HEADER_BYTES) + i, v);
@@ -108,7 +111,6 @@ __device__ bool one_shot(const mdr_ar_call &p, const mdr_arp_block &st, size_t n
   const bool head = threadIdx.x == 0, have = first < nvec;
   uint32_t want[4];
   mdr_arp_header(want, sig, nvec, &st, gridDim.x);
-  const uint4 own0 = have ? rows[first] : clear;
   float acc0[elems<DT>::N];
   for (int r = 0; r < p.nranks && !*(volatile int *)s_bad; r++) {
     uint4 v = canonical<DT>(own0);
@@ -367,6 +369,25 @@ template <int DT, bool NORM> __device__ __forceinline__ void run_call(const mdr_
   asm volatile("griddepcontrol.wait;" ::: "memory");
   asm volatile("griddepcontrol.launch_dependents;" :::);
 #endif
+  /* This thread's first vector of the rows, for a one-shot call, loaded
+   * before anything waits for the counters below: the stores to the peers
+   * need both the counters (the slot's parity) and the rows, and a plain
+   * load written after the barrier and the header's stores is not moved
+   * above them, so its round trip came after the counters' (v1 had the same
+   * order). The rows are this rank's own, written by the work before this
+   * kernel and by this very thread only after its sum; a peer writes them
+   * only in a two-shot, after its barrier 1, which waits for this rank's
+   * flag (raised later in this kernel if it runs two-shot, never if it runs
+   * one-shot). So the value is the one a later load would read. Loaded
+   * within the bound the grid covers (the buffer's rows, whatever the count
+   * word says); unused when the call runs two-shot or the vector is past
+   * the count. */
+  uint4 own0 = make_uint4(0xffffffffu, 0xffffffffu, 0xffffffffu, 0xffffffffu);
+  if constexpr (!NORM) {
+    const size_t first = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (p.algo != MDR_ARP_TWO_SHOT && first < p.rows * p.row_bytes / MDR_ARP_VEC)
+      own0 = ((const uint4 *)(p.self + p.buf_off))[first];
+  }
   __shared__ int s_bad;
   if (threadIdx.x == 0) s_bad = 0;
   mdr_arp_block *states = block_states(p);
@@ -383,7 +404,7 @@ template <int DT, bool NORM> __device__ __forceinline__ void run_call(const mdr_
   if constexpr (NORM) {
     ok = one ? one_shot_norm<DT>(p, st, rows, nvec, sig, &s_bad, *sm) : two_shot_norm<DT>(p, st, rows, sig, &s_bad, *sm);
   } else {
-    ok = one ? one_shot<DT>(p, st, nvec, sig, &s_bad) : two_shot<DT>(p, st, nvec, sig, &s_bad);
+    ok = one ? one_shot<DT>(p, st, nvec, sig, own0, &s_bad) : two_shot<DT>(p, st, nvec, sig, &s_bad);
   }
   __syncthreads(); /* every thread is here, those that gave up too */
   if (!ok || *(volatile int *)&s_bad) return; /* gave up: the counters stay (later calls are refused) */
