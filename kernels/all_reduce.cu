@@ -393,12 +393,17 @@ template <int DT, bool NORM> __device__ __forceinline__ void run_call(const mdr_
   mdr_arp_block *states = block_states(p);
   volatile mdr_arp_block *mine = &states[blockIdx.x];
   const mdr_arp_block st = load_block(mine); /* this block's counters */
+  /* the signature's launch-time part, computed while the loads are in
+   * flight: the empty asm keeps the compiler from sinking it below the
+   * count's test, where it would follow the count's round trip */
+  uint64_t sig_fixed =
+      mdr_arp_signature_fixed(p.row_bytes, DT, p.res_off != MDR_ARP_NO_RESIDUAL, p.count_ptr != nullptr, NORM);
+  asm volatile("" : "+l"(sig_fixed));
   const size_t rows = mdr_arp_rows_now(&p);
   const size_t bytes = rows * p.row_bytes, nvec = bytes / MDR_ARP_VEC;
   if (nvec == 0) return; /* an empty call: nothing moves, no counter advances */
   const int one = mdr_arp_runs_one_shot(p.algo, bytes, p.one_shot_max);
-  const uint32_t sig = mdr_arp_signature(nvec, p.row_bytes, DT, one, p.res_off != MDR_ARP_NO_RESIDUAL,
-                                         p.count_ptr != nullptr, NORM);
+  const uint32_t sig = mdr_arp_signature_of(sig_fixed, nvec, one);
   __syncthreads(); /* s_bad is set */
   bool ok;
   if constexpr (NORM) {
