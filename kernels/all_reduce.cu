@@ -109,6 +109,10 @@ __device__ bool one_shot(const mdr_ar_call &p, const mdr_arp_block &st, size_t n
    * the peer's current call once its header matches: the slot was clear,
    * and the peer reuses it only two data-moving calls later). */
   const bool head = threadIdx.x == 0, have = first < nvec;
+  /* the residual's vector loaded now, its round trip under the wait's
+   * rather than after the sum (this rank's own rows: nothing but this
+   * thread writes them in the call, after the sum) */
+  const uint4 res0 = res && have ? res[first] : clear;
   uint32_t want[4];
   mdr_arp_header(want, sig, nvec, &st, gridDim.x);
   float acc0[elems<DT>::N];
@@ -169,10 +173,11 @@ __device__ bool one_shot(const mdr_ar_call &p, const mdr_arp_block &st, size_t n
       if (r != p.rank) st_volatile((uint4 *)(local + (size_t)r * slot_bytes + MDR_ARP_HEADER_BYTES) + first, clear);
     const uint4 sum = pack<DT>(acc0);
     rows[first] = sum;
-    if (res) res[first] = add_residual<DT>(res[first], sum);
+    if (res) res[first] = add_residual<DT>(res0, sum);
   }
   for (size_t i = first + stride; i < nvec; i += stride) {
     const uint4 own = rows[i]; /* summed as sent: the same bits on every rank */
+    const uint4 resi = res ? res[i] : clear; /* loaded before the wait, as res0 */
     float acc[elems<DT>::N];
     for (int r = 0; r < p.nranks; r++) {
       uint4 v;
@@ -201,7 +206,7 @@ __device__ bool one_shot(const mdr_ar_call &p, const mdr_arp_block &st, size_t n
     }
     const uint4 sum = pack<DT>(acc);
     rows[i] = sum;
-    if (res) res[i] = add_residual<DT>(res[i], sum);
+    if (res) res[i] = add_residual<DT>(resi, sum);
   }
   return true;
 }
