@@ -18,7 +18,9 @@ timed against the model's own paths in one run (issue 26).
     ... --trace                   (a line before each timed run)
     ... --profile 8               (8 steps of each timed graph path under torch's
                                    profiler: kernels per step, busy and span per step,
-                                   and the kernels whose time differs most from (b)'s)
+                                   and the kernels whose time differs most from (b)'s;
+                                   the CPU figures of later batch sizes in the same
+                                   process carry the profiler's hooks)
 
 With --json the results are written after each batch size ("complete":
 false until the last), so a run cut short keeps what it measured.
@@ -724,6 +726,11 @@ def run_batch(args, model, info, stepper, backend, save=None):
                                  "gpu_ms_runs": A["gpu"], "wall_ms_runs": A["wall"]}
         del rl, rt
         if args.profile:
+            if res_all:  # the profiler of an earlier batch size ran in this process
+                res["notes"].append(
+                    "CPU figures inflated: torch's profiler ran for an earlier batch size in this process "
+                    "and its CUPTI hooks stay in every launch after it (GPU figures unaffected); run one "
+                    "batch size per process with --profile for CPU figures")
             res["profile"] = profile_paths(r, rotated, args.profile)
         st = pd.cache.stats()
         res["mdr_stats"] = {k: (v if isinstance(v, (int, float, bool)) else str(v))
