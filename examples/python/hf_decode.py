@@ -10,8 +10,9 @@ timed against the model's own paths in one run (issue 26).
     ... --no-ref-timing           (the reference checks every path, untimed)
     ... --time b,d                (the graph paths timed; each still checked)
     ... --time b,d,d0             (d0: an mdr cache with an empty body, mdr's part)
-    ... --time b,b2,d             (b2: (b) captured a second time, in a pool of its own:
-                                   how far two captures of one forward part by placement)
+    ... --time b,b2,d,d2          (b2: (b) captured a second time, in a pool of its own,
+                                   d2: (d) in a second cache and arena: how far two
+                                   captures of one forward part by placement)
     ... --compile-cache own       ((c) in a static cache of its own)
     ... --compile-partition off   ((c) without inductor's graph partitions)
     ... --mdr-rows all            ((d) zeroes only the rows in use)
@@ -107,8 +108,9 @@ def parse():
                     help="the eager reference checks every path but is not timed (it takes ~40 ms a step)")
     ap.add_argument("--time", default="b,c,d",
                     help="the graph paths timed, comma-separated among b, c, d (each still runs its checks), "
-                         "d0: an mdr cache whose body does nothing (mdr's own part of a step), and b2: (b) "
-                         "captured again into a pool of its own (the spread placement alone gives)")
+                         "d0: an mdr cache whose body does nothing (mdr's own part of a step), b2: (b) "
+                         "captured again into a pool of its own, and d2: (d) in a second cache and arena "
+                         "(the spread placement alone gives)")
     ap.add_argument("--mdr-rows", default="seed", choices=["seed", "all"],
                     help="(d)'s row policy: the seed's zeroing (logits whole), or only the rows in use")
     ap.add_argument("--compile-partition", default="default", choices=["default", "off"],
@@ -123,8 +125,8 @@ def parse():
         a.model = "tiny"
     a.batches = [int(x) for x in a.batch.split(",") if x.strip()]
     a.timed = [x.strip() for x in a.time.split(",") if x.strip()]
-    if any(x not in ("b", "b2", "c", "d", "d0") for x in a.timed):
-        ap.error("--time takes b, b2, c, d and d0, comma-separated, not %r" % a.time)
+    if any(x not in ("b", "b2", "c", "d", "d0", "d2") for x in a.timed):
+        ap.error("--time takes b, b2, c, d, d0 and d2, comma-separated, not %r" % a.time)
     if a.steps < 2 or a.prompt < 1 or a.reps < 1 or not a.batches or min(a.batches) < 1:
         ap.error("need --steps >= 2, --prompt >= 1, --reps >= 1 and batch sizes >= 1")
     if a.profile < 0 or a.profile > a.steps:
@@ -673,7 +675,17 @@ def run_batch(args, model, info, stepper, backend, save=None):
             r.drive(pb2, (l2, t2))
             res["checks"]["b2_logits_bit_identical"] = bool(torch.equal(l2, rl))
             del l2, t2
-        rotated = [(n, p) for n, p in [("b", pb), ("b2", pb2), ("c", pc), ("d", pd), ("d0", p0)]
+        pd2 = None
+        if "d2" in args.timed:  # mdr again, in a cache and arena of its own: checked like (d)
+            pd2 = MdrPath(r)
+            pd2.name = "d2"
+            l2, t2 = r.buffers()
+            r.drive(pd2, (l2, t2))
+            res["checks"]["d2_logits_bit_identical"] = bool(torch.equal(l2, rl))
+            res["checks"]["d2_tokens_identical"] = bool(torch.equal(t2, rt))
+            del l2, t2
+        rotated = [(n, p) for n, p in [("b", pb), ("b2", pb2), ("c", pc), ("d", pd), ("d2", pd2),
+                                       ("d0", p0)]
                    if p is not None and n in args.timed]
         paths = fixed + rotated
         T = {n: {"gpu": [], "wall": [], "cpu": []} for n, _ in paths}
@@ -762,11 +774,18 @@ def run_batch(args, model, info, stepper, backend, save=None):
         if timed_d and "a" in P:
             tg["d_wall_le_half_a"] = P["d"]["wall_ms"] <= 0.5 * P["a"]["wall_ms"]
         res["targets"] = tg
+        if all("gpu_ms" in P.get(n, {}) for n in ("b", "b2", "d", "d2")):
+            # beside the target: two captures of each, so the spread that
+            # placement alone gives stands next to the difference of the pairs
+            g = {n: P[n]["gpu_ms"] * 1000.0 for n in ("b", "b2", "d", "d2")}
+            res["compare"]["placement_us"] = {
+                "b2_minus_b": g["b2"] - g["b"], "d2_minus_d": g["d2"] - g["d"],
+                "d_pair_minus_b_pair": (g["d"] + g["d2"] - g["b"] - g["b2"]) / 2.0}
         report(res)
-        for p in (pd, p0):
+        for p in (pd, pd2, p0):
             if p is not None:
                 p.close()
-        del ref, pb, pb2, pc, pd, p0
+        del ref, pb, pb2, pc, pd, pd2, p0
         torch.cuda.empty_cache()
         res_all.append(res)
         if save is not None:
@@ -833,6 +852,7 @@ LABELS = [("a", "(a) generate, default cache, eager"),
           ("b2", "(b2) the same, captured again"),
           ("c", "(c) torch.compile reduce-overhead"),
           ("d", "(d) mdr graph cache (mdr.torch)"),
+          ("d2", "(d2) the same, a second cache"),
           ("d0", "(d0) mdr's own part: the same, empty body")]
 
 

@@ -65,3 +65,33 @@ def test_hf_decode_tiny(tmp_path):
         for path in ("a", "ref", "b", "d"):
             assert b["paths"][path]["gpu_ms"] > 0, (b["batch"], path)
         assert "unavailable" in b["paths"]["c"]
+
+
+def test_hf_decode_tiny_placement_and_profile(tmp_path):
+    """The diagnostics: (b) and (d) each captured twice, mdr's empty-body
+    cache, and the profiler's kernels per step beside (b)."""
+    why = _cuda_libmdr()
+    if why:
+        pytest.skip("libmdr has no CUDA backend here: %s" % why)
+    out = tmp_path / "hf.json"
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(
+        [os.path.join(REPO, "python")] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+    if "MDR_LIBRARY" not in env:
+        env["MDR_LIBRARY"] = mdr.library_path
+    cmd = [sys.executable, SCRIPT, "--tiny", "--steps", "4", "--batch", "2", "--reps", "1",
+           "--no-compile", "--no-generate", "--no-ref-timing", "--time", "b,b2,d,d2,d0",
+           "--profile", "2", "--device", os.environ.get("MDR_TEST_DEVICE", "0"), "--json", str(out)]
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    log = p.stdout + p.stderr
+    assert p.returncode == 0, log
+    b = json.loads(out.read_text())["batches"][0]
+    for k in ("b2_logits_bit_identical", "d2_logits_bit_identical", "d2_tokens_identical"):
+        assert b["checks"][k], (k, log)
+    for path in ("b", "b2", "d", "d2", "d0"):
+        assert b["paths"][path]["gpu_ms"] > 0, (path, log)
+    assert set(b["compare"]["placement_us"]) == {"b2_minus_b", "d2_minus_d", "d_pair_minus_b_pair"}
+    prof = b["profile"]
+    assert prof["d"]["events_per_step"] == prof["d2"]["events_per_step"] > prof["d0"]["events_per_step"]
+    assert any("zero_static" in n or "zero_" in n for n in prof["d0"]["by_name"]), prof["d0"]
+    assert "vs_b" in prof["d"] and "vs_b" not in prof["b"]
