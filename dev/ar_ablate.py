@@ -41,8 +41,9 @@ HDR_SEND = ("if (r != p.rank) st_volatile((uint4 *)(p.peer[r] + base + (size_t)p
 HDR_WAIT = ("bool hdone = !head, ddone = !have;", "bool hdone = true, ddone = !have; (void)head;")
 LEAVE = ("if ((++s.turns % MDR_ARP_POLL_EVERY) != 0) return 0;", "++s.turns;\n  return 0;")
 SYNC = ("  __syncthreads();\n  if (*(volatile int *)s_bad) return false;\n  if (have) {", "  if (have) {")
-SIG = ("                                      int norm) {\n  uint64_t h",
-       "                                      int norm) {\n  if (nvec != (size_t)-1) return (uint32_t)nvec & 0x7fffffffu;\n  uint64_t h")
+SIG = ("MDR_ARP_FN uint32_t mdr_arp_signature_of(uint64_t fixed, size_t nvec, int one) {\n",
+       "MDR_ARP_FN uint32_t mdr_arp_signature_of(uint64_t fixed, size_t nvec, int one) {\n"
+       "  if (nvec != (size_t)-1) return (uint32_t)nvec & 0x7fffffffu;\n")
 VEC = ("  st.calls = mine->calls;\n  st.one_shot = mine->one_shot;\n  st.barriers = mine->barriers;\n",
        "  const uint4 c4 = ld_volatile((const uint4 *)mine);\n  st.calls = c4.x;\n  st.one_shot = c4.y;\n"
        "  st.barriers = c4.z;\n")

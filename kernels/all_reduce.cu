@@ -75,9 +75,12 @@ namespace {
 /* The plain one-shot is written out rather than built from send_header,
  * send_vector, check_headers and sum_vector (ar_device.cuh), which the
  * fused one-shot uses: through them ptxas spills and takes more registers
- * for the kernel that every decode step runs. */
+ * for the kernel that every decode step runs. own0: this thread's first
+ * vector of the rows, rows[first] (run_call loads it early; meaningful
+ * when first < nvec). */
 template <int DT>
-__device__ bool one_shot(const mdr_ar_call &p, const mdr_arp_block &st, size_t nvec, uint32_t sig, int *s_bad) {
+__device__ bool one_shot(const mdr_ar_call &p, const mdr_arp_block &st, size_t nvec, uint32_t sig, uint4 own0,
+                         int *s_bad) {
   const size_t slot_bytes = MDR_ARP_SLOT_BYTES(p.slot_cap);
   const size_t base = p.region_off + MDR_ARP_SCRATCH_OFF(p.nranks) +
                       (size_t)mdr_arp_parity(&st) * (size_t)p.nranks * slot_bytes;
@@ -94,7 +97,7 @@ __device__ bool one_shot(const mdr_ar_call &p, const mdr_arp_block &st, size_t n
       if (r != p.rank) st_volatile((uint4 *)(p.peer[r] + base + (size_t)p.rank * slot_bytes) + blockIdx.x, hv);
   }
   for (size_t i = first; i < nvec; i += stride) {
-    const uint4 v = canonical<DT>(rows[i]);
+    const uint4 v = canonical<DT>(i == first ? own0 : rows[i]);
     for (int r = 0; r < p.nranks; r++)
       if (r != p.rank)
         st_volatile((uint4 *)(p.peer[r] + base + (size_t)p.rank * slot_bytes + MDR_ARP_HEADER_BYTES) + i, v);
@@ -109,9 +112,12 @@ __device__ bool one_shot(const mdr_ar_call &p, const mdr_arp_block &st, size_t n
    * the peer's current call once its header matches: the slot was clear,
    * and the peer reuses it only two data-moving calls later). */
   const bool head = threadIdx.x == 0, have = first < nvec;
+  /* the residual's vector loaded now, its round trip under the wait's
+   * rather than after the sum (this rank's own rows: nothing but this
+   * thread writes them in the call, after the sum) */
+  const uint4 res0 = res && have ? res[first] : clear;
   uint32_t want[4];
   mdr_arp_header(want, sig, nvec, &st, gridDim.x);
-  const uint4 own0 = have ? rows[first] : clear;
   float acc0[elems<DT>::N];
   for (int r = 0; r < p.nranks && !*(volatile int *)s_bad; r++) {
     uint4 v = canonical<DT>(own0);
@@ -122,21 +128,21 @@ __device__ bool one_shot(const mdr_ar_call &p, const mdr_arp_block &st, size_t n
       spin s = {};
       uint32_t cause = 0;
       for (;;) {
-        if (!hdone) {
-          const uint4 h = ld_volatile(hslot);
-          if (h.x != 0xffffffffu && h.y != 0xffffffffu && h.z != 0xffffffffu && h.w != 0xffffffffu) {
-            if (h.x != want[0] || h.y != want[1] || h.z != want[2] || h.w != want[3]) {
-              cause = MDR_ARP_MISMATCH;
-              break;
-            }
-            hdone = true;
-            st_volatile(hslot, clear);
+        /* the turn's two loads are issued before either is looked at: the
+         * data load does not wait for the header's round trip (thread 0's
+         * warp took two round trips a turn, and the block waits for it) */
+        uint4 h = clear;
+        if (!hdone) h = ld_volatile(hslot);
+        if (!ddone) v = ld_volatile(dslot);
+        if (!hdone && h.x != 0xffffffffu && h.y != 0xffffffffu && h.z != 0xffffffffu && h.w != 0xffffffffu) {
+          if (h.x != want[0] || h.y != want[1] || h.z != want[2] || h.w != want[3]) {
+            cause = MDR_ARP_MISMATCH;
+            break;
           }
+          hdone = true;
+          st_volatile(hslot, clear);
         }
-        if (!ddone) {
-          v = ld_volatile(dslot);
-          ddone = !pending<DT>(v);
-        }
+        if (!ddone) ddone = !pending<DT>(v);
         if (hdone && ddone) break;
         if ((cause = must_leave(p, s)) != 0) break;
         if (!hdone && s.turns % MDR_ARP_POLL_EVERY == 0) {
@@ -170,10 +176,11 @@ __device__ bool one_shot(const mdr_ar_call &p, const mdr_arp_block &st, size_t n
       if (r != p.rank) st_volatile((uint4 *)(local + (size_t)r * slot_bytes + MDR_ARP_HEADER_BYTES) + first, clear);
     const uint4 sum = pack<DT>(acc0);
     rows[first] = sum;
-    if (res) res[first] = add_residual<DT>(res[first], sum);
+    if (res) res[first] = add_residual<DT>(res0, sum);
   }
   for (size_t i = first + stride; i < nvec; i += stride) {
     const uint4 own = rows[i]; /* summed as sent: the same bits on every rank */
+    const uint4 resi = res ? res[i] : clear; /* loaded before the wait, as res0 */
     float acc[elems<DT>::N];
     for (int r = 0; r < p.nranks; r++) {
       uint4 v;
@@ -202,7 +209,7 @@ __device__ bool one_shot(const mdr_ar_call &p, const mdr_arp_block &st, size_t n
     }
     const uint4 sum = pack<DT>(acc);
     rows[i] = sum;
-    if (res) res[i] = add_residual<DT>(res[i], sum);
+    if (res) res[i] = add_residual<DT>(resi, sum);
   }
   return true;
 }
@@ -370,23 +377,47 @@ template <int DT, bool NORM> __device__ __forceinline__ void run_call(const mdr_
   asm volatile("griddepcontrol.wait;" ::: "memory");
   asm volatile("griddepcontrol.launch_dependents;" :::);
 #endif
+  /* This thread's first vector of the rows, for a one-shot call, loaded
+   * before anything waits for the counters below: the stores to the peers
+   * need both the counters (the slot's parity) and the rows, and a plain
+   * load written after the barrier and the header's stores is not moved
+   * above them, so its round trip came after the counters' (v1 had the same
+   * order). The rows are this rank's own, written by the work before this
+   * kernel and by this very thread only after its sum; a peer writes them
+   * only in a two-shot, after its barrier 1, which waits for this rank's
+   * flag (raised later in this kernel if it runs two-shot, never if it runs
+   * one-shot). So the value is the one a later load would read. Loaded
+   * within the bound the grid covers (the buffer's rows, whatever the count
+   * word says); unused when the call runs two-shot or the vector is past
+   * the count. */
+  uint4 own0 = make_uint4(0xffffffffu, 0xffffffffu, 0xffffffffu, 0xffffffffu);
+  if constexpr (!NORM) {
+    const size_t first = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (p.algo != MDR_ARP_TWO_SHOT && first < p.rows * p.row_bytes / MDR_ARP_VEC)
+      own0 = ((const uint4 *)(p.self + p.buf_off))[first];
+  }
   __shared__ int s_bad;
   if (threadIdx.x == 0) s_bad = 0;
   mdr_arp_block *states = block_states(p);
   volatile mdr_arp_block *mine = &states[blockIdx.x];
   const mdr_arp_block st = load_block(mine); /* this block's counters */
+  /* the signature's launch-time part, computed while the loads are in
+   * flight: the empty asm keeps the compiler from sinking it below the
+   * count's test, where it would follow the count's round trip */
+  uint64_t sig_fixed =
+      mdr_arp_signature_fixed(p.row_bytes, DT, p.res_off != MDR_ARP_NO_RESIDUAL, p.count_ptr != nullptr, NORM);
+  asm volatile("" : "+l"(sig_fixed));
   const size_t rows = mdr_arp_rows_now(&p);
   const size_t bytes = rows * p.row_bytes, nvec = bytes / MDR_ARP_VEC;
   if (nvec == 0) return; /* an empty call: nothing moves, no counter advances */
   const int one = mdr_arp_runs_one_shot(p.algo, bytes, p.one_shot_max);
-  const uint32_t sig = mdr_arp_signature(nvec, p.row_bytes, DT, one, p.res_off != MDR_ARP_NO_RESIDUAL,
-                                         p.count_ptr != nullptr, NORM);
+  const uint32_t sig = mdr_arp_signature_of(sig_fixed, nvec, one);
   __syncthreads(); /* s_bad is set */
   bool ok;
   if constexpr (NORM) {
     ok = one ? one_shot_norm<DT>(p, st, rows, nvec, sig, &s_bad, *sm) : two_shot_norm<DT>(p, st, rows, sig, &s_bad, *sm);
   } else {
-    ok = one ? one_shot<DT>(p, st, nvec, sig, &s_bad) : two_shot<DT>(p, st, nvec, sig, &s_bad);
+    ok = one ? one_shot<DT>(p, st, nvec, sig, own0, &s_bad) : two_shot<DT>(p, st, nvec, sig, &s_bad);
   }
   __syncthreads(); /* every thread is here, those that gave up too */
   if (!ok || *(volatile int *)&s_bad) return; /* gave up: the counters stay (later calls are refused) */
@@ -408,7 +439,13 @@ template <int DT, bool NORM> __device__ __forceinline__ void run_call(const mdr_
     }
 }
 
-template <int DT> __global__ void __launch_bounds__(MDR_AR_THREADS) all_reduce_kernel(mdr_ar_call p) {
+/* Two blocks a multiprocessor (at most 64 registers a thread): a call's
+ * block and, launched early under PDL, the next call's fit on one SM, as
+ * v1's 64 did. Without the second bound ptxas picks its own target for
+ * 512 threads: 58 here, but 40 with spills (stack loads in the poll loop)
+ * for small changes of the code, e.g. ar_ablate's `bare` or an earlier
+ * load of the rows (dev/ar_skeleton.md). */
+template <int DT> __global__ void __launch_bounds__(MDR_AR_THREADS, 2) all_reduce_kernel(mdr_ar_call p) {
   run_call<DT, false>(p, nullptr);
 }
 

@@ -185,18 +185,38 @@ MDR_ARP_FN uint32_t mdr_arp_canonical(uint32_t w, int dt) {
  * the algorithm it runs, the residual, the count source and the fused
  * RMSNorm (which changes the two-shot's partition and the grid). Ranks compare
  * it at the first barrier (two-shot) or through the block headers
- * (one-shot); a difference is a give-up with MDR_ARP_MISMATCH. */
+ * (one-shot); a difference is a give-up with MDR_ARP_MISMATCH.
+ *
+ * In two steps: the fields known at launch are mixed in first
+ * (mdr_arp_signature_fixed), the two a count word decides (the algorithm,
+ * the vectors) last (mdr_arp_signature_of). The kernels compute the first
+ * step while the count is loaded, so two rounds, not seven dependent 64-bit
+ * multiplies, stand between the count and a call's first stores
+ * (dev/ar_skeleton.md). */
+MDR_ARP_FN uint64_t mdr_arp_signature_mix(uint64_t h, uint64_t v) {
+  h ^= v;
+  h *= 0x100000001b3ull;
+  h ^= h >> 29;
+  return h;
+}
+
+MDR_ARP_FN uint64_t mdr_arp_signature_fixed(size_t row_bytes, int dt, int residual, int counted, int norm) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  h = mdr_arp_signature_mix(h, (uint64_t)row_bytes);
+  h = mdr_arp_signature_mix(h, (uint64_t)dt);
+  h = mdr_arp_signature_mix(h, (uint64_t)residual);
+  h = mdr_arp_signature_mix(h, (uint64_t)counted);
+  return mdr_arp_signature_mix(h, (uint64_t)norm);
+}
+
+MDR_ARP_FN uint32_t mdr_arp_signature_of(uint64_t fixed, size_t nvec, int one) {
+  const uint64_t h = mdr_arp_signature_mix(mdr_arp_signature_mix(fixed, (uint64_t)one), (uint64_t)nvec);
+  return (uint32_t)(h ^ (h >> 32)) & 0x7fffffffu;
+}
+
 MDR_ARP_FN uint32_t mdr_arp_signature(size_t nvec, size_t row_bytes, int dt, int one, int residual, int counted,
                                       int norm) {
-  uint64_t h = 0xcbf29ce484222325ull;
-  const uint64_t v[7] = {(uint64_t)nvec,     (uint64_t)row_bytes, (uint64_t)dt,  (uint64_t)one,
-                         (uint64_t)residual, (uint64_t)counted,   (uint64_t)norm};
-  for (int i = 0; i < 7; i++) {
-    h ^= v[i];
-    h *= 0x100000001b3ull;
-    h ^= h >> 29;
-  }
-  return (uint32_t)(h ^ (h >> 32)) & 0x7fffffffu;
+  return mdr_arp_signature_of(mdr_arp_signature_fixed(row_bytes, dt, residual, counted, norm), nvec, one);
 }
 
 /* The header vector block b sends to every peer before its rows. */

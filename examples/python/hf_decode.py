@@ -10,10 +10,15 @@ timed against the model's own paths in one run (issue 26).
     ... --no-ref-timing           (the reference checks every path, untimed)
     ... --time b,d                (the graph paths timed; each still checked)
     ... --time b,d,d0             (d0: an mdr cache with an empty body, mdr's part)
+    ... --time b,b2,d             (b2: (b) captured a second time, in a pool of its own:
+                                   how far two captures of one forward part by placement)
     ... --compile-cache own       ((c) in a static cache of its own)
     ... --compile-partition off   ((c) without inductor's graph partitions)
     ... --mdr-rows all            ((d) zeroes only the rows in use)
     ... --trace                   (a line before each timed run)
+    ... --profile 8               (8 steps of each timed graph path under torch's
+                                   profiler: kernels per step, busy and span per step,
+                                   and the kernels whose time differs most from (b)'s)
 
 With --json the results are written after each batch size ("complete":
 false until the last), so a run cut short keeps what it measured.
@@ -100,22 +105,28 @@ def parse():
                     help="the eager reference checks every path but is not timed (it takes ~40 ms a step)")
     ap.add_argument("--time", default="b,c,d",
                     help="the graph paths timed, comma-separated among b, c, d (each still runs its checks), "
-                         "and d0: an mdr cache whose body does nothing (mdr's own part of a step)")
+                         "d0: an mdr cache whose body does nothing (mdr's own part of a step), and b2: (b) "
+                         "captured again into a pool of its own (the spread placement alone gives)")
     ap.add_argument("--mdr-rows", default="seed", choices=["seed", "all"],
                     help="(d)'s row policy: the seed's zeroing (logits whole), or only the rows in use")
     ap.add_argument("--compile-partition", default="default", choices=["default", "off"],
                     help="(c): inductor's graph partitions as torch sets them, or off")
     ap.add_argument("--compile-cache", default="shared", choices=["shared", "own"],
                     help="(c)'s static cache: the one every path decodes into, or one of its own")
+    ap.add_argument("--profile", type=int, default=0, metavar="N",
+                    help="after the timing, N steps of each timed graph path under torch's profiler "
+                         "(CUDA activity): where a path's GPU time per step goes, beside (b)'s")
     a = ap.parse_args()
     if a.tiny:
         a.model = "tiny"
     a.batches = [int(x) for x in a.batch.split(",") if x.strip()]
     a.timed = [x.strip() for x in a.time.split(",") if x.strip()]
-    if any(x not in ("b", "c", "d", "d0") for x in a.timed):
-        ap.error("--time takes b, c, d and d0, comma-separated, not %r" % a.time)
+    if any(x not in ("b", "b2", "c", "d", "d0") for x in a.timed):
+        ap.error("--time takes b, b2, c, d and d0, comma-separated, not %r" % a.time)
     if a.steps < 2 or a.prompt < 1 or a.reps < 1 or not a.batches or min(a.batches) < 1:
         ap.error("need --steps >= 2, --prompt >= 1, --reps >= 1 and batch sizes >= 1")
+    if a.profile < 0 or a.profile > a.steps:
+        ap.error("--profile takes 0 to --steps (%d) steps, not %d" % (a.steps, a.profile))
     return a
 
 
@@ -648,12 +659,19 @@ def run_batch(args, model, info, stepper, backend, save=None):
         if why:
             res["paths"]["c"] = {"unavailable": why}
             print("(c) torch.compile: %s" % why, flush=True)
-        del rl, rt
 
         # -- timing, interleaved rounds
         fixed = [] if args.no_ref_timing else [("ref", ref)]
         p0 = MdrPath(r, empty=True) if "d0" in args.timed else None
-        rotated = [(n, p) for n, p in [("b", pb), ("c", pc), ("d", pd), ("d0", p0)]
+        pb2 = None
+        if "b2" in args.timed:  # the same capture again: checked like (b), timed beside it
+            pb2 = CUDAGraphPath(r)
+            pb2.name = "b2"
+            l2, t2 = r.buffers()
+            r.drive(pb2, (l2, t2))
+            res["checks"]["b2_logits_bit_identical"] = bool(torch.equal(l2, rl))
+            del l2, t2
+        rotated = [(n, p) for n, p in [("b", pb), ("b2", pb2), ("c", pc), ("d", pd), ("d0", p0)]
                    if p is not None and n in args.timed]
         paths = fixed + rotated
         T = {n: {"gpu": [], "wall": [], "cpu": []} for n, _ in paths}
@@ -704,6 +722,9 @@ def run_batch(args, model, info, stepper, backend, save=None):
             res["paths"]["a"] = {"gpu_ms": median(A["gpu"]), "wall_ms": median(A["wall"]),
                                  "cpu_us": median(A["cpu"]), "cpu_us_p99": None,
                                  "gpu_ms_runs": A["gpu"], "wall_ms_runs": A["wall"]}
+        del rl, rt
+        if args.profile:
+            res["profile"] = profile_paths(r, rotated, args.profile)
         st = pd.cache.stats()
         res["mdr_stats"] = {k: (v if isinstance(v, (int, float, bool)) else str(v))
                             for k, v in vars(st).items()}
@@ -738,7 +759,7 @@ def run_batch(args, model, info, stepper, backend, save=None):
         for p in (pd, p0):
             if p is not None:
                 p.close()
-        del ref, pb, pc, pd, p0
+        del ref, pb, pb2, pc, pd, p0
         torch.cuda.empty_cache()
         res_all.append(res)
         if save is not None:
@@ -746,9 +767,63 @@ def run_batch(args, model, info, stepper, backend, save=None):
     return res_all
 
 
+def profile_paths(run, paths, n):
+    """Steps 0..n-1 of each path under torch's profiler (CUDA activity
+    only): per path, kernels (and copies) per step, their summed time per
+    step (busy) and first start to last end per step (span), and per
+    kernel name its count and µs per step. Beside (b), the names whose time
+    per step differs most. Printed and returned."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+    out = {}
+    for name, p in paths:
+        p.start()
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for k in range(n):
+                p.step(k)
+            torch.cuda.synchronize()
+        evs = [e for e in prof.events()
+               if getattr(e, "device_type", None) == torch.autograd.DeviceType.CUDA]
+        if not evs:
+            out[name] = {"error": "no CUDA activity recorded"}
+            continue
+        by = {}
+        for e in evs:
+            c, t = by.get(e.name, (0, 0.0))
+            by[e.name] = (c + 1, t + (e.time_range.end - e.time_range.start))
+        span = max(e.time_range.end for e in evs) - min(e.time_range.start for e in evs)
+        out[name] = {"events_per_step": len(evs) / n,
+                     "busy_us_per_step": sum(t for _, t in by.values()) / n,
+                     "span_us_per_step": span / n,
+                     "by_name": {k: [c / n, t / n] for k, (c, t) in by.items()}}
+    print("profile, %d steps each: path  events/step  busy us/step  span us/step" % n)
+    for name, v in out.items():
+        if "error" in v:
+            print("  %-3s %s" % (name, v["error"]))
+        else:
+            print("  %-3s %10.1f %12.1f %12.1f" % (name, v["events_per_step"], v["busy_us_per_step"],
+                                                   v["span_us_per_step"]))
+    base = out.get("b", {}).get("by_name")
+    for name, v in out.items():
+        if name == "b" or base is None or "by_name" not in v:
+            continue
+        keys = set(base) | set(v["by_name"])
+        diff = sorted(((v["by_name"].get(k, [0, 0.0])[1] - base.get(k, [0, 0.0])[1],
+                        v["by_name"].get(k, [0, 0])[0] - base.get(k, [0, 0])[0], k) for k in keys),
+                      key=lambda x: -abs(x[0]))
+        v["vs_b"] = [{"name": k, "us_per_step": round(d, 3), "count_per_step": c}
+                     for d, c, k in diff[:20]]
+        print("  %s - b, by kernel (us/step, count/step):" % name)
+        for d, c, k in diff[:12]:
+            print("    %+8.2f %+6.1f  %s" % (d, c, k[:110]))
+    return out
+
+
 LABELS = [("a", "(a) generate, default cache, eager"),
           ("ref", "(ref) eager static-cache step loop"),
           ("b", "(b) static cache + torch.cuda.CUDAGraph"),
+          ("b2", "(b2) the same, captured again"),
           ("c", "(c) torch.compile reduce-overhead"),
           ("d", "(d) mdr graph cache (mdr.torch)"),
           ("d0", "(d0) mdr's own part: the same, empty body")]

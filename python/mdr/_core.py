@@ -1,6 +1,7 @@
 """The objects: Backend, Stream, Arena, BufferView, GraphCache, Comm."""
 import ctypes
 import dataclasses
+import gc
 import threading
 from ctypes import byref, c_size_t, c_uint32, c_void_p
 
@@ -1514,6 +1515,13 @@ class GraphCache(_Object):
         hold = self._hold
 
         def run(call):
+            # No cyclic collection while a body runs: the body may be under
+            # capture, and a collected object's finalizer (an arena's free,
+            # a stream's destroy, another library's) would make a call that
+            # capture forbids on this thread, failing or invalidating it.
+            gc_on = gc.isenabled()
+            if gc_on:
+                gc.disable()
             h = hold[0]
             if h is not None:
                 with _lock:
@@ -1525,6 +1533,8 @@ class GraphCache(_Object):
                 excs.append(e)
                 return _STATUS_BODY_FAILED
             finally:
+                if gc_on:
+                    gc.enable()
                 if h is not None:
                     if h.closed:  # closed by the body: released after C returns
                         excs.append(_BodyHold(h))
@@ -1803,18 +1813,30 @@ class GraphCache(_Object):
 
     def prepare(self, counts, device_ids=None):
         """Capture ahead of time the graphs serving these token counts (for
-        device steps with ids at `device_ids` when given; 0: token_ids)."""
+        device steps with ids at `device_ids` when given; 0: token_ids).
+        Garbage is collected first, and no cyclic collection runs during
+        the captures (a finalizer's CUDA call would break them)."""
         c = self._c()
         if isinstance(counts, int):
             counts = [counts]
         vals = [_as_size(x, "a count") for x in counts]
         arr = (c_size_t * max(len(vals), 1))(*vals)
-        if device_ids is None:
-            st = lib.mdr_graph_cache_prepare(c, arr, len(vals))
-        else:
+        addr = None
+        if device_ids is not None:
             addr = device_ids.data_ptr() if hasattr(device_ids, "data_ptr") else (
                 _addr(device_ids) if device_ids else 0)
-            st = lib.mdr_graph_cache_prepare_device(c, addr, arr, len(vals))
+        gc.collect()
+        gc_on = gc.isenabled()
+        if gc_on:
+            gc.disable()
+        try:
+            if addr is None:
+                st = lib.mdr_graph_cache_prepare(c, arr, len(vals))
+            else:
+                st = lib.mdr_graph_cache_prepare_device(c, addr, arr, len(vals))
+        finally:
+            if gc_on:
+                gc.enable()
         if st or self._excs:
             self._fail(st, "mdr_graph_cache_prepare")
 

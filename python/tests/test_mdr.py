@@ -167,7 +167,8 @@ def test_dlpack_versioned_and_legacy_capsules(host):
     api.PyCapsule_GetPointer.restype = ctypes.c_void_p
     api.PyCapsule_GetPointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
     api.PyCapsule_SetName.argtypes = [ctypes.py_object, ctypes.c_char_p]
-    base = _dlpack.live_exports()
+    gc.collect()  # exports earlier tests left to the collector are released first,
+    base = _dlpack.live_exports()  # not in the middle of this count
 
     legacy = v.__dlpack__()
     assert api.PyCapsule_IsValid(legacy, b"dltensor")
@@ -300,6 +301,49 @@ def test_dynamic_body_in_exact_mode(host):
     c = mdr.GraphCache(a, s, mode="exact", body_dynamic=lambda st, cp, mt: got.append((cp, mt)))
     c.step([1, 2, 3])
     assert got == [(c.count_ptr, 3)]
+
+
+def test_no_cyclic_collection_while_a_body_runs(host):
+    """A collected object's finalizer under capture (an arena's free)
+    breaks the capture: bodies run with the collector off, and prepare
+    collects first. The collector comes back after each body, also one
+    that raises, and stays off where the caller had turned it off."""
+    b, s = host
+    a = tiny_arena(b)
+    seen = []
+
+    def body(stream, tokens):
+        seen.append(gc.isenabled())
+        if tokens == 3:
+            raise ValueError("boom")
+
+    c = mdr.GraphCache(a, s, mode="exact", body=body)
+    assert gc.isenabled()
+    c.prepare([1, 2])
+    c.step([1])
+    assert seen and not any(seen) and gc.isenabled()
+    with pytest.raises(ValueError, match="boom"):
+        c.step([1, 2, 3])
+    assert gc.isenabled()
+
+    class Cycle:
+        pass
+    x = Cycle()
+    x.me = x  # garbage only the collector frees
+    freed = []
+    import weakref
+    weakref.finalize(x, lambda: freed.append(1))
+    del x
+    c.prepare([4])
+    assert freed == [1]  # collected before the capture began
+    gc.disable()
+    try:
+        del seen[:]
+        c.step([1, 2, 3, 4, 5])
+        assert seen == [False] and not gc.isenabled()
+    finally:
+        gc.enable()
+    c.close()
 
 
 def test_exception_in_body_aborts_capture_runs_eagerly_and_raises(host):
