@@ -6,7 +6,13 @@
  * Paths, each the body of an EXACT graph cache replayed with device steps
  * (mdr_graph_cache_step_device), so that every path holds the same step
  * around it:
- *   fused-1shot    mdr_all_reduce, ONE_SHOT, residual + norm_output: one kernel
+ *   fused-1shot    mdr_all_reduce, ONE_SHOT, residual + norm_output: the
+ *                  library's choice, which MDR_AR_NORM_FUSE sets (read when
+ *                  the communicator is made): always, the fused kernel for
+ *                  every call; never, the library's chain (the plain kernel,
+ *                  then the residual + norm kernel); auto (the default),
+ *                  fused only up to 512 KiB. What ran is in the output
+ *                  (mdr_all_reduce_norm_fused: norm_in fused or own-kernel)
  *   unfused-1shot  mdr_all_reduce, ONE_SHOT, no residual; then one kernel of
  *                  the same arithmetic: residual += sum, RMSNorm into the
  *                  output (mdr_cuda_ar_residual_norm, the kernel NCCL's path
@@ -61,9 +67,9 @@ typedef struct tpn_body {
   size_t calls;
 } tpn_body;
 
-static mdr_status tpn_body_fn(void *user, mdr_stream stream, size_t tokens) {
-  tpn_body *c = user;
-  c->calls++;
+/* The path's descriptor of `tokens` rows (the fused paths' with
+ * norm_output). */
+static mdr_all_reduce_desc tpn_desc(const tpn_body *c, size_t tokens) {
   mdr_all_reduce_desc d = mdr_all_reduce_desc_make(TP_BUFFER, MDR_DTYPE_BF16, tokens);
   d.algo = c->p == TPN_NCCL ? MDR_ALL_REDUCE_NCCL
            : (c->p == TPN_FUSED_1 || c->p == TPN_UNFUSED_1) ? MDR_ALL_REDUCE_ONE_SHOT
@@ -75,6 +81,14 @@ static mdr_status tpn_body_fn(void *user, mdr_stream stream, size_t tokens) {
     d.norm_weight = c->weight;
     d.norm_eps = TPN_EPS;
   }
+  return d;
+}
+
+static mdr_status tpn_body_fn(void *user, mdr_stream stream, size_t tokens) {
+  tpn_body *c = user;
+  c->calls++;
+  const mdr_all_reduce_desc d = tpn_desc(c, tokens);
+  const int fused = d.norm_output != MDR_BUF_COUNT;
   mdr_status st = mdr_all_reduce(c->arena, &d, stream);
   if (st != MDR_OK || fused) return st;
   void *res = (void *)(uintptr_t)mdr_arena_ptr(c->arena, TPN_RES);
@@ -94,8 +108,11 @@ static float tpn_weight_value(int r, size_t i) { return 0.5f + (float)((i * 5 + 
 typedef struct tpn_fig {
   summary s;
   bool ran;
+  int norm_in; /* mdr_all_reduce_norm_fused of the path's call: 1 fused, 0 its own kernel, -1 no norm_output */
   char why[160];
 } tpn_fig;
+
+static const char *tpn_norm_in(int v) { return v > 0 ? "fused" : v == 0 ? "own-kernel" : ""; }
 
 static void tpn_check(tp_rank *rk, size_t h, size_t tokens, size_t m, tpn_path p, const uint16_t *buf,
                       const uint16_t *res, const uint16_t *out, const uint16_t *w) {
@@ -148,8 +165,10 @@ static void tpn_report(const tp_options *o, const tp_run_info *info, tpn_fig *fi
   snprintf(path, sizeof path, "%s/norm.json", info->out_dir);
   FILE *js = fopen(path, "w");
   if (!csv || !js) tp_die("norm: cannot write %s", path);
-  fprintf(csv, "hidden,tokens,path,gpu_us_med,gpu_us_p10,gpu_us_p90,skipped\n");
-  fprintf(js, "{\n  \"mode\": \"norm\",\n  \"reps\": %zu,\n  \"eps\": %g,\n  \"cases\": [\n", o->reps, (double)TPN_EPS);
+  const char *fuse = getenv("MDR_AR_NORM_FUSE");
+  fprintf(csv, "hidden,tokens,path,gpu_us_med,gpu_us_p10,gpu_us_p90,skipped,norm_in\n");
+  fprintf(js, "{\n  \"mode\": \"norm\",\n  \"reps\": %zu,\n  \"eps\": %g,\n  \"norm_fuse\": \"%.40s\",\n  \"cases\": [\n",
+          o->reps, (double)TPN_EPS, fuse ? fuse : "");
   int first = 1;
   for (size_t hi = 0; hi < o->n_norm_hidden; hi++) {
     const size_t h = o->norm_hidden[hi];
@@ -161,18 +180,22 @@ static void tpn_report(const tp_options *o, const tp_run_info *info, tpn_fig *fi
       double med[TPN_COUNT];
       for (int p = 0; p < TPN_COUNT; p++) {
         med[p] = f[p].ran ? f[p].s.med : NAN;
-        fprintf(csv, "%zu,%zu,%s,%.3f,%.3f,%.3f,%s\n", h, o->norm_tokens[ti], k_tpn_names[p], med[p],
-                f[p].ran ? f[p].s.p10 : NAN, f[p].ran ? f[p].s.p90 : NAN, f[p].ran ? "" : f[p].why);
+        const char *in = f[p].ran ? tpn_norm_in(f[p].norm_in) : "";
+        fprintf(csv, "%zu,%zu,%s,%.3f,%.3f,%.3f,%s,%s\n", h, o->norm_tokens[ti], k_tpn_names[p], med[p],
+                f[p].ran ? f[p].s.p10 : NAN, f[p].ran ? f[p].s.p90 : NAN, f[p].ran ? "" : f[p].why, in);
         char num[64] = "null";
         if (f[p].ran) snprintf(num, sizeof num, "%.3f", med[p]);
         fprintf(js, "%s    {\"hidden\": %zu, \"tokens\": %zu, \"path\": \"%s\", \"gpu_us_med\": %s, "
-                    "\"skipped\": \"%s\"}",
-                first ? "" : ",\n", h, o->norm_tokens[ti], k_tpn_names[p], num, f[p].ran ? "" : f[p].why);
+                    "\"skipped\": \"%s\", \"norm_in\": \"%s\"}",
+                first ? "" : ",\n", h, o->norm_tokens[ti], k_tpn_names[p], num, f[p].ran ? "" : f[p].why, in);
         first = 0;
       }
       const double best = fmin(med[TPN_FUSED_1], med[TPN_FUSED_2]);
-      printf("%7zu %12.2f %14.2f %7.2f %12.2f %14.2f %7.2f %10.2f %9.2f\n", o->norm_tokens[ti], med[TPN_FUSED_1],
-             med[TPN_UNFUSED_1], med[TPN_FUSED_1] / med[TPN_UNFUSED_1], med[TPN_FUSED_2], med[TPN_UNFUSED_2],
+      /* '*': the fused path's norm ran in its own kernel (the library's chain) */
+      printf("%7zu %11.2f%s %14.2f %7.2f %11.2f%s %14.2f %7.2f %10.2f %9.2f\n", o->norm_tokens[ti], med[TPN_FUSED_1],
+             f[TPN_FUSED_1].ran && f[TPN_FUSED_1].norm_in == 0 ? "*" : " ", med[TPN_UNFUSED_1],
+             med[TPN_FUSED_1] / med[TPN_UNFUSED_1], med[TPN_FUSED_2],
+             f[TPN_FUSED_2].ran && f[TPN_FUSED_2].norm_in == 0 ? "*" : " ", med[TPN_UNFUSED_2],
              med[TPN_FUSED_2] / med[TPN_UNFUSED_2], med[TPN_NCCL], best / med[TPN_NCCL]);
     }
   }
@@ -180,8 +203,9 @@ static void tpn_report(const tp_options *o, const tp_run_info *info, tpn_fig *fi
   fclose(csv);
   fclose(js);
   printf("\nx1, x2: fused over unfused with the same algorithm (the goal: <= 0.85 at 1-64 tokens); xnccl: the better "
-         "fused over nccl+norm\nwrote %s/norm.csv, %s/norm.json\n",
-         info->out_dir, info->out_dir);
+         "fused over nccl+norm; *: the library ran that call's norm in its own kernel (MDR_AR_NORM_FUSE=%s; always: "
+         "the fused kernel for every call, never: the library's chain)\nwrote %s/norm.csv, %s/norm.json\n",
+         fuse ? fuse : "unset, auto", info->out_dir, info->out_dir);
   fflush(stdout);
 }
 
@@ -211,8 +235,11 @@ void tp_norm(tp_rank *rk) {
     tp_barrier(rk);
     const bool kernels = sh->flag[0] && sh->flag[1];
     if (rk->rank == 0 && hi == 0) {
-      printf("\nnorm: the fused all-reduce + residual + RMSNorm, bf16, eps %g; window %s; mdr's kernels %s\n",
-             (double)TPN_EPS, mdr_window_name(mdr_arena_window(rk->arena)), kernels ? "run" : "do NOT run (skipped)");
+      const char *fuse = getenv("MDR_AR_NORM_FUSE");
+      printf("\nnorm: the fused all-reduce + residual + RMSNorm, bf16, eps %g; window %s; mdr's kernels %s; "
+             "MDR_AR_NORM_FUSE=%s\n",
+             (double)TPN_EPS, mdr_window_name(mdr_arena_window(rk->arena)), kernels ? "run" : "do NOT run (skipped)",
+             fuse ? fuse : "(unset: auto)");
       fflush(stdout);
     }
     /* this rank's weight, its own values */
@@ -287,8 +314,10 @@ void tp_norm(tp_rank *rk) {
         tpn_step_ctx step = {cache[p], ids, tokens};
         const summary s = tp_time_blocked(rk, tpn_step, &step, 1.0, "norm: timing");
         if (f) {
+          const mdr_all_reduce_desc d = tpn_desc(&body[p], tokens);
           f->s = s;
           f->ran = true;
+          f->norm_in = d.norm_output == MDR_BUF_COUNT ? -1 : mdr_all_reduce_norm_fused(rk->arena, &d);
         }
       }
     }

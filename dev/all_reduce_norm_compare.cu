@@ -9,8 +9,16 @@
  * Variants, each one-shot and two-shot (kernels/all_reduce.cu compiled
  * into this program, called through mdr_cuda_ar_launch as src/comm_nccl.c
  * does):
- *   fused    one launch: the all-reduce with the residual and the norm
- *   unfused  the plain all-reduce, then mdr_cuda_ar_residual_norm
+ *   fused    the call with the residual and the norm, as mdr_all_reduce
+ *            hands it over, with MDR_AR_NORM_FUSE's choice in the call
+ *            (mdr_arp_norm_fused): unset or "always", one launch, the fused
+ *            kernel (what session 9 measured); "never", the library's
+ *            chain (the plain kernel, then the residual + norm kernel that
+ *            first reads the give-up word); "auto", what the library runs
+ *            (fused only in one-shots of at most 512 KiB). The CSV's variant
+ *            says which: fused, chain or auto; its column norm_fuse too.
+ *   unfused  the plain all-reduce, then mdr_cuda_ar_residual_norm (the
+ *            chain by hand, as session 9 measured it)
  * Cases: 1 to 128 tokens at hidden 4096, 6144 and 8192, bf16.
  *
  * Each case is validated before it is timed: one call on small integers
@@ -22,7 +30,8 @@
  * blocker, an event, a CUDA graph of K calls, an event; one store releases
  * the blockers; the rep's figure is the slowest rank's time / K.
  *
- * Usage: all_reduce_norm_compare OUT_DIR [--reps N] [--ranks 2|4|8] [--no-pdl]
+ * Usage: [MDR_AR_NORM_FUSE=always|never|auto] all_reduce_norm_compare OUT_DIR [--reps N] [--ranks 2|4|8]
+ *        [--no-pdl]
  * Writes OUT_DIR/all_reduce_norm_compare.csv and prints a table. */
 #include <cuda_runtime.h>
 #include <stdint.h>
@@ -56,7 +65,13 @@ struct harness {
   uint32_t *release_dev;
   uint32_t generation;
   int max_blocks, pdl;
+  int norm_fuse; /* MDR_AR_NORM_FUSE (unset: always) for the first variant */
 };
+
+/* The first variant's name under each MDR_AR_NORM_FUSE value. */
+const char *fused_name(int mode) {
+  return mode == MDR_ARP_NORM_FUSE_NEVER ? "chain" : mode == MDR_ARP_NORM_FUSE_AUTO ? "auto" : "fused";
+}
 
 struct shape {
   int algo; /* MDR_ARP_ONE_SHOT or MDR_ARP_TWO_SHOT */
@@ -89,6 +104,7 @@ int launch(const harness &h, int r, const shape &c) {
     k.norm_weight = h.slab[r] + kWgtOff;
     k.norm_off = kOutOff;
     k.norm_eps = kEps;
+    k.norm_fuse = h.norm_fuse;
   }
   int e = mdr_cuda_ar_launch(&k, h.stream[r]);
   if (e || c.fused) return e;
@@ -196,7 +212,7 @@ struct result {
 
 bool run_case(harness &h, const shape &c, int reps, result *out) {
   char what[160];
-  snprintf(what, sizeof what, "%s %s hidden %zu, %zu tokens", c.fused ? "fused" : "unfused",
+  snprintf(what, sizeof what, "%s %s hidden %zu, %zu tokens", c.fused ? fused_name(h.norm_fuse) : "unfused",
            c.algo == MDR_ARP_ONE_SHOT ? "one-shot" : "two-shot", c.hidden, c.tokens);
   fill(h, c, false);
   for (int r = 0; r < h.n; r++) CUDA_CHECK((cudaError_t)launch(h, r, c));
@@ -280,6 +296,12 @@ int main(int argc, char **argv) {
   }
   harness h = {};
   h.n = n;
+  const char *fuse_env = getenv("MDR_AR_NORM_FUSE");
+  h.norm_fuse = fuse_env ? mdr_arp_norm_fuse_parse(fuse_env) : MDR_ARP_NORM_FUSE_ALWAYS;
+  if (h.norm_fuse < 0) {
+    fprintf(stderr, "MDR_AR_NORM_FUSE=\"%s\": auto, always or never\n", fuse_env);
+    return 2;
+  }
   int dev = 0, sms = 0, major = 0;
   CUDA_CHECK(cudaGetDevice(&dev));
   CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
@@ -304,9 +326,12 @@ int main(int argc, char **argv) {
   h.release = rel;
   CUDA_CHECK(cudaHostGetDevicePointer((void **)&h.release_dev, rel, 0));
   sync_all(h);
+  static const char *const k_modes[3] = {"auto", "always", "never"};
   printf("all_reduce_norm_compare: %d ranks on one GPU (%d SMs), bf16, eps %g, grid cap %d, PDL %s, %d reps of a "
-         "graph of %d calls (a first look: the ranks share one GPU)\n",
-         n, sms, (double)kEps, h.max_blocks, h.pdl ? "on" : "off", reps, K);
+         "graph of %d calls (a first look: the ranks share one GPU); MDR_AR_NORM_FUSE=%s%s: the first variant is "
+         "'%s'\n",
+         n, sms, (double)kEps, h.max_blocks, h.pdl ? "on" : "off", reps, K, k_modes[h.norm_fuse],
+         fuse_env ? "" : " (unset: always)", fused_name(h.norm_fuse));
   const size_t hiddens[] = {4096, 6144, 8192};
   const size_t tokens[] = {1, 2, 4, 8, 16, 32, 64, 128};
   std::vector<result> res;
@@ -329,13 +354,15 @@ int main(int argc, char **argv) {
     fprintf(stderr, "cannot write %s\n", csv_path.c_str());
     return 2;
   }
-  fprintf(csv, "variant,algo,hidden,tokens,median_us,p99_us,ranks,reps,calls_per_graph,grid_cap,pdl\n");
+  fprintf(csv, "variant,algo,hidden,tokens,median_us,p99_us,ranks,reps,calls_per_graph,grid_cap,pdl,norm_fuse\n");
   for (const result &r : res)
-    fprintf(csv, "%s,%s,%zu,%zu,%.3f,%.3f,%d,%d,%d,%d,%d\n", r.c.fused ? "fused" : "unfused",
+    fprintf(csv, "%s,%s,%zu,%zu,%.3f,%.3f,%d,%d,%d,%d,%d,%s\n", r.c.fused ? fused_name(h.norm_fuse) : "unfused",
             r.c.algo == MDR_ARP_ONE_SHOT ? "one-shot" : "two-shot", r.c.hidden, r.c.tokens, r.median, r.p99, n, reps, K,
-            h.max_blocks, h.pdl);
+            h.max_blocks, h.pdl, k_modes[h.norm_fuse]);
   fclose(csv);
-  printf("\n%-7s %-7s %-9s | %12s %12s | %8s\n", "hidden", "tokens", "algo", "fused med us", "unfused med", "x");
+  char head[32];
+  snprintf(head, sizeof head, "%s med us", fused_name(h.norm_fuse));
+  printf("\n%-7s %-7s %-9s | %12s %12s | %8s\n", "hidden", "tokens", "algo", head, "unfused med", "x");
   for (size_t i = 0; i + 1 < res.size(); i++) {
     const result &a = res[i], &b = res[i + 1];
     if (!a.c.fused || b.c.fused || a.c.algo != b.c.algo || a.c.hidden != b.c.hidden || a.c.tokens != b.c.tokens)
@@ -343,7 +370,8 @@ int main(int argc, char **argv) {
     printf("%-7zu %-7zu %-9s | %12.2f %12.2f | %8.3f\n", a.c.hidden, a.c.tokens,
            a.c.algo == MDR_ARP_ONE_SHOT ? "one-shot" : "two-shot", a.median, b.median, a.median / b.median);
   }
-  printf("\nx: fused over unfused (issue 27's goal on two GPUs: <= 0.85 at 1-64 tokens)\nwrote %s\n", csv_path.c_str());
+  printf("\nx: %s over unfused (issue 27's goal on two GPUs: <= 0.85 at 1-64 tokens)\nwrote %s\n",
+         fused_name(h.norm_fuse), csv_path.c_str());
   if (!ok) printf("some cases failed validation (not timed): see above\n");
   return ok ? 0 : 1;
 }

@@ -38,7 +38,10 @@
  * sums and norms rows b, b + grid, ...; two-shot, rank r sums whole rows
  * (1/n of them) and, after barrier 2, block b adds the residual and norms
  * the rows block b of every rank wrote. A row's sum of squares is one
- * block's fixed tree (norm_row).
+ * block's fixed tree (norm_row). Where the fused kernel does not win
+ * (mdr_arp_norm_fused, kernels/ar_protocol.h: two-shot, or one-shot over
+ * MDR_ARP_NORM_FUSE_MAX_BYTES, without a count word) mdr_cuda_ar_launch
+ * runs the chain instead: the plain kernel, then residual_norm_kernel.
  *
  * Blocks never wait for blocks of their own rank, only for the same block
  * of a peer; the grid is at most one block per SM of the smallest GPU of
@@ -454,12 +457,23 @@ template <int DT> __global__ void __launch_bounds__(MDR_AR_THREADS) all_reduce_n
 
 /* residual += sum (sum NULL: nothing added) then the RMSNorm of the
  * residual into out, for min(*count_ptr, nrows) rows (count_ptr NULL:
- * nrows): the arithmetic of the fused all-reduce, as its own kernel. */
+ * nrows): the arithmetic of the fused all-reduce, as its own kernel (after
+ * ncclAllReduce, and the unfused chain's second kernel). gave_up (NULL:
+ * none) is this rank's region word MDR_ARP_CTL_CLAIM in the chain: set
+ * when the all-reduce kernel before it (or an earlier one) gave up, and
+ * then nothing is touched: the residual and the output stay as they were,
+ * as the fused kernel leaves the rows it did not finish. */
 template <int DT>
 __global__ void __launch_bounds__(MDR_AR_THREADS)
     residual_norm_kernel(uint4 *res, const uint4 *sum, uint4 *out, const uint4 *w, size_t rv, size_t nrows,
-                         const uint32_t *count_ptr, float eps) {
+                         const uint32_t *count_ptr, float eps, const uint32_t *gave_up) {
   __shared__ norm_smem sm;
+  if (gave_up) { /* one read for the block: every thread leaves, or none */
+    __shared__ uint32_t s_gave_up;
+    if (threadIdx.x == 0) s_gave_up = *(volatile const uint32_t *)gave_up;
+    __syncthreads();
+    if (s_gave_up) return;
+  }
   size_t n = nrows;
   if (count_ptr) n = *count_ptr < n ? *count_ptr : n;
   const float h = (float)(rv * (MDR_ARP_VEC / sizeof(uint16_t)));
@@ -520,9 +534,51 @@ __global__ void resolve_peers_kernel(ncclWindow_t win, int n, char **out) {
 }
 #endif
 
+/* The residual + RMSNorm kernel on `s` (no programmatic dependent launch:
+ * it starts once the work before it has completed). */
+int launch_residual_norm(uint4 *res, const uint4 *sum, uint4 *out, const uint4 *w, float eps, size_t row_bytes,
+                         size_t nrows, const uint32_t *count_ptr, int dtype, const uint32_t *gave_up,
+                         cudaStream_t s) {
+  const size_t rv = row_bytes / MDR_ARP_VEC;
+  size_t blocks = nrows < 1024 ? nrows : 1024;
+  if (blocks < 1) blocks = 1;
+  const unsigned threads = rv < MDR_AR_THREADS ? (unsigned)((rv + 31) / 32 * 32) : MDR_AR_THREADS;
+  switch (dtype) {
+    case MDR_ARP_BF16:
+      residual_norm_kernel<MDR_ARP_BF16>
+          <<<(unsigned)blocks, threads, 0, s>>>(res, sum, out, w, rv, nrows, count_ptr, eps, gave_up);
+      break;
+    case MDR_ARP_FP16:
+      residual_norm_kernel<MDR_ARP_FP16>
+          <<<(unsigned)blocks, threads, 0, s>>>(res, sum, out, w, rv, nrows, count_ptr, eps, gave_up);
+      break;
+    default: return (int)cudaErrorInvalidValue;
+  }
+  return (int)cudaGetLastError();
+}
+
 }  // namespace
 
+/* A call with norm_weight runs the fused kernel or the chain
+ * (mdr_arp_norm_fused, kernels/ar_protocol.h): the chain is the plain
+ * all-reduce of the rows (no residual, no norm: its signature says so, and
+ * a rank that runs the fused kernel against it is a mismatch), then the
+ * residual add and the norm of exactly those rows on the same stream,
+ * skipped entirely when this rank's kernels gave up (MDR_ARP_CTL_CLAIM). */
 extern "C" int mdr_cuda_ar_launch(const mdr_ar_call *k, void *stream) {
+  if (k->norm_weight && !mdr_arp_norm_fused(k)) {
+    mdr_ar_call plain = *k;
+    plain.res_off = MDR_ARP_NO_RESIDUAL;
+    plain.norm_weight = nullptr;
+    plain.norm_off = 0;
+    plain.norm_eps = 0.0f;
+    const int e = mdr_cuda_ar_launch(&plain, stream);
+    if (e) return e;
+    const uint32_t *claim = (const uint32_t *)(k->self + k->region_off + MDR_ARP_CTL_OFF) + MDR_ARP_CTL_CLAIM;
+    return launch_residual_norm((uint4 *)(k->self + k->res_off), (const uint4 *)(k->self + k->buf_off),
+                                (uint4 *)(k->self + k->norm_off), (const uint4 *)k->norm_weight, k->norm_eps,
+                                k->row_bytes, k->rows, k->count_ptr, k->dtype, claim, (cudaStream_t)stream);
+  }
   /* the grid covers the largest message this launch can see, one vector a
    * thread, up to one block per SM */
   const size_t nvec = k->rows * k->row_bytes / MDR_ARP_VEC;
@@ -639,23 +695,8 @@ extern "C" int mdr_cuda_ar_residual_add(void *residual, const void *rows, size_t
 extern "C" int mdr_cuda_ar_residual_norm(void *residual, const void *sum, void *out, const void *weight, float eps,
                                          size_t row_bytes, size_t nrows, const uint32_t *count_ptr, int dtype,
                                          void *stream) {
-  const size_t rv = row_bytes / MDR_ARP_VEC;
-  size_t blocks = nrows < 1024 ? nrows : 1024;
-  if (blocks < 1) blocks = 1;
-  const unsigned threads = rv < MDR_AR_THREADS ? (unsigned)((rv + 31) / 32 * 32) : MDR_AR_THREADS;
-  cudaStream_t s = (cudaStream_t)stream;
-  uint4 *res = (uint4 *)residual, *o = (uint4 *)out;
-  const uint4 *in = (const uint4 *)sum, *w = (const uint4 *)weight;
-  switch (dtype) {
-    case MDR_ARP_BF16:
-      residual_norm_kernel<MDR_ARP_BF16><<<(unsigned)blocks, threads, 0, s>>>(res, in, o, w, rv, nrows, count_ptr, eps);
-      break;
-    case MDR_ARP_FP16:
-      residual_norm_kernel<MDR_ARP_FP16><<<(unsigned)blocks, threads, 0, s>>>(res, in, o, w, rv, nrows, count_ptr, eps);
-      break;
-    default: return (int)cudaErrorInvalidValue;
-  }
-  return (int)cudaGetLastError();
+  return launch_residual_norm((uint4 *)residual, (const uint4 *)sum, (uint4 *)out, (const uint4 *)weight, eps,
+                              row_bytes, nrows, count_ptr, dtype, nullptr, (cudaStream_t)stream);
 }
 
 #if defined(MDR_HAVE_NCCL_DEVICE)

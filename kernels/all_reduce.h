@@ -21,8 +21,11 @@ extern "C" {
 
 enum { MDR_AR_THREADS = 512 };
 
-/* Enqueue the call (algo ONE_SHOT, TWO_SHOT or AUTO; the fused RMSNorm
- * with norm_weight) on `stream` (a cudaStream_t). 0 on success, else a cudaError_t. */
+/* Enqueue the call (algo ONE_SHOT, TWO_SHOT or AUTO; the RMSNorm with
+ * norm_weight) on `stream` (a cudaStream_t). With norm_weight, one fused
+ * kernel or the chain of two (the plain all-reduce, then the residual add
+ * and the norm: mdr_arp_norm_fused decides, kernels/ar_protocol.h); the
+ * same bits either way. 0 on success, else a cudaError_t. */
 int mdr_cuda_ar_launch(const mdr_ar_call *k, void *stream);
 
 /* residual += rows for min(*count_ptr, rows) rows (count_ptr NULL: rows):
@@ -35,8 +38,9 @@ int mdr_cuda_ar_residual_add(void *residual, const void *rows, size_t row_bytes,
  * `weight` (one row of dtype, 16-byte aligned) and eps, for
  * min(*count_ptr, nrows) rows (count_ptr NULL: nrows); bf16 or fp16 rows
  * of whole 16-byte vectors, at most MDR_ARP_NORM_MAX_VECS of them. The
- * fused norm's counterpart after an NCCL all-reduce, and the unfused
- * chain's second kernel in the measurements. 0 or a cudaError_t. */
+ * fused norm's counterpart after an NCCL all-reduce (the unfused chain
+ * of mdr_cuda_ar_launch runs the same kernel, which then also reads this
+ * rank's give-up word first). 0 or a cudaError_t. */
 int mdr_cuda_ar_residual_norm(void *residual, const void *sum, void *out, const void *weight, float eps,
                               size_t row_bytes, size_t nrows, const uint32_t *count_ptr, int dtype, void *stream);
 

@@ -13,6 +13,10 @@
  *                            region and in every peer's, so every spinning
  *                            block leaves; [MDR_ARP_CTL_CLAIM] elects the
  *                            one thread of this rank that writes the report
+ *                            (so it is set once this rank's kernels gave
+ *                            up, whatever the cause: the unfused norm's
+ *                            second kernel reads it and then touches
+ *                            nothing)
  *   +MDR_ARP_STATE_OFF       per block b (MDR_ARP_MAX_BLOCKS): its counters
  *                            (mdr_arp_block), read at the block's start and
  *                            written at its end by block b only (block 0
@@ -98,7 +102,7 @@ enum {
   MDR_ARP_VEC = 16,         /* bytes per vector access: rows must be whole vectors */
   MDR_ARP_POLL_EVERY = 64,  /* spin turns between polls of the abort words and the clock */
   MDR_ARP_CTL_ABORT = 0,    /* control word: a rank gave up */
-  MDR_ARP_CTL_CLAIM = 1,    /* control word: this rank's report is written */
+  MDR_ARP_CTL_CLAIM = 1,    /* control word: this rank's report is written (a kernel of this rank gave up) */
   MDR_ARP_CTL_OFF = 0,
   MDR_ARP_STATE_OFF = 256,
   MDR_ARP_FLAGS_OFF = MDR_ARP_STATE_OFF + MDR_ARP_MAX_BLOCKS * 16,
@@ -246,6 +250,8 @@ typedef struct mdr_ar_call {
                                 address, 16-byte aligned); res_off is then set */
   size_t norm_off;           /* the fused RMSNorm's output rows (with norm_weight) */
   float norm_eps;            /* its epsilon (with norm_weight) */
+  int norm_fuse;             /* with norm_weight: MDR_ARP_NORM_FUSE_AUTO (0), ALWAYS or NEVER (MDR_AR_NORM_FUSE;
+                                mdr_arp_norm_fused decides) */
   /* the transport's */
   char *peer[MDR_ARP_MAX_RANKS]; /* each rank's slab (window base) as this rank reaches it */
   char *self;                    /* this rank's slab at its own address */
@@ -287,6 +293,63 @@ MDR_ARP_FN size_t mdr_arp_rows_now(const mdr_ar_call *k) {
  * public MDR_ALL_REDUCE_NORM_MAX_ROW_BYTES / 16: the kernels' tree lives in
  * shared memory). */
 enum { MDR_ARP_NORM_MAX_VECS = 4096 };
+
+/* ---- fused or chained: where the fused kernel wins ----
+ *
+ * A call with norm_weight runs either the fused kernel (one launch: the
+ * all-reduce, the residual add and the norm) or the chain: the plain
+ * all-reduce kernel (no residual, no norm: the rows hold the sum), then,
+ * on the same stream, the residual add and the norm in a kernel of their
+ * own, of the arithmetic above (kernels/all_reduce.cu, residual_norm_kernel;
+ * it touches nothing when this rank's kernels gave up: MDR_ARP_CTL_CLAIM).
+ * The observable result is the same bits either way: the rows hold the sum,
+ * the residual residual + sum, norm_output the norm, exactly the reduced
+ * rows. The fused kernel wins only in one-shot calls of up to
+ * MDR_ARP_NORM_FUSE_MAX_BYTES of rows: on one H200 with two ranks
+ * (bench/results/h200-2026-12-02-session9/all_reduce_norm_compare.csv,
+ * dev/all_reduce_norm_compare) the fused one-shot takes 0.73-0.89x of the
+ * chain's time at 1-32 tokens of hidden 4096-8192 (8-512 KiB of bf16 rows)
+ * and 0.98x at 64 tokens of hidden 4096 (512 KiB), but 1.04-1.12x at 64
+ * tokens of hidden 6144-8192 (768 KiB, 1 MiB) and 1.26-1.46x at 128
+ * tokens; the fused two-shot 0.90-1.10x, no clear win, so two-shot calls
+ * chain. A call with a count word keeps the fused kernel: its launch is
+ * shaped (a block a row) before the count is known. MDR_AR_NORM_FUSE
+ * (always, never) overrides the choice for calls without a count word, to
+ * measure both sides; every rank must run the same (the signature carries
+ * the difference: a mismatch). */
+#define MDR_ARP_NORM_FUSE_MAX_BYTES ((size_t)512 << 10)
+enum { MDR_ARP_NORM_FUSE_AUTO = 0, MDR_ARP_NORM_FUSE_ALWAYS = 1, MDR_ARP_NORM_FUSE_NEVER = 2 };
+
+/* 1: the fused kernel; 0: the chain. `mode` an MDR_ARP_NORM_FUSE_ value
+ * (another value counts as AUTO), `algo` as mdr_ar_call.algo (ONE_SHOT,
+ * TWO_SHOT, or AUTO with a count), `counted` whether a count word bounds
+ * the call (rows is then the bound). */
+MDR_ARP_FN int mdr_arp_norm_fuses(int mode, int algo, size_t rows, size_t row_bytes, int counted,
+                                  size_t one_shot_max) {
+  if (counted || mode == MDR_ARP_NORM_FUSE_ALWAYS) return 1;
+  if (mode == MDR_ARP_NORM_FUSE_NEVER) return 0;
+  const size_t bytes = rows * row_bytes;
+  return mdr_arp_runs_one_shot(algo, bytes, one_shot_max) && bytes <= MDR_ARP_NORM_FUSE_MAX_BYTES;
+}
+
+/* The same for a call (with norm_weight): what mdr_cuda_ar_launch, the host
+ * twin and mdr_all_reduce_norm_fused run. */
+MDR_ARP_FN int mdr_arp_norm_fused(const mdr_ar_call *k) {
+  return mdr_arp_norm_fuses(k->norm_fuse, k->algo, k->rows, k->row_bytes, k->count_ptr != NULL, k->one_shot_max);
+}
+
+/* MDR_AR_NORM_FUSE's value: auto, always or never (any case); -1 for any
+ * other text (NULL or "": AUTO, unset). */
+static inline int mdr_arp_norm_fuse_parse(const char *v) {
+  static const char *const k_names[3] = {"auto", "always", "never"};
+  if (!v || !*v) return MDR_ARP_NORM_FUSE_AUTO;
+  for (int i = 0; i < 3; i++) {
+    const char *a = v, *b = k_names[i];
+    while (*a && *b && (*a | 0x20) == *b) a++, b++;
+    if (!*a && !*b) return i;
+  }
+  return -1;
+}
 
 /* P: the tree's leaves for a row of `nvec` vectors. */
 MDR_ARP_FN size_t mdr_arp_norm_leaves(size_t nvec) {

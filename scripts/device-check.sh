@@ -14,7 +14,8 @@
 #     default 100; each such run under STEP_TIMEOUT, default 900 s here),
 #     and plainly with rank 1 of 4 destroyed while the others wait (--destroy-rank 1),
 #     dev/all_reduce_compare (the kernels before and after the protocol rebuild)
-#     and dev/all_reduce_norm_compare (the fused norm against the unfused chain)
+#     and dev/all_reduce_norm_compare (the fused norm against the unfused chain,
+#     under MDR_AR_NORM_FUSE=always, never and auto)
 #   tpsan: the several-GPU suites under compute-sanitizer (memcheck; synccheck
 #     for all_reduce)
 #   overhead: the host's cost of a step, piece by piece, and its tails (dev/step_overhead_probe)
@@ -40,7 +41,8 @@
 #     (TP_SOAK replays, default 100000, per algorithm in TP_SOAK_ALGOS), the
 #     TP=2 decode loop, mdr-bench-tp (TP_BENCH_RUNS times; with TP_PDL_AB
 #     set, each time also with MDR_AR_PDL=0 first), mdr-bench-tp --norm
-#     (the fused all-reduce + residual + RMSNorm; TP_NORM_ARGS) and
+#     (the fused all-reduce + residual + RMSNorm; TP_NORM_ARGS; under
+#     MDR_AR_NORM_FUSE=always, never and auto) and
 #     mdr-bench-tp --barrier (mdr's block barrier against NCCL's LSA barrier)
 #   (default: build tests sanitize variants decode bench peer)
 #   env BENCH_ARGS: extra arguments for mdr-bench (default --quick)
@@ -194,8 +196,13 @@ if has tp; then
       run "bench-tp-$i" $build/bench/mdr-bench-tp ${TP_BENCH_ARGS:---quick} --out "$out/bench-tp-$i" --force
     done
     # the fused all-reduce + residual + RMSNorm against the unfused chain and
-    # NCCL + RMSNorm (1-128 tokens, hidden 4096/6144/8192; TP_NORM_ARGS)
-    run bench-tp-norm $build/bench/mdr-bench-tp --norm ${TP_NORM_ARGS:-} --out "$out/bench-tp-norm" --force
+    # NCCL + RMSNorm (1-128 tokens, hidden 4096/6144/8192; TP_NORM_ARGS): the
+    # fused kernel everywhere (always: where the crossover is), the library's
+    # chain (never) and the shipped crossover (auto)
+    for fuse in always never auto; do
+      run "bench-tp-norm-$fuse" env MDR_AR_NORM_FUSE=$fuse $build/bench/mdr-bench-tp --norm ${TP_NORM_ARGS:-} \
+        --out "$out/bench-tp-norm-$fuse" --force
+    done
     # mdr's block barrier against NCCL's LSA barrier (issue 21 item 1), both validated first
     run bench-tp-barrier $build/bench/mdr-bench-tp --barrier --out "$out/bench-tp-barrier" --force
   fi
@@ -244,9 +251,14 @@ if has arproto; then
   mkdir -p "$out/ar-compare"
   run ar-compare $build/dev/all_reduce_compare "$out/ar-compare" ${AR_COMPARE_ARGS:---reps 400}
   # the fused all-reduce + residual + RMSNorm against the unfused chain, ranks
-  # on one GPU (a first look; the figures belong to tp's bench-tp-norm)
-  mkdir -p "$out/ar-norm-compare"
-  run ar-norm-compare $build/dev/all_reduce_norm_compare "$out/ar-norm-compare" ${AR_NORM_ARGS:---reps 400}
+  # on one GPU (a first look; the figures belong to tp's bench-tp-norm): the
+  # fused kernel everywhere (always), the library's chain (never) and the
+  # shipped crossover (auto), each against the chain by hand
+  for fuse in always never auto; do
+    mkdir -p "$out/ar-norm-compare-$fuse"
+    run "ar-norm-compare-$fuse" env MDR_AR_NORM_FUSE=$fuse $build/dev/all_reduce_norm_compare \
+      "$out/ar-norm-compare-$fuse" ${AR_NORM_ARGS:---reps 400}
+  done
 fi
 if has overhead; then
   run overhead $build/dev/step_overhead_probe

@@ -221,6 +221,7 @@ static mdr_status resolve(const mdr_arena *a, const mdr_all_reduce_desc *d, int 
     out->norm_weight = (const void *)(uintptr_t)d->norm_weight;
     out->norm_off = (size_t)(mdr_arena_ptr(a, d->norm_output) - slab);
     out->norm_eps = d->norm_eps;
+    out->norm_fuse = mdr_arena_comm(a)->norm_fuse;
   }
   return MDR_OK;
 }
@@ -233,6 +234,15 @@ mdr_all_reduce_algo mdr_all_reduce_choice(const mdr_arena *a, const mdr_all_redu
   mdr_all_reduce_algo algo;
   const mdr_status st = resolve(a, d, 0, &call, &algo);
   return st == MDR_OK ? algo : MDR_ALL_REDUCE_ALGO_COUNT;
+}
+
+int mdr_all_reduce_norm_fused(const mdr_arena *a, const mdr_all_reduce_desc *d) {
+  if (!a || !d || !mdr_arena_comm(a) || d->norm_output == MDR_BUF_COUNT) return -1;
+  mdr_ar_call call;
+  mdr_all_reduce_algo algo;
+  if (resolve(a, d, 0, &call, &algo) != MDR_OK) return -1;
+  /* NCCL's path: the norm in its own kernel after the collective */
+  return algo != MDR_ALL_REDUCE_NCCL && mdr_arp_norm_fused(&call) ? 1 : 0;
 }
 
 mdr_status mdr_all_reduce(mdr_arena *a, const mdr_all_reduce_desc *d, mdr_stream stream) {
@@ -276,6 +286,15 @@ mdr_status mdr_all_reduce_call_of(mdr_arena *a, mdr_ar_call *out) {
 }
 
 long mdr_ar_timeout_ms(mdr_backend *b) { return mdr_env_ms(b, "MDR_AR_TIMEOUT_MS", "communicator"); }
+
+int mdr_ar_norm_fuse(mdr_backend *b) {
+  const char *v = getenv("MDR_AR_NORM_FUSE");
+  const int mode = mdr_arp_norm_fuse_parse(v);
+  if (mode >= 0) return mode;
+  mdr_backend_fail(b, MDR_OK, "communicator: MDR_AR_NORM_FUSE=\"%.40s\" not recognised (auto, always, never): "
+                   "taken as auto", v);
+  return MDR_ARP_NORM_FUSE_AUTO;
+}
 
 void mdr_ar_report_text(const volatile uint32_t *report, int rank, char *buf, size_t n) {
   const uint32_t cause = report[MDR_ARP_REP_CAUSE], wait = report[MDR_ARP_REP_WAIT];

@@ -40,6 +40,12 @@ mdr_status mdr_all_reduce_call_of(mdr_arena *a, mdr_ar_call *out);
  * (unset; another value is 0 too, and reported on b: src/env.h). */
 long mdr_ar_timeout_ms(mdr_backend *b);
 
+/* MDR_AR_NORM_FUSE from the environment (read when a communicator is made):
+ * MDR_ARP_NORM_FUSE_AUTO when unset or empty, ALWAYS for "always", NEVER
+ * for "never" (any case); another value is AUTO too, and reported on b as
+ * src/env.h's switches report theirs. */
+int mdr_ar_norm_fuse(mdr_backend *b);
+
 /* The text of a give-up report (kernels/ar_protocol.h, the host words of
  * one rank) into buf. */
 void mdr_ar_report_text(const volatile uint32_t *report, int rank, char *buf, size_t n);

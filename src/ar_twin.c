@@ -15,7 +15,9 @@
  * rounding to the element type (round to nearest even; fp32 sums in fp32);
  * residual = round((float)residual + (float)sum). The fused RMSNorm after
  * it: the operations of kernels/ar_protocol.h in their order (twin_norm);
- * its two-shot splits whole rows between the ranks, as the kernel's does. */
+ * its two-shot splits whole rows between the ranks, as the kernel's does.
+ * Where mdr_arp_norm_fused says the GPU runs the unfused chain, the twin
+ * runs the plain protocol and then the norm, as mdr_cuda_ar_launch does. */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
 #include <sched.h>
@@ -377,6 +379,22 @@ static mdr_arp_block *states_of(const mdr_ar_call *k) {
 }
 
 mdr_status mdr_ar_twin_run(mdr_comm *c, const mdr_ar_call *k) {
+  if (k->norm_weight && !mdr_arp_norm_fused(k)) {
+    /* the unfused chain, as mdr_cuda_ar_launch runs it: the plain
+     * all-reduce (its own signature), then the residual add and the norm,
+     * none of it when the all-reduce gave up */
+    mdr_ar_call plain = *k;
+    plain.res_off = MDR_ARP_NO_RESIDUAL;
+    plain.norm_weight = NULL;
+    plain.norm_off = 0;
+    plain.norm_eps = 0.0f;
+    const mdr_status st = mdr_ar_twin_run(c, &plain);
+    if (st != MDR_OK) return st;
+    const size_t rows = mdr_arp_rows_now(k);
+    mdr_ar_twin_residual(k, rows * k->row_bytes / mdr_dtype_bytes((mdr_dtype)k->dtype));
+    twin_norm(k, 0, rows);
+    return MDR_OK;
+  }
   const mdr_dtype dt = (mdr_dtype)k->dtype;
   const size_t esize = mdr_dtype_bytes(dt), bytes = mdr_arp_rows_now(k) * k->row_bytes;
   const size_t count = bytes / esize, nvec = (bytes + MDR_ARP_VEC - 1) / MDR_ARP_VEC;

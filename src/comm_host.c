@@ -381,6 +381,7 @@ mdr_status mdr_comm_create_host(mdr_backend *const *backends, int n, mdr_comm **
   }
   sh->n = n;
   sh->timeout_ms = timeout_ms(backends[0]);
+  const int norm_fuse = mdr_ar_norm_fuse(backends[0]);
   sh->group = g;
   pthread_mutex_init(&sh->m, NULL);
   pthread_cond_init(&sh->cv, NULL);
@@ -400,7 +401,7 @@ mdr_status mdr_comm_create_host(mdr_backend *const *backends, int n, mdr_comm **
       return mdr_backend_fail(backends[i], MDR_ERR_OUT_OF_MEMORY, "host comm: rank %d", i);
     }
     *c = (mdr_comm){.ops = &host_comm_ops, .b = backends[i], .rank = i, .size = n, .device = -1, .group = g,
-                    .impl = hr, .timeout_ms = sh->timeout_ms};
+                    .impl = hr, .timeout_ms = sh->timeout_ms, .norm_fuse = norm_fuse};
     out[i] = c;
   }
   return MDR_OK;

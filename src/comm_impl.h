@@ -80,6 +80,7 @@ struct mdr_comm {
   int rank, size, device;
   int caches; /* graph caches this rank made on arenas of this communicator */
   long timeout_ms; /* MDR_AR_TIMEOUT_MS at create (0: no limit) */
+  int norm_fuse;   /* MDR_AR_NORM_FUSE at create: an MDR_ARP_NORM_FUSE_ value (kernels/ar_protocol.h) */
   mdr_comm_group *group;
   void *impl; /* per rank: ncclComm_t, or the host rank's state */
 };

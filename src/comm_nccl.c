@@ -378,7 +378,7 @@ static mdr_status make_rank(mdr_backend *b, ncclComm_t comm, int owned, mdr_comm
   nr->owned = owned;
   atomic_flag_clear(&nr->slabs_lock);
   *c = (mdr_comm){.ops = &nccl_comm_ops, .b = b, .rank = rank, .size = size, .device = dev, .group = g, .impl = nr,
-                  .timeout_ms = mdr_ar_timeout_ms(b)};
+                  .timeout_ms = mdr_ar_timeout_ms(b), .norm_fuse = mdr_ar_norm_fuse(b)};
   *out = c;
   return MDR_OK;
 fail:

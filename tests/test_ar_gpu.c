@@ -34,12 +34,16 @@
  *   - the time limit: a lone rank gives up by itself and raises every
  *     rank's abort word;
  *   - lockstep mismatches (dtype, rows, residual, count source, algorithm,
- *     fused norm) give up with MDR_ARP_MISMATCH;
+ *     fused norm, fused against chained) give up with MDR_ARP_MISMATCH;
  *   - the fused RMSNorm: every dtype x algorithm x count source at 1 to
- *     128 tokens and rows up to hidden 8192, and a third of the bf16/fp16
- *     residual calls of the random sequences, each rank its own weight,
- *     the norm rows against tests/ar_norm_ref.h (the contract's
- *     arithmetic), rows past the count untouched.
+ *     128 tokens and rows up to hidden 8192 (the fused kernel forced), and
+ *     a third of the bf16/fp16 residual calls of the random sequences
+ *     (auto: fused or chained), each rank its own weight, the norm rows
+ *     against tests/ar_norm_ref.h (the contract's arithmetic), rows past
+ *     the count untouched;
+ *   - fused or chained (mdr_arp_norm_fused): both sides of 512 KiB under
+ *     MDR_AR_NORM_FUSE's three modes, the same bits; a chained norm whose
+ *     all-reduce gives up leaves the residual and norm_output untouched.
  * Every wait on the GPU has a host deadline: past it the host raises the
  * abort word and the case fails instead of hanging (Criterion's .timeout
  * is the last resort).
@@ -289,6 +293,7 @@ typedef struct ar_case {
   int edges;         /* edge elements at the start of row 0 */
   int norm;          /* the fused RMSNorm (bf16, fp16; with the residual) */
   float eps;         /* its epsilon */
+  int fuse;          /* with norm: MDR_ARP_NORM_FUSE_AUTO (0), ALWAYS or NEVER (MDR_AR_NORM_FUSE) */
 } ar_case;
 
 /* The call of rank r as src/all_reduce.c and src/comm_nccl.c fill it. */
@@ -318,6 +323,7 @@ static mdr_ar_call h_call(const harness *h, int r, const ar_case *c, int index, 
     k.norm_weight = h->slab[r] + WGT_OFF + c->off;
     k.norm_off = NORM_OFF + c->off;
     k.norm_eps = c->eps;
+    k.norm_fuse = c->fuse;
   }
   return k;
 }
@@ -932,13 +938,13 @@ Test(ar_gpu, calls_from_every_long_running_start_state_are_exact, .timeout = 600
       read_states(&h, 0, before);
       mdr_arp_block model = before[0];
       const ar_case forced[] = {
-          {0, 4096, 64, 0, 0, MDR_ARP_BF16, MDR_ARP_TWO_SHOT, 1, 0, 0, 0.0f},
-          {0, 4096, 8, 0, 0, MDR_ARP_FP32, MDR_ARP_ONE_SHOT, 0, 1, 0, 0.0f},
-          {0, 4096, 0, 0, 0, MDR_ARP_BF16, MDR_ARP_ONE_SHOT, 1, 0, 0, 0.0f},
-          {0, 4096, 16, 1, 0, MDR_ARP_FP16, MDR_ARP_AUTO, 1, 0, 1, 1e-5f}, /* fused norm */
-          {0, 7168, 4, 0, 0, MDR_ARP_FP16, MDR_ARP_TWO_SHOT, 0, 0, 0, 0.0f},
-          {0, 7168, 4, 0, 0, MDR_ARP_FP16, MDR_ARP_TWO_SHOT, 0, 0, 0, 0.0f},
-          {0, 64, 2, 0, 0, MDR_ARP_BF16, MDR_ARP_ONE_SHOT, 1, 0, 0, 0.0f},
+          {0, 4096, 64, 0, 0, MDR_ARP_BF16, MDR_ARP_TWO_SHOT, 1, 0, 0, 0.0f, 0},
+          {0, 4096, 8, 0, 0, MDR_ARP_FP32, MDR_ARP_ONE_SHOT, 0, 1, 0, 0.0f, 0},
+          {0, 4096, 0, 0, 0, MDR_ARP_BF16, MDR_ARP_ONE_SHOT, 1, 0, 0, 0.0f, 0},
+          {0, 4096, 16, 1, 0, MDR_ARP_FP16, MDR_ARP_AUTO, 1, 0, 1, 1e-5f, 0}, /* fused norm */
+          {0, 7168, 4, 0, 0, MDR_ARP_FP16, MDR_ARP_TWO_SHOT, 0, 0, 0, 0.0f, 0},
+          {0, 7168, 4, 0, 0, MDR_ARP_FP16, MDR_ARP_TWO_SHOT, 0, 0, 0, 0.0f, 0},
+          {0, 64, 2, 0, 0, MDR_ARP_BF16, MDR_ARP_ONE_SHOT, 1, 0, 0, 0.0f, 0},
       };
       uint64_t wrong = 0, calls = 0;
       for (int rep = 0; rep < 4 && !wrong; rep++) {
@@ -987,7 +993,7 @@ static uint32_t ctl_abort(const harness *h, int r) {
 /* The lone call of these cases: 256 KiB of bf16 rows with a residual, so
  * that several blocks wait. */
 static ar_case lone_case(int algo) {
-  return (ar_case){0, 4096, 64, 0, 0, MDR_ARP_BF16, algo, 1, 0, 0, 0.0f};
+  return (ar_case){0, 4096, 64, 0, 0, MDR_ARP_BF16, algo, 1, 0, 0, 0.0f, 0};
 }
 
 /* Rank 0's rows, residual rows and counters are what they were. */
@@ -1117,7 +1123,9 @@ Test(ar_gpu, a_lone_rank_gives_up_at_the_time_limit_and_raises_every_abort_word,
  * tree), of 13 vectors (a padded tree) and of hidden 4096, 6144 and 8192
  * bf16/fp16, 1 to 128 tokens, with 2, 4 and 8 ranks: the sums, the
  * residual and the norm bit for bit against tests/ar_norm_ref.h (written
- * from the contract), rows past the count (and the norm area's) untouched. */
+ * from the contract), rows past the count (and the norm area's) untouched.
+ * The fused kernel for every call (MDR_AR_NORM_FUSE=always): the chain is
+ * the next test's. */
 Test(ar_gpu, the_fused_rmsnorm_is_exact_for_every_dtype_algorithm_and_count_source, .timeout = 600) {
   skip_without_gpu();
   static const size_t row_bytes[] = {16, 208, 8192, 12288, 16384};
@@ -1147,6 +1155,7 @@ Test(ar_gpu, the_fused_rmsnorm_is_exact_for_every_dtype_algorithm_and_count_sour
               c.residual = 1;
               c.norm = 1;
               c.eps = cases % 2 ? 1e-6f : 1e-5f;
+              c.fuse = MDR_ARP_NORM_FUSE_ALWAYS; /* the fused kernel (the chain: the next case) */
               if (!batch_add(b, &c)) {
                 run_batch(&h, b, &rng, (int)(cases & 1u));
                 cr_assert_eq(b->wrong, 0u, "%d ranks: %llu wrong values; the first: %s", n,
@@ -1165,6 +1174,138 @@ Test(ar_gpu, the_fused_rmsnorm_is_exact_for_every_dtype_algorithm_and_count_sour
     batch_free(b, n);
     h_fini(&h);
   }
+}
+
+/* ---- fused or chained (kernels/ar_protocol.h, mdr_arp_norm_fused) ---- */
+
+/* Both sides of MDR_ARP_NORM_FUSE_MAX_BYTES (512 KiB) under each mode
+ * (MDR_AR_NORM_FUSE auto, always, never, as the library would set it in
+ * the call): one-shot calls of exactly 512 KiB and of one row more, at
+ * hidden 4096 and 8192, two-shot calls, rows of one vector and of a padded
+ * tree; every case checks that the launch takes the side the choice says,
+ * then the sums (the rows hold them either way), the residual and the
+ * norm bit for bit against tests/ar_norm_ref.h, rows past the call and the
+ * guard untouched. */
+Test(ar_gpu, the_norm_is_exact_fused_and_chained_on_both_sides_of_the_line, .timeout = 600) {
+  skip_without_gpu();
+  static const struct {
+    size_t row_bytes, rows;
+    int algo;
+  } shapes[] = {
+      {8192, 64, MDR_ARP_ONE_SHOT},  /* 512 KiB: fused under auto */
+      {8192, 65, MDR_ARP_ONE_SHOT},  /* one row more: chained */
+      {16384, 32, MDR_ARP_ONE_SHOT}, /* 512 KiB of hidden 8192 */
+      {16384, 33, MDR_ARP_ONE_SHOT},
+      {12288, 3, MDR_ARP_TWO_SHOT},  /* two-shot: chained under auto */
+      {12288, 70, MDR_ARP_TWO_SHOT},
+      {16, 1, MDR_ARP_ONE_SHOT},     /* one vector, a one-leaf tree */
+      {208, 7, MDR_ARP_TWO_SHOT},    /* 13 vectors, a padded tree */
+  };
+  static const int modes[] = {MDR_ARP_NORM_FUSE_AUTO, MDR_ARP_NORM_FUSE_ALWAYS, MDR_ARP_NORM_FUSE_NEVER};
+  for (int n = 2; n <= MAXR; n *= 2) {
+    harness h;
+    h_init(&h, n);
+    batch *b = batch_new(n);
+    uint64_t rng = 0x63686169u + (uint64_t)n;
+    uint64_t fused = 0, chained = 0, cases = 0;
+    b->n_cases = 0;
+    b->used = 0;
+    for (int dt = MDR_ARP_BF16; dt <= MDR_ARP_FP16; dt++)
+      for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+        for (int mi = 0; mi < 3; mi++) {
+          ar_case c;
+          memset(&c, 0, sizeof c);
+          c.row_bytes = shapes[s].row_bytes;
+          c.rows = shapes[s].rows;
+          c.dtype = dt;
+          c.algo = shapes[s].algo;
+          c.residual = 1;
+          c.norm = 1;
+          c.eps = cases % 2 ? 1e-6f : 1e-5f;
+          c.fuse = modes[mi];
+          const int want = c.fuse == MDR_ARP_NORM_FUSE_ALWAYS  ? 1
+                           : c.fuse == MDR_ARP_NORM_FUSE_NEVER ? 0
+                                                               : c.algo == MDR_ARP_ONE_SHOT && c.rows * c.row_bytes <= (size_t)512 * 1024;
+          const mdr_ar_call k = h_call(&h, 0, &c, 0, 0, 0);
+          cr_assert_eq(mdr_arp_norm_fused(&k), want, "%zu rows of %zu B, %s, mode %d: the launch's choice",
+                       c.rows, c.row_bytes, c.algo == MDR_ARP_ONE_SHOT ? "one-shot" : "two-shot", c.fuse);
+          if (want) fused++;
+          else chained++;
+          if (!batch_add(b, &c)) {
+            run_batch(&h, b, &rng, (int)(cases & 1u));
+            cr_assert_eq(b->wrong, 0u, "%d ranks: %llu wrong values; the first: %s", n, (unsigned long long)b->wrong,
+                         b->first_wrong);
+            b->n_cases = 0;
+            b->used = 0;
+            cr_assert(batch_add(b, &c));
+          }
+          cases++;
+        }
+    run_batch(&h, b, &rng, 1);
+    cr_assert_eq(b->wrong, 0u, "%d ranks: %llu wrong values; the first: %s", n, (unsigned long long)b->wrong,
+                 b->first_wrong);
+    cr_assert(fused > 0 && chained > 0);
+    printf("ar_gpu: the norm fused and chained, %d ranks: %llu calls (%llu fused, %llu chained), 0 wrong values\n", n,
+           (unsigned long long)cases, (unsigned long long)fused, (unsigned long long)chained);
+    fflush(stdout);
+    batch_free(b, n);
+    h_fini(&h);
+  }
+}
+
+/* A lone rank whose chained norm's all-reduce gives up (the host's abort
+ * word, or the time limit): the chain's second kernel reads the give-up
+ * word (MDR_ARP_CTL_CLAIM) and touches neither the residual nor
+ * norm_output; the rows and the counters stay as they were. Two-shot
+ * (chained under auto) and one-shot (MDR_AR_NORM_FUSE=never). */
+Test(ar_gpu, a_chained_norm_whose_all_reduce_gives_up_touches_nothing, .timeout = 120) {
+  skip_without_gpu();
+  for (int n = 2; n <= 4; n *= 2)
+    for (int v = 0; v < 4; v++) {
+      const int two = v & 1, limit = v >> 1;
+      harness h;
+      h_init(&h, n);
+      batch *b = batch_new(n);
+      uint64_t rng = 0x6c6f6e65u + (uint64_t)v;
+      char what[160];
+      snprintf(what, sizeof what, "%d ranks, chained %s, %s", n, two ? "two-shot" : "one-shot (never)",
+               limit ? "the time limit" : "the host's abort");
+      mdr_arp_block before[MDR_ARP_MAX_BLOCKS];
+      read_states(&h, 0, before);
+      ar_case c = lone_case(two ? MDR_ARP_TWO_SHOT : MDR_ARP_ONE_SHOT);
+      c.norm = 1;
+      c.eps = 1e-6f;
+      c.fuse = two ? MDR_ARP_NORM_FUSE_AUTO : MDR_ARP_NORM_FUSE_NEVER;
+      cr_assert(batch_add(b, &c));
+      batch_fill(b, n, &rng);
+      batch_upload(&h, b);
+      const mdr_ar_call k = h_call(&h, 0, &c, 0, 0, limit ? 50u * 1000u * 1000u : 0);
+      cr_assert_eq(mdr_arp_norm_fused(&k), 0, "%s: not the chain", what);
+      cr_assert_eq(mdr_cuda_ar_launch(&k, h.stream[0]), 0);
+      if (!limit) {
+        tb_sleep_s(0.2);
+        cr_expect_eq(cudaStreamQuery(h.stream[0]), cudaErrorNotReady, "%s: finished without its peers", what);
+        __atomic_store_n(&h.words[MDR_ARP_HOST_ABORT], 1u, __ATOMIC_SEQ_CST);
+      }
+      const int done = stream_wait(h.stream[0], tb_now_s() + 5.0);
+      if (!done) __atomic_store_n(&h.words[MDR_ARP_HOST_ABORT], 1u, __ATOMIC_SEQ_CST);
+      cr_assert(done, "%s: the chain did not end within 5 s", what);
+      CUDA_OK(cudaGetLastError());
+      const uint32_t cause = report_word(&h, 0, MDR_ARP_REP_CAUSE);
+      cr_expect_eq(cause, limit ? (uint32_t)MDR_ARP_TIMED_OUT : (uint32_t)MDR_ARP_ABORTED, "%s: cause %u (%s)", what,
+                   cause, mdr_arp_cause_name(cause));
+      uint32_t claim = 0;
+      CUDA_OK(cudaMemcpy(&claim, h.slab[0] + REGION_OFF + MDR_ARP_CTL_OFF + 4u * MDR_ARP_CTL_CLAIM, 4,
+                         cudaMemcpyDeviceToHost));
+      cr_expect_eq(claim, 1u, "%s: the give-up word the second kernel reads is not set", what);
+      expect_rank0_untouched(&h, b, before, what);
+      cr_expect(memcmp(b->got[0] + 2 * (size_t)AREA, b->in[0] + 2 * (size_t)AREA, b->used) == 0,
+                "%s: rank 0's norm_output rows were touched", what);
+      printf("ar_gpu: %s: gave up (%s), residual and norm_output untouched\n", what, mdr_arp_cause_name(cause));
+      fflush(stdout);
+      batch_free(b, n);
+      h_fini(&h);
+    }
 }
 
 /* ---- lockstep mismatches ---- */
@@ -1211,6 +1352,8 @@ static void expect_mismatch(int n, const ar_case *c, const ar_case *odd, const c
     cr_expect(memcmp(b->got[r], b->in[r], b->used) == 0, "%s: rank %d's rows were touched", what, r);
     cr_expect(memcmp(b->got[r] + AREA, b->in[r] + AREA, b->used) == 0, "%s: rank %d's residual rows were touched",
               what, r);
+    cr_expect(memcmp(b->got[r] + 2 * (size_t)AREA, b->in[r] + 2 * (size_t)AREA, b->used) == 0,
+              "%s: rank %d's norm rows were touched", what, r);
   }
   printf("ar_gpu: %d ranks, %s: causes", n, what);
   for (int r = 0; r < n; r++) printf(" %u", report_word(&h, r, MDR_ARP_REP_CAUSE));
@@ -1227,7 +1370,7 @@ Test(ar_gpu, ranks_whose_calls_differ_give_up_with_a_mismatch, .timeout = 300) {
       const int algo = a ? MDR_ARP_TWO_SHOT : MDR_ARP_ONE_SHOT;
       const char *an = a ? "two-shot" : "one-shot";
       char what[200];
-      const ar_case c = {0, 4096, 16, 0, 0, MDR_ARP_BF16, algo, 1, 0, 0, 0.0f};
+      const ar_case c = {0, 4096, 16, 0, 0, MDR_ARP_BF16, algo, 1, 0, 0, 0.0f, 0};
       ar_case odd = c;
       odd.dtype = MDR_ARP_FP16;
       snprintf(what, sizeof what, "%s, bf16 against fp16", an);
@@ -1253,8 +1396,20 @@ Test(ar_gpu, ranks_whose_calls_differ_give_up_with_a_mismatch, .timeout = 300) {
       odd = c;
       odd.norm = 1; /* the fused norm changes the two-shot's partition and the grid */
       odd.eps = 1e-6f;
+      odd.fuse = MDR_ARP_NORM_FUSE_ALWAYS;
       snprintf(what, sizeof what, "%s, residual against residual + fused norm", an);
       expect_mismatch(n, &c, &odd, what);
+      /* the same norm call, fused on one rank and chained on another
+       * (MDR_AR_NORM_FUSE differs): the chain's plain kernel has no residual
+       * and no norm in its signature */
+      ar_case fused = c;
+      fused.norm = 1;
+      fused.eps = 1e-6f;
+      fused.fuse = MDR_ARP_NORM_FUSE_ALWAYS;
+      odd = fused;
+      odd.fuse = MDR_ARP_NORM_FUSE_NEVER;
+      snprintf(what, sizeof what, "%s, a fused norm against the chain", an);
+      expect_mismatch(n, &fused, &odd, what);
     }
 }
 
@@ -1264,7 +1419,7 @@ Test(ar_gpu, ranks_whose_calls_differ_give_up_with_a_mismatch, .timeout = 300) {
  * protocol notices at all. */
 Test(ar_gpu, ranks_running_different_algorithms_give_up_with_a_mismatch, .timeout = 120) {
   skip_without_gpu();
-  const ar_case c = {0, 4096, 16, 0, 0, MDR_ARP_BF16, MDR_ARP_ONE_SHOT, 1, 0, 0, 0.0f};
+  const ar_case c = {0, 4096, 16, 0, 0, MDR_ARP_BF16, MDR_ARP_ONE_SHOT, 1, 0, 0, 0.0f, 0};
   ar_case odd = c;
   odd.algo = MDR_ARP_TWO_SHOT;
   expect_mismatch(2, &c, &odd, "one-shot against two-shot");

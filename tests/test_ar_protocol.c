@@ -23,7 +23,13 @@
  *     count words (below, past the bound, 0), random values, each rank its
  *     own weight: the sum, the residual and the norm bit for bit against
  *     tests/ar_norm_ref.h (written from the contract), rows past the count
- *     untouched (and the random sequences above mix fused calls in).
+ *     untouched (and the random sequences above mix fused calls in);
+ *   - fused or chained (mdr_arp_norm_fuses, MDR_AR_NORM_FUSE): the choice
+ *     at its edges (512 KiB, 16 bytes more, two-shot, a count word, every
+ *     mode and spelling), mdr_all_reduce_norm_fused under each value of
+ *     the variable, the bits on both sides, and a chained norm whose
+ *     all-reduce gives up leaving the rows, residual and output as they
+ *     were.
  *
  * MDR_AR_TWIN_CALLS sets the calls of each random sequence (default 20000
  * per rank count and start state). scripts/mutation-check.sh plants the old
@@ -488,7 +494,12 @@ Test(ar_protocol, the_fused_rmsnorm_is_bit_exact_for_every_dtype_algorithm_and_c
   for (int k = 0; k < 4; k++)
     for (int rb = 0; rb < 4; rb++) {
       team t;
+      /* half the teams fuse every call (the fused two-shot's row split
+       * included), half choose as a GPU would (auto: these small one-shots
+       * fused, the two-shots chained) */
+      if ((k + rb) % 2) setenv("MDR_AR_NORM_FUSE", "always", 1);
       cr_assert_eq(ar_team_init_rows(&t, ranks[k], m, rows_bytes[rb]), MDR_OK);
+      unsetenv("MDR_AR_NORM_FUSE");
       for (int dt = MDR_DTYPE_BF16; dt <= MDR_DTYPE_FP16; dt++)
         for (int al = 0; al < 4; al++)
           for (int counted = 0; counted < 2; counted++) {
@@ -518,4 +529,184 @@ Test(ar_protocol, a_fused_norm_of_rows_over_the_limit_is_refused_naming_the_limi
   d.norm_weight = 0;
   cr_assert_eq(mdr_all_reduce(t.a[0], &d, t.s[0]), MDR_OK, "%s", mdr_backend_last_error(t.b[0]));
   team_fini(&t);
+}
+
+/* ==== fused or chained: the fused kernel only where it wins ==== */
+
+/* The choice itself (kernels/ar_protocol.h, mdr_arp_norm_fuses: what
+ * mdr_cuda_ar_launch, the twin and mdr_all_reduce_norm_fused run) at its
+ * edges: 512 KiB of rows fuse, 16 bytes more chain; two-shot chains; a
+ * count word keeps the fused kernel; MDR_AR_NORM_FUSE's values. */
+Test(ar_protocol, the_norm_fuses_only_in_one_shot_calls_of_at_most_512_kib) {
+  const size_t cap = MDR_ARP_ONE_SHOT_MAX_BYTES, lim = MDR_ARP_NORM_FUSE_MAX_BYTES;
+  cr_assert_eq(lim, (size_t)512 * 1024, "the measured crossover (session 9's all_reduce_norm_compare.csv)");
+  const int A = MDR_ARP_NORM_FUSE_AUTO, ALW = MDR_ARP_NORM_FUSE_ALWAYS, NEV = MDR_ARP_NORM_FUSE_NEVER;
+  /* auto: one-shot up to 512 KiB, whatever the rows' shape */
+  cr_assert_eq(mdr_arp_norm_fuses(A, MDR_ARP_ONE_SHOT, 64, 8192, 0, cap), 1, "64 rows of hidden 4096 (512 KiB)");
+  cr_assert_eq(mdr_arp_norm_fuses(A, MDR_ARP_ONE_SHOT, 32, 16384, 0, cap), 1, "32 rows of hidden 8192 (512 KiB)");
+  cr_assert_eq(mdr_arp_norm_fuses(A, MDR_ARP_ONE_SHOT, 1, 16, 0, cap), 1, "one vector");
+  cr_assert_eq(mdr_arp_norm_fuses(A, MDR_ARP_ONE_SHOT, 32768, 16, 0, cap), 1, "512 KiB of 16-byte rows");
+  cr_assert_eq(mdr_arp_norm_fuses(A, MDR_ARP_ONE_SHOT, 32769, 16, 0, cap), 0, "512 KiB + 16 bytes");
+  cr_assert_eq(mdr_arp_norm_fuses(A, MDR_ARP_ONE_SHOT, 64, 8208, 0, cap), 0, "64 rows of 16 bytes more");
+  cr_assert_eq(mdr_arp_norm_fuses(A, MDR_ARP_ONE_SHOT, 65, 8192, 0, cap), 0, "one row more");
+  cr_assert_eq(mdr_arp_norm_fuses(A, MDR_ARP_ONE_SHOT, 64, 12288, 0, cap), 0, "64 rows of hidden 6144 (768 KiB)");
+  cr_assert_eq(mdr_arp_norm_fuses(A, MDR_ARP_ONE_SHOT, 128, 16384, 0, cap), 0, "128 rows of hidden 8192 (2 MiB)");
+  /* two-shot chains at every size */
+  cr_assert_eq(mdr_arp_norm_fuses(A, MDR_ARP_TWO_SHOT, 1, 16, 0, cap), 0, "a two-shot of one vector");
+  cr_assert_eq(mdr_arp_norm_fuses(A, MDR_ARP_TWO_SHOT, 64, 8192, 0, cap), 0, "a two-shot of 512 KiB");
+  /* AUTO without a count (a harness's call): one-shot up to the scratch, then the limit */
+  cr_assert_eq(mdr_arp_norm_fuses(A, MDR_ARP_AUTO, 64, 8192, 0, cap), 1);
+  cr_assert_eq(mdr_arp_norm_fuses(A, MDR_ARP_AUTO, 65, 8192, 0, cap), 0);
+  cr_assert_eq(mdr_arp_norm_fuses(A, MDR_ARP_AUTO, 1, 8192, 0, 0), 0, "AUTO past a one-shot limit of 0: two-shot");
+  /* a count word: the fused kernel, whatever the bound, algorithm or mode */
+  for (int mode = 0; mode < 3; mode++) {
+    cr_assert_eq(mdr_arp_norm_fuses(mode, MDR_ARP_AUTO, 128, 16384, 1, cap), 1, "counted AUTO, mode %d", mode);
+    cr_assert_eq(mdr_arp_norm_fuses(mode, MDR_ARP_TWO_SHOT, 128, 16384, 1, cap), 1, "counted two-shot, mode %d", mode);
+    cr_assert_eq(mdr_arp_norm_fuses(mode, MDR_ARP_ONE_SHOT, 65, 8192, 1, cap), 1, "counted one-shot, mode %d", mode);
+  }
+  /* always: fused everywhere; never: chained everywhere (without a count) */
+  cr_assert_eq(mdr_arp_norm_fuses(ALW, MDR_ARP_TWO_SHOT, 128, 16384, 0, cap), 1);
+  cr_assert_eq(mdr_arp_norm_fuses(ALW, MDR_ARP_ONE_SHOT, 65, 8192, 0, cap), 1);
+  cr_assert_eq(mdr_arp_norm_fuses(NEV, MDR_ARP_ONE_SHOT, 1, 16, 0, cap), 0);
+  cr_assert_eq(mdr_arp_norm_fuses(NEV, MDR_ARP_ONE_SHOT, 64, 8192, 0, cap), 0);
+  cr_assert_eq(mdr_arp_norm_fuses(7, MDR_ARP_ONE_SHOT, 64, 8192, 0, cap), 1, "an unknown mode is auto");
+  cr_assert_eq(mdr_arp_norm_fuses(7, MDR_ARP_ONE_SHOT, 65, 8192, 0, cap), 0, "an unknown mode is auto");
+  /* the call's form reads the call's fields */
+  mdr_ar_call k;
+  memset(&k, 0, sizeof k);
+  k.rows = 64;
+  k.row_bytes = 8192;
+  k.algo = MDR_ARP_ONE_SHOT;
+  k.one_shot_max = cap;
+  cr_assert_eq(mdr_arp_norm_fused(&k), 1, "a zeroed call is auto");
+  k.rows = 65;
+  cr_assert_eq(mdr_arp_norm_fused(&k), 0);
+  static const uint32_t word = 3;
+  k.count_ptr = &word;
+  cr_assert_eq(mdr_arp_norm_fused(&k), 1, "counted");
+  k.count_ptr = NULL;
+  k.norm_fuse = ALW;
+  cr_assert_eq(mdr_arp_norm_fused(&k), 1);
+  k.rows = 1;
+  k.norm_fuse = NEV;
+  cr_assert_eq(mdr_arp_norm_fused(&k), 0);
+  /* MDR_AR_NORM_FUSE's spellings */
+  cr_assert_eq(mdr_arp_norm_fuse_parse(NULL), A);
+  cr_assert_eq(mdr_arp_norm_fuse_parse(""), A);
+  cr_assert_eq(mdr_arp_norm_fuse_parse("auto"), A);
+  cr_assert_eq(mdr_arp_norm_fuse_parse("AUTO"), A);
+  cr_assert_eq(mdr_arp_norm_fuse_parse("always"), ALW);
+  cr_assert_eq(mdr_arp_norm_fuse_parse("Always"), ALW);
+  cr_assert_eq(mdr_arp_norm_fuse_parse("never"), NEV);
+  cr_assert_eq(mdr_arp_norm_fuse_parse("NEVER"), NEV);
+  const char *bad[] = {"1", "0", "on", "yes", "fused", "alway", "nevers", " auto", "auto ", "au-to"};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+    cr_assert_eq(mdr_arp_norm_fuse_parse(bad[i]), -1, "\"%s\"", bad[i]);
+}
+
+/* What mdr_all_reduce_norm_fused answers on a team made under `env`
+ * (NULL: unset), 65 rows of hidden 4096 bf16 (8 KiB rows), and that the
+ * twin's results are the contract's bits on both sides of the line. */
+static void norm_choice_case(const char *env, int fused_small, int fused_large, int fused_two) {
+  if (env) setenv("MDR_AR_NORM_FUSE", env, 1);
+  else unsetenv("MDR_AR_NORM_FUSE");
+  team t;
+  const size_t m = 65, row = 8192;
+  cr_assert_eq(ar_team_init_rows(&t, 2, m, row), MDR_OK);
+  unsetenv("MDR_AR_NORM_FUSE");
+  const char *why = mdr_backend_last_error(t.b[0]);
+  const char *e = env ? env : "(unset)";
+  char before[512];
+  snprintf(before, sizeof before, "%s", why ? why : "");
+  mdr_all_reduce_desc d = mdr_all_reduce_desc_make(BUF, MDR_DTYPE_BF16, 64);
+  cr_assert_eq(mdr_all_reduce_norm_fused(t.a[0], &d), -1, "%s: no norm_output", e);
+  d.residual = RES;
+  d.norm_output = AR_SEQ_NORM;
+  d.norm_weight = mdr_arena_ptr(t.a[0], AR_SEQ_WEIGHT);
+  d.norm_eps = 1e-6f;
+  cr_assert_eq(mdr_all_reduce_norm_fused(NULL, &d), -1);
+  cr_assert_eq(mdr_all_reduce_norm_fused(t.a[0], NULL), -1);
+  for (int algo = MDR_ALL_REDUCE_AUTO; algo < MDR_ALL_REDUCE_ALGO_COUNT; algo++) {
+    d.algo = (mdr_all_reduce_algo)algo;
+    const int nccl = algo == MDR_ALL_REDUCE_NCCL, two = algo == MDR_ALL_REDUCE_TWO_SHOT;
+    d.tokens = 64; /* 512 KiB */
+    cr_assert_eq(mdr_all_reduce_norm_fused(t.a[0], &d), nccl ? 0 : two ? fused_two : fused_small, "%s, %s, 64 rows",
+                 e, mdr_all_reduce_algo_name(d.algo));
+    d.tokens = 65; /* 520 KiB */
+    cr_assert_eq(mdr_all_reduce_norm_fused(t.a[0], &d), nccl ? 0 : two ? fused_two : fused_large, "%s, %s, 65 rows",
+                 e, mdr_all_reduce_algo_name(d.algo));
+    d.count_ptr = mdr_arena_ptr(t.a[0], AR_SEQ_WORD); /* a count word keeps the fused kernel */
+    cr_assert_eq(mdr_all_reduce_norm_fused(t.a[0], &d), nccl ? 0 : 1, "%s, %s, counted", e,
+                 mdr_all_reduce_algo_name(d.algo));
+    d.count_ptr = 0;
+  }
+  d.algo = MDR_ALL_REDUCE_ONE_SHOT;
+  d.tokens = m + 1;
+  cr_assert_eq(mdr_all_reduce_norm_fused(t.a[0], &d), -1, "%s: refused (over max_batch_tokens)", e);
+  d.tokens = 64;
+  d.norm_eps = -1.0f;
+  cr_assert_eq(mdr_all_reduce_norm_fused(t.a[0], &d), -1, "%s: refused (a negative eps)", e);
+  why = mdr_backend_last_error(t.b[0]);
+  cr_assert_str_eq(why ? why : "", before, "%s: a query recorded a text", e);
+  /* both sides of the line, one- and two-shot: the contract's bits (the
+   * twin runs what the query says) */
+  uint64_t seed = 0x6e6f726du;
+  norm_case(&t, m, row, MDR_DTYPE_BF16, MDR_ALL_REDUCE_ONE_SHOT, 0, 64, 0, seed++);
+  norm_case(&t, m, row, MDR_DTYPE_BF16, MDR_ALL_REDUCE_ONE_SHOT, 0, 65, 0, seed++);
+  norm_case(&t, m, row, MDR_DTYPE_FP16, MDR_ALL_REDUCE_TWO_SHOT, 0, 5, 0, seed++);
+  norm_case(&t, m, row, MDR_DTYPE_FP16, MDR_ALL_REDUCE_AUTO, 1, 65, 40, seed++);
+  team_fini(&t);
+}
+
+Test(ar_protocol, mdr_ar_norm_fuse_picks_fused_or_chained_and_the_bits_agree, .timeout = 300) {
+  norm_choice_case(NULL, 1, 0, 0);
+  norm_choice_case("auto", 1, 0, 0);
+  norm_choice_case("Always", 1, 1, 1);
+  norm_choice_case("never", 0, 0, 0);
+  /* an unknown value: auto, and reported */
+  setenv("MDR_AR_NORM_FUSE", "sometimes", 1);
+  team t;
+  team_init(&t, 2);
+  unsetenv("MDR_AR_NORM_FUSE");
+  const char *why = mdr_backend_last_error(t.b[0]);
+  cr_assert(why && strstr(why, "MDR_AR_NORM_FUSE") && strstr(why, "sometimes") && strstr(why, "taken as auto"), "%s",
+            why ? why : "(none)");
+  team_fini(&t);
+  norm_choice_case("sometimes", 1, 0, 0);
+}
+
+/* A chained norm whose all-reduce gives up (a lone rank, the time limit)
+ * touches neither the residual nor norm_output, and the rows stay. */
+Test(ar_protocol, a_chained_norm_that_gives_up_leaves_every_row_as_it_was, .timeout = 60) {
+  for (int c = 0; c < 2; c++) {
+    setenv("MDR_AR_TIMEOUT_MS", "50", 1);
+    if (c) setenv("MDR_AR_NORM_FUSE", "never", 1);
+    team t;
+    const size_t m = 9, row = 2048;
+    cr_assert_eq(ar_team_init_rows(&t, 2, m, row), MDR_OK);
+    unsetenv("MDR_AR_TIMEOUT_MS");
+    unsetenv("MDR_AR_NORM_FUSE");
+    mdr_arena *a = t.a[0];
+    cr_assert_eq(mdr_backend_fill(t.b[0], mdr_arena_ptr(a, BUF), 0x3C, m * row), MDR_OK);
+    cr_assert_eq(mdr_backend_fill(t.b[0], mdr_arena_ptr(a, RES), 0x3D, m * row), MDR_OK);
+    cr_assert_eq(mdr_backend_fill(t.b[0], mdr_arena_ptr(a, AR_SEQ_NORM), 0x7D, m * row), MDR_OK);
+    cr_assert_eq(mdr_backend_fill(t.b[0], mdr_arena_ptr(a, AR_SEQ_WEIGHT), 0x3F, row), MDR_OK);
+    mdr_all_reduce_desc d = mdr_all_reduce_desc_make(BUF, MDR_DTYPE_BF16, 7);
+    d.algo = c ? MDR_ALL_REDUCE_ONE_SHOT : MDR_ALL_REDUCE_TWO_SHOT;
+    d.residual = RES;
+    d.norm_output = AR_SEQ_NORM;
+    d.norm_weight = mdr_arena_ptr(a, AR_SEQ_WEIGHT);
+    d.norm_eps = 1e-6f;
+    const char *what = c ? "one-shot, MDR_AR_NORM_FUSE=never" : "two-shot";
+    cr_assert_eq(mdr_all_reduce_norm_fused(a, &d), 0, "%s: the chain", what);
+    cr_assert_eq(mdr_all_reduce(a, &d, t.s[0]), MDR_ERR_STATE, "%s", what);
+    cr_assert(strstr(mdr_backend_last_error(t.b[0]), "timed out"), "%s: %s", what, mdr_backend_last_error(t.b[0]));
+    long bad = tb_check_head(t.b[0], mdr_arena_ptr(a, BUF), m * row, 0, 0x3C);
+    cr_assert_eq(bad, -1, "%s: the rows changed at byte %ld", what, bad);
+    bad = tb_check_head(t.b[0], mdr_arena_ptr(a, RES), m * row, 0, 0x3D);
+    cr_assert_eq(bad, -1, "%s: the residual changed at byte %ld", what, bad);
+    bad = tb_check_head(t.b[0], mdr_arena_ptr(a, AR_SEQ_NORM), m * row, 0, 0x7D);
+    cr_assert_eq(bad, -1, "%s: norm_output changed at byte %ld", what, bad);
+    team_fini(&t);
+  }
 }

@@ -152,7 +152,8 @@ MDR_API void mdr_comm_destroy(mdr_comm *c);
  * calls that move data, and a call with no rows (tokens == 0, or a count
  * word holding 0) touches nothing; 32-bit counters wrap without harm.
  * Ranks compare each call (rows, row bytes, dtype, algorithm, residual,
- * count source) on the device; a difference fails the communicator.
+ * count source, fused norm) on the device; a difference fails the
+ * communicator.
  *
  * Giving up. Every wait of mdr's kernels also watches abort words:
  * mdr_comm_abort, or destroying a rank (and its arenas), ends them at once,
@@ -160,7 +161,8 @@ MDR_API void mdr_comm_destroy(mdr_comm *c);
  * With MDR_AR_TIMEOUT_MS=<ms> in the environment when the communicator is
  * made (a positive integer; off by default), a wait that lasts longer
  * gives up by itself, and its peers with it. A kernel that gives up leaves
- * the rows it had not finished as they were and advances nothing; the
+ * the rows it had not finished as they were and advances nothing (a norm
+ * that runs after it in a kernel of its own then touches nothing); the
  * communicator then refuses every later call with MDR_ERR_STATE, and the
  * backend's last error says which wait gave up, on which rank and why. On
  * the host communicator the limit is MDR_AR_TIMEOUT_MS too, 30 s when
@@ -208,7 +210,8 @@ typedef struct mdr_all_reduce_desc {
   /* MDR_BUF_COUNT: no residual. Else a buffer of the same dtype and row
    * bytes: after the sum, residual row i += summed row i for the reduced
    * rows (the usual next op of a decode layer, fused: no extra launch for
-   * mdr's kernels; one small kernel after MDR_ALL_REDUCE_NCCL). */
+   * mdr's kernels; one small kernel after MDR_ALL_REDUCE_NCCL; with
+   * norm_output, see The fused RMSNorm). */
   mdr_buffer residual;
   mdr_all_reduce_algo algo;
   /* The fused RMSNorm (below). MDR_BUF_COUNT: none (then norm_weight and
@@ -230,8 +233,19 @@ typedef struct mdr_all_reduce_desc {
 } mdr_all_reduce_desc;
 
 /* The fused RMSNorm: residual add, then RMSNorm into norm_output, in the
- * same kernel as the all-reduce (mdr's kernels: one-shot and two-shot) or
- * in one kernel after ncclAllReduce (MDR_ALL_REDUCE_NCCL). Rows must be
+ * same kernel as the all-reduce where that is faster (mdr's one-shot of at
+ * most 512 KiB of rows, and every call with a count_ptr), else in one
+ * kernel after the all-reduce on the same stream (mdr's two-shot and
+ * larger one-shots: the plain all-reduce kernel, then the residual add
+ * and the norm; MDR_ALL_REDUCE_NCCL: after ncclAllReduce);
+ * mdr_all_reduce_norm_fused says which, and MDR_AR_NORM_FUSE=always or
+ * never in the environment when the communicator is made overrides the
+ * choice for calls without a count_ptr (docs/TP.md; every rank the same).
+ * Either way a call leaves the same bits: buf holds the sum, residual
+ * residual + sum, norm_output the norm, for exactly the reduced rows; and
+ * a call whose all-reduce gives up (Giving up, above) leaves the residual
+ * and norm_output rows it had not finished as they were (where the norm
+ * runs in its own kernel: all of them). Rows must be
  * whole 16-byte vectors, at most MDR_ALL_REDUCE_NORM_MAX_ROW_BYTES. The
  * arithmetic, every path alike (so graph, eager, host communicator and
  * every algorithm give the same bits): per reduced row of H elements,
@@ -247,9 +261,9 @@ typedef struct mdr_all_reduce_desc {
  *   inv = 1 / sqrt(ss / H + eps)   (a division, an addition, a correctly
  *         rounded square root, a division; not an approximate rsqrt);
  *   norm_output_i = round((x_i * inv) * w_i), once, to the row's type.
- * In a two-shot call each rank sums whole rows (1/n of them) instead of
- * 1/n of the vectors, so that a row's norm reads only rows written by one
- * block of each rank. */
+ * In a fused two-shot call (a count_ptr, or MDR_AR_NORM_FUSE=always) each
+ * rank sums whole rows (1/n of them) instead of 1/n of the vectors, so
+ * that a row's norm reads only rows written by one block of each rank. */
 #define MDR_ALL_REDUCE_NORM_MAX_ROW_BYTES ((size_t)65536)
 
 /* A descriptor of `tokens` rows of buf: no count_ptr, no residual, no
@@ -291,6 +305,17 @@ MDR_API mdr_status mdr_all_reduce(mdr_arena *a, const mdr_all_reduce_desc *d, md
  * arguments, an arena not on a communicator, or any check of
  * mdr_all_reduce). The table behind AUTO: docs/TP.md. Thread-safe. */
 MDR_API mdr_all_reduce_algo mdr_all_reduce_choice(const mdr_arena *a, const mdr_all_reduce_desc *d);
+
+/* Where mdr_all_reduce(a, d, ...) would run d's RMSNorm (The fused
+ * RMSNorm, above), without running it or recording anything: 1 in the
+ * all-reduce's own kernel (mdr's one-shot of at most 512 KiB of rows, a
+ * call with a count_ptr, or MDR_AR_NORM_FUSE=always); 0 in a kernel of
+ * its own after the all-reduce (mdr's two-shot or a larger one-shot,
+ * MDR_AR_NORM_FUSE=never, or MDR_ALL_REDUCE_NCCL); -1 for a descriptor
+ * without norm_output, or a call mdr_all_reduce would refuse (as
+ * mdr_all_reduce_choice). The host communicator answers as a GPU's would
+ * (its twin runs the same choice). Thread-safe. */
+MDR_API int mdr_all_reduce_norm_fused(const mdr_arena *a, const mdr_all_reduce_desc *d);
 
 /* 1 when mdr's own all-reduce kernels can run on this arena, else 0 (and
  * why, in the backend's last error of the arena's create: no symmetric

@@ -844,6 +844,19 @@ class Arena(_Object):
         r = lib.mdr_all_reduce_choice(a, byref(d))
         return None if r >= 4 else _text(lib.mdr_all_reduce_algo_name(r))
 
+    def all_reduce_norm_fused(self, buf, tokens, dtype="bf16", count_ptr=0, residual=None, algo="auto",
+                              norm_output=None, norm_weight=0, norm_eps=0.0):
+        """Where all_reduce would run the RMSNorm: True in the all-reduce's
+        own kernel, False in a kernel of its own after it (mdr's two-shot,
+        one-shots over 512 KiB, MDR_AR_NORM_FUSE=never, NCCL), None without
+        norm_output or when the call would be refused."""
+        if not has("mdr_all_reduce_norm_fused"):
+            raise UnsupportedError("this libmdr has no mdr_all_reduce_norm_fused", "mdr_all_reduce_norm_fused")
+        a = self._ptr()
+        d = self._desc(buf, dtype, tokens, count_ptr, residual, algo, norm_output, norm_weight, norm_eps)
+        r = lib.mdr_all_reduce_norm_fused(a, byref(d))
+        return None if r < 0 else bool(r)
+
     @property
     def all_reduce_kernels(self):
         return bool(lib.mdr_all_reduce_kernels(self._ptr()))

@@ -245,6 +245,7 @@ _SIGS = {
     "mdr_all_reduce_algo_name": (c_char_p, [c_int]),
     "mdr_all_reduce": (status_t, [P, POINTER(AllReduceDescC), stream_t]),
     "mdr_all_reduce_choice": (c_int, [P, POINTER(AllReduceDescC)]),
+    "mdr_all_reduce_norm_fused": (c_int, [P, POINTER(AllReduceDescC)]),
     "mdr_all_reduce_kernels": (c_int, [P]),
     # version.h
     "mdr_version_string": (c_char_p, []),
@@ -254,7 +255,7 @@ _SIGS = {
 
 # Functions every libmdr this package supports must have; the others are
 # feature-detected (has()).
-_OPTIONAL = {"mdr_all_reduce", "mdr_all_reduce_choice", "mdr_all_reduce_kernels",
+_OPTIONAL = {"mdr_all_reduce", "mdr_all_reduce_choice", "mdr_all_reduce_norm_fused", "mdr_all_reduce_kernels",
              "mdr_all_reduce_algo_name", "mdr_arena_create_on_comms", "mdr_arena_window",
              "mdr_arena_comm", "mdr_window_name"}
 

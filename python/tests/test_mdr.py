@@ -710,6 +710,13 @@ def test_host_comm_all_reduce_fused_norm():
         out = a["norm_output"].numpy()
         assert (out[:3] == 0x3F80).all()  # RMSNorm of ones, weight one, eps 0: exactly 1.0
         assert (out[3:] == 0x7DED).all()  # rows past the count untouched
+    # where the norm runs: a small one-shot fuses, a two-shot runs it in its own kernel
+    if _lib.has("mdr_all_reduce_norm_fused"):
+        w = arenas[0]["residual"].ptr
+        kw = dict(dtype="bf16", residual="residual", norm_output="norm_output", norm_weight=w, norm_eps=0.0)
+        assert arenas[0].all_reduce_norm_fused("hidden_states", 3, algo="one-shot", **kw) is True
+        assert arenas[0].all_reduce_norm_fused("hidden_states", 3, algo="two-shot", **kw) is False
+        assert arenas[0].all_reduce_norm_fused("hidden_states", 3, dtype="bf16") is None  # no norm_output
     # a refusal names its field
     with pytest.raises(mdr.InvalidArgumentError, match="norm_weight"):
         arenas[0].all_reduce("hidden_states", 3, streams[0], dtype="bf16", residual="residual",

@@ -19,8 +19,19 @@ pub const MDR_ALL_REDUCE_MAX_RANKS: usize = 8;
 ///
 /// ```text
 /// The fused RMSNorm: residual add, then RMSNorm into norm_output, in the
-/// same kernel as the all-reduce (mdr's kernels: one-shot and two-shot) or
-/// in one kernel after ncclAllReduce (MDR_ALL_REDUCE_NCCL). Rows must be
+/// same kernel as the all-reduce where that is faster (mdr's one-shot of at
+/// most 512 KiB of rows, and every call with a count_ptr), else in one
+/// kernel after the all-reduce on the same stream (mdr's two-shot and
+/// larger one-shots: the plain all-reduce kernel, then the residual add
+/// and the norm; MDR_ALL_REDUCE_NCCL: after ncclAllReduce);
+/// mdr_all_reduce_norm_fused says which, and MDR_AR_NORM_FUSE=always or
+/// never in the environment when the communicator is made overrides the
+/// choice for calls without a count_ptr (docs/TP.md; every rank the same).
+/// Either way a call leaves the same bits: buf holds the sum, residual
+/// residual + sum, norm_output the norm, for exactly the reduced rows; and
+/// a call whose all-reduce gives up (Giving up, above) leaves the residual
+/// and norm_output rows it had not finished as they were (where the norm
+/// runs in its own kernel: all of them). Rows must be
 /// whole 16-byte vectors, at most MDR_ALL_REDUCE_NORM_MAX_ROW_BYTES. The
 /// arithmetic, every path alike (so graph, eager, host communicator and
 /// every algorithm give the same bits): per reduced row of H elements,
@@ -36,9 +47,9 @@ pub const MDR_ALL_REDUCE_MAX_RANKS: usize = 8;
 ///   inv = 1 / sqrt(ss / H + eps)   (a division, an addition, a correctly
 ///         rounded square root, a division; not an approximate rsqrt);
 ///   norm_output_i = round((x_i * inv) * w_i), once, to the row's type.
-/// In a two-shot call each rank sums whole rows (1/n of them) instead of
-/// 1/n of the vectors, so that a row's norm reads only rows written by one
-/// block of each rank.
+/// In a fused two-shot call (a count_ptr, or MDR_AR_NORM_FUSE=always) each
+/// rank sums whole rows (1/n of them) instead of 1/n of the vectors, so
+/// that a row's norm reads only rows written by one block of each rank.
 /// ```
 pub const MDR_ALL_REDUCE_NORM_MAX_ROW_BYTES: usize = 65536;
 
@@ -526,7 +537,8 @@ pub const MDR_DTYPE_COUNT: mdr_dtype = 3;
 /// calls that move data, and a call with no rows (tokens == 0, or a count
 /// word holding 0) touches nothing; 32-bit counters wrap without harm.
 /// Ranks compare each call (rows, row bytes, dtype, algorithm, residual,
-/// count source) on the device; a difference fails the communicator.
+/// count source, fused norm) on the device; a difference fails the
+/// communicator.
 ///
 /// Giving up. Every wait of mdr's kernels also watches abort words:
 /// mdr_comm_abort, or destroying a rank (and its arenas), ends them at once,
@@ -534,7 +546,8 @@ pub const MDR_DTYPE_COUNT: mdr_dtype = 3;
 /// With MDR_AR_TIMEOUT_MS=<ms> in the environment when the communicator is
 /// made (a positive integer; off by default), a wait that lasts longer
 /// gives up by itself, and its peers with it. A kernel that gives up leaves
-/// the rows it had not finished as they were and advances nothing; the
+/// the rows it had not finished as they were and advances nothing (a norm
+/// that runs after it in a kernel of its own then touches nothing); the
 /// communicator then refuses every later call with MDR_ERR_STATE, and the
 /// backend's last error says which wait gave up, on which rank and why. On
 /// the host communicator the limit is MDR_AR_TIMEOUT_MS too, 30 s when
@@ -1801,6 +1814,20 @@ extern "C" {
     /// mdr_all_reduce). The table behind AUTO: docs/TP.md. Thread-safe.
     /// ```
     pub fn mdr_all_reduce_choice(a: *const mdr_arena, d: *const mdr_all_reduce_desc) -> mdr_all_reduce_algo;
+    /// `mdr_all_reduce_norm_fused` (comm.h).
+    ///
+    /// ```text
+    /// Where mdr_all_reduce(a, d, ...) would run d's RMSNorm (The fused
+    /// RMSNorm, above), without running it or recording anything: 1 in the
+    /// all-reduce's own kernel (mdr's one-shot of at most 512 KiB of rows, a
+    /// call with a count_ptr, or MDR_AR_NORM_FUSE=always); 0 in a kernel of
+    /// its own after the all-reduce (mdr's two-shot or a larger one-shot,
+    /// MDR_AR_NORM_FUSE=never, or MDR_ALL_REDUCE_NCCL); -1 for a descriptor
+    /// without norm_output, or a call mdr_all_reduce would refuse (as
+    /// mdr_all_reduce_choice). The host communicator answers as a GPU's would
+    /// (its twin runs the same choice). Thread-safe.
+    /// ```
+    pub fn mdr_all_reduce_norm_fused(a: *const mdr_arena, d: *const mdr_all_reduce_desc) -> c_int;
     /// `mdr_all_reduce_kernels` (comm.h).
     ///
     /// ```text
@@ -2734,6 +2761,7 @@ pub const FUNCTIONS: &[(&str, usize)] = &[
     ("mdr_all_reduce_desc_make", 3),
     ("mdr_all_reduce", 3),
     ("mdr_all_reduce_choice", 2),
+    ("mdr_all_reduce_norm_fused", 2),
     ("mdr_all_reduce_kernels", 1),
 ];
 

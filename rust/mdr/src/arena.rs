@@ -459,6 +459,18 @@ impl<'b> Arena<'b> {
         AllReduceAlgo::from_raw(unsafe { sys::mdr_all_reduce_choice(self.raw.as_ptr(), &raw) })
     }
 
+    /// Where `all_reduce(d)` would run `d`'s RMSNorm (`mdr_all_reduce_norm_fused`):
+    /// `Some(true)` in the all-reduce's own kernel, `Some(false)` in a kernel of
+    /// its own after it; `None` without a norm or when the call would be refused.
+    pub fn all_reduce_norm_fused(&self, d: &AllReduce) -> Option<bool> {
+        let raw = d.raw();
+        // SAFETY: reads only.
+        match unsafe { sys::mdr_all_reduce_norm_fused(self.raw.as_ptr(), &raw) } {
+            r if r < 0 => None,
+            r => Some(r != 0),
+        }
+    }
+
     /// Whether mdr's own all-reduce kernels can run on this arena.
     pub fn all_reduce_kernels(&self) -> bool {
         // SAFETY: reads only.

@@ -568,6 +568,13 @@ fn a_host_communicator_fuses_the_residual_add_and_rmsnorm() {
                 let mut d = mdr::AllReduce::new(Buffer::HiddenStates, mdr::DType::Bf16, 1);
                 d.residual = Some(Buffer::Residual);
                 d.norm = Some(mdr::Norm { output: Buffer::NormOutput, weight: a.ptr(Buffer::Residual), eps: 0.0 });
+                // where the norm runs: a small one-shot (AUTO) fuses, a two-shot runs it in its own kernel
+                assert_eq!(a.all_reduce_norm_fused(&d), Some(true), "rank {r}");
+                let mut two = d;
+                two.algo = mdr::AllReduceAlgo::TwoShot;
+                assert_eq!(a.all_reduce_norm_fused(&two), Some(false), "rank {r}");
+                let plain = mdr::AllReduce::new(Buffer::HiddenStates, mdr::DType::Bf16, 1);
+                assert_eq!(a.all_reduce_norm_fused(&plain), None, "rank {r}: no norm");
                 a.all_reduce(&d, &s).unwrap();
                 s.synchronize().unwrap();
                 let mut got = vec![0u8; row * 2];
