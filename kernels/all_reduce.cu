@@ -567,11 +567,7 @@ int launch_residual_norm(uint4 *res, const uint4 *sum, uint4 *out, const uint4 *
  * skipped entirely when this rank's kernels gave up (MDR_ARP_CTL_CLAIM). */
 extern "C" int mdr_cuda_ar_launch(const mdr_ar_call *k, void *stream) {
   if (k->norm_weight && !mdr_arp_norm_fused(k)) {
-    mdr_ar_call plain = *k;
-    plain.res_off = MDR_ARP_NO_RESIDUAL;
-    plain.norm_weight = nullptr;
-    plain.norm_off = 0;
-    plain.norm_eps = 0.0f;
+    const mdr_ar_call plain = mdr_arp_plain_of(k);
     const int e = mdr_cuda_ar_launch(&plain, stream);
     if (e) return e;
     const uint32_t *claim = (const uint32_t *)(k->self + k->region_off + MDR_ARP_CTL_OFF) + MDR_ARP_CTL_CLAIM;

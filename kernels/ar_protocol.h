@@ -338,6 +338,18 @@ MDR_ARP_FN int mdr_arp_norm_fused(const mdr_ar_call *k) {
   return mdr_arp_norm_fuses(k->norm_fuse, k->algo, k->rows, k->row_bytes, k->count_ptr != NULL, k->one_shot_max);
 }
 
+/* The first half of the unfused chain of a call whose norm is not fused:
+ * the same rows and count, no residual, no norm (the launcher and the host
+ * twin run it, then the residual add and the norm). */
+MDR_ARP_FN mdr_ar_call mdr_arp_plain_of(const mdr_ar_call *k) {
+  mdr_ar_call plain = *k;
+  plain.res_off = MDR_ARP_NO_RESIDUAL;
+  plain.norm_weight = NULL;
+  plain.norm_off = 0;
+  plain.norm_eps = 0.0f;
+  return plain;
+}
+
 /* MDR_AR_NORM_FUSE's value: auto, always or never (any case); -1 for any
  * other text (NULL or "": AUTO, unset). */
 static inline int mdr_arp_norm_fuse_parse(const char *v) {

@@ -383,11 +383,7 @@ mdr_status mdr_ar_twin_run(mdr_comm *c, const mdr_ar_call *k) {
     /* the unfused chain, as mdr_cuda_ar_launch runs it: the plain
      * all-reduce (its own signature), then the residual add and the norm,
      * none of it when the all-reduce gave up */
-    mdr_ar_call plain = *k;
-    plain.res_off = MDR_ARP_NO_RESIDUAL;
-    plain.norm_weight = NULL;
-    plain.norm_off = 0;
-    plain.norm_eps = 0.0f;
+    const mdr_ar_call plain = mdr_arp_plain_of(k);
     const mdr_status st = mdr_ar_twin_run(c, &plain);
     if (st != MDR_OK) return st;
     const size_t rows = mdr_arp_rows_now(k);

@@ -878,6 +878,18 @@ static void run_batch(harness *h, batch *b, uint64_t *rng, int pdl) {
   batch_check(b, h->n);
 }
 
+/* Add c to the batch; a full batch is run first (pdl as given), checked
+ * to hold no wrong value, and emptied. */
+static void batch_add_or_run(harness *h, batch *b, uint64_t *rng, int pdl, const ar_case *c) {
+  if (batch_add(b, c)) return;
+  run_batch(h, b, rng, pdl);
+  cr_assert_eq(b->wrong, 0u, "%d ranks: %llu wrong values; the first: %s", h->n, (unsigned long long)b->wrong,
+               b->first_wrong);
+  b->n_cases = 0;
+  b->used = 0;
+  cr_assert(batch_add(b, c));
+}
+
 static void random_sequences(int n) {
   skip_without_gpu();
   harness h;
@@ -1156,14 +1168,7 @@ Test(ar_gpu, the_fused_rmsnorm_is_exact_for_every_dtype_algorithm_and_count_sour
               c.norm = 1;
               c.eps = cases % 2 ? 1e-6f : 1e-5f;
               c.fuse = MDR_ARP_NORM_FUSE_ALWAYS; /* the fused kernel (the chain: the next case) */
-              if (!batch_add(b, &c)) {
-                run_batch(&h, b, &rng, (int)(cases & 1u));
-                cr_assert_eq(b->wrong, 0u, "%d ranks: %llu wrong values; the first: %s", n,
-                             (unsigned long long)b->wrong, b->first_wrong);
-                b->n_cases = 0;
-                b->used = 0;
-                cr_assert(batch_add(b, &c));
-              }
+              batch_add_or_run(&h, b, &rng, (int)(cases & 1u), &c);
               cases++;
             }
     run_batch(&h, b, &rng, 0);
@@ -1231,14 +1236,7 @@ Test(ar_gpu, the_norm_is_exact_fused_and_chained_on_both_sides_of_the_line, .tim
                        c.rows, c.row_bytes, c.algo == MDR_ARP_ONE_SHOT ? "one-shot" : "two-shot", c.fuse);
           if (want) fused++;
           else chained++;
-          if (!batch_add(b, &c)) {
-            run_batch(&h, b, &rng, (int)(cases & 1u));
-            cr_assert_eq(b->wrong, 0u, "%d ranks: %llu wrong values; the first: %s", n, (unsigned long long)b->wrong,
-                         b->first_wrong);
-            b->n_cases = 0;
-            b->used = 0;
-            cr_assert(batch_add(b, &c));
-          }
+          batch_add_or_run(&h, b, &rng, (int)(cases & 1u), &c);
           cases++;
         }
     run_batch(&h, b, &rng, 1);

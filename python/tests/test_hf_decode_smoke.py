@@ -39,7 +39,9 @@ def _cuda_libmdr():
     return None
 
 
-def test_hf_decode_tiny(tmp_path):
+def _run(tmp_path, args):
+    """The script at the tiny config with `args`: (its JSON, its log); a
+    failed run fails the test with the log."""
     why = _cuda_libmdr()
     if why:
         pytest.skip("libmdr has no CUDA backend here: %s" % why)
@@ -49,13 +51,16 @@ def test_hf_decode_tiny(tmp_path):
         [os.path.join(REPO, "python")] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
     if "MDR_LIBRARY" not in env:
         env["MDR_LIBRARY"] = mdr.library_path
-    cmd = [sys.executable, SCRIPT, "--tiny", "--steps", "4", "--batch", "1,4", "--reps", "1",
-           "--no-compile", "--device", os.environ.get("MDR_TEST_DEVICE", "0"),
-           "--json", str(out)]
+    cmd = [sys.executable, SCRIPT, "--tiny", "--steps", "4", "--reps", "1", "--no-compile",
+           "--device", os.environ.get("MDR_TEST_DEVICE", "0"), "--json", str(out)] + args
     p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
     log = p.stdout + p.stderr
     assert p.returncode == 0, log
-    res = json.loads(out.read_text())
+    return json.loads(out.read_text()), log
+
+
+def test_hf_decode_tiny(tmp_path):
+    res, log = _run(tmp_path, ["--batch", "1,4"])
     assert res["all_checks_pass"], log
     assert [b["batch"] for b in res["batches"]] == [1, 4]
     for b in res["batches"]:
@@ -70,22 +75,9 @@ def test_hf_decode_tiny(tmp_path):
 def test_hf_decode_tiny_placement_and_profile(tmp_path):
     """The diagnostics: (b) and (d) each captured twice, mdr's empty-body
     cache, and the profiler's kernels per step beside (b)."""
-    why = _cuda_libmdr()
-    if why:
-        pytest.skip("libmdr has no CUDA backend here: %s" % why)
-    out = tmp_path / "hf.json"
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(
-        [os.path.join(REPO, "python")] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
-    if "MDR_LIBRARY" not in env:
-        env["MDR_LIBRARY"] = mdr.library_path
-    cmd = [sys.executable, SCRIPT, "--tiny", "--steps", "4", "--batch", "2", "--reps", "1",
-           "--no-compile", "--no-generate", "--no-ref-timing", "--time", "b,b2,d,d2,d0",
-           "--profile", "2", "--device", os.environ.get("MDR_TEST_DEVICE", "0"), "--json", str(out)]
-    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
-    log = p.stdout + p.stderr
-    assert p.returncode == 0, log
-    b = json.loads(out.read_text())["batches"][0]
+    res, log = _run(tmp_path, ["--batch", "2", "--no-generate", "--no-ref-timing",
+                               "--time", "b,b2,d,d2,d0", "--profile", "2"])
+    b = res["batches"][0]
     for k in ("b2_logits_bit_identical", "d2_logits_bit_identical", "d2_tokens_identical"):
         assert b["checks"][k], (k, log)
     for path in ("b", "b2", "d", "d2", "d0"):
