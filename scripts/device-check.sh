@@ -33,9 +33,9 @@
 #     attention pinned to SDPA's HF_SDPA backend (default math: with torch's
 #     own choice the eager loop does not repeat itself at batch 16);
 #     HF_ARGS adds arguments (default --no-compile --no-ref-timing: path (c)
-#     faults at 0.6B when interleaved with the others, and the eager
-#     reference takes ~40 ms a step; HF_ARGS=" " runs every path), HF_TIMEOUT
-#     bounds each run (default 600 s)
+#     compiles for ~50 s per batch size, so both models with it do not fit
+#     one call, and the eager reference takes ~40 ms a step; HF_ARGS=" "
+#     runs every path), HF_TIMEOUT bounds each run (default 600 s)
 #   tp: the several-GPU phase (two GPUs or more): the comm, all_reduce and
 #     backend_cuda suites, soaks of mdr's all-reduce
 #     (TP_SOAK replays, default 100000, per algorithm in TP_SOAK_ALGOS), the

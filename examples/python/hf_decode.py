@@ -667,23 +667,21 @@ def run_batch(args, model, info, stepper, backend, save=None):
         # -- timing, interleaved rounds
         fixed = [] if args.no_ref_timing else [("ref", ref)]
         p0 = MdrPath(r, empty=True) if "d0" in args.timed else None
-        pb2 = None
-        if "b2" in args.timed:  # the same capture again: checked like (b), timed beside it
-            pb2 = CUDAGraphPath(r)
-            pb2.name = "b2"
+        def again(name, make, tokens):
+            """A path captured a second time (its own pool, or cache and
+            arena), checked against the reference, timed beside the first."""
+            if name not in args.timed:
+                return None
+            p = make(r)
+            p.name = name
             l2, t2 = r.buffers()
-            r.drive(pb2, (l2, t2))
-            res["checks"]["b2_logits_bit_identical"] = bool(torch.equal(l2, rl))
-            del l2, t2
-        pd2 = None
-        if "d2" in args.timed:  # mdr again, in a cache and arena of its own: checked like (d)
-            pd2 = MdrPath(r)
-            pd2.name = "d2"
-            l2, t2 = r.buffers()
-            r.drive(pd2, (l2, t2))
-            res["checks"]["d2_logits_bit_identical"] = bool(torch.equal(l2, rl))
-            res["checks"]["d2_tokens_identical"] = bool(torch.equal(t2, rt))
-            del l2, t2
+            r.drive(p, (l2, t2))
+            res["checks"][name + "_logits_bit_identical"] = bool(torch.equal(l2, rl))
+            if tokens:
+                res["checks"][name + "_tokens_identical"] = bool(torch.equal(t2, rt))
+            return p
+        pb2 = again("b2", CUDAGraphPath, tokens=False)
+        pd2 = again("d2", MdrPath, tokens=True)
         rotated = [(n, p) for n, p in [("b", pb), ("b2", pb2), ("c", pc), ("d", pd), ("d2", pd2),
                                        ("d0", p0)]
                    if p is not None and n in args.timed]
