@@ -16,6 +16,8 @@ timed against the model's own paths in one run (issue 26).
     ... --compile-cache own       ((c) in a static cache of its own)
     ... --compile-partition off   ((c) without inductor's graph partitions)
     ... --mdr-rows all            ((d) zeroes only the rows in use)
+    ... --first d                 ((d) captured before (b): which path gets the
+                                   process's first placement)
     ... --trace                   (a line before each timed run)
     ... --profile 8               (8 steps of each timed graph path under torch's
                                    profiler: kernels per step, busy and span per step,
@@ -111,6 +113,9 @@ def parse():
                          "d0: an mdr cache whose body does nothing (mdr's own part of a step), b2: (b) "
                          "captured again into a pool of its own, and d2: (d) in a second cache and arena "
                          "(the spread placement alone gives)")
+    ap.add_argument("--first", default="b", choices=["b", "d"],
+                    help="which graph path is captured first in the process (the first capture's "
+                         "placement differs from later ones')")
     ap.add_argument("--mdr-rows", default="seed", choices=["seed", "all"],
                     help="(d)'s row policy: the seed's zeroing (logits whole), or only the rows in use")
     ap.add_argument("--compile-partition", default="default", choices=["default", "off"],
@@ -206,7 +211,8 @@ class CUDAGraphPath(Path):
             self.ids.copy_(self.logits.argmax(-1, keepdim=True))
         del lg
         torch.cuda.synchronize()
-        self.capture_s = time.perf_counter() - t
+        self.captured_at = time.perf_counter()
+        self.capture_s = self.captured_at - t
 
     def start(self):
         t0, self.prefill_logits = self.r.prefill(self.kv)
@@ -366,7 +372,8 @@ class MdrPath(Path):
             if not disable_graphs:
                 self.cache.prepare([r.b])                  # the host-staged step's graph
                 self.cache.prepare([r.b], device_ids=0)    # the device-fed step's graph
-            self.capture_s = time.perf_counter() - t
+            self.captured_at = time.perf_counter()
+            self.capture_s = self.captured_at - t
         self.capture_warnings = [str(x.message) for x in w]
         self.tstream = self.cache.torch_stream
 
@@ -587,7 +594,9 @@ def run_batch(args, model, info, stepper, backend, save=None):
                 (gen_logits[0].float() - ref_pl.float()).abs().max())
             del gen_logits
 
-        # -- (b) torch.cuda.CUDAGraph
+        # -- (b) torch.cuda.CUDAGraph; with --first d, (d) is captured before it,
+        # so that each can be timed as the process's first capture
+        pd_first = MdrPath(r) if args.first == "d" else None
         pb = CUDAGraphPath(r)
         bl, bt = r.buffers()
         r.drive(pb, (bl, bt))
@@ -595,9 +604,11 @@ def run_batch(args, model, info, stepper, backend, save=None):
         res["first_logits_difference"]["b"] = first_difference(bl, rl)
         res["checks"]["b_tokens_identical"] = bool(torch.equal(bt, rt))
         res["paths"]["b"] = {"capture_s": pb.capture_s}
+        res["capture_order"] = [n for _, n in sorted([(pb.captured_at, "b"), (
+            pd_first.captured_at if pd_first is not None else float("inf"), "d")])]
 
         # -- (d) mdr, and mdr with graphs disabled
-        pd = MdrPath(r)
+        pd = pd_first if pd_first is not None else MdrPath(r)
         res["logits_buffer"] = pd.logits_where
         res["d_ids"] = "token_ids as int32" if pd.ids_int32 else "token_ids cast to int64 per step"
         res["capture_warnings"] = pd.capture_warnings

@@ -73,11 +73,12 @@ def test_hf_decode_tiny(tmp_path):
 
 
 def test_hf_decode_tiny_placement_and_profile(tmp_path):
-    """The diagnostics: (b) and (d) each captured twice, mdr's empty-body
-    cache, and the profiler's kernels per step beside (b)."""
+    """The diagnostics: (b) and (d) each captured twice, (d) first, mdr's
+    empty-body cache, and the profiler's kernels per step beside (b)."""
     res, log = _run(tmp_path, ["--batch", "2", "--no-generate", "--no-ref-timing",
-                               "--time", "b,b2,d,d2,d0", "--profile", "2"])
+                               "--time", "b,b2,d,d2,d0", "--profile", "2", "--first", "d"])
     b = res["batches"][0]
+    assert b["capture_order"] == ["d", "b"], (b["capture_order"], log)
     for k in ("b2_logits_bit_identical", "d2_logits_bit_identical", "d2_tokens_identical"):
         assert b["checks"][k], (k, log)
     for path in ("b", "b2", "d", "d2", "d0"):
