@@ -450,6 +450,9 @@ typedef struct mdr_graph_stats {
   size_t graph_nodes;       /* nodes of the live graphs */
   int poison;               /* 1: poison mode is on */
   int memory_measured;      /* 1: the backend can measure graph memory (else graph_bytes is 0) */
+  uint64_t inline_steps;    /* steps whose ids and inputs travelled in the fused launch's parameters
+                               (a graph replay of a small host step: docs/GRAPHS.md, "Small steps
+                               inline"), not in a staging slot; counted in steps too */
 } mdr_graph_stats;
 
 /* What the graph serving `tokens` holds. Memory is measured as the
