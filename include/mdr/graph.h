@@ -17,7 +17,11 @@
  * served and reports them in pinned memory. `step` writes a slot only after
  * the launch that read it last has finished, so the host can run ahead of
  * the GPU by up to the ring length without ever overwriting ids not yet read;
- * past that, `step` waits.
+ * past that, `step` waits. A small host step of an EXACT or LADDER graph
+ * takes no slot: its ids and inputs travel in the fused kernel node's own
+ * parameters, set per step (docs/GRAPHS.md, "Small steps inline"). The
+ * stats count such steps in inline_steps, and MDR_STAGE_INLINE=0 turns
+ * this off.
  *
  * Capture: step and prepare are not capture-safe. They refuse (with
  * MDR_ERR_STATE, changing nothing) when the cache's stream is being
