@@ -22,7 +22,9 @@
  * Graph nodes. The fused node a DYNAMIC cache re-targets is named by the
  * capture itself: right after the launch, cudaStreamGetCaptureInfo gives
  * the stream's capture dependencies, which are exactly the node the launch
- * became. */
+ * became. An inline fused node (a small step's slot image in its
+ * parameters) is named the same way and takes each step's image by
+ * cudaGraphExecKernelNodeSetParams. */
 #include "backend_impl.h"
 
 #if defined(MDR_HAVE_CUDA)

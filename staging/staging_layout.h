@@ -14,7 +14,9 @@
  * for its largest count. A staged launch copies the slot's ids and inputs to
  * their destinations, writes the step's counts where the body reads them,
  * and advances the ring. Inputs already in device memory (src != 0) are
- * copied device to device by the same launch. */
+ * copied device to device by the same launch. A small step's slot image can
+ * instead travel in the launch's own parameters (MDR_STAGE_INLINE, at most
+ * MDR_STAGE_INLINE_BYTES), read by the same code, with no ring involved. */
 #ifndef MDR_STAGING_LAYOUT_H
 #define MDR_STAGING_LAYOUT_H
 
