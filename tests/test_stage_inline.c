@@ -7,7 +7,8 @@
  * held as a stalled GPU, or a sleeping kernel on the GPU); the boundary (an
  * image of exactly MDR_STAGE_INLINE_BYTES is inline, one vector more is
  * not); a failed node update refuses the step and leaves the cache usable;
- * which steps never go inline. Host backend always, CUDA when present. */
+ * which steps never go inline; the backend slots without a cache. Host
+ * backend always, CUDA when present. */
 #define _POSIX_C_SOURCE 200809L
 #include <criterion/criterion.h>
 #include <criterion/parameterized.h>
@@ -554,6 +555,193 @@ ParameterizedTest(tb_kind *kind, stage_inline, an_image_of_exactly_the_limit_is_
   }
   mdr_backend_free(b, fixed);
   world_fini(&w);
+  mdr_backend_destroy(b);
+}
+
+/* ---- the backend's two slots, without a cache -------------------------------------------- */
+
+ParameterizedTestParameters(stage_inline, an_inline_node_takes_each_update_and_launches_keep_their_own) {
+  static tb_kind kinds[] = {TB_HOST, TB_CUDA};
+  return cr_make_param_array(tb_kind, kinds, 2);
+}
+
+/* acc[0] += sum (i + 1) * ids[i] over n ids, acc[1] += n, when the stream
+ * reaches it (the host backend's twin of tb_cuda_accumulate). */
+typedef struct host_acc {
+  const uint32_t *ids;
+  size_t n;
+  uint64_t *acc;
+} host_acc;
+
+static mdr_status host_accumulate(mdr_backend *b, void *arg) {
+  (void)b;
+  const host_acc *h = arg;
+  for (size_t i = 0; i < h->n; i++) h->acc[0] += (uint64_t)(i + 1) * h->ids[i];
+  h->acc[1] += h->n;
+  return MDR_OK;
+}
+
+static void accumulate(tb_kind kind, mdr_backend *b, mdr_stream s, mdr_dptr ids, size_t n, mdr_dptr acc) {
+  if (kind == TB_HOST) {
+    const host_acc h = {(const uint32_t *)(uintptr_t)ids, n, (uint64_t *)(uintptr_t)acc};
+    cr_assert_eq(mdr_be_host_fn(b, host_accumulate, &h, sizeof h, s), MDR_OK);
+    return;
+  }
+#if defined(MDR_HAVE_CUDA)
+  cr_assert_eq(tb_cuda_accumulate(s, (const uint32_t *)(uintptr_t)ids, n, (uint64_t *)(uintptr_t)acc), 0);
+#endif
+}
+
+/* Write an image: header (t, copy, 1, 1), t ids, pad to copy. */
+static void put_image(mdr_stage_inline_launch *l, uint32_t t, uint32_t copy, uint32_t base) {
+  unsigned char *img = (unsigned char *)l->param + l->slot_offset;
+  const mdr_stage_header h = {t, copy, 1, 1};
+  memcpy(img, &h, sizeof h);
+  for (uint32_t i = 0; i < copy; i++) {
+    const uint32_t id = i < t ? base + i : PAD_ID;
+    memcpy(img + MDR_STAGE_HEADER_BYTES + 4 * i, &id, 4);
+  }
+}
+
+/* The inline launch captured as a node (zeroing a buffer's rows, and the
+ * stage): each update's image is what the next launch copies, and counts
+ * and rows follow it; the zeroing is the launch's own. Launches enqueued
+ * before an update keep the image they were launched with (the host
+ * backend held; on the GPU a sleeping kernel ahead). */
+ParameterizedTest(tb_kind *kind, stage_inline, an_inline_node_takes_each_update_and_launches_keep_their_own) {
+  enum { COPY = 6, BUF = 512, STEPS = 40 };
+  mdr_backend *b = tb_backend(*kind);
+  mdr_stream s = tb_stream(b);
+  mdr_dptr ids = 0, counts = 0, buf = 0, acc = 0;
+  cr_assert_eq(mdr_backend_alloc(b, 256, &ids), MDR_OK);
+  cr_assert_eq(mdr_backend_alloc(b, 256, &counts), MDR_OK);
+  cr_assert_eq(mdr_backend_alloc(b, BUF, &buf), MDR_OK);
+  cr_assert_eq(mdr_backend_alloc(b, 16, &acc), MDR_OK);
+  cr_assert_eq(mdr_backend_fill(b, acc, 0, 16), MDR_OK);
+  const mdr_zero_seg seg = {.ptr = buf, .bytes = BUF, .a = BUF / 8, .b = 8, .rule = MDR_RULE_ROWS};
+  mdr_stage_desc st = {.token_ids = ids, .count_out = counts, .flags = MDR_STAGE_FETCH | MDR_STAGE_INLINE,
+                       .copy_sequences = 1};
+  mdr_stage_inline_launch l;
+  void *g = NULL, *x = NULL, *node = NULL;
+  cr_assert_eq(mdr_be_capture_begin(b, s), MDR_OK);
+  cr_assert_eq(mdr_be_fused_inline_launch(b, &seg, 1, COPY, &st, s, &node, &l), MDR_OK, "%s",
+               mdr_backend_last_error(b));
+  cr_assert_eq(mdr_be_capture_end(b, s, &g), MDR_OK);
+  cr_assert_not_null(node);
+  cr_assert_eq(l.slot_offset % 16, 0);
+  cr_assert_leq(l.slot_offset + MDR_STAGE_INLINE_BYTES, l.param_bytes);
+  cr_assert_eq(mdr_be_graph_instantiate(b, g, NULL, &x), MDR_OK);
+  /* one launch at a time: its ids, counts and rows */
+  for (uint32_t t = 1; t <= COPY; t += 2) {
+    cr_assert_eq(mdr_backend_fill(b, ids, POISON, 256), MDR_OK);
+    cr_assert_eq(mdr_backend_fill(b, buf, POISON, BUF), MDR_OK);
+    put_image(&l, t, COPY, 100 * t);
+    cr_assert_eq(mdr_be_fused_inline_update(b, x, node, &l), MDR_OK, "%s", mdr_backend_last_error(b));
+    cr_assert_eq(mdr_be_graph_launch(b, x, s), MDR_OK);
+    cr_assert_eq(mdr_backend_synchronize(b, s), MDR_OK);
+    uint32_t got[64], c[2];
+    read_back(b, got, ids, sizeof got);
+    read_back(b, c, counts, 8);
+    for (uint32_t i = 0; i < COPY; i++) cr_assert_eq(got[i], i < t ? 100 * t + i : (uint32_t)PAD_ID, "t %u id %u", t, i);
+    cr_assert_eq(got[COPY], POISON * 0x01010101u, "t %u: nothing past the copy", t);
+    cr_assert_eq(c[0], t);
+    cr_assert_eq(c[1], 1);
+    unsigned char z[BUF];
+    read_back(b, z, buf, BUF);
+    cr_assert_eq(tb_first_not(z, COPY * BUF / 8, 0), COPY * BUF / 8, "the rows of %d tokens cleared", COPY);
+    cr_assert_eq(tb_first_not(z + COPY * BUF / 8, BUF - COPY * BUF / 8, POISON), BUF - COPY * BUF / 8);
+  }
+  /* queued launches: each keeps the image it was launched with */
+  if (*kind == TB_HOST) {
+    cr_assert_eq(mdr_backend_host_hold(b, 1), MDR_OK);
+  } else {
+#if defined(MDR_HAVE_CUDA)
+    cr_assert_eq(tb_cuda_sleep(s, 20ull * 1000 * 1000), 0);
+#endif
+  }
+  uint64_t want_sum = 0;
+  for (uint32_t k = 0; k < STEPS; k++) {
+    const uint32_t t = 1 + k % COPY;
+    put_image(&l, t, COPY, 1000 * (k + 1));
+    for (uint32_t i = 0; i < COPY; i++) want_sum += (uint64_t)(i + 1) * (i < t ? 1000 * (k + 1) + i : PAD_ID);
+    cr_assert_eq(mdr_be_fused_inline_update(b, x, node, &l), MDR_OK);
+    cr_assert_eq(mdr_be_graph_launch(b, x, s), MDR_OK);
+    accumulate(*kind, b, s, ids, COPY, acc); /* what this launch left in token_ids */
+  }
+  if (*kind == TB_HOST) {
+    uint64_t none[2];
+    read_back(b, none, acc, 16);
+    cr_assert_eq(none[1], 0, "held: nothing ran");
+    cr_assert_eq(mdr_backend_host_hold(b, 0), MDR_OK);
+  }
+  cr_assert_eq(mdr_backend_synchronize(b, s), MDR_OK);
+  uint64_t sums[2];
+  read_back(b, sums, acc, 16);
+  cr_assert_eq(sums[1], (uint64_t)STEPS * COPY);
+  cr_assert_eq(sums[0], want_sum, "a queued launch read an image not its own");
+  uint32_t got[64], c[2];
+  read_back(b, got, ids, sizeof got);
+  read_back(b, c, counts, 8);
+  const uint32_t last_t = 1 + (STEPS - 1) % COPY;
+  cr_assert_eq(c[0], last_t, "the last launch's count");
+  for (uint32_t i = 0; i < last_t; i++) cr_assert_eq(got[i], 1000 * STEPS + i, "the last launch's ids");
+  mdr_be_exec_destroy(b, x);
+  mdr_be_graph_destroy(b, g);
+  mdr_backend_free(b, acc);
+  mdr_backend_free(b, buf);
+  mdr_backend_free(b, counts);
+  mdr_backend_free(b, ids);
+  mdr_backend_stream_destroy(b, s);
+  mdr_backend_destroy(b);
+}
+
+/* The host backend's slots refuse what an inline launch is not: another
+ * stage, a node asked outside a capture, a node that is not an inline
+ * fused node, a launch that is not the host's; nothing is run. Holding a
+ * backend that is not the host backend is unsupported. */
+Test(stage_inline, the_host_inline_slots_refuse_what_they_cannot_serve) {
+  mdr_backend *b = tb_backend(TB_HOST), *fb = NULL;
+  mdr_stream s = tb_stream(b);
+  mdr_dptr ids = 0, counts = 0;
+  cr_assert_eq(mdr_backend_alloc(b, 256, &ids), MDR_OK);
+  cr_assert_eq(mdr_backend_alloc(b, 256, &counts), MDR_OK);
+  cr_assert_eq(mdr_backend_fill(b, ids, POISON, 256), MDR_OK);
+  mdr_stage_desc st = {.token_ids = ids, .count_out = counts, .flags = MDR_STAGE_FETCH | MDR_STAGE_INLINE};
+  mdr_stage_inline_launch l;
+  void *g = NULL, *x = NULL, *node = NULL;
+  const uint32_t bad_flags[] = {MDR_STAGE_FETCH, MDR_STAGE_INLINE, MDR_STAGE_FETCH | MDR_STAGE_INLINE | MDR_STAGE_ADVANCE,
+                                MDR_STAGE_FETCH | MDR_STAGE_INLINE | MDR_STAGE_DEVICE_IDS,
+                                MDR_STAGE_FETCH | MDR_STAGE_INLINE | MDR_STAGE_DYNAMIC};
+  for (size_t i = 0; i < sizeof bad_flags / sizeof bad_flags[0]; i++) {
+    mdr_stage_desc bad = st;
+    bad.flags = bad_flags[i];
+    cr_assert_eq(mdr_be_fused_inline_launch(b, NULL, 0, 2, &bad, s, NULL, &l), MDR_ERR_INVALID_ARGUMENT,
+                 "flags %#x", bad_flags[i]);
+  }
+  cr_assert_eq(mdr_be_fused_inline_launch(b, NULL, 0, 2, NULL, s, NULL, &l), MDR_ERR_INVALID_ARGUMENT);
+  cr_assert_eq(mdr_be_fused_inline_launch(b, NULL, 0, 2, &st, s, &node, &l), MDR_ERR_CAPTURE, "a node outside a capture");
+  cr_assert_null(node);
+  unsigned char raw[256];
+  read_back(b, raw, ids, sizeof raw);
+  cr_assert_eq(tb_first_not(raw, sizeof raw, POISON), sizeof raw, "a refused launch ran");
+  cr_assert_eq(mdr_be_capture_begin(b, s), MDR_OK);
+  cr_assert_eq(mdr_be_memset_async(b, ids, 0, 1, s), MDR_OK); /* a node before it */
+  cr_assert_eq(mdr_be_fused_inline_launch(b, NULL, 0, 2, &st, s, &node, &l), MDR_OK);
+  cr_assert_eq(mdr_be_capture_end(b, s, &g), MDR_OK);
+  cr_assert_eq(mdr_be_graph_instantiate(b, g, NULL, &x), MDR_OK);
+  cr_assert_eq(mdr_be_fused_inline_update(b, x, (void *)1, &l), MDR_ERR_INVALID_ARGUMENT, "the memset node");
+  cr_assert_eq(mdr_be_fused_inline_update(b, x, (void *)99, &l), MDR_ERR_INVALID_ARGUMENT, "no such node");
+  mdr_stage_inline_launch other = l;
+  other.param_bytes = 8;
+  cr_assert_eq(mdr_be_fused_inline_update(b, x, node, &other), MDR_ERR_INVALID_ARGUMENT, "not the host's launch");
+  cr_assert_eq(fault_backend_create(b, &fb), MDR_OK);
+  cr_assert_eq(mdr_backend_host_hold(fb, 1), MDR_ERR_UNSUPPORTED);
+  mdr_backend_destroy(fb);
+  mdr_be_exec_destroy(b, x);
+  mdr_be_graph_destroy(b, g);
+  mdr_backend_free(b, counts);
+  mdr_backend_free(b, ids);
+  mdr_backend_stream_destroy(b, s);
   mdr_backend_destroy(b);
 }
 
