@@ -315,6 +315,8 @@ typedef struct bench_case {
    * spread between rounds is what a "wins" line must exceed */
   double round_gpu[ROUNDS], round_cpu[ROUNDS];
   uint64_t eager_steps;   /* graph strategies: steps that ran eagerly */
+  uint64_t inline_steps;  /* graph strategies: steps whose ids (and inputs) travelled in the fused launch's
+                             parameters, not a staging slot (mdr_graph_stats.inline_steps) */
 } bench_case;
 
 typedef struct sweep {

@@ -60,6 +60,9 @@ void print_legend(bool gpu) {
   printf("  graph-fused-inputs is graph-fused with positions, sequence lengths and a %d-entry block table per\n"
          "            sequence staged in the same slot as the ids (mdr_graph_cache_step_inputs)\n",
          INPUT_BLOCKS_PER_SEQ);
+  printf("  inline    (after a row) some of its steps carried their slot image in the fused launch's\n"
+         "            parameters instead of a staging slot (small counts; mdr_graph_stats.inline_steps, in\n"
+         "            results.json and results.csv; MDR_STAGE_INLINE=0 turns it off)\n");
 }
 
 void print_table_header(bool gpu) {
@@ -87,9 +90,9 @@ void print_case(const bench_case *c) {
            k_strategy_names[c->strat], (double)c->bytes / 1e6, c->note ? c->note : "");
     return;
   }
-  printf("%-18s %-6s %6zu %-19s %9.3f %22s %8s %8s %8s %8s %8s %7s %7s %7s\n", c->preset,
+  printf("%-18s %-6s %6zu %-19s %9.3f %22s %8s %8s %8s %8s %8s %7s %7s %7s%s\n", c->preset,
          k_policy_names[c->policy], c->tokens, k_strategy_names[c->strat], (double)c->bytes / 1e6, gpu,
-         loop, cold, cpu, chg, gbps, xf, sp, csp);
+         loop, cold, cpu, chg, gbps, xf, sp, csp, c->inline_steps ? "  inline" : "");
 }
 
 void print_tail_table(const bench_case *c, size_t n, const size_t *tokens, size_t n_tokens, bool gpu) {
@@ -269,7 +272,8 @@ static void write_case_json(FILE *f, const bench_case *c) {
     fprintf(f, ", \"%s\": ", nums[i].key);
     json_num(f, nums[i].v);
   }
-  fprintf(f, ", \"eager_steps\": %llu}", (unsigned long long)c->eager_steps);
+  fprintf(f, ", \"eager_steps\": %llu, \"inline_steps\": %llu}", (unsigned long long)c->eager_steps,
+          (unsigned long long)c->inline_steps);
 }
 
 void write_results_json(const bench_env *e, const sweep *sw, const graph_costs *gc, size_t n_gc) {
@@ -336,7 +340,7 @@ void write_results_csv(const bench_env *e, const sweep *sw) {
   FILE *f = open_out(e->o->out_dir, "results.csv");
   fprintf(f, "preset,policy,tokens,strategy,measured,bytes,segments,gpu_us_med,gpu_us_p10,gpu_us_p90,"
              "loop_us_mean,cold_us_med,cpu_us_med,gbps,floor_us,x_floor,speedup,cpu_speedup,cpu_vary_us_med,"
-             "eager_steps,cpu_us_p90,cpu_us_p99,cpu_us_max,gpu_us_p99,gpu_us_max\n");
+             "eager_steps,cpu_us_p90,cpu_us_p99,cpu_us_max,gpu_us_p99,gpu_us_max,inline_steps\n");
   for (size_t i = 0; i < sw->n; i++) {
     const bench_case *c = &sw->cases[i];
     fprintf(f, "%s,%s,%zu,%s,%d,%zu,%zu", c->preset, k_policy_names[c->policy], c->tokens,
@@ -347,7 +351,7 @@ void write_results_csv(const bench_env *e, const sweep *sw) {
     fprintf(f, ",%llu", (unsigned long long)c->eager_steps);
     const double tails[] = {c->cpu.p90, c->cpu.p99, c->cpu.max, c->gpu.p99, c->gpu.max};
     for (size_t k = 0; k < sizeof tails / sizeof tails[0]; k++) fputc(',', f), csv_num(f, tails[k]);
-    fputc('\n', f);
+    fprintf(f, ",%llu\n", (unsigned long long)c->inline_steps);
   }
   fclose(f);
 }

@@ -140,6 +140,7 @@ static void measure_group(bench_env *e, runner *rs, bench_case **cases, size_t n
       mdr_graph_stats after;
       CHECK(e->b, mdr_graph_cache_stats(r->cache, &after));
       c->eager_steps = after.eager_steps - before[i].eager_steps;
+      c->inline_steps = after.inline_steps - before[i].inline_steps;
     }
     c->gbps = (double)c->bytes / (nan_if_zero(c->gpu.med) * 1e3);
     c->floor_us = e->gpu.on ? floor_us(&e->fl, c->bytes, c->floor_replay_us) : NAN;

@@ -22,7 +22,16 @@
  * capture right after the launch), never a search of the graph, so a body
  * with fused launches of its own cannot be mistaken for it. DEVICE_COUNT
  * leaves the graph untouched and has the kernel read the count from the
- * slot. */
+ * slot.
+ *
+ * Inline steps. A host step of an EXACT or LADDER count whose largest slot
+ * image fits MDR_STAGE_INLINE_BYTES carries the image in the fused
+ * launch's own parameters instead of a ring slot (staging.h): such a count
+ * is captured inline (per count, once, for its graph's life); each step
+ * writes its image into the entry's copy of the launch's parameters with
+ * the slot writer, updates the node, then launches the graph. No slot is
+ * taken, so no ring wait; eager steps (graphs disabled, eager-only counts)
+ * and device steps keep the ring. MDR_STAGE_INLINE=0 turns the route off. */
 #define _POSIX_C_SOURCE 200809L
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -169,6 +178,8 @@ mdr_status mdr_graph_cache_create(mdr_arena *a, mdr_stream stream, const mdr_gra
   c->poison = mdr_env_switch(b, "MDR_POISON", "graph cache") || opt.poison;
   c->measure_memory = mdr_be_has_mem_used(b);
   c->count_nodes = mdr_be_has_graph_nodes(b);
+  c->inline_route = mdr_env_switch_or(b, "MDR_STAGE_INLINE", "graph cache", 1) && !c->graphs_disabled &&
+                    opt.mode != MDR_GRAPH_DYNAMIC && mdr_be_has_inline(b);
   st = build_ladder(c, o);
   if (st != MDR_OK) goto fail;
   for (int k = 0; k < IDS_KINDS; k++) {
@@ -179,6 +190,7 @@ mdr_status mdr_graph_cache_create(mdr_arena *a, mdr_stream stream, const mdr_gra
     }
   }
   st = mdr_gc_setup_inputs(c, o);
+  if (st == MDR_OK && c->inline_route) st = mdr_staging_inline_init(&c->staging, m, c->max_sequences);
   if (st != MDR_OK) goto fail;
   c->n_rules = mdr_arena_rules(a, MDR_COVER_ROWS, c->o.rows, c->rules);
   if (node_update_of(&c->o)) {
@@ -205,7 +217,12 @@ void mdr_graph_cache_destroy(mdr_graph_cache *c) {
   if (!c) return;
   (void)mdr_be_synchronize(c->b, c->stream);
   for (int k = 0; k < IDS_KINDS; k++) {
-    for (size_t t = 0; t <= c->max_tokens; t++) mdr_be_exec_destroy(c->b, c->sets[k].entries[t].exec);
+    for (size_t t = 0; t <= c->max_tokens; t++) {
+      graph_entry *e = &c->sets[k].entries[t];
+      mdr_be_exec_destroy(c->b, e->exec);
+      mdr_be_graph_destroy(c->b, e->inl_graph);
+      free(e->inl);
+    }
     mdr_be_graph_destroy(c->b, c->sets[k].dyn_graph);
     free(c->sets[k].entries);
   }
@@ -326,6 +343,16 @@ static int uses_slot(const mdr_graph_cache *c, step_ids ids) {
   return ids.kind == IDS_HOST || device_needs_header(c);
 }
 
+/* Whether graph count g of this kind is captured inline: a host step of an
+ * EXACT or LADDER cache (inline_route) whose slot image at g (its most
+ * sequences) fits MDR_STAGE_INLINE_BYTES. The same answer for the cache's
+ * life, so a count's graph is inline or ring from its capture on. */
+static int inline_count(const mdr_graph_cache *c, size_t g, step_ids ids) {
+  if (!c->inline_route || ids.kind != IDS_HOST) return 0;
+  const uint64_t bytes = mdr_staging_inline_bytes(&c->staging, g);
+  return bytes != 0 && bytes <= MDR_STAGE_INLINE_BYTES;
+}
+
 static mdr_stage_desc stage_of(const mdr_graph_cache *c, step_ids ids, uint32_t extra, size_t copy_sequences) {
   uint32_t flags = extra | (uses_slot(c, ids) ? MDR_STAGE_ADVANCE : 0u);
   if (ids.kind == IDS_HOST) {
@@ -350,11 +377,21 @@ static mdr_stage_desc stage_of(const mdr_graph_cache *c, step_ids ids, uint32_t 
  * update would make it; captured once at max_batch_tokens, and the capture
  * reports its node) or ignored (DEVICE_COUNT). `seqs` is NODE_UPDATE's
  * sequence count (the static modes copy sequence_bound(g) rows; DEVICE_COUNT
- * reads the header). */
+ * reads the header). With `inl` (capturing an inline count) the staged
+ * launch is the inline one: *inl is set to it as made, *inl_node to its
+ * node. */
 static mdr_status enqueue_step(mdr_graph_cache *c, size_t g, size_t seqs, step_ids ids, int capturing,
-                               int *staged) {
+                               mdr_stage_inline_launch *inl, void **inl_node, int *staged) {
   mdr_status st;
-  if (node_update_of(&c->o)) {
+  if (inl) {
+    mdr_stage_desc stage = mdr_staging_inline_desc(&c->staging, mdr_arena_token_ids(c->arena), g);
+    if (c->o.zero == MDR_ZERO_FUSED) {
+      st = mdr_be_fused_inline_launch(c->b, c->rules, c->n_rules, g, &stage, c->stream, inl_node, inl);
+    } else { /* memsets, then a stage-only launch */
+      st = mdr_arena_run_rules(c->arena, c->stream, c->rules, c->n_rules, g, MDR_ZERO_MEMSET);
+      if (st == MDR_OK) st = mdr_be_fused_inline_launch(c->b, NULL, 0, g, &stage, c->stream, inl_node, inl);
+    }
+  } else if (node_update_of(&c->o)) {
     mdr_stage_desc stage = stage_of(c, ids, MDR_STAGE_TABLE, seqs);
     st = mdr_be_zero_fused(c->b, c->rules, c->n_rules, g, &stage, c->stream,
                            capturing ? &c->sets[ids.kind].dyn_node : NULL);
@@ -390,7 +427,12 @@ static mdr_status enqueue_step(mdr_graph_cache *c, size_t g, size_t seqs, step_i
 
 static void drop_graph(mdr_graph_cache *c, graph_entry *e) {
   mdr_be_exec_destroy(c->b, e->exec);
+  mdr_be_graph_destroy(c->b, e->inl_graph);
+  free(e->inl);
   e->exec = NULL;
+  e->inl = NULL;
+  e->inl_node = NULL;
+  e->inl_graph = NULL;
   c->stats.graphs--;
   c->stats.graph_bytes -= e->bytes;
   c->stats.graph_nodes -= e->nodes;
@@ -426,15 +468,24 @@ static mdr_status capture(mdr_graph_cache *c, size_t g, step_ids ids) {
 
 static mdr_status capture_traced(mdr_graph_cache *c, size_t g, step_ids ids) {
   double t0 = monotonic_us();
-  void *graph = NULL, *exec = NULL;
+  void *graph = NULL, *exec = NULL, *inl_node = NULL;
   int staged = 0;
   graph_set *set = &c->sets[ids.kind];
+  mdr_stage_inline_launch *inl = NULL;
+  if (inline_count(c, g, ids)) {
+    inl = malloc(sizeof *inl); /* host memory, before the capture: a step's image goes here */
+    if (!inl) return mdr_backend_fail(c->b, MDR_ERR_OUT_OF_MEMORY, "graph cache: an inline launch's parameters");
+  }
   mdr_status st = mdr_be_capture_begin(c->b, c->stream);
-  if (st != MDR_OK) return MDR_ERR_CAPTURE;
-  mdr_status body = enqueue_step(c, g, sequence_bound(c, g), ids, 1, &staged);
+  if (st != MDR_OK) {
+    free(inl);
+    return MDR_ERR_CAPTURE;
+  }
+  mdr_status body = enqueue_step(c, g, sequence_bound(c, g), ids, 1, inl, &inl_node, &staged);
   st = mdr_be_capture_end(c->b, c->stream, &graph);
   if (body != MDR_OK) {
     mdr_be_graph_destroy(c->b, st == MDR_OK ? graph : NULL);
+    free(inl);
     c->stats.capture_us += monotonic_us() - t0;
     /* the body's own status; a failure before it (zeroing, staging) is the capture's */
     return staged ? body : MDR_ERR_CAPTURE;
@@ -453,13 +504,24 @@ static mdr_status capture_traced(mdr_graph_cache *c, size_t g, step_ids ids) {
     set->dyn_sequences = sequence_bound(c, g);
     graph = NULL;
   }
+  void *inl_graph = NULL;
+  if (st == MDR_OK && inl) { /* likewise: the inline node is a node of this graph */
+    inl_graph = graph;
+    graph = NULL;
+  }
   mdr_be_graph_destroy(c->b, graph);
   if (st == MDR_OK && measured && mdr_be_mem_used(c->b, &used1) != MDR_OK) used1 = used0;
   c->stats.capture_us += monotonic_us() - t0;
-  if (st != MDR_OK) return MDR_ERR_CAPTURE;
+  if (st != MDR_OK) {
+    free(inl);
+    return MDR_ERR_CAPTURE;
+  }
   if (c->o.max_graphs && c->stats.graphs >= c->o.max_graphs) evict_lru(c);
   graph_entry *e = &set->entries[g];
   e->exec = exec;
+  e->inl = inl;
+  e->inl_node = inl_node;
+  e->inl_graph = inl_graph;
   e->last_used = ++c->tick;
   e->eager_only = 0;
   e->ids_src = ids.src;
@@ -534,6 +596,24 @@ static mdr_status retarget(mdr_graph_cache *c, void *exec, size_t t, size_t seqs
   return st;
 }
 
+/* Write the step's slot (after waiting for it): the ring's, or with
+ * `image` an inline launch's parameter copy. */
+static void write_step(mdr_graph_cache *c, const step_call *call, step_ids ids, size_t copy, size_t copy_seqs,
+                       unsigned char *image) {
+  const mdr_staging_step w = {.ids = ids.kind == IDS_HOST ? call->host_ids : NULL,
+                              .values = call->values ? call->values + 1 : NULL,
+                              .tokens = call->tokens,
+                              .copy_tokens = copy,
+                              .sequences = call->sequences,
+                              .copy_sequences = copy_seqs,
+                              .pad_id = c->o.pad_token_id};
+  if (image) {
+    mdr_staging_write_inline(&c->staging, image, &w);
+  } else {
+    mdr_staging_write(&c->staging, &w);
+  }
+}
+
 static mdr_status step_locked(mdr_graph_cache *c, const step_call *call, step_ids ids) {
   const size_t tokens = call->tokens, seqs = call->sequences;
   size_t g = graph_tokens_of(c, tokens);
@@ -541,22 +621,20 @@ static mdr_status step_locked(mdr_graph_cache *c, const step_call *call, step_id
   const int dynamic = c->o.mode == MDR_GRAPH_DYNAMIC;
   const size_t copy = dynamic ? tokens : g, copy_seqs = dynamic ? seqs : sequence_bound(c, g);
   mdr_status st;
+  graph_entry *e = &c->sets[ids.kind].entries[g];
   const int slot = uses_slot(c, ids);
-  if (slot) { /* the step writes a slot */
+  /* an inline count's replay takes no ring slot: its image goes into the
+   * launch's parameters below. Every other step (and an inline count's step
+   * that ends up eager, its capture having failed) writes a ring slot. */
+  int ring = 0; /* the ring slot is written */
+  if (slot && !(!c->graphs_disabled && !e->eager_only && inline_count(c, g, ids))) {
     st = mdr_staging_wait(&c->staging, c->stream);
     if (st != MDR_OK) return st;
-    const mdr_staging_step w = {.ids = ids.kind == IDS_HOST ? call->host_ids : NULL,
-                                .values = call->values ? call->values + 1 : NULL,
-                                .tokens = tokens,
-                                .copy_tokens = copy,
-                                .sequences = seqs,
-                                .copy_sequences = copy_seqs,
-                                .pad_id = c->o.pad_token_id};
-    mdr_staging_write(&c->staging, &w);
+    write_step(c, call, ids, copy, copy_seqs, NULL);
+    ring = 1;
   }
 
   mdr_status outcome = MDR_OK;
-  graph_entry *e = &c->sets[ids.kind].entries[g];
   if (e->exec && e->ids_src != ids.src) { /* device ids moved: capture again */
     drop_graph(c, e);
     c->stats.evictions++;
@@ -580,26 +658,43 @@ static mdr_status step_locked(mdr_graph_cache *c, const step_call *call, step_id
       outcome = MDR_ERR_CAPTURE;
     }
   }
-  if (!c->graphs_disabled && e->exec) {
+  const int graph = !c->graphs_disabled && e->exec;
+  if (slot && !ring && !(graph && e->inl)) { /* an inline count running eagerly: the ring after all */
+    st = mdr_staging_wait(&c->staging, c->stream);
+    if (st != MDR_OK) return st;
+    write_step(c, call, ids, copy, copy_seqs, NULL);
+    ring = 1;
+  }
+  if (graph) {
     if (node_update_of(&c->o)) {
       st = retarget(c, e->exec, tokens, seqs, ids);
       if (st != MDR_OK) return st; /* nothing enqueued: the slot is written again by the next step */
+    }
+    if (e->inl) {
+      /* the step's image into the entry's copy of the launch's parameters,
+       * then into the node (copied there: a launch already enqueued keeps
+       * its own); a failed update leaves the node as it was, and nothing
+       * is launched or counted */
+      write_step(c, call, ids, copy, copy_seqs, (unsigned char *)e->inl->param + e->inl->slot_offset);
+      st = mdr_be_fused_inline_update(c->b, e->exec, e->inl_node, e->inl);
+      if (st != MDR_OK) return st;
     }
     st = mdr_be_graph_launch(c->b, e->exec, c->stream);
     if (st != MDR_OK) {
       /* a launch that failed part way (a body's op failing after the staged
        * node ran, say) may or may not have served the slot: the next step
        * re-reads the count from the device before it writes one */
-      if (slot) mdr_staging_unsure(&c->staging);
+      if (ring) mdr_staging_unsure(&c->staging);
       return st;
     }
     e->last_used = ++c->tick;
-    if (slot) mdr_staging_enqueued(&c->staging);
+    if (ring) mdr_staging_enqueued(&c->staging);
     c->stats.hits += hit;
+    c->stats.inline_steps += e->inl != NULL;
   } else {
     int staged = 0;
-    st = enqueue_step(c, dynamic ? tokens : g, seqs, ids, 0, &staged);
-    if (staged && slot) mdr_staging_enqueued(&c->staging); /* counted even when the body then failed */
+    st = enqueue_step(c, dynamic ? tokens : g, seqs, ids, 0, NULL, NULL, &staged);
+    if (staged && ring) mdr_staging_enqueued(&c->staging); /* counted even when the body then failed */
     if (st != MDR_OK) return st;
     c->stats.eager_steps++;
   }

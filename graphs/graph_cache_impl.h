@@ -19,6 +19,13 @@ typedef struct graph_entry {
   mdr_dptr ids_src;   /* device steps: the ids address the graph was captured with */
   uint64_t bytes;     /* device memory the graph took (measured at instantiate + upload) */
   size_t nodes;       /* nodes of its graph */
+  /* An inline count (captured with its slot image in the fused launch's
+   * parameters): that launch as made, whose image each step rewrites before
+   * the node update; the node; and the captured graph, kept since the node
+   * handle names a node of it. NULL for a ring count. */
+  mdr_stage_inline_launch *inl;
+  void *inl_node;
+  void *inl_graph;
 } graph_entry;
 
 /* Where a step's ids come from. */
@@ -59,6 +66,7 @@ struct mdr_graph_cache {
   int poison; /* fill what a static step does not zero with 0xFF (NaN) */
   _Atomic uintptr_t owner; /* the thread inside step or prepare (tls_self's address), or 0 */
   int measure_memory, count_nodes; /* the backend can tell */
+  int inline_route; /* small host steps of EXACT/LADDER counts carry their slot in the launch's parameters */
 
   mdr_staging staging;
   size_t max_sequences;

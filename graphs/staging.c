@@ -2,6 +2,7 @@
 #include "staging.h"
 
 #include <sched.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* Layout of the device block. */
@@ -70,6 +71,7 @@ mdr_status mdr_staging_init(mdr_staging *s, mdr_backend *b, size_t max_tokens, c
 
 void mdr_staging_fini(mdr_staging *s) {
   if (!s->b) return;
+  mdr_be_free_device(s->b, s->inline_tables);
   mdr_be_free_device(s->b, s->block);
   mdr_be_free_pinned(s->b, s->ring_host);
   memset(s, 0, sizeof *s);
@@ -133,8 +135,10 @@ static void fill_elems(unsigned char *dst, size_t n, size_t elem_bytes, uint64_t
   for (size_t i = 0; i < n; i++) memcpy(dst + i * elem_bytes, e, elem_bytes);
 }
 
-void mdr_staging_write(mdr_staging *s, const mdr_staging_step *p) {
-  unsigned char *slot = s->ring_host + (s->host_step % MDR_GRAPH_STAGING_SLOTS) * s->slot_bytes;
+/* The writer of a slot or an inline image: the header, the ids, each host
+ * input at offset[i]. */
+static void write_image(const mdr_staging *s, unsigned char *slot, const uint32_t *offset,
+                        const mdr_staging_step *p) {
   const mdr_stage_header h = {.tokens = (uint32_t)p->tokens,
                               .copy_tokens = (uint32_t)p->copy_tokens,
                               .sequences = (uint32_t)p->sequences,
@@ -149,12 +153,81 @@ void mdr_staging_write(mdr_staging *s, const mdr_staging_step *p) {
     if (in->src) continue;
     const size_t rows = (size_t)mdr_stage_input_rows(in, p->tokens, p->sequences);
     const size_t copy = (size_t)mdr_stage_input_rows(in, p->copy_tokens, p->copy_sequences);
-    unsigned char *dst = slot + in->offset;
+    unsigned char *dst = slot + offset[i];
     if (rows) memcpy(dst, p->values[i], rows * in->row_bytes);
     if (copy > rows) fill_elems(dst + rows * in->row_bytes, (copy - rows) * (in->row_bytes / in->elem_bytes),
                                 in->elem_bytes, in->pad);
   }
   memcpy(slot, &h, sizeof h);
+}
+
+void mdr_staging_write(mdr_staging *s, const mdr_staging_step *p) {
+  uint32_t offset[MDR_STAGE_INPUTS_MAX];
+  for (size_t i = 0; i < s->n_inputs; i++) offset[i] = s->inputs[i].offset;
+  write_image(s, s->ring_host + (s->host_step % MDR_GRAPH_STAGING_SLOTS) * s->slot_bytes, offset, p);
+}
+
+void mdr_staging_write_inline(const mdr_staging *s, unsigned char *image, const mdr_staging_step *p) {
+  write_image(s, image, s->inline_offset[p->copy_tokens], p);
+}
+
+/* Count g's image at copy counts (g, copy_s): the header, the ids, then
+ * each host input's rows at those counts, each 16-byte aligned. */
+static uint64_t inline_layout(const mdr_staging *s, size_t g, size_t copy_s, uint32_t *offset) {
+  uint64_t end = MDR_STAGE_HEADER_BYTES + (uint64_t)g * 4u;
+  for (size_t i = 0; i < s->n_inputs; i++) {
+    const mdr_stage_input *in = &s->inputs[i];
+    offset[i] = 0;
+    if (in->src) continue;
+    end = ceil16(end);
+    offset[i] = (uint32_t)end;
+    end += mdr_stage_input_rows(in, g, copy_s) * in->row_bytes;
+  }
+  return end;
+}
+
+mdr_status mdr_staging_inline_init(mdr_staging *s, size_t max_tokens, size_t max_sequences) {
+  const size_t counts = max_tokens < MDR_STAGING_INLINE_COUNTS ? max_tokens : MDR_STAGING_INLINE_COUNTS;
+  size_t n_host = 0;
+  for (size_t i = 0; i < s->n_inputs; i++) n_host += s->inputs[i].src == 0;
+  mdr_stage_input *tables = NULL;
+  if (n_host) {
+    tables = calloc(counts * s->n_inputs, sizeof *tables);
+    if (!tables) return mdr_backend_fail(s->b, MDR_ERR_OUT_OF_MEMORY, "staging: inline input tables");
+  }
+  for (size_t g = 1; g <= counts; g++) {
+    const size_t copy_s = g < max_sequences ? g : max_sequences;
+    const uint64_t bytes = inline_layout(s, g, copy_s, s->inline_offset[g]);
+    s->inline_bytes[g] = bytes > UINT32_MAX ? UINT32_MAX : (uint32_t)bytes;
+    s->inline_copy_sequences[g] = (uint32_t)copy_s;
+    for (size_t i = 0; tables && i < s->n_inputs; i++) {
+      tables[(g - 1) * s->n_inputs + i] = s->inputs[i];
+      tables[(g - 1) * s->n_inputs + i].offset = s->inline_offset[g][i];
+    }
+  }
+  mdr_status st = MDR_OK;
+  if (tables) {
+    const size_t bytes = counts * s->n_inputs * sizeof *tables;
+    st = mdr_be_alloc_device(s->b, bytes, &s->inline_tables);
+    if (st == MDR_OK) st = mdr_be_copy_h2d(s->b, s->inline_tables, tables, bytes);
+    if (st != MDR_OK) {
+      mdr_be_free_device(s->b, s->inline_tables);
+      s->inline_tables = 0;
+    }
+    free(tables);
+  }
+  s->inline_counts = st == MDR_OK ? counts : 0;
+  return st;
+}
+
+uint64_t mdr_staging_inline_bytes(const mdr_staging *s, size_t g) {
+  return g >= 1 && g <= s->inline_counts ? s->inline_bytes[g] : 0;
+}
+
+mdr_stage_desc mdr_staging_inline_desc(const mdr_staging *s, mdr_dptr token_ids, size_t g) {
+  mdr_stage_desc d = mdr_staging_desc(s, token_ids, MDR_STAGE_FETCH | MDR_STAGE_INLINE, s->inline_copy_sequences[g]);
+  if (s->inline_tables) d.inputs = s->inline_tables + (g - 1) * s->n_inputs * sizeof(mdr_stage_input);
+  return d;
 }
 
 mdr_stage_desc mdr_staging_desc(const mdr_staging *s, mdr_dptr token_ids, uint32_t flags, uint32_t copy_sequences) {

@@ -34,7 +34,18 @@
  *
  * Device block (zeroed at init): the ring counter, the launch's
  * block-coordination words (mdr_stage_sync), the count words a body reads
- * (mdr_staging_count_ptr) and the input table (mdr_stage_input each). */
+ * (mdr_staging_count_ptr) and the input table (mdr_stage_input each).
+ *
+ * Inline images. A step small enough (MDR_STAGE_INLINE_BYTES) can carry its
+ * slot image in the launch's own parameters instead of a slot
+ * (staging_layout.h, MDR_STAGE_INLINE): the same writer writes it, into
+ * the caller's parameter copy, laid out for the step's copy counts (the
+ * header, the ids, each host input's rows at those counts, each piece
+ * 16-byte aligned as in a slot, but packed: a slot places each input for
+ * its largest count). Such a launch takes no slot, so host_step and the
+ * ack are not involved: ring steps and inline steps mix freely. Each count
+ * 1 .. MDR_STAGING_INLINE_COUNTS has its layout, and with host inputs its
+ * own device input table (their offsets in the image). */
 #ifndef MDR_STAGING_H
 #define MDR_STAGING_H
 
@@ -44,6 +55,10 @@
 #include "backend_impl.h"
 #include "staging_layout.h"
 #include "mdr/graph.h"
+
+/* The most ids an inline image holds (behind its header): counts above
+ * never fit. */
+#define MDR_STAGING_INLINE_COUNTS ((MDR_STAGE_INLINE_BYTES - MDR_STAGE_HEADER_BYTES) / 4u)
 
 typedef struct mdr_staging {
   mdr_backend *b;
@@ -57,6 +72,13 @@ typedef struct mdr_staging {
                          host_step from the ack once the stream is idle, before the next slot */
   size_t n_inputs;
   mdr_stage_input inputs[MDR_STAGE_INPUTS_MAX]; /* as the device table holds them */
+  /* inline images (mdr_staging_inline_init): per count g, the image's bytes
+   * and each host input's offset in it; 0 counts before init */
+  size_t inline_counts;
+  uint32_t inline_bytes[MDR_STAGING_INLINE_COUNTS + 1];
+  uint32_t inline_offset[MDR_STAGING_INLINE_COUNTS + 1][MDR_STAGE_INPUTS_MAX];
+  uint32_t inline_copy_sequences[MDR_STAGING_INLINE_COUNTS + 1];
+  mdr_dptr inline_tables; /* with host inputs: one input table per count, device memory */
 } mdr_staging;
 
 /* Allocate the ring for steps of up to max_tokens ids and the n inputs
@@ -95,6 +117,31 @@ typedef struct mdr_staging_step {
  * after `tokens`) and each host input's rows at the copy counts (its pad
  * value after the real rows). Call after mdr_staging_wait. */
 void mdr_staging_write(mdr_staging *s, const mdr_staging_step *step);
+
+/* Lay out the inline images of the counts 1 .. min(max_tokens,
+ * MDR_STAGING_INLINE_COUNTS), count g at copy counts (g, min(g,
+ * max_sequences)), as a static graph of g tokens copies them; with host
+ * inputs, allocate and upload one device input table per count. Call once,
+ * after init; fini frees it. On failure nothing is left allocated and no
+ * count is inline. */
+mdr_status mdr_staging_inline_init(mdr_staging *s, size_t max_tokens, size_t max_sequences);
+
+/* The bytes of count g's inline image (its last piece's end), or 0 when g
+ * has no inline layout (above the counts laid out). A count whose image
+ * exceeds MDR_STAGE_INLINE_BYTES is not inline. */
+uint64_t mdr_staging_inline_bytes(const mdr_staging *s, size_t g);
+
+/* The descriptor of count g's inline launch writing token_ids: FETCH |
+ * INLINE (no ring slot, no advance), count g's input table. */
+mdr_stage_desc mdr_staging_inline_desc(const mdr_staging *s, mdr_dptr token_ids, size_t g);
+
+/* Write a step's slot image to `image` (MDR_STAGE_INLINE_BYTES, in a
+ * launch's parameter copy) with count copy_tokens's inline layout: what
+ * mdr_staging_write writes into a slot, at another destination. The step's
+ * copy counts are its graph's (count copy_tokens, a layout of
+ * mdr_staging_inline_init, its image within MDR_STAGE_INLINE_BYTES). Takes
+ * no slot: host_step is unchanged. */
+void mdr_staging_write_inline(const mdr_staging *s, unsigned char *image, const mdr_staging_step *step);
 
 /* A staged launch was enqueued (eagerly or as a graph replay). */
 static inline void mdr_staging_enqueued(mdr_staging *s) { s->host_step++; }

@@ -30,7 +30,10 @@
  *     prefix sums; one block per chunk, laid out in rows (one row per
  *     segment, no search) when the segments are of similar size; stage
  *     work, if any, runs in one extra block dispatched first that does no
- *     zeroing, so its round trip to host memory overlaps the stores.
+ *     zeroing, so its round trip to host memory overlaps the stores. Its
+ *     inline form (ZF_STAGED_INLINE) carries a small step's slot image in
+ *     its parameters, set per step by a node update: no ring, no round
+ *     trip to host memory;
  *   - zero_table_kernel (DYNAMIC by node update): the plan at t comes from
  *     a table of every count's plan in device memory; the parameters hold
  *     only t and the stage and the grid is fixed, so the host re-targets a
@@ -99,6 +102,54 @@ struct zf_params_t {
 #define ZF_SMALL_SEGS 20
 typedef zf_params_t<MDR_ZERO_MAX_SEGS> zf_params;
 typedef zf_params_t<ZF_SMALL_SEGS> zf_params_small;
+
+/* How a zero_static_kernel launch serves a stage: not at all, from a ring
+ * slot (the stage descriptor says where), or from the slot image in its own
+ * parameters (MDR_STAGE_INLINE). */
+enum { ZF_UNSTAGED = 0, ZF_STAGED = 1, ZF_STAGED_INLINE = 2 };
+
+/* Parameters of an inline launch: the static plan's, then the slot image
+ * (MDR_STAGE_INLINE_BYTES). Only this template grows by the image, so ring
+ * launches keep their size. The kernel takes them __grid_constant__, so the
+ * image's address is a generic address of the parameters and the stage
+ * block reads it as it reads a ring slot. */
+template <int CAP>
+struct zf_inline_params_t {
+  zf_params_t<CAP> p;
+  uint4 inline_slot[MDR_STAGE_INLINE_BYTES / 16];
+};
+typedef zf_inline_params_t<ZF_SMALL_SEGS> zf_inline_params_small;
+static_assert(MDR_STAGE_INLINE_BYTES % 16 == 0, "the slot image is whole 16-byte vectors");
+static_assert(sizeof(zf_inline_params_small) <= MDR_STAGE_INLINE_PARAM_MAX,
+              "the inline parameters fit mdr_stage_inline_launch");
+static_assert(offsetof(zf_inline_params_small, inline_slot) % 16 == 0, "the slot image is 16-byte aligned");
+
+/* The argument type of zero_static_kernel<CAP, STAGED>, its plan and the
+ * address of its slot image (0: none). */
+template <int CAP, int STAGED>
+struct zf_static_args {
+  typedef zf_params_t<CAP> type;
+};
+template <int CAP>
+struct zf_static_args<CAP, ZF_STAGED_INLINE> {
+  typedef zf_inline_params_t<CAP> type;
+};
+template <int CAP>
+__device__ __forceinline__ const zf_params_t<CAP> &zf_plan_of(const zf_params_t<CAP> &a) {
+  return a;
+}
+template <int CAP>
+__device__ __forceinline__ const zf_params_t<CAP> &zf_plan_of(const zf_inline_params_t<CAP> &a) {
+  return a.p;
+}
+template <int CAP>
+__device__ __forceinline__ uint64_t zf_inline_slot_of(const zf_params_t<CAP> &) {
+  return 0;
+}
+template <int CAP>
+__device__ __forceinline__ uint64_t zf_inline_slot_of(const zf_inline_params_t<CAP> &a) {
+  return (uint64_t)(uintptr_t)&a.inline_slot[0];
+}
 
 /* Kernel parameters of a small static plan as its chunk list (zero_map.h
  * section 5): up to CAP chunk words. Two sizes: up to ZF_LIST_SMALL chunks
@@ -209,14 +260,17 @@ __device__ __forceinline__ void zf_clear_phase(const zf_params &p, const uint64_
  * Either way blocks stride when the plan has more chunks than the grid
  * (ZF_STATIC_BLOCKS_PER_SM per SM), and the stage block is dispatched first,
  * so its round trip to host memory overlaps the zeroing. STAGED is a
- * template argument so that a block finds its work from blockIdx alone. */
-template <int CAP, bool STAGED>
+ * template argument so that a block finds its work from blockIdx alone;
+ * ZF_STAGED_INLINE takes the slot image in the parameters (zf_inline_params_t)
+ * and serves the stage from there. */
+template <int CAP, int STAGED>
 __global__ void __launch_bounds__(ZF_BLOCK)
-    zero_static_kernel(const __grid_constant__ zf_params_t<CAP> p) {
+    zero_static_kernel(const __grid_constant__ typename zf_static_args<CAP, STAGED>::type a) {
+  const zf_params_t<CAP> &p = zf_plan_of(a);
   const unsigned first = STAGED ? 1u : 0u;
   if (gridDim.y > 1) {
     if (STAGED && blockIdx.y == 0) {
-      if (blockIdx.x == 0) mdr_stage_block(p.stage, p.flags, (uint32_t)p.tokens);
+      if (blockIdx.x == 0) mdr_stage_block(p.stage, p.flags, (uint32_t)p.tokens, zf_inline_slot_of(a));
       return;
     }
     const mdr_zero_seg &sg = p.segs[blockIdx.y - first];
@@ -225,7 +279,7 @@ __global__ void __launch_bounds__(ZF_BLOCK)
     return;
   }
   if (STAGED && blockIdx.x == 0) {
-    mdr_stage_block(p.stage, p.flags, (uint32_t)p.tokens);
+    mdr_stage_block(p.stage, p.flags, (uint32_t)p.tokens, zf_inline_slot_of(a));
     return;
   }
   const uint64_t total = p.prefix[p.n];
@@ -359,13 +413,14 @@ static int zf_build(const mdr_zero_seg *segs, size_t n, uint64_t tokens, const m
   const bool dynamic = stage && (stage->flags & MDR_STAGE_DYNAMIC);
   const uint64_t max_grid = (uint64_t)sm_count * (dynamic ? ZF_BLOCKS_PER_SM : ZF_STATIC_BLOCKS_PER_SM);
   const uint32_t stage_flags =
-      stage ? stage->flags & (MDR_STAGE_FETCH | MDR_STAGE_ADVANCE | MDR_STAGE_DYNAMIC | MDR_STAGE_DEVICE_IDS)
+      stage ? stage->flags &
+                  (MDR_STAGE_FETCH | MDR_STAGE_ADVANCE | MDR_STAGE_DYNAMIC | MDR_STAGE_DEVICE_IDS | MDR_STAGE_INLINE)
             : 0u; /* not TABLE */
   memset(p, 0, sizeof *p);
   const size_t first = j * MDR_ZERO_MAX_SEGS;
   const size_t count = n - first < (size_t)CAP ? n - first : (size_t)CAP;
   uint32_t flags = stage_flags & MDR_STAGE_DYNAMIC;
-  if (j == 0) flags |= stage_flags & (MDR_STAGE_FETCH | MDR_STAGE_DEVICE_IDS);
+  if (j == 0) flags |= stage_flags & (MDR_STAGE_FETCH | MDR_STAGE_DEVICE_IDS | MDR_STAGE_INLINE);
   if (j == launches - 1) flags |= stage_flags & MDR_STAGE_ADVANCE;
   if (flags) p->stage = *stage;
   p->flags = flags;
@@ -476,9 +531,9 @@ static cudaError_t zf_launch_static(const mdr_zero_seg *segs, size_t n, uint64_t
     dim3 grid;
     if (!zf_build(segs, n, tokens, stage, sm_count, 0, 1, &p, &grid)) return cudaSuccess;
     if (p.flags) {
-      zero_static_kernel<ZF_SMALL_SEGS, true><<<grid, ZF_BLOCK, 0, stream>>>(p);
+      zero_static_kernel<ZF_SMALL_SEGS, ZF_STAGED><<<grid, ZF_BLOCK, 0, stream>>>(p);
     } else {
-      zero_static_kernel<ZF_SMALL_SEGS, false><<<grid, ZF_BLOCK, 0, stream>>>(p);
+      zero_static_kernel<ZF_SMALL_SEGS, ZF_UNSTAGED><<<grid, ZF_BLOCK, 0, stream>>>(p);
     }
     return cudaGetLastError();
   }
@@ -488,9 +543,9 @@ static cudaError_t zf_launch_static(const mdr_zero_seg *segs, size_t n, uint64_t
     dim3 grid;
     if (!zf_build(segs, n, tokens, stage, sm_count, j, launches, &p, &grid)) continue;
     if (p.flags) {
-      zero_static_kernel<MDR_ZERO_MAX_SEGS, true><<<grid, ZF_BLOCK, 0, stream>>>(p);
+      zero_static_kernel<MDR_ZERO_MAX_SEGS, ZF_STAGED><<<grid, ZF_BLOCK, 0, stream>>>(p);
     } else {
-      zero_static_kernel<MDR_ZERO_MAX_SEGS, false><<<grid, ZF_BLOCK, 0, stream>>>(p);
+      zero_static_kernel<MDR_ZERO_MAX_SEGS, ZF_UNSTAGED><<<grid, ZF_BLOCK, 0, stream>>>(p);
     }
     const cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess) return e;
@@ -555,11 +610,49 @@ static cudaError_t zf_launch_table(const mdr_zero_seg *rules, size_t n, uint64_t
   return e != cudaSuccess ? e : last;
 }
 
+extern "C" int mdr_cuda_zero_inline_launch(const mdr_zero_seg *segs, size_t n, uint64_t tokens,
+                                           const mdr_stage_desc *stage, int sm_count,
+                                           mdr_stage_inline_launch *out) {
+  const uint32_t not_with = MDR_STAGE_ADVANCE | MDR_STAGE_DYNAMIC | MDR_STAGE_TABLE | MDR_STAGE_DEVICE_IDS;
+  if (!stage || (stage->flags & (MDR_STAGE_FETCH | MDR_STAGE_INLINE)) != (MDR_STAGE_FETCH | MDR_STAGE_INLINE) ||
+      (stage->flags & not_with) || n > ZF_SMALL_SEGS || (n && !segs) || sm_count <= 0)
+    return (int)cudaErrorInvalidValue;
+  zf_inline_params_small a;
+  memset(&a, 0, sizeof a);
+  dim3 grid;
+  (void)zf_build(segs, n, tokens, stage, sm_count, 0, 1, &a.p, &grid); /* staged: always a launch */
+  memset(out, 0, sizeof *out);
+  out->func = (const void *)zero_static_kernel<ZF_SMALL_SEGS, ZF_STAGED_INLINE>;
+  out->grid[0] = grid.x;
+  out->grid[1] = grid.y;
+  out->grid[2] = grid.z;
+  out->block[0] = ZF_BLOCK;
+  out->block[1] = out->block[2] = 1;
+  out->param_bytes = sizeof a;
+  out->slot_offset = offsetof(zf_inline_params_small, inline_slot);
+  memcpy(out->param, &a, sizeof a);
+  return 0;
+}
+
+extern "C" int mdr_cuda_zero_inline(const mdr_zero_seg *segs, size_t n, uint64_t tokens, const mdr_stage_desc *stage,
+                                    void *stream, int sm_count, mdr_stage_inline_launch *out) {
+  const int d = mdr_cuda_zero_inline_launch(segs, n, tokens, stage, sm_count, out);
+  if (d != 0) return d;
+  void *args[1] = {out->param};
+  const cudaError_t e = cudaLaunchKernel(out->func, dim3(out->grid[0], out->grid[1], out->grid[2]),
+                                         dim3(out->block[0], out->block[1], out->block[2]), args, 0,
+                                         (cudaStream_t)stream);
+  const cudaError_t last = cudaGetLastError();
+  return (int)(e != cudaSuccess ? e : last);
+}
+
 extern "C" int mdr_cuda_zero_preload(void) {
   const void *kernels[] = {
-      (const void *)zero_static_kernel<ZF_SMALL_SEGS, true>, (const void *)zero_static_kernel<ZF_SMALL_SEGS, false>,
-      (const void *)zero_static_kernel<MDR_ZERO_MAX_SEGS, true>,
-      (const void *)zero_static_kernel<MDR_ZERO_MAX_SEGS, false>, (const void *)zero_table_kernel,
+      (const void *)zero_static_kernel<ZF_SMALL_SEGS, ZF_STAGED>,
+      (const void *)zero_static_kernel<ZF_SMALL_SEGS, ZF_UNSTAGED>,
+      (const void *)zero_static_kernel<ZF_SMALL_SEGS, ZF_STAGED_INLINE>,
+      (const void *)zero_static_kernel<MDR_ZERO_MAX_SEGS, ZF_STAGED>,
+      (const void *)zero_static_kernel<MDR_ZERO_MAX_SEGS, ZF_UNSTAGED>, (const void *)zero_table_kernel,
       (const void *)zero_list_kernel<ZF_LIST_SMALL, true>, (const void *)zero_list_kernel<ZF_LIST_SMALL, false>,
       (const void *)zero_list_kernel<MDR_ZERO_LIST_MAX, true>,
       (const void *)zero_list_kernel<MDR_ZERO_LIST_MAX, false>,

@@ -59,6 +59,23 @@ typedef struct mdr_cuda_launch {
 int mdr_cuda_zero_table_launch(const mdr_zero_seg *rules, size_t n, uint64_t tokens,
                                const mdr_stage_desc *stage, int sm_count, mdr_cuda_launch *out);
 
+/* Describe (not enqueue) the inline launch of a static plan of at most
+ * MDR_ZERO_PLAN_MAX segments at `tokens` whose stage (FETCH | INLINE, no
+ * ADVANCE, DYNAMIC, TABLE or DEVICE_IDS) is served from the slot image in
+ * the kernel's own parameters (staging_layout.h, MDR_STAGE_INLINE): the
+ * kernel, grid, block and argument, with the image zeroed at
+ * out->slot_offset. A node of it takes a step's image by a parameter update
+ * of the whole argument. 0, or cudaErrorInvalidValue for another stage or
+ * a longer plan. */
+int mdr_cuda_zero_inline_launch(const mdr_zero_seg *segs, size_t n, uint64_t tokens, const mdr_stage_desc *stage,
+                                int sm_count, mdr_stage_inline_launch *out);
+
+/* Enqueue on `stream` the launch mdr_cuda_zero_inline_launch describes
+ * (into *out, the argument as launched). Legal under stream capture. 0 or
+ * the cudaError_t of the launch. */
+int mdr_cuda_zero_inline(const mdr_zero_seg *segs, size_t n, uint64_t tokens, const mdr_stage_desc *stage,
+                         void *stream, int sm_count, mdr_stage_inline_launch *out);
+
 #ifdef __cplusplus
 }
 #endif

@@ -136,6 +136,9 @@ void mdr_backend_free(mdr_backend *b, mdr_dptr p) {
 const char *mdr_be_name(const mdr_backend *b) { return b->ops->name; }
 int mdr_be_has_zero_fused(const mdr_backend *b) { return b->ops->zero_fused != NULL; }
 int mdr_be_has_node_update(const mdr_backend *b) { return b->ops->fused_node_update != NULL; }
+int mdr_be_has_inline(const mdr_backend *b) {
+  return b->ops->fused_inline_launch != NULL && b->ops->fused_inline_update != NULL;
+}
 
 mdr_status mdr_be_alloc_device(mdr_backend *b, size_t n, mdr_dptr *out) {
   return b->ops->alloc_device(b, n, out);
@@ -190,6 +193,16 @@ mdr_status mdr_be_fused_node_update(mdr_backend *b, void *exec, void *node, cons
                                     size_t n, uint64_t tokens, const mdr_stage_desc *stage) {
   MDR_REQUIRE_SLOT_(b, fused_node_update);
   return b->ops->fused_node_update(b, exec, node, rules, n, tokens, stage);
+}
+mdr_status mdr_be_fused_inline_launch(mdr_backend *b, const mdr_zero_seg *segs, size_t n, uint64_t tokens,
+                                      const mdr_stage_desc *stage, mdr_stream s, void **node,
+                                      mdr_stage_inline_launch *out) {
+  MDR_REQUIRE_SLOT_(b, fused_inline_launch);
+  return b->ops->fused_inline_launch(b, segs, n, tokens, stage, s, node, out);
+}
+mdr_status mdr_be_fused_inline_update(mdr_backend *b, void *exec, void *node, const mdr_stage_inline_launch *l) {
+  MDR_REQUIRE_SLOT_(b, fused_inline_update);
+  return b->ops->fused_inline_update(b, exec, node, l);
 }
 int mdr_be_has_host_fn(const mdr_backend *b) { return b->ops->host_fn != NULL; }
 mdr_status mdr_be_host_fn(mdr_backend *b, mdr_host_fn fn, const void *arg, size_t arg_bytes, mdr_stream s) {

@@ -22,7 +22,9 @@
  * Graph nodes. The fused node a DYNAMIC cache re-targets is named by the
  * capture itself: right after the launch, cudaStreamGetCaptureInfo gives
  * the stream's capture dependencies, which are exactly the node the launch
- * became. */
+ * became. An inline fused node (a small step's slot image in its
+ * parameters) is named the same way and takes each step's image by
+ * cudaGraphExecKernelNodeSetParams. */
 #include "backend_impl.h"
 
 #if defined(MDR_HAVE_CUDA)
@@ -294,6 +296,23 @@ static mdr_status cuda_is_device_memory(mdr_backend *b, mdr_dptr p, size_t n, in
   return MDR_OK;
 }
 
+/* The node a launch just captured on s became: the capture's dependencies
+ * right after it, exactly one node. */
+static mdr_status captured_node(mdr_backend *b, mdr_stream s, void **node) {
+  enum cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+  const cudaGraphNode_t *deps = NULL;
+  size_t ndeps = 0;
+  CU_HANDLE(cudaStreamGetCaptureInfo((cudaStream_t)s, &cs, NULL, NULL, &deps, NULL, &ndeps),
+            "cudaStreamGetCaptureInfo after the fused launch");
+  if (cs != cudaStreamCaptureStatusActive || ndeps != 1)
+    return mdr_backend_fail(b, MDR_ERR_CAPTURE,
+                            "cuda: the fused launch is not one node of an active capture "
+                            "(capturing %d, %zu dependencies)",
+                            cs == cudaStreamCaptureStatusActive, ndeps);
+  *node = deps[0];
+  return MDR_OK;
+}
+
 static mdr_status cuda_zero_fused(mdr_backend *b, const mdr_zero_seg *segs, size_t n, uint64_t tokens,
                                   const mdr_stage_desc *stage, mdr_stream s, void **node) {
   mdr_status pending = cuda_take_pending_error(b);
@@ -301,23 +320,32 @@ static mdr_status cuda_zero_fused(mdr_backend *b, const mdr_zero_seg *segs, size
   DEVICE_SCOPE(b);
   int e = mdr_cuda_zero_and_stage(segs, n, tokens, stage, s, cuda_of(b)->sm_count);
   if (e != 0) CU((cudaError_t)e, "zero-and-stage launch");
-  if (node) {
-    /* the capture's dependencies right after the launch: its node */
-    enum cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
-    const cudaGraphNode_t *deps = NULL;
-    size_t ndeps = 0;
-    CU(cudaStreamGetCaptureInfo((cudaStream_t)s, &cs, NULL, NULL, &deps, NULL, &ndeps),
-       "cudaStreamGetCaptureInfo after the fused launch");
-    if (cs != cudaStreamCaptureStatusActive || ndeps != 1) {
-      mdr_status st = mdr_backend_fail(b, MDR_ERR_CAPTURE,
-                                       "cuda: the fused launch is not one node of an active capture "
-                                       "(capturing %d, %zu dependencies)",
-                                       cs == cudaStreamCaptureStatusActive, ndeps);
-      DEVICE_RETURN(st);
-    }
-    *node = deps[0];
-  }
-  DEVICE_RETURN(MDR_OK);
+  DEVICE_RETURN(node ? captured_node(b, s, node) : MDR_OK);
+}
+
+static mdr_status cuda_fused_inline_launch(mdr_backend *b, const mdr_zero_seg *segs, size_t n, uint64_t tokens,
+                                           const mdr_stage_desc *stage, mdr_stream s, void **node,
+                                           mdr_stage_inline_launch *out) {
+  mdr_status pending = cuda_take_pending_error(b);
+  if (pending != MDR_OK) return pending;
+  DEVICE_SCOPE(b);
+  int e = mdr_cuda_zero_inline(segs, n, tokens, stage, s, cuda_of(b)->sm_count, out);
+  if (e != 0) CU((cudaError_t)e, "zero-and-stage launch (inline)");
+  DEVICE_RETURN(node ? captured_node(b, s, node) : MDR_OK);
+}
+
+/* A step's slot image into the inline node: the whole argument, copied by
+ * the runtime at the call (launches already enqueued keep theirs). */
+static mdr_status cuda_fused_inline_update(mdr_backend *b, void *exec, void *node, const mdr_stage_inline_launch *l) {
+  void *args[1] = {(void *)l->param};
+  struct cudaKernelNodeParams kp = {0};
+  kp.func = (void *)l->func;
+  kp.gridDim = (dim3){l->grid[0], l->grid[1], l->grid[2]};
+  kp.blockDim = (dim3){l->block[0], l->block[1], l->block[2]};
+  kp.kernelParams = args;
+  CU_HANDLE(cudaGraphExecKernelNodeSetParams((cudaGraphExec_t)exec, (cudaGraphNode_t)node, &kp),
+            "cudaGraphExecKernelNodeSetParams (inline slot)");
+  return MDR_OK;
 }
 
 static mdr_status cuda_fused_node_update(mdr_backend *b, void *exec, void *node, const mdr_zero_seg *rules,
@@ -383,6 +411,8 @@ static const struct mdr_backend_ops cuda_ops = {
     .exec_destroy = cuda_exec_destroy,
     .zero_fused = cuda_zero_fused,
     .fused_node_update = cuda_fused_node_update,
+    .fused_inline_launch = cuda_fused_inline_launch,
+    .fused_inline_update = cuda_fused_inline_update,
     .take_pending_error = cuda_take_pending_error,
     .is_device_memory = cuda_is_device_memory,
     .mem_used = cuda_mem_used,

@@ -8,7 +8,13 @@
  *     of the capturing stream, allocation) fails and invalidates the capture,
  *     as in CUDA's thread-local capture mode; capture_end then fails with
  *     MDR_ERR_CAPTURE and the stream is usable again;
- *   - a copy node reads its (pinned) source when it runs, not when recorded.
+ *   - a copy node reads its (pinned) source when it runs, not when recorded;
+ *   - a kernel's parameters are copied at launch: an inline fused launch
+ *     (MDR_STAGE_INLINE) keeps its slot image in the op, a node update
+ *     rewrites the exec's op, and an op already enqueued keeps its own copy.
+ * Streams run each op when it is enqueued unless the backend is held
+ * (mdr_backend_host_hold, for tests: a stalled GPU), when ops wait in one
+ * queue, each a copy, until released.
  * Recording uses host heap memory: that is the emulation's own bookkeeping,
  * not a device allocation. */
 #include <stdint.h>
@@ -16,6 +22,7 @@
 #include <string.h>
 
 #include "backend_impl.h"
+#include "mdr/arena.h" /* MDR_ZERO_PLAN_MAX */
 
 typedef enum host_op_kind { HOST_OP_MEMSET, HOST_OP_COPY, HOST_OP_ZERO_FUSED, HOST_OP_FN } host_op_kind;
 
@@ -29,6 +36,7 @@ typedef struct host_op {
   uint64_t tokens;
   int has_stage;
   mdr_stage_desc stage;
+  uint64_t inline_slot[MDR_STAGE_INLINE_BYTES / 8]; /* zero_fused with an INLINE stage: its slot image */
   mdr_host_fn fn;      /* fn: called with an owned copy of its argument */
   void *arg;
   size_t arg_bytes;
@@ -49,6 +57,8 @@ typedef struct host_stream {
 typedef struct host_backend {
   mdr_backend base;
   _Atomic size_t exec_bytes; /* the "device memory" live execs hold: sizeof(host_op) per op */
+  int held;                  /* mdr_backend_host_hold: ops wait in `pending` */
+  host_list pending;         /* ops enqueued while held, in order, each an owned copy */
 } host_backend;
 
 /* The stream this thread is capturing, if any (CUDA's thread-local mode:
@@ -99,22 +109,29 @@ static mdr_status op_run(mdr_backend *b, const host_op *op) {
     case HOST_OP_MEMSET: memset((void *)(uintptr_t)op->dst, op->value, op->n); break;
     case HOST_OP_COPY: memcpy((void *)(uintptr_t)op->dst, op->src, op->n); break;
     case HOST_OP_ZERO_FUSED:
-      mdr_zero_fused_host(op->segs, op->n, op->tokens, op->has_stage ? &op->stage : NULL);
+      mdr_zero_fused_host_inline(op->segs, op->n, op->tokens, op->has_stage ? &op->stage : NULL,
+                                 op->inline_slot);
       break;
     case HOST_OP_FN: return op->fn(b, op->arg);
   }
   return MDR_OK;
 }
 
-/* Run an op now, or record it when `s` is capturing. */
+/* Run an op now, record it when `s` is capturing, or queue a copy of it
+ * while the backend is held. */
 static mdr_status submit(mdr_backend *b, mdr_stream s, const host_op *op) {
   host_stream *hs = s;
   if (hs && hs->capturing) {
     if (hs->invalidated) return mdr_backend_fail(b, MDR_ERR_CAPTURE, "host: capture invalidated");
     return list_push(b, &hs->rec, op);
   }
+  host_backend *h = (host_backend *)b;
+  if (h->held) return list_push(b, &h->pending, op);
   return op_run(b, op);
 }
+
+/* Ops still waiting in a held backend's queue. */
+static int host_pending(const mdr_backend *b) { return ((const host_backend *)b)->pending.len != 0; }
 
 /* A blocking call or an allocation by a thread that is capturing is illegal
  * (CUDA thread-local mode): it fails and invalidates that capture. */
@@ -199,13 +216,15 @@ static void host_stream_destroy(mdr_backend *b, mdr_stream s) {
 
 static mdr_status host_synchronize(mdr_backend *b, mdr_stream s) {
   (void)s;
-  return check_not_capturing(b, "synchronize");
+  mdr_status st = check_not_capturing(b, "synchronize");
+  if (st == MDR_OK && host_pending(b))
+    st = mdr_backend_fail(b, MDR_ERR_STATE, "host: synchronize while held with work queued (it would never return)");
+  return st;
 }
 
 static mdr_status host_stream_query(mdr_backend *b, mdr_stream s, int *idle) {
-  (void)b;
   (void)s;
-  *idle = 1;
+  *idle = !host_pending(b);
   return MDR_OK;
 }
 
@@ -349,13 +368,65 @@ static mdr_status host_fused_node_update(mdr_backend *b, void *exec, void *node,
   return MDR_OK;
 }
 
+/* The host's inline launch: the op keeps the stage and, as the kernel's
+ * parameter copy, the slot image; its "argument" (what the cache writes a
+ * step's image into) is the image alone, and its "kernel" this marker. */
+static const char k_host_inline_kernel;
+
+static mdr_status host_fused_inline_launch(mdr_backend *b, const mdr_zero_seg *segs, size_t n, uint64_t tokens,
+                                           const mdr_stage_desc *stage, mdr_stream s, void **node,
+                                           mdr_stage_inline_launch *out) {
+  host_stream *hs = s;
+  const uint32_t not_with = MDR_STAGE_ADVANCE | MDR_STAGE_DYNAMIC | MDR_STAGE_TABLE | MDR_STAGE_DEVICE_IDS;
+  if (node && !(hs && hs->capturing))
+    return mdr_backend_fail(b, MDR_ERR_CAPTURE, "host: the inline launch's node asked outside a capture");
+  if (!stage || (stage->flags & (MDR_STAGE_FETCH | MDR_STAGE_INLINE)) != (MDR_STAGE_FETCH | MDR_STAGE_INLINE) ||
+      (stage->flags & not_with) || n > MDR_ZERO_PLAN_MAX)
+    return mdr_backend_fail(b, MDR_ERR_INVALID_ARGUMENT,
+                            "host: an inline launch takes FETCH | INLINE alone and at most %d segments (flags %#x, "
+                            "%zu segments)",
+                            MDR_ZERO_PLAN_MAX, stage ? stage->flags : 0u, n);
+  host_op op = {.kind = HOST_OP_ZERO_FUSED,
+                .segs = (mdr_zero_seg *)segs,
+                .n = n,
+                .tokens = tokens,
+                .has_stage = 1,
+                .stage = *stage};
+  mdr_status st = submit(b, s, &op);
+  if (st != MDR_OK) return st;
+  if (node) *node = (void *)(uintptr_t)hs->rec.len;
+  memset(out, 0, sizeof *out);
+  out->func = &k_host_inline_kernel;
+  out->grid[0] = out->grid[1] = out->grid[2] = 1;
+  out->block[0] = out->block[1] = out->block[2] = 1;
+  out->param_bytes = MDR_STAGE_INLINE_BYTES;
+  out->slot_offset = 0;
+  return MDR_OK;
+}
+
+static mdr_status host_fused_inline_update(mdr_backend *b, void *exec, void *node, const mdr_stage_inline_launch *l) {
+  host_list *e = exec;
+  size_t i = (size_t)(uintptr_t)node;
+  if (i == 0 || i > e->len || e->ops[i - 1].kind != HOST_OP_ZERO_FUSED || !e->ops[i - 1].has_stage ||
+      !(e->ops[i - 1].stage.flags & MDR_STAGE_INLINE))
+    return mdr_backend_fail(b, MDR_ERR_INVALID_ARGUMENT, "host: not an inline fused node");
+  if (l->func != &k_host_inline_kernel || l->param_bytes != MDR_STAGE_INLINE_BYTES ||
+      l->slot_offset != 0)
+    return mdr_backend_fail(b, MDR_ERR_INVALID_ARGUMENT, "host: not the host's inline launch");
+  memcpy(e->ops[i - 1].inline_slot, l->param, MDR_STAGE_INLINE_BYTES);
+  return MDR_OK;
+}
+
 static mdr_status host_host_fn(mdr_backend *b, mdr_host_fn fn, const void *arg, size_t arg_bytes,
                                mdr_stream s) {
   host_op op = {.kind = HOST_OP_FN, .fn = fn, .arg = (void *)arg, .arg_bytes = arg_bytes};
   return submit(b, s, &op);
 }
 
-static void host_destroy(mdr_backend *b) { free(b); }
+static void host_destroy(mdr_backend *b) {
+  list_free(&((host_backend *)b)->pending); /* never released: dropped, as a reset device's queue */
+  free(b);
+}
 
 static const struct mdr_backend_ops host_ops = {
     .name = "host",
@@ -381,6 +452,8 @@ static const struct mdr_backend_ops host_ops = {
     .exec_destroy = host_exec_destroy,
     .zero_fused = host_zero_fused,
     .fused_node_update = host_fused_node_update,
+    .fused_inline_launch = host_fused_inline_launch,
+    .fused_inline_update = host_fused_inline_update,
     .host_fn = host_host_fn,
     .mem_used = host_mem_used,
     .graph_nodes = host_graph_nodes,
@@ -394,4 +467,21 @@ mdr_status mdr_backend_host_create(mdr_backend **out) {
   mdr_backend_init_base(&h->base, &host_ops);
   *out = &h->base;
   return MDR_OK;
+}
+
+mdr_status mdr_backend_host_hold(mdr_backend *b, int on) {
+  if (!b) return MDR_ERR_INVALID_ARGUMENT;
+  if (b->ops != &host_ops)
+    return mdr_backend_fail(b, MDR_ERR_UNSUPPORTED, "host hold: backend %s is not the host backend",
+                            mdr_be_name(b));
+  host_backend *h = (host_backend *)b;
+  h->held = on != 0;
+  if (on) return MDR_OK;
+  mdr_status first = MDR_OK;
+  for (size_t i = 0; i < h->pending.len; i++) {
+    const mdr_status st = op_run(b, &h->pending.ops[i]);
+    if (first == MDR_OK) first = st;
+  }
+  list_free(&h->pending);
+  return first;
 }

@@ -82,6 +82,23 @@ struct mdr_backend_ops {
    * later launches of the exec only. */
   mdr_status (*fused_node_update)(mdr_backend *b, void *exec, void *node, const mdr_zero_seg *rules,
                                   size_t n, uint64_t tokens, const mdr_stage_desc *stage);
+  /* optional: the inline form of a fused launch: one launch clearing every
+   * entry of segs (at most MDR_ZERO_PLAN_MAX) at `tokens` and serving a
+   * staged step (FETCH | INLINE) from the slot image in its own parameters
+   * (staging_layout.h), not from the ring. *out is set to the launch as
+   * made (its image zeroed), which fused_inline_update takes back with a
+   * step's image written at out->slot_offset. Enqueued, capture-safe, no
+   * allocation; with `node` non-NULL, s must be capturing and *node is set
+   * to the graph node the launch became. */
+  mdr_status (*fused_inline_launch)(mdr_backend *b, const mdr_zero_seg *segs, size_t n, uint64_t tokens,
+                                    const mdr_stage_desc *stage, mdr_stream s, void **node,
+                                    mdr_stage_inline_launch *out);
+  /* optional: set the parameters of that node, in an exec of the graph it
+   * was captured into, to `l` (fused_inline_launch's launch with a step's
+   * slot image). The parameters are copied: later launches of the exec read
+   * them, launches already enqueued keep theirs. On failure the node is as
+   * it was. */
+  mdr_status (*fused_inline_update)(mdr_backend *b, void *exec, void *node, const mdr_stage_inline_launch *l);
   /* optional (host backends): enqueue fn(b, copy of arg) as one op of s, run
    * when the stream reaches it (at once, or at every replay of a graph that
    * recorded it); its status is the op's. The backend owns the copy. */
@@ -135,6 +152,8 @@ unsigned long long mdr_backend_failures(void);
 const char *mdr_be_name(const mdr_backend *b);
 int mdr_be_has_zero_fused(const mdr_backend *b);
 int mdr_be_has_node_update(const mdr_backend *b);
+/* Both inline slots (fused_inline_launch and fused_inline_update). */
+int mdr_be_has_inline(const mdr_backend *b);
 mdr_status mdr_be_alloc_device(mdr_backend *b, size_t n, mdr_dptr *out);
 void mdr_be_free_device(mdr_backend *b, mdr_dptr p);
 mdr_status mdr_be_alloc_pinned(mdr_backend *b, size_t n, void **host, mdr_dptr *dev);
@@ -155,6 +174,10 @@ mdr_status mdr_be_zero_fused(mdr_backend *b, const mdr_zero_seg *segs, size_t n,
                              const mdr_stage_desc *stage, mdr_stream s, void **node);
 mdr_status mdr_be_fused_node_update(mdr_backend *b, void *exec, void *node, const mdr_zero_seg *rules,
                                     size_t n, uint64_t tokens, const mdr_stage_desc *stage);
+mdr_status mdr_be_fused_inline_launch(mdr_backend *b, const mdr_zero_seg *segs, size_t n, uint64_t tokens,
+                                      const mdr_stage_desc *stage, mdr_stream s, void **node,
+                                      mdr_stage_inline_launch *out);
+mdr_status mdr_be_fused_inline_update(mdr_backend *b, void *exec, void *node, const mdr_stage_inline_launch *l);
 int mdr_be_has_host_fn(const mdr_backend *b);
 int mdr_be_has_mem_used(const mdr_backend *b);
 int mdr_be_has_graph_nodes(const mdr_backend *b);
@@ -173,6 +196,20 @@ int mdr_be_cuda_device(const mdr_backend *b);
  * host addresses there. Exposed for the tests of the mapping. */
 void mdr_zero_fused_host(const mdr_zero_seg *segs, size_t n, uint64_t tokens,
                          const mdr_stage_desc *stage);
+/* The same for a launch whose stage may be INLINE: its slot image is at
+ * inline_slot (the launch's parameter copy; NULL for ring launches). */
+void mdr_zero_fused_host_inline(const mdr_zero_seg *segs, size_t n, uint64_t tokens,
+                                const mdr_stage_desc *stage, const void *inline_slot);
+
+/* Tests only (not public API): hold (on != 0) or release (0) the host
+ * backend's streams, as a stalled GPU would. While held, every op enqueued
+ * on any of its streams (graph launches included) waits, with its own copy
+ * of its parameters, in one queue in enqueue order; stream_query reports
+ * not idle and synchronize refuses (it would wait forever). Releasing runs
+ * the queue in order and returns the first failing op's status. A held
+ * backend is driven by one thread. MDR_ERR_UNSUPPORTED for a backend that
+ * is not the host backend. */
+mdr_status mdr_backend_host_hold(mdr_backend *b, int on);
 
 #ifdef __cplusplus
 }

@@ -13,7 +13,8 @@
  * host address. A static plan of one launch that may take a chunk list
  * (zero_map.h section 5) and fits one is cleared through that list, as the
  * kernel clears it when captured (eager kernel launches take the prefix
- * sums; the bytes cleared are the same either way). */
+ * sums; the bytes cleared are the same either way). An INLINE stage's slot
+ * is the launch's own copy of its image (mdr_zero_fused_host_inline). */
 #include <stdint.h>
 #include <string.h>
 
@@ -107,6 +108,14 @@ static void stage_inputs_host(const mdr_stage_desc *stage, const unsigned char *
 
 void mdr_zero_fused_host(const mdr_zero_seg *segs, size_t n, uint64_t tokens,
                          const mdr_stage_desc *stage) {
+  mdr_zero_fused_host_inline(segs, n, tokens, stage, NULL);
+}
+
+/* An INLINE stage reads its slot from inline_slot (the launch's parameter
+ * copy of the image), as zero_static_kernel's inline form reads its
+ * parameters: the counter is neither read nor advanced. */
+void mdr_zero_fused_host_inline(const mdr_zero_seg *segs, size_t n, uint64_t tokens,
+                                const mdr_stage_desc *stage, const void *inline_slot) {
   if (n == 0 && !stage) return;
   if (stage && (stage->flags & MDR_STAGE_TABLE)) {
     /* one launch: the plan from the table, then the static stage work */
@@ -118,25 +127,29 @@ void mdr_zero_fused_host(const mdr_zero_seg *segs, size_t n, uint64_t tokens,
     return;
   }
   const uint32_t stage_flags =
-      stage ? stage->flags & (MDR_STAGE_FETCH | MDR_STAGE_ADVANCE | MDR_STAGE_DYNAMIC | MDR_STAGE_DEVICE_IDS) : 0u;
+      stage ? stage->flags &
+                  (MDR_STAGE_FETCH | MDR_STAGE_ADVANCE | MDR_STAGE_DYNAMIC | MDR_STAGE_DEVICE_IDS | MDR_STAGE_INLINE)
+            : 0u;
   const size_t launches = n == 0 ? 1 : (n + MDR_ZERO_MAX_SEGS - 1) / MDR_ZERO_MAX_SEGS;
 
   for (size_t j = 0; j < launches; j++) {
     const size_t first = j * MDR_ZERO_MAX_SEGS;
     const size_t count = n - first < MDR_ZERO_MAX_SEGS ? n - first : MDR_ZERO_MAX_SEGS;
     uint32_t flags = stage_flags & MDR_STAGE_DYNAMIC;
-    if (j == 0) flags |= stage_flags & (MDR_STAGE_FETCH | MDR_STAGE_DEVICE_IDS);
+    if (j == 0) flags |= stage_flags & (MDR_STAGE_FETCH | MDR_STAGE_DEVICE_IDS | MDR_STAGE_INLINE);
     if (j == launches - 1) flags |= stage_flags & MDR_STAGE_ADVANCE;
 
     uint64_t t = tokens, step = 0;
     const unsigned char *slot = NULL;
     const mdr_stage_header *header = NULL;
     const int dynamic = (flags & MDR_STAGE_DYNAMIC) != 0;
+    const int inl = (flags & MDR_STAGE_INLINE) != 0;
     volatile mdr_stage_sync *sync = flags ? (volatile mdr_stage_sync *)HOST_PTR(stage->done) : NULL;
-    if (flags) step = *(const volatile uint64_t *)HOST_PTR(stage->counter);
+    if (flags && !inl) step = *(const volatile uint64_t *)HOST_PTR(stage->counter);
     if (dynamic) sync->ticket++; /* ticket 0: this block is the stager */
     if (flags & (MDR_STAGE_FETCH | MDR_STAGE_DYNAMIC)) {
-      slot = (const unsigned char *)HOST_PTR(stage->ring + (step % stage->slots) * stage->slot_bytes);
+      slot = inl ? (const unsigned char *)inline_slot
+                 : (const unsigned char *)HOST_PTR(stage->ring + (step % stage->slots) * stage->slot_bytes);
       header = (const mdr_stage_header *)slot;
       if (dynamic) {
         t = header->tokens;
@@ -171,7 +184,7 @@ void mdr_zero_fused_host(const mdr_zero_seg *segs, size_t n, uint64_t tokens,
         counts[1] = (uint32_t)real_s;
       }
     }
-    if (dynamic || (flags & MDR_STAGE_ADVANCE)) {
+    if (dynamic || ((flags & MDR_STAGE_ADVANCE) && !inl)) {
       uint32_t prev = sync->done++;
       if (prev == 0) { /* the last (only) block of a one-block grid */
         sync->done = 0;

@@ -12,7 +12,9 @@
  * costs one PCIe round trip whatever its inputs; it copies
  * inputs already in device memory, writes the pad of their rows past the
  * count, publishes the counts for the body, and advances the counter and
- * the ack once every read of the slot has completed. */
+ * the ack once every read of the slot has completed. An inline launch
+ * (MDR_STAGE_INLINE) carries its slot image in its own parameters: the same
+ * code reads it there, and the counter and ack are left alone. */
 #ifndef MDR_STAGING_CUH
 #define MDR_STAGING_CUH
 
@@ -265,8 +267,12 @@ __device__ __forceinline__ void mdr_stage_publish_counts(const mdr_stage_desc &s
  * touches the counter in such a launch, so no cross-block handshake is
  * needed. The ack is a plain posted write: the host only needs to learn,
  * eventually, that every read of the slot has completed, which holds once
- * the values read have been stored. */
-__device__ __forceinline__ void mdr_stage_block(const mdr_stage_desc &st, uint32_t flags, uint32_t copy) {
+ * the values read have been stored. With MDR_STAGE_INLINE the slot is at
+ * `inline_slot` (the generic address of the launch's own parameter copy of
+ * the slot image) and the counter is neither read nor advanced: the same
+ * loads, from the parameters instead of host memory. */
+__device__ __forceinline__ void mdr_stage_block(const mdr_stage_desc &st, uint32_t flags, uint32_t copy,
+                                                uint64_t inline_slot = 0) {
   const uint32_t copy_s = st.copy_sequences;
   __shared__ mdr_stage_input s_in[MDR_STAGE_INPUTS_MAX];
   if ((flags & (MDR_STAGE_FETCH | MDR_STAGE_ADVANCE)) == 0) {
@@ -292,8 +298,9 @@ __device__ __forceinline__ void mdr_stage_block(const mdr_stage_desc &st, uint32
    * barrier) stands between them and the slot's loads */
   mdr_stage_input e = {};
   const bool have = mdr_stage_lane_entry(st, (const mdr_stage_input *)st.inputs, e);
-  const uint64_t step = *(volatile const uint64_t *)st.counter; /* one broadcast load */
-  const uint64_t slot = st.ring + (step % st.slots) * st.slot_bytes;
+  const bool inl = (flags & MDR_STAGE_INLINE) != 0;
+  const uint64_t step = inl ? 0 : *(volatile const uint64_t *)st.counter; /* one broadcast load */
+  const uint64_t slot = inl ? inline_slot : st.ring + (step % st.slots) * st.slot_bytes;
   const uint64_t ids = slot + MDR_STAGE_HEADER_BYTES;
   const bool fetch = flags & MDR_STAGE_FETCH;
   /* the inputs belong to the launch that fetches (or takes device ids): a
@@ -337,7 +344,7 @@ __device__ __forceinline__ void mdr_stage_block(const mdr_stage_desc &st, uint32
   __syncthreads(); /* every load of the slot has completed */
   if (threadIdx.x == 0) {
     if (flags & (MDR_STAGE_FETCH | MDR_STAGE_DEVICE_IDS)) mdr_stage_publish_counts(st, s_tokens, s_seqs);
-    if (flags & MDR_STAGE_ADVANCE) {
+    if ((flags & MDR_STAGE_ADVANCE) && !inl) {
       *(volatile uint64_t *)st.counter = step + 1;
       *(volatile uint64_t *)st.ack = step + 1;
     }

@@ -14,7 +14,9 @@
  * for its largest count. A staged launch copies the slot's ids and inputs to
  * their destinations, writes the step's counts where the body reads them,
  * and advances the ring. Inputs already in device memory (src != 0) are
- * copied device to device by the same launch. */
+ * copied device to device by the same launch. A small step's slot image can
+ * instead travel in the launch's own parameters (MDR_STAGE_INLINE, at most
+ * MDR_STAGE_INLINE_BYTES), read by the same code, with no ring involved. */
 #ifndef MDR_STAGING_LAYOUT_H
 #define MDR_STAGING_LAYOUT_H
 
@@ -83,11 +85,38 @@ enum {
   MDR_STAGE_ADVANCE = 2u, /* the last block to finish advances the counter and writes ack */
   MDR_STAGE_DYNAMIC = 4u, /* rules are evaluated at the slot's token count */
   MDR_STAGE_TABLE = 8u,   /* the plan at `tokens` is read from the plan table (not with DYNAMIC) */
-  MDR_STAGE_DEVICE_IDS = 16u /* the ids come from ids_src in device memory, not from the slot: the
-                                first t are copied (t: the slot header's count with FETCH, else the
-                                launch's tokens, read from no host memory at all), then pad_id up
-                                to the copy count; count_out gets t */
+  MDR_STAGE_DEVICE_IDS = 16u, /* the ids come from ids_src in device memory, not from the slot: the
+                                 first t are copied (t: the slot header's count with FETCH, else the
+                                 launch's tokens, read from no host memory at all), then pad_id up
+                                 to the copy count; count_out gets t */
+  MDR_STAGE_INLINE = 32u /* with FETCH: the slot is the launch's own parameters (its slot image, at
+                            most MDR_STAGE_INLINE_BYTES), not a ring slot; the ring's counter and
+                            ack are neither read nor advanced (ADVANCE is never set with it) */
 };
+
+/* The largest slot image an inline launch carries in its parameters: the
+ * header, the ids and the host-valued inputs, each piece 16-byte aligned as
+ * in a ring slot (seven 16-byte vectors). A graph count whose largest image
+ * fits is captured inline (graphs/graph_cache.c); above it the update's CPU
+ * cost grows past the slot's (dev/step_params_route.md). */
+#define MDR_STAGE_INLINE_BYTES 112u
+
+/* An inline launch as a graph kernel node takes it, and as the graph cache
+ * keeps it to re-target the node each step: the backend's kernel, its grid
+ * and block, and the kernel's one by-value argument (param_bytes of param),
+ * whose slot image starts at byte slot_offset (MDR_STAGE_INLINE_BYTES, 16-byte
+ * aligned in the argument). The host writes a step's image there and
+ * updates the node with the whole argument; what else the argument holds is
+ * the backend's own. */
+#define MDR_STAGE_INLINE_PARAM_MAX 2048u
+typedef struct mdr_stage_inline_launch {
+  const void *func;
+  uint32_t grid[3];
+  uint32_t block[3];
+  uint64_t param_bytes;
+  uint64_t slot_offset;
+  uint64_t param[MDR_STAGE_INLINE_PARAM_MAX / 8];
+} mdr_stage_inline_launch;
 
 /* Whether a static launch with these stage flags may take the chunk list
  * (zero_map.h section 5): not when it fetches from host memory, where the

@@ -25,7 +25,8 @@ static const char *k_op_names[MDR_OP_COUNT] = {
     "copy_h2d", "copy_d2h", "fill", "stream_create", "stream_destroy",
     "synchronize", "stream_query", "capture_begin", "capture_end", "is_capturing",
     "graph_instantiate", "graph_launch", "graph_destroy", "exec_destroy",
-    "zero_fused", "fused_node_update", "host_fn", "mem_used", "graph_nodes"};
+    "zero_fused", "fused_node_update", "host_fn", "mem_used", "graph_nodes",
+    "fused_inline_launch", "fused_inline_update"};
 
 /* Count a fallible call; return a failure status when one is due. */
 static mdr_status due(mdr_backend *b, mdr_op op) {
@@ -182,6 +183,21 @@ static mdr_status f_fused_node_update(mdr_backend *b, void *x, void *node, const
                                       size_t n, uint64_t t, const mdr_stage_desc *st) {
   FORWARD(MDR_OP_FUSED_NODE_UPDATE, fused_node_update(I, x, node, segs, n, t, st));
 }
+static mdr_status f_fused_inline_launch(mdr_backend *b, const mdr_zero_seg *segs, size_t n, uint64_t t,
+                                        const mdr_stage_desc *st, mdr_stream s, void **node,
+                                        mdr_stage_inline_launch *out) {
+  mdr_status due_st = due(b, MDR_OP_FUSED_INLINE_LAUNCH);
+  if (due_st != MDR_OK) return due_st;
+  mdr_status r = pass(b, I->ops->fused_inline_launch(I, segs, n, t, st, s, node, out));
+  if (r == MDR_OK && F(b)->pending) { /* as f_zero_fused: the launch ran, the check reports the pending error */
+    F(b)->pending = 0;
+    return mdr_backend_fail(b, MDR_ERR_BACKEND, "fault: the application's pending error, reported by a launch");
+  }
+  return r;
+}
+static mdr_status f_fused_inline_update(mdr_backend *b, void *x, void *node, const mdr_stage_inline_launch *l) {
+  FORWARD(MDR_OP_FUSED_INLINE_UPDATE, fused_inline_update(I, x, node, l));
+}
 static mdr_status f_host_fn(mdr_backend *b, mdr_host_fn fn, const void *arg, size_t bytes, mdr_stream s) {
   FORWARD(MDR_OP_HOST_FN, host_fn(I, fn, arg, bytes, s));
 }
@@ -221,6 +237,8 @@ static const struct mdr_backend_ops fault_ops = {
     .exec_destroy = f_exec_destroy,
     .zero_fused = f_zero_fused,
     .fused_node_update = f_fused_node_update,
+    .fused_inline_launch = f_fused_inline_launch,
+    .fused_inline_update = f_fused_inline_update,
     .host_fn = f_host_fn,
     .mem_used = f_mem_used,
     .graph_nodes = f_graph_nodes,

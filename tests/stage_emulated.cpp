@@ -21,7 +21,8 @@
  * store at a wild address ends the program). Cases draw the inputs (count,
  * shapes, element sizes, widths, slot or device values, destinations not
  * 16-byte aligned), the counts and their padding, the ring position and the
- * launch's flags (static, DEVICE_IDS, DYNAMIC).
+ * launch's flags (static, DEVICE_IDS, DYNAMIC, INLINE: the slot given as the
+ * launch's parameters, the counter neither read nor advanced).
  *
  * A plain program (no Criterion): exit 0 when every case matches, 1 on a
  * mismatch; a fault aborts. Usage: stage_emulated [cases] [seed]. */
@@ -37,8 +38,8 @@
 
 #include "staging.cuh"
 
-extern "C" void mdr_zero_fused_host(const mdr_zero_seg *segs, size_t n, uint64_t tokens,
-                                    const mdr_stage_desc *stage);
+extern "C" void mdr_zero_fused_host_inline(const mdr_zero_seg *segs, size_t n, uint64_t tokens,
+                                           const mdr_stage_desc *stage, const void *inline_slot);
 
 namespace {
 
@@ -274,7 +275,10 @@ void build(const Case &c, World &w) {
   /* the ring counter at the case's step, the sync words zeroed (as a launch
    * leaves them), the counts and ack poisoned */
   const uint64_t step = c.step;
-  std::memcpy(w.mem + ctl, &step, 8);
+  /* an INLINE launch reads no counter: the ring's points elsewhere, so a
+   * launch that read the ring instead would read another slot */
+  const uint64_t counter = (c.flags & MDR_STAGE_INLINE) ? step + 3 : step;
+  std::memcpy(w.mem + ctl, &counter, 8);
   std::memset(w.mem + ctl + 8, 0, 16);
   unsigned char *slot = w.mem + ring + (step % SLOTS) * slot_bytes;
   const mdr_stage_header h = {c.t, c.copy, c.s, c.copy_s};
@@ -300,10 +304,17 @@ void build(const Case &c, World &w) {
 /* The launch's stage work on the emulated device: the static stage block,
  * or the DYNAMIC stager with what zero_dynamic_kernel does around it (the
  * counter read before, the counter and ack advanced by the last block). */
+/* An INLINE launch's slot: the case's slot, standing for the launch's
+ * parameters (0 for ring launches). */
+uint64_t inline_slot_of(const Case &c, const World &w) {
+  return (c.flags & MDR_STAGE_INLINE) ? w.desc.ring + (c.step % SLOTS) * w.desc.slot_bytes : 0;
+}
+
 void run_device(const Case &c, World &w) {
   const mdr_stage_desc &st = w.desc;
   if (!(c.flags & MDR_STAGE_DYNAMIC)) {
-    run_block([&] { mdr_stage_block(st, c.flags, c.copy); });
+    const uint64_t inl = inline_slot_of(c, w);
+    run_block([&] { mdr_stage_block(st, c.flags, c.copy, inl); });
     return;
   }
   const uint64_t step = *(const uint64_t *)(uintptr_t)st.counter;
@@ -330,6 +341,7 @@ Case draw(Rng &g) {
       MDR_STAGE_ADVANCE, /* the last launch of a plan split over several: it only advances */
       MDR_STAGE_DYNAMIC | MDR_STAGE_FETCH | MDR_STAGE_ADVANCE,
       MDR_STAGE_DYNAMIC | MDR_STAGE_FETCH | MDR_STAGE_ADVANCE | MDR_STAGE_DEVICE_IDS,
+      MDR_STAGE_FETCH | MDR_STAGE_INLINE, /* the slot image in the launch's parameters: counter and ack untouched */
   };
   c.flags = flag_sets[g.below(sizeof flag_sets / sizeof flag_sets[0])];
   /* mostly small steps; some whose read takes more than one round */
@@ -398,7 +410,8 @@ int main(int argc, char **argv) {
     build(c, dev);
     build(c, twin);
     run_device(c, dev);
-    mdr_zero_fused_host(nullptr, 0, c.copy, &twin.desc);
+    mdr_zero_fused_host_inline(nullptr, 0, c.copy, &twin.desc,
+                               (const void *)(uintptr_t)inline_slot_of(c, twin));
     failed += (unsigned)compare(c, dev, twin, i);
   }
   std::printf("stage_emulated: %u cases, %u mismatched\n", cases, failed);

@@ -17,7 +17,11 @@
  * served and reports them in pinned memory. `step` writes a slot only after
  * the launch that read it last has finished, so the host can run ahead of
  * the GPU by up to the ring length without ever overwriting ids not yet read;
- * past that, `step` waits.
+ * past that, `step` waits. A small host step of an EXACT or LADDER graph
+ * takes no slot: its ids and inputs travel in the fused kernel node's own
+ * parameters, set per step (docs/GRAPHS.md, "Small steps inline"). The
+ * stats count such steps in inline_steps, and MDR_STAGE_INLINE=0 turns
+ * this off.
  *
  * Capture: step and prepare are not capture-safe. They refuse (with
  * MDR_ERR_STATE, changing nothing) when the cache's stream is being
@@ -450,6 +454,9 @@ typedef struct mdr_graph_stats {
   size_t graph_nodes;       /* nodes of the live graphs */
   int poison;               /* 1: poison mode is on */
   int memory_measured;      /* 1: the backend can measure graph memory (else graph_bytes is 0) */
+  uint64_t inline_steps;    /* steps whose ids and inputs travelled in the fused launch's parameters
+                               (a graph replay of a small host step: docs/GRAPHS.md, "Small steps
+                               inline"), not in a staging slot; counted in steps too */
 } mdr_graph_stats;
 
 /* What the graph serving `tokens` holds. Memory is measured as the

@@ -1348,6 +1348,7 @@ class GraphStats:
     graph_nodes: int
     poison: bool
     memory_measured: bool
+    inline_steps: int = 0  # steps whose slot image travelled in the launch's parameters (docs/GRAPHS.md)
 
 
 @dataclasses.dataclass
@@ -1847,7 +1848,7 @@ class GraphCache(_Object):
         return GraphStats(s.steps, s.hits, s.misses, s.captures, s.evictions, s.eager_fallbacks,
                           s.padded_tokens, s.capture_us, s.graphs, s.eager_steps, s.uncapturable,
                           bool(s.graphs_disabled), s.device_steps, s.graph_bytes, s.graph_nodes,
-                          bool(s.poison), bool(s.memory_measured))
+                          bool(s.poison), bool(s.memory_measured), s.inline_steps)
 
     def graph_tokens(self, tokens):
         c = self._c()

@@ -142,7 +142,7 @@ class GraphStatsC(Structure):
                 ("padded_tokens", c_uint64), ("capture_us", c_double), ("graphs", c_size_t),
                 ("eager_steps", c_uint64), ("uncapturable", c_uint64), ("graphs_disabled", c_int),
                 ("device_steps", c_uint64), ("graph_bytes", c_uint64), ("graph_nodes", c_size_t),
-                ("poison", c_int), ("memory_measured", c_int), _PAD]
+                ("poison", c_int), ("memory_measured", c_int), ("inline_steps", c_uint64), _PAD]
 
 
 class GraphInfoC(Structure):

@@ -248,6 +248,28 @@ def test_staged_ids_in_token_ids(host):
     d.close()
 
 
+@pytest.mark.parametrize("route", ["1", "0"])
+def test_inline_steps_counted(host, monkeypatch, route):
+    # small host steps of an EXACT cache carry their ids in the launch's
+    # parameters (MDR_STAGE_INLINE, on by default); 28 ids do not fit
+    b, s = host
+    monkeypatch.setenv("MDR_STAGE_INLINE", route)
+    a = tiny_arena(b, 32)
+    tok = a["token_ids"].numpy()
+    c = mdr.GraphCache(a, s, mode="exact", zero="fused")
+    for n in (1, 3, 3, 28, 24):
+        ids = list(range(100 + n, 100 + 2 * n))
+        tok[:] = 0xFFFFFFFF
+        c.step(ids)
+        s.synchronize()
+        assert tok[:n].tolist() == ids
+        assert (tok[n:] == 0xFFFFFFFF).all()
+    st = c.stats()
+    assert st.steps == 5 and st.eager_steps == 0
+    assert st.inline_steps == (4 if route == "1" else 0)
+    c.close()
+
+
 def _row_bytes(view, m):
     return view.nbytes // m
 

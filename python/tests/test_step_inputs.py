@@ -80,7 +80,7 @@ def test_version_and_build_features():
 # ---- the ctypes structs against the header --------------------------------------------------
 
 _STRUCTS = {"mdr_step_input": _lib.StepInputC, "mdr_step_input_info": _lib.StepInputInfoC,
-            "mdr_graph_cache_options": _lib.GraphCacheOptionsC}
+            "mdr_graph_cache_options": _lib.GraphCacheOptionsC, "mdr_graph_stats": _lib.GraphStatsC}
 
 
 def test_struct_layouts_match_the_header(tmp_path):

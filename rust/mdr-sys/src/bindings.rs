@@ -932,6 +932,8 @@ pub struct mdr_graph_stats {
     pub poison: c_int,
     /// Field `memory_measured`. 1: the backend can measure graph memory (else graph_bytes is 0)
     pub memory_measured: c_int,
+    /// Field `inline_steps`. steps whose ids and inputs travelled in the fused launch's parameters (a graph replay of a small host step: docs/GRAPHS.md, "Small steps inline"), not in a staging slot; counted in steps too
+    pub inline_steps: u64,
 }
 
 /// C struct `mdr_graph_info` (graph.h).
@@ -2879,6 +2881,7 @@ pub const LAYOUTS: &[(&str, &str, usize, usize)] = &[
     ("mdr_graph_stats", "graph_nodes", core::mem::offset_of!(mdr_graph_stats, graph_nodes), 0),
     ("mdr_graph_stats", "poison", core::mem::offset_of!(mdr_graph_stats, poison), 0),
     ("mdr_graph_stats", "memory_measured", core::mem::offset_of!(mdr_graph_stats, memory_measured), 0),
+    ("mdr_graph_stats", "inline_steps", core::mem::offset_of!(mdr_graph_stats, inline_steps), 0),
     ("mdr_graph_info", "", core::mem::size_of::<mdr_graph_info>(), core::mem::align_of::<mdr_graph_info>()),
     ("mdr_graph_info", "graph_tokens", core::mem::offset_of!(mdr_graph_info, graph_tokens), 0),
     ("mdr_graph_info", "cached", core::mem::offset_of!(mdr_graph_info, cached), 0),

@@ -493,6 +493,30 @@ fn device_ids_and_ids_already_in_the_arena() {
     assert_eq!(c.stats().device_steps, 2);
 }
 
+/// Small host steps of an EXACT cache carry their ids in the fused launch's
+/// parameters: `inline_steps` counts them (28 ids do not fit, 24 do).
+#[test]
+fn inline_steps_are_exposed_and_counted() {
+    let b = Backend::host().unwrap();
+    let a = Arena::from_preset(&b, PRESET, limits(32)).unwrap();
+    let s = b.stream().unwrap();
+    let mut c = mdr::GraphCache::new(&a, &s, Options::default().mode(Mode::Exact)).unwrap();
+    for (k, &t) in [1usize, 3, 3, 28, 24].iter().enumerate() {
+        let ids: Vec<u32> = (0..t as u32).map(|i| 500 * (k as u32 + 1) + i).collect();
+        a.fill(Buffer::TokenIds, 0xFF).unwrap();
+        c.step(&ids).unwrap();
+        s.synchronize().unwrap();
+        let mut got = vec![0u8; a.bytes(Buffer::TokenIds)];
+        a.read(Buffer::TokenIds, 0, &mut got).unwrap();
+        let head: Vec<u32> = got[..4 * t].chunks(4).map(|x| u32::from_ne_bytes(x.try_into().unwrap())).collect();
+        assert_eq!(head, ids, "step {k}");
+        assert!(got[4 * t..].iter().all(|&x| x == 0xFF), "step {k}: nothing past its ids");
+    }
+    let st = c.stats();
+    assert_eq!(st.steps, 5);
+    assert_eq!(st.inline_steps, 4, "{st:?}");
+}
+
 #[test]
 fn one_arena_many_readers() {
     let b = Backend::host().unwrap();

@@ -1,0 +1,879 @@
+/* Suite `stage_inline`: a small host step of an EXACT or LADDER graph
+ * carries its slot image in the fused launch's parameters (graphs/
+ * graph_cache.c, "Inline steps"; MDR_STAGE_INLINE) instead of a staging
+ * slot. Checked here: inline and ring steps leave the same bytes everywhere
+ * (two worlds, one with the route off, every destination poisoned first);
+ * queued inline steps each read their own parameters (the host backend
+ * held as a stalled GPU, or a sleeping kernel on the GPU); the boundary (an
+ * image of exactly MDR_STAGE_INLINE_BYTES is inline, one vector more is
+ * not); a failed node update refuses the step and leaves the cache usable;
+ * which steps never go inline; the backend slots without a cache. Host
+ * backend always, CUDA when present. */
+#define _POSIX_C_SOURCE 200809L
+#include <criterion/criterion.h>
+#include <criterion/parameterized.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend_impl.h" /* mdr_backend_host_hold, mdr_be_host_fn, MDR_STAGE_INLINE_BYTES */
+#include "fault_backend.h"
+#include "support.h"
+#if defined(MDR_HAVE_CUDA)
+#include "gpu_helpers.h"
+#endif
+
+enum { M = TB_SMALL_M, S = 4, N_IN = 4, POISON = 0xC7, PAD_ID = 9 };
+
+/* The declared inputs (index 1 + i): three take host values, one is
+ * already in device memory. With S = 4 sequences, counts 1..8 fit inline
+ * (8: exactly MDR_STAGE_INLINE_BYTES), 9 and up do not. */
+enum { IN_POS, IN_SEQLEN, IN_HALF, IN_DEV };
+static const size_t k_elem[N_IN] = {4, 4, 2, 4};
+static const uint64_t k_pad[N_IN] = {0xFFFFFFF0u, 0, 0xABCD, 0x5A5A5A5Au};
+
+/* One cache with its arena and input destinations. */
+typedef struct world {
+  mdr_backend *b;
+  mdr_stream s;
+  mdr_arena *a;
+  mdr_dptr dst[N_IN];
+  size_t bytes[N_IN];
+  mdr_dptr dev_src; /* IN_DEV's values */
+  mdr_step_input in[N_IN];
+  int inputs; /* the cache declares the inputs */
+  mdr_graph_cache *c;
+} world;
+
+static void world_init(world *w, mdr_backend *b, int inputs) {
+  memset(w, 0, sizeof *w);
+  w->b = b;
+  w->s = tb_stream(b);
+  w->inputs = inputs;
+  mdr_sizes sizes = tb_small_sizes();
+  cr_assert_eq(mdr_arena_create(b, &sizes, &w->a), MDR_OK, "%s", mdr_backend_last_error(b));
+  const size_t rows[N_IN] = {M, S, M, M};
+  const mdr_step_input_shape shape[N_IN] = {MDR_INPUT_PER_TOKEN, MDR_INPUT_PER_SEQUENCE, MDR_INPUT_PER_TOKEN,
+                                            MDR_INPUT_PER_TOKEN};
+  const char *names[N_IN] = {"positions", "seq_lens", "half", "device_positions"};
+  for (int i = 0; i < N_IN; i++) {
+    w->bytes[i] = rows[i] * k_elem[i];
+    cr_assert_eq(mdr_backend_alloc(b, w->bytes[i], &w->dst[i]), MDR_OK);
+    w->in[i] = (mdr_step_input){.name = names[i],
+                                .elem_bytes = k_elem[i],
+                                .shape = shape[i],
+                                .pad = k_pad[i],
+                                .dest = MDR_INPUT_TO_DEVICE,
+                                .address = w->dst[i]};
+  }
+  cr_assert_eq(mdr_backend_alloc(b, w->bytes[IN_DEV], &w->dev_src), MDR_OK);
+  w->in[IN_DEV].device_src = w->dev_src;
+}
+
+static mdr_graph_cache_options world_options(world *w, mdr_graph_mode mode, mdr_zero_strategy zero) {
+  mdr_graph_cache_options o;
+  mdr_graph_cache_options_default(&o);
+  o.mode = mode;
+  o.zero = zero;
+  o.pad_token_id = PAD_ID;
+  o.max_sequences = S;
+  if (w->inputs) {
+    o.inputs = w->in;
+    o.n_inputs = N_IN;
+  }
+  return o;
+}
+
+/* The cache, with MDR_STAGE_INLINE as given (NULL: unset) at create. */
+static void world_cache(world *w, const mdr_graph_cache_options *o, const char *route) {
+  if (route)
+    setenv("MDR_STAGE_INLINE", route, 1);
+  else
+    unsetenv("MDR_STAGE_INLINE");
+  cr_assert_eq(mdr_graph_cache_create(w->a, w->s, o, &w->c), MDR_OK, "%s", mdr_backend_last_error(w->b));
+  unsetenv("MDR_STAGE_INLINE");
+}
+
+static void world_fini(world *w) {
+  mdr_graph_cache_destroy(w->c);
+  for (int i = 0; i < N_IN; i++) mdr_backend_free(w->b, w->dst[i]);
+  mdr_backend_free(w->b, w->dev_src);
+  mdr_arena_destroy(w->a);
+  mdr_backend_stream_destroy(w->b, w->s);
+}
+
+/* One step's values. */
+typedef struct step_values {
+  size_t t, s;
+  uint32_t ids[M], pos[M], seqlen[S], dev[M];
+  uint16_t half[M];
+} step_values;
+
+static void make_values(uint64_t *rng, step_values *v, size_t t, size_t s) {
+  memset(v, 0, sizeof *v);
+  v->t = t;
+  v->s = s;
+  for (size_t i = 0; i < t; i++) {
+    v->ids[i] = (uint32_t)(tb_rng_next(rng) % 150000) + 1;
+    v->pos[i] = (uint32_t)tb_rng_next(rng);
+    v->half[i] = (uint16_t)tb_rng_next(rng);
+    v->dev[i] = (uint32_t)tb_rng_next(rng);
+  }
+  for (size_t i = 0; i < s; i++) v->seqlen[i] = (uint32_t)tb_rng_next(rng);
+}
+
+/* The step through the world's cache (its inputs when declared). */
+static mdr_status world_step(world *w, const step_values *v) {
+  if (!w->inputs) return mdr_graph_cache_step(w->c, v->ids, v->t);
+  const void *vals[1 + N_IN] = {v->ids, v->pos, v->seqlen, v->half, NULL};
+  return mdr_graph_cache_step_inputs(w->c, vals, 1 + N_IN, v->t, v->s);
+}
+
+/* Every destination poisoned, the arena with its per-buffer poison, the
+ * device-resident input's source holding this step's values. */
+static void world_poison(world *w, const step_values *v) {
+  tb_poison_arena(w->a);
+  for (int i = 0; i < N_IN; i++) cr_assert_eq(mdr_backend_fill(w->b, w->dst[i], POISON, w->bytes[i]), MDR_OK);
+  cr_assert_eq(mdr_backend_fill(w->b, mdr_arena_token_ids(w->a), POISON, mdr_arena_token_ids_bytes(w->a)), MDR_OK);
+  cr_assert_eq(mdr_backend_copy_h2d(w->b, w->dev_src, v->dev, sizeof v->dev), MDR_OK);
+}
+
+static void read_back(mdr_backend *b, void *dst, mdr_dptr p, size_t n) {
+  cr_assert_eq(mdr_backend_copy_d2h(b, dst, p, n), MDR_OK, "%s", mdr_backend_last_error(b));
+}
+
+/* A destination: `real` bytes of `want`, the pad element up to `copy`
+ * bytes, poison to the end. */
+static void expect_bytes(const unsigned char *got, size_t n, const void *want, size_t real, size_t copy, size_t elem,
+                         uint64_t pad, const char *name, const char *what) {
+  for (size_t k = 0; k < n; k++) {
+    const unsigned char x = k < real   ? ((const unsigned char *)want)[k]
+                            : k < copy ? (unsigned char)(pad >> (8 * (k % elem)))
+                                       : (unsigned char)POISON;
+    cr_assert_eq(got[k], x, "%s: %s byte %zu (real %zu, copy %zu bytes)", what, name, k, real, copy);
+  }
+}
+
+/* The step's ids, inputs and counts, bit for bit, in a graph of g token
+ * rows and sb sequence rows (each input clamped to its rows). */
+static void world_expect(world *w, const step_values *v, const char *what) {
+  size_t g = 0, sb = 0;
+  cr_assert_eq(mdr_graph_cache_graph_tokens(w->c, v->t, &g), MDR_OK);
+  cr_assert_eq(mdr_graph_cache_sequence_bound(w->c, v->t, &sb), MDR_OK);
+  unsigned char got[M * 8 + 256];
+  const size_t idb = mdr_arena_token_ids_bytes(w->a);
+  read_back(w->b, got, mdr_arena_token_ids(w->a), idb);
+  expect_bytes(got, idb, v->ids, 4 * v->t, 4 * g, 4, PAD_ID, "token_ids", what);
+  uint32_t counts[2];
+  read_back(w->b, &counts[0], mdr_graph_cache_count_ptr(w->c), 4);
+  read_back(w->b, &counts[1], mdr_graph_cache_sequences_ptr(w->c), 4);
+  cr_assert_eq(counts[0], v->t, "%s: token count", what);
+  cr_assert_eq(counts[1], w->inputs ? v->s : (v->t < S ? v->t : S), "%s: sequence count", what);
+  if (!w->inputs) return;
+  const void *want[N_IN] = {v->pos, v->seqlen, v->half, v->dev};
+  const size_t real[N_IN] = {v->t, v->s, v->t, v->t}, copy[N_IN] = {g, sb, g, g};
+  for (int i = 0; i < N_IN; i++) {
+    read_back(w->b, got, w->dst[i], w->bytes[i]);
+    expect_bytes(got, w->bytes[i], want[i], k_elem[i] * real[i], k_elem[i] * copy[i], k_elem[i], k_pad[i],
+                 w->in[i].name, what);
+  }
+}
+
+/* Two worlds hold the same bytes: every arena buffer, every destination,
+ * the count words. */
+static void expect_same(world *x, world *y, const char *what) {
+  static unsigned char bx[1 << 17], by[1 << 17];
+  for (int i = 0; i < MDR_BUF_COUNT; i++) {
+    const mdr_buffer buf = (mdr_buffer)i;
+    const size_t n = mdr_arena_bytes(x->a, buf);
+    if (!mdr_arena_ptr(x->a, buf)) continue;
+    cr_assert_leq(n, sizeof bx);
+    read_back(x->b, bx, mdr_arena_ptr(x->a, buf), n);
+    read_back(y->b, by, mdr_arena_ptr(y->a, buf), n);
+    for (size_t k = 0; k < n; k++)
+      cr_assert_eq(bx[k], by[k], "%s: %s byte %zu: inline %#x, ring %#x", what, mdr_buffer_name(buf), k, bx[k],
+                   by[k]);
+  }
+  for (int i = 0; i < N_IN && x->inputs; i++) {
+    read_back(x->b, bx, x->dst[i], x->bytes[i]);
+    read_back(y->b, by, y->dst[i], y->bytes[i]);
+    cr_assert_eq(memcmp(bx, by, x->bytes[i]), 0, "%s: input %s differs", what, x->in[i].name);
+  }
+  uint32_t cx[2], cy[2];
+  read_back(x->b, cx, mdr_graph_cache_count_ptr(x->c), 8);
+  read_back(y->b, cy, mdr_graph_cache_count_ptr(y->c), 8);
+  cr_assert_eq(memcmp(cx, cy, 8), 0, "%s: count words (%u, %u) and (%u, %u)", what, cx[0], cx[1], cy[0], cy[1]);
+}
+
+/* The slot image of graph count g, written from the layout's rule
+ * (staging_layout.h): header, ids, each host input's rows at (g, min(g,
+ * S)), each piece 16-byte aligned. */
+static size_t up16(size_t x) { return (x + 15) / 16 * 16; }
+static size_t image_bytes(int inputs, size_t g) {
+  size_t end = MDR_STAGE_HEADER_BYTES + 4 * g;
+  if (!inputs) return end;
+  end = up16(end) + 4 * g;               /* positions */
+  end = up16(end) + 4 * (g < S ? g : S); /* seq_lens */
+  end = up16(end) + 2 * g;               /* half; device_positions take no room */
+  return end;
+}
+
+typedef struct mix_case {
+  tb_kind kind;
+  mdr_graph_mode mode;
+  mdr_zero_strategy zero;
+  int inputs;
+  size_t max_graphs;
+} mix_case;
+
+ParameterizedTestParameters(stage_inline, inline_and_ring_steps_leave_the_same_bytes_over_random_mixes) {
+  static mix_case cases[TB_KIND_COUNT * 2 * 2 * 2];
+  size_t n = 0;
+  for (int k = 0; k < TB_KIND_COUNT; k++)
+    for (int m = 0; m < 2; m++)
+      for (int z = 0; z < 2; z++)
+        for (int in = 0; in < 2; in++)
+          cases[n++] = (mix_case){(tb_kind)k, m ? MDR_GRAPH_LADDER : MDR_GRAPH_EXACT,
+                                  z ? MDR_ZERO_MEMSET : MDR_ZERO_FUSED, in, (size_t)(in && !z ? 3 : 0)};
+  return cr_make_param_array(mix_case, cases, n);
+}
+
+/* The same random steps through two caches of two arenas, one with the
+ * route (unset: its default) and one with MDR_STAGE_INLINE=0: after each
+ * step every byte of both worlds is the same, and the step's own values
+ * are where they belong. The counts that fit inline are counted as such,
+ * the others and the whole second world not. */
+ParameterizedTest(mix_case *mc, stage_inline, inline_and_ring_steps_leave_the_same_bytes_over_random_mixes) {
+  mdr_backend *b = tb_backend(mc->kind);
+  world x, y;
+  world_init(&x, b, mc->inputs);
+  world_init(&y, b, mc->inputs);
+  mdr_graph_cache_options o = world_options(&x, mc->mode, mc->zero);
+  o.max_graphs = mc->max_graphs; /* some: inline graphs evicted and captured again */
+  world_cache(&x, &o, NULL);
+  o = world_options(&y, mc->mode, mc->zero);
+  o.max_graphs = mc->max_graphs;
+  world_cache(&y, &o, "0");
+  uint64_t rng = 99 + (uint64_t)mc->mode * 5 + (uint64_t)mc->zero * 3 + (uint64_t)mc->inputs + mc->max_graphs;
+  uint64_t want_inline = 0;
+  const int steps = 4 * MDR_GRAPH_STAGING_SLOTS + 7;
+  for (int k = 0; k < steps; k++) {
+    /* mostly small counts (the route's), some past it, ring wraps */
+    const size_t t = tb_rng_next(&rng) % 3 ? 1 + tb_rng_next(&rng) % 10 : 1 + tb_rng_next(&rng) % M;
+    const size_t s = 1 + tb_rng_next(&rng) % (t < S ? t : S);
+    step_values v;
+    make_values(&rng, &v, t, s);
+    world_poison(&x, &v);
+    world_poison(&y, &v);
+    cr_assert_eq(world_step(&x, &v), MDR_OK, "step %d: %s", k, mdr_backend_last_error(b));
+    cr_assert_eq(world_step(&y, &v), MDR_OK, "step %d: %s", k, mdr_backend_last_error(b));
+    cr_assert_eq(mdr_backend_synchronize(b, x.s), MDR_OK);
+    cr_assert_eq(mdr_backend_synchronize(b, y.s), MDR_OK);
+    char what[96];
+    snprintf(what, sizeof what, "%s step %d (t %zu, s %zu)", tb_kind_name(mc->kind), k, t, s);
+    world_expect(&x, &v, what);
+    expect_same(&x, &y, what);
+    size_t g = 0;
+    cr_assert_eq(mdr_graph_cache_graph_tokens(x.c, t, &g), MDR_OK);
+    want_inline += image_bytes(mc->inputs, g) <= MDR_STAGE_INLINE_BYTES;
+  }
+  mdr_graph_stats sx, sy;
+  cr_assert_eq(mdr_graph_cache_stats(x.c, &sx), MDR_OK);
+  cr_assert_eq(mdr_graph_cache_stats(y.c, &sy), MDR_OK);
+  cr_assert_gt(want_inline, 10, "the mix has inline counts");
+  cr_assert_lt(want_inline, (uint64_t)steps, "the mix has ring counts");
+  cr_assert_eq(sx.inline_steps, want_inline, "inline steps counted: %llu", (unsigned long long)sx.inline_steps);
+  cr_assert_eq(sy.inline_steps, 0, "MDR_STAGE_INLINE=0: no inline step");
+  cr_assert_eq(sx.steps, (uint64_t)steps);
+  cr_assert_eq(sy.steps, (uint64_t)steps);
+  cr_assert_eq(sx.eager_steps + sy.eager_steps, 0);
+  world_fini(&x);
+  world_fini(&y);
+  mdr_backend_destroy(b);
+}
+
+static uint64_t step_counted(world *w, uint64_t *rng, size_t t, size_t s);
+
+/* ---- a queue of steps behind a stalled device ---------------------------------------- */
+
+/* What a body's host function saw when the stream reached it: the step's
+ * ids, counts and inputs as they were then. */
+typedef struct seen {
+  uint32_t ids[M], counts[2], pos[M], seqlen[S];
+  uint16_t half[M];
+} seen;
+
+typedef struct queue_log {
+  world *w;
+  size_t n;
+  seen at[128];
+} queue_log;
+
+static mdr_status snapshot(mdr_backend *b, void *arg) {
+  (void)b;
+  queue_log *log = *(queue_log **)arg;
+  world *w = log->w;
+  if (log->n == sizeof log->at / sizeof log->at[0]) return MDR_ERR_STATE;
+  seen *e = &log->at[log->n++];
+  /* host backend: device memory is host memory */
+  memcpy(e->ids, (const void *)(uintptr_t)mdr_arena_token_ids(w->a), sizeof e->ids);
+  memcpy(e->counts, (const void *)(uintptr_t)mdr_graph_cache_count_ptr(w->c), sizeof e->counts);
+  memcpy(e->pos, (const void *)(uintptr_t)w->dst[IN_POS], sizeof e->pos);
+  memcpy(e->seqlen, (const void *)(uintptr_t)w->dst[IN_SEQLEN], sizeof e->seqlen);
+  memcpy(e->half, (const void *)(uintptr_t)w->dst[IN_HALF], sizeof e->half);
+  return MDR_OK;
+}
+
+static mdr_status snapshot_body(void *user, mdr_stream s, size_t tokens) {
+  (void)tokens;
+  queue_log *log = user;
+  return mdr_be_host_fn(log->w->b, snapshot, &log, sizeof log, s);
+}
+
+/* The host backend held (a stalled GPU): steps of random inline counts,
+ * with a few ring steps among them (fewer than the ring's slots), are all
+ * enqueued before any runs; many more than the ring holds, so no inline
+ * step waited for the ring. Released, each step's body sees that step's
+ * own ids, inputs and counts, never a later step's parameters. */
+Test(stage_inline, queued_inline_steps_each_read_their_own_parameters, .timeout = 120) {
+  mdr_backend *b = tb_backend(TB_HOST);
+  world w;
+  world_init(&w, b, 1);
+  static queue_log log;
+  memset(&log, 0, sizeof log);
+  log.w = &w;
+  mdr_graph_cache_options o = world_options(&w, MDR_GRAPH_EXACT, MDR_ZERO_FUSED);
+  o.body = snapshot_body;
+  o.user = &log;
+  world_cache(&w, &o, NULL);
+  uint64_t rng = 4242;
+  /* the route is on (else every step would take the ring, and the ring
+   * would wait for ever for the held stream): checked before holding */
+  cr_assert_eq(step_counted(&w, &rng, 2, 1), 1, "a small step goes inline");
+  log.n = 0;
+  step_values dv; /* the device-resident input's source stays as it is while held */
+  make_values(&rng, &dv, M, S);
+  world_poison(&w, &dv);
+  enum { STEPS = 6 * MDR_GRAPH_STAGING_SLOTS };
+  static step_values v[STEPS];
+  size_t ring_steps = 0;
+  cr_assert_eq(mdr_backend_host_hold(b, 1), MDR_OK);
+  for (int k = 0; k < STEPS; k++) {
+    const int ring = k % 9 == 4 && ring_steps < MDR_GRAPH_STAGING_SLOTS - 1;
+    const size_t t = ring ? 9 + tb_rng_next(&rng) % 4 : 1 + tb_rng_next(&rng) % 8;
+    make_values(&rng, &v[k], t, 1 + tb_rng_next(&rng) % (t < S ? t : S));
+    memcpy(v[k].dev, dv.dev, sizeof dv.dev);
+    ring_steps += ring;
+    cr_assert_eq(world_step(&w, &v[k]), MDR_OK, "step %d: %s", k, mdr_backend_last_error(b));
+  }
+  int idle = 1;
+  cr_assert_eq(mdr_be_stream_query(b, w.s, &idle), MDR_OK);
+  cr_assert_eq(idle, 0, "held: the steps are queued");
+  cr_assert_eq(log.n, 0, "held: no step ran");
+  uint32_t first_id = 0;
+  read_back(b, &first_id, mdr_arena_token_ids(w.a), 4);
+  cr_assert_eq(first_id, POISON * 0x01010101u, "held: token_ids untouched");
+  mdr_graph_stats st;
+  cr_assert_eq(mdr_graph_cache_stats(w.c, &st), MDR_OK);
+  cr_assert_eq(st.inline_steps, 1 + STEPS - ring_steps, "every small step inline");
+  cr_assert_gt(ring_steps, 2, "ring steps among them");
+  cr_assert_eq(mdr_backend_host_hold(b, 0), MDR_OK, "%s", mdr_backend_last_error(b));
+  cr_assert_eq(log.n, STEPS, "each step's body ran once");
+  for (int k = 0; k < STEPS; k++) {
+    const seen *e = &log.at[k];
+    const step_values *x = &v[k];
+    const size_t g = x->t, sb = x->t < S ? x->t : S;
+    for (size_t i = 0; i < g; i++) cr_assert_eq(e->ids[i], x->ids[i], "step %d (t %zu): id %zu", k, x->t, i);
+    cr_assert_eq(e->counts[0], x->t, "step %d: token count", k);
+    cr_assert_eq(e->counts[1], x->s, "step %d: sequence count", k);
+    for (size_t i = 0; i < g; i++) cr_assert_eq(e->pos[i], x->pos[i], "step %d: position %zu", k, i);
+    for (size_t i = 0; i < g; i++) cr_assert_eq(e->half[i], x->half[i], "step %d: half %zu", k, i);
+    for (size_t i = 0; i < sb; i++)
+      cr_assert_eq(e->seqlen[i], i < x->s ? x->seqlen[i] : 0u, "step %d: seq_len %zu", k, i);
+  }
+  world_fini(&w);
+  mdr_backend_destroy(b);
+}
+
+#if defined(MDR_HAVE_CUDA)
+typedef struct acc_user {
+  mdr_arena *a;
+  uint64_t *acc;
+} acc_user;
+
+static mdr_status acc_body(void *user, mdr_stream s, size_t tokens) {
+  acc_user *u = user;
+  return tb_cuda_accumulate(s, (const uint32_t *)(uintptr_t)mdr_arena_token_ids(u->a), tokens, u->acc)
+             ? MDR_ERR_BACKEND
+             : MDR_OK;
+}
+
+/* The GPU held by a sleeping kernel: hundreds of small steps (inline, a
+ * few ring steps among them) queue behind it; each folds its ids into an
+ * accumulator. A step that read a later step's parameters would change
+ * the sum. */
+Test(stage_inline, queued_inline_steps_each_read_their_own_parameters_on_the_gpu) {
+  mdr_backend *b = tb_backend(TB_CUDA);
+  world w;
+  world_init(&w, b, 0);
+  mdr_dptr acc_dev = 0;
+  cr_assert_eq(mdr_backend_alloc(b, 16, &acc_dev), MDR_OK);
+  cr_assert_eq(mdr_backend_fill(b, acc_dev, 0, 16), MDR_OK);
+  acc_user u = {w.a, (uint64_t *)(uintptr_t)acc_dev};
+  mdr_graph_cache_options o = world_options(&w, MDR_GRAPH_EXACT, MDR_ZERO_FUSED);
+  o.body = acc_body;
+  o.user = &u;
+  world_cache(&w, &o, NULL);
+  size_t all[M];
+  for (size_t t = 1; t <= M; t++) all[t - 1] = t;
+  cr_assert_eq(mdr_graph_cache_prepare(w.c, all, M), MDR_OK, "%s", mdr_backend_last_error(b));
+  cr_assert_eq(mdr_backend_synchronize(b, w.s), MDR_OK);
+  cr_assert_eq(tb_cuda_sleep(w.s, 50ull * 1000 * 1000), 0);
+  uint64_t rng = 31, want_sum = 0, want_n = 0, want_inline = 0;
+  for (int k = 0; k < 300; k++) {
+    const size_t t = k % 10 == 5 ? 1 + tb_rng_next(&rng) % M : 1 + tb_rng_next(&rng) % 24;
+    uint32_t ids[M];
+    for (size_t i = 0; i < t; i++) ids[i] = (uint32_t)(tb_rng_next(&rng) % 150000) + 1;
+    for (size_t i = 0; i < t; i++) want_sum += (uint64_t)(i + 1) * ids[i];
+    want_n += t;
+    want_inline += image_bytes(0, t) <= MDR_STAGE_INLINE_BYTES;
+    cr_assert_eq(mdr_graph_cache_step(w.c, ids, t), MDR_OK, "%s", mdr_backend_last_error(b));
+    memset(ids, 0xEE, sizeof ids); /* the caller may reuse its buffer at once */
+  }
+  cr_assert_eq(mdr_backend_synchronize(b, w.s), MDR_OK);
+  uint64_t got[2];
+  read_back(b, got, acc_dev, 16);
+  cr_assert_eq(got[1], want_n, "tokens seen");
+  cr_assert_eq(got[0], want_sum, "a queued step read parameters not its own");
+  mdr_graph_stats st;
+  cr_assert_eq(mdr_graph_cache_stats(w.c, &st), MDR_OK);
+  cr_assert_eq(st.inline_steps, want_inline);
+  cr_assert_gt(want_inline, 200);
+  mdr_backend_free(b, acc_dev);
+  world_fini(&w);
+  mdr_backend_destroy(b);
+}
+#endif
+
+/* ---- the boundary --------------------------------------------------------------------- */
+
+/* One step of t through w's cache, checked; returns the inline steps it
+ * added. */
+static uint64_t step_counted(world *w, uint64_t *rng, size_t t, size_t s) {
+  mdr_graph_stats s0, s1;
+  cr_assert_eq(mdr_graph_cache_stats(w->c, &s0), MDR_OK);
+  step_values v;
+  make_values(rng, &v, t, s);
+  world_poison(w, &v);
+  cr_assert_eq(world_step(w, &v), MDR_OK, "t %zu: %s", t, mdr_backend_last_error(w->b));
+  cr_assert_eq(mdr_backend_synchronize(w->b, w->s), MDR_OK);
+  char what[64];
+  snprintf(what, sizeof what, "t %zu", t);
+  world_expect(w, &v, what);
+  cr_assert_eq(mdr_graph_cache_stats(w->c, &s1), MDR_OK);
+  cr_assert_eq(s1.steps, s0.steps + 1);
+  return s1.inline_steps - s0.inline_steps;
+}
+
+ParameterizedTestParameters(stage_inline, an_image_of_exactly_the_limit_is_inline_one_vector_more_is_not) {
+  static tb_kind kinds[] = {TB_HOST, TB_CUDA};
+  return cr_make_param_array(tb_kind, kinds, 2);
+}
+
+/* Ids only: 24 ids make a 112-byte image (inline), 28 one vector more,
+ * 25 a word more (the ring). With the inputs: 8 tokens make exactly 112
+ * bytes, 9 more than a vector more. LADDER: a count is inline by its
+ * rung's image. */
+ParameterizedTest(tb_kind *kind, stage_inline, an_image_of_exactly_the_limit_is_inline_one_vector_more_is_not) {
+  cr_assert_eq(image_bytes(0, 24), MDR_STAGE_INLINE_BYTES);
+  cr_assert_eq(image_bytes(0, 28), MDR_STAGE_INLINE_BYTES + 16);
+  cr_assert_eq(image_bytes(1, 8), MDR_STAGE_INLINE_BYTES);
+  cr_assert_gt(image_bytes(1, 9), MDR_STAGE_INLINE_BYTES);
+  mdr_backend *b = tb_backend(*kind);
+  uint64_t rng = 7;
+  world w;
+  world_init(&w, b, 0);
+  mdr_graph_cache_options o = world_options(&w, MDR_GRAPH_EXACT, MDR_ZERO_FUSED);
+  world_cache(&w, &o, NULL);
+  for (int rep = 0; rep < 2; rep++) { /* the capture, then a replay */
+    cr_assert_eq(step_counted(&w, &rng, 24, 4), 1, "24 ids: exactly the limit, inline");
+    cr_assert_eq(step_counted(&w, &rng, 28, 4), 0, "28 ids: one vector more, the ring");
+    cr_assert_eq(step_counted(&w, &rng, 25, 4), 0, "25 ids: past the limit, the ring");
+    cr_assert_eq(step_counted(&w, &rng, 1, 1), 1, "1 id: inline");
+  }
+  world_fini(&w);
+
+  world_init(&w, b, 1);
+  o = world_options(&w, MDR_GRAPH_EXACT, MDR_ZERO_FUSED);
+  world_cache(&w, &o, NULL);
+  for (int rep = 0; rep < 2; rep++) {
+    cr_assert_eq(step_counted(&w, &rng, 8, 3), 1, "8 tokens with inputs: exactly the limit, inline");
+    cr_assert_eq(step_counted(&w, &rng, 9, 4), 0, "9 tokens with inputs: the ring");
+  }
+  world_fini(&w);
+
+  /* LADDER rungs 8 and 12 (ids and a 64-byte FIXED input): 5 tokens take
+   * rung 8 (16 + 32 + 64 = 112, inline), 9 take rung 12 (16 + 48 + 64 =
+   * 128, one vector more) */
+  world_init(&w, b, 0);
+  mdr_dptr fixed = 0;
+  cr_assert_eq(mdr_backend_alloc(b, 64, &fixed), MDR_OK);
+  mdr_step_input in = {.name = "fixed", .elem_bytes = 1, .shape = MDR_INPUT_FIXED, .max_rows = 64,
+                       .dest = MDR_INPUT_TO_DEVICE, .address = fixed};
+  const size_t ladder[] = {8, 12};
+  o = world_options(&w, MDR_GRAPH_LADDER, MDR_ZERO_FUSED);
+  o.inputs = &in;
+  o.n_inputs = 1;
+  o.ladder = ladder;
+  o.ladder_len = 2;
+  world_cache(&w, &o, NULL);
+  unsigned char fv[64], got[64];
+  for (int i = 0; i < 64; i++) fv[i] = (unsigned char)(3 * i + 1);
+  const size_t ts[] = {5, 9, 8, 12, 1};
+  const uint64_t inl[] = {1, 0, 1, 0, 1};
+  for (int k = 0; k < 5; k++) {
+    mdr_graph_stats s0, s1;
+    cr_assert_eq(mdr_graph_cache_stats(w.c, &s0), MDR_OK);
+    step_values v;
+    make_values(&rng, &v, ts[k], 1);
+    cr_assert_eq(mdr_backend_fill(b, fixed, POISON, 64), MDR_OK);
+    cr_assert_eq(mdr_backend_fill(b, mdr_arena_token_ids(w.a), POISON, mdr_arena_token_ids_bytes(w.a)), MDR_OK);
+    fv[0] = (unsigned char)k;
+    const void *vals[2] = {v.ids, fv};
+    cr_assert_eq(mdr_graph_cache_step_inputs(w.c, vals, 2, ts[k], 1), MDR_OK, "%s", mdr_backend_last_error(b));
+    cr_assert_eq(mdr_backend_synchronize(b, w.s), MDR_OK);
+    read_back(b, got, fixed, 64);
+    cr_assert_eq(memcmp(got, fv, 64), 0, "ladder t %zu: the fixed input", ts[k]);
+    unsigned char ids[M * 4 + 256];
+    const size_t idb = mdr_arena_token_ids_bytes(w.a);
+    read_back(b, ids, mdr_arena_token_ids(w.a), idb);
+    size_t g = 0;
+    cr_assert_eq(mdr_graph_cache_graph_tokens(w.c, ts[k], &g), MDR_OK);
+    expect_bytes(ids, idb, v.ids, 4 * ts[k], 4 * g, 4, PAD_ID, "token_ids", "ladder");
+    cr_assert_eq(mdr_graph_cache_stats(w.c, &s1), MDR_OK);
+    cr_assert_eq(s1.inline_steps - s0.inline_steps, inl[k], "ladder t %zu (rung %zu)", ts[k], g);
+  }
+  mdr_backend_free(b, fixed);
+  world_fini(&w);
+  mdr_backend_destroy(b);
+}
+
+/* ---- the backend's two slots, without a cache -------------------------------------------- */
+
+ParameterizedTestParameters(stage_inline, an_inline_node_takes_each_update_and_launches_keep_their_own) {
+  static tb_kind kinds[] = {TB_HOST, TB_CUDA};
+  return cr_make_param_array(tb_kind, kinds, 2);
+}
+
+/* acc[0] += sum (i + 1) * ids[i] over n ids, acc[1] += n, when the stream
+ * reaches it (the host backend's twin of tb_cuda_accumulate). */
+typedef struct host_acc {
+  const uint32_t *ids;
+  size_t n;
+  uint64_t *acc;
+} host_acc;
+
+static mdr_status host_accumulate(mdr_backend *b, void *arg) {
+  (void)b;
+  const host_acc *h = arg;
+  for (size_t i = 0; i < h->n; i++) h->acc[0] += (uint64_t)(i + 1) * h->ids[i];
+  h->acc[1] += h->n;
+  return MDR_OK;
+}
+
+static void accumulate(tb_kind kind, mdr_backend *b, mdr_stream s, mdr_dptr ids, size_t n, mdr_dptr acc) {
+  if (kind == TB_HOST) {
+    const host_acc h = {(const uint32_t *)(uintptr_t)ids, n, (uint64_t *)(uintptr_t)acc};
+    cr_assert_eq(mdr_be_host_fn(b, host_accumulate, &h, sizeof h, s), MDR_OK);
+    return;
+  }
+#if defined(MDR_HAVE_CUDA)
+  cr_assert_eq(tb_cuda_accumulate(s, (const uint32_t *)(uintptr_t)ids, n, (uint64_t *)(uintptr_t)acc), 0);
+#endif
+}
+
+/* Write an image: header (t, copy, 1, 1), t ids, pad to copy. */
+static void put_image(mdr_stage_inline_launch *l, uint32_t t, uint32_t copy, uint32_t base) {
+  unsigned char *img = (unsigned char *)l->param + l->slot_offset;
+  const mdr_stage_header h = {t, copy, 1, 1};
+  memcpy(img, &h, sizeof h);
+  for (uint32_t i = 0; i < copy; i++) {
+    const uint32_t id = i < t ? base + i : PAD_ID;
+    memcpy(img + MDR_STAGE_HEADER_BYTES + 4 * i, &id, 4);
+  }
+}
+
+/* The inline launch captured as a node (zeroing a buffer's rows, and the
+ * stage): each update's image is what the next launch copies, and counts
+ * and rows follow it; the zeroing is the launch's own. Launches enqueued
+ * before an update keep the image they were launched with (the host
+ * backend held; on the GPU a sleeping kernel ahead). */
+ParameterizedTest(tb_kind *kind, stage_inline, an_inline_node_takes_each_update_and_launches_keep_their_own) {
+  enum { COPY = 6, BUF = 512, STEPS = 40 };
+  mdr_backend *b = tb_backend(*kind);
+  mdr_stream s = tb_stream(b);
+  mdr_dptr ids = 0, counts = 0, buf = 0, acc = 0;
+  cr_assert_eq(mdr_backend_alloc(b, 256, &ids), MDR_OK);
+  cr_assert_eq(mdr_backend_alloc(b, 256, &counts), MDR_OK);
+  cr_assert_eq(mdr_backend_alloc(b, BUF, &buf), MDR_OK);
+  cr_assert_eq(mdr_backend_alloc(b, 16, &acc), MDR_OK);
+  cr_assert_eq(mdr_backend_fill(b, acc, 0, 16), MDR_OK);
+  const mdr_zero_seg seg = {.ptr = buf, .bytes = BUF, .a = BUF / 8, .b = 8, .rule = MDR_RULE_ROWS};
+  mdr_stage_desc st = {.token_ids = ids, .count_out = counts, .flags = MDR_STAGE_FETCH | MDR_STAGE_INLINE,
+                       .copy_sequences = 1};
+  mdr_stage_inline_launch l;
+  void *g = NULL, *x = NULL, *node = NULL;
+  cr_assert_eq(mdr_be_capture_begin(b, s), MDR_OK);
+  cr_assert_eq(mdr_be_fused_inline_launch(b, &seg, 1, COPY, &st, s, &node, &l), MDR_OK, "%s",
+               mdr_backend_last_error(b));
+  cr_assert_eq(mdr_be_capture_end(b, s, &g), MDR_OK);
+  cr_assert_not_null(node);
+  cr_assert_eq(l.slot_offset % 16, 0);
+  cr_assert_leq(l.slot_offset + MDR_STAGE_INLINE_BYTES, l.param_bytes);
+  cr_assert_eq(mdr_be_graph_instantiate(b, g, NULL, &x), MDR_OK);
+  /* one launch at a time: its ids, counts and rows */
+  for (uint32_t t = 1; t <= COPY; t += 2) {
+    cr_assert_eq(mdr_backend_fill(b, ids, POISON, 256), MDR_OK);
+    cr_assert_eq(mdr_backend_fill(b, buf, POISON, BUF), MDR_OK);
+    put_image(&l, t, COPY, 100 * t);
+    cr_assert_eq(mdr_be_fused_inline_update(b, x, node, &l), MDR_OK, "%s", mdr_backend_last_error(b));
+    cr_assert_eq(mdr_be_graph_launch(b, x, s), MDR_OK);
+    cr_assert_eq(mdr_backend_synchronize(b, s), MDR_OK);
+    uint32_t got[64], c[2];
+    read_back(b, got, ids, sizeof got);
+    read_back(b, c, counts, 8);
+    for (uint32_t i = 0; i < COPY; i++) cr_assert_eq(got[i], i < t ? 100 * t + i : (uint32_t)PAD_ID, "t %u id %u", t, i);
+    cr_assert_eq(got[COPY], POISON * 0x01010101u, "t %u: nothing past the copy", t);
+    cr_assert_eq(c[0], t);
+    cr_assert_eq(c[1], 1);
+    unsigned char z[BUF];
+    read_back(b, z, buf, BUF);
+    cr_assert_eq(tb_first_not(z, COPY * BUF / 8, 0), COPY * BUF / 8, "the rows of %d tokens cleared", COPY);
+    cr_assert_eq(tb_first_not(z + COPY * BUF / 8, BUF - COPY * BUF / 8, POISON), BUF - COPY * BUF / 8);
+  }
+  /* queued launches: each keeps the image it was launched with */
+  if (*kind == TB_HOST) {
+    cr_assert_eq(mdr_backend_host_hold(b, 1), MDR_OK);
+  } else {
+#if defined(MDR_HAVE_CUDA)
+    cr_assert_eq(tb_cuda_sleep(s, 20ull * 1000 * 1000), 0);
+#endif
+  }
+  uint64_t want_sum = 0;
+  for (uint32_t k = 0; k < STEPS; k++) {
+    const uint32_t t = 1 + k % COPY;
+    put_image(&l, t, COPY, 1000 * (k + 1));
+    for (uint32_t i = 0; i < COPY; i++) want_sum += (uint64_t)(i + 1) * (i < t ? 1000 * (k + 1) + i : PAD_ID);
+    cr_assert_eq(mdr_be_fused_inline_update(b, x, node, &l), MDR_OK);
+    cr_assert_eq(mdr_be_graph_launch(b, x, s), MDR_OK);
+    accumulate(*kind, b, s, ids, COPY, acc); /* what this launch left in token_ids */
+  }
+  if (*kind == TB_HOST) {
+    uint64_t none[2];
+    read_back(b, none, acc, 16);
+    cr_assert_eq(none[1], 0, "held: nothing ran");
+    cr_assert_eq(mdr_backend_host_hold(b, 0), MDR_OK);
+  }
+  cr_assert_eq(mdr_backend_synchronize(b, s), MDR_OK);
+  uint64_t sums[2];
+  read_back(b, sums, acc, 16);
+  cr_assert_eq(sums[1], (uint64_t)STEPS * COPY);
+  cr_assert_eq(sums[0], want_sum, "a queued launch read an image not its own");
+  uint32_t got[64], c[2];
+  read_back(b, got, ids, sizeof got);
+  read_back(b, c, counts, 8);
+  const uint32_t last_t = 1 + (STEPS - 1) % COPY;
+  cr_assert_eq(c[0], last_t, "the last launch's count");
+  for (uint32_t i = 0; i < last_t; i++) cr_assert_eq(got[i], 1000 * STEPS + i, "the last launch's ids");
+  mdr_be_exec_destroy(b, x);
+  mdr_be_graph_destroy(b, g);
+  mdr_backend_free(b, acc);
+  mdr_backend_free(b, buf);
+  mdr_backend_free(b, counts);
+  mdr_backend_free(b, ids);
+  mdr_backend_stream_destroy(b, s);
+  mdr_backend_destroy(b);
+}
+
+/* The host backend's slots refuse what an inline launch is not: another
+ * stage, a node asked outside a capture, a node that is not an inline
+ * fused node, a launch that is not the host's; nothing is run. Holding a
+ * backend that is not the host backend is unsupported. */
+Test(stage_inline, the_host_inline_slots_refuse_what_they_cannot_serve) {
+  mdr_backend *b = tb_backend(TB_HOST), *fb = NULL;
+  mdr_stream s = tb_stream(b);
+  mdr_dptr ids = 0, counts = 0;
+  cr_assert_eq(mdr_backend_alloc(b, 256, &ids), MDR_OK);
+  cr_assert_eq(mdr_backend_alloc(b, 256, &counts), MDR_OK);
+  cr_assert_eq(mdr_backend_fill(b, ids, POISON, 256), MDR_OK);
+  mdr_stage_desc st = {.token_ids = ids, .count_out = counts, .flags = MDR_STAGE_FETCH | MDR_STAGE_INLINE};
+  mdr_stage_inline_launch l;
+  void *g = NULL, *x = NULL, *node = NULL;
+  const uint32_t bad_flags[] = {MDR_STAGE_FETCH, MDR_STAGE_INLINE, MDR_STAGE_FETCH | MDR_STAGE_INLINE | MDR_STAGE_ADVANCE,
+                                MDR_STAGE_FETCH | MDR_STAGE_INLINE | MDR_STAGE_DEVICE_IDS,
+                                MDR_STAGE_FETCH | MDR_STAGE_INLINE | MDR_STAGE_DYNAMIC};
+  for (size_t i = 0; i < sizeof bad_flags / sizeof bad_flags[0]; i++) {
+    mdr_stage_desc bad = st;
+    bad.flags = bad_flags[i];
+    cr_assert_eq(mdr_be_fused_inline_launch(b, NULL, 0, 2, &bad, s, NULL, &l), MDR_ERR_INVALID_ARGUMENT,
+                 "flags %#x", bad_flags[i]);
+  }
+  cr_assert_eq(mdr_be_fused_inline_launch(b, NULL, 0, 2, NULL, s, NULL, &l), MDR_ERR_INVALID_ARGUMENT);
+  cr_assert_eq(mdr_be_fused_inline_launch(b, NULL, 0, 2, &st, s, &node, &l), MDR_ERR_CAPTURE, "a node outside a capture");
+  cr_assert_null(node);
+  unsigned char raw[256];
+  read_back(b, raw, ids, sizeof raw);
+  cr_assert_eq(tb_first_not(raw, sizeof raw, POISON), sizeof raw, "a refused launch ran");
+  cr_assert_eq(mdr_be_capture_begin(b, s), MDR_OK);
+  cr_assert_eq(mdr_be_memset_async(b, ids, 0, 1, s), MDR_OK); /* a node before it */
+  cr_assert_eq(mdr_be_fused_inline_launch(b, NULL, 0, 2, &st, s, &node, &l), MDR_OK);
+  cr_assert_eq(mdr_be_capture_end(b, s, &g), MDR_OK);
+  cr_assert_eq(mdr_be_graph_instantiate(b, g, NULL, &x), MDR_OK);
+  cr_assert_eq(mdr_be_fused_inline_update(b, x, (void *)1, &l), MDR_ERR_INVALID_ARGUMENT, "the memset node");
+  cr_assert_eq(mdr_be_fused_inline_update(b, x, (void *)99, &l), MDR_ERR_INVALID_ARGUMENT, "no such node");
+  mdr_stage_inline_launch other = l;
+  other.param_bytes = 8;
+  cr_assert_eq(mdr_be_fused_inline_update(b, x, node, &other), MDR_ERR_INVALID_ARGUMENT, "not the host's launch");
+  cr_assert_eq(fault_backend_create(b, &fb), MDR_OK);
+  cr_assert_eq(mdr_backend_host_hold(fb, 1), MDR_ERR_UNSUPPORTED);
+  mdr_backend_destroy(fb);
+  mdr_be_exec_destroy(b, x);
+  mdr_be_graph_destroy(b, g);
+  mdr_backend_free(b, counts);
+  mdr_backend_free(b, ids);
+  mdr_backend_stream_destroy(b, s);
+  mdr_backend_destroy(b);
+}
+
+/* ---- failures ----------------------------------------------------------------------------- */
+
+/* A failed node update refuses the step with the backend's text: nothing
+ * launched (token_ids still poisoned), nothing counted; the next step (and
+ * a ring step) works. */
+Test(stage_inline, a_failed_node_update_refuses_the_step_and_leaves_the_cache_usable) {
+  mdr_backend *host = tb_backend(TB_HOST), *fb = NULL;
+  cr_assert_eq(fault_backend_create(host, &fb), MDR_OK);
+  world w;
+  world_init(&w, fb, 1);
+  mdr_graph_cache_options o = world_options(&w, MDR_GRAPH_EXACT, MDR_ZERO_FUSED);
+  world_cache(&w, &o, NULL);
+  uint64_t rng = 5;
+  cr_assert_eq(step_counted(&w, &rng, 3, 2), 1, "the capture's step, inline");
+  mdr_graph_stats s0, s1;
+  cr_assert_eq(mdr_graph_cache_stats(w.c, &s0), MDR_OK);
+  const long launches = fault_backend_calls_of(fb, MDR_OP_GRAPH_LAUNCH);
+  fault_backend_fail_kind(fb, MDR_OP_FUSED_INLINE_UPDATE);
+  step_values v;
+  make_values(&rng, &v, 3, 2);
+  world_poison(&w, &v);
+  cr_assert_eq(world_step(&w, &v), MDR_ERR_BACKEND);
+  cr_assert_neq(strstr(mdr_backend_last_error(fb), "injected failure of fused_inline_update"), NULL, "%s",
+                mdr_backend_last_error(fb));
+  cr_assert_eq(fault_backend_calls_of(fb, MDR_OP_GRAPH_LAUNCH), launches, "nothing launched");
+  unsigned char raw[M * 4];
+  read_back(fb, raw, mdr_arena_token_ids(w.a), sizeof raw);
+  cr_assert_eq(tb_first_not(raw, sizeof raw, POISON), sizeof raw, "nothing ran");
+  cr_assert_eq(mdr_graph_cache_stats(w.c, &s1), MDR_OK);
+  cr_assert_eq(s1.steps, s0.steps);
+  cr_assert_eq(s1.hits, s0.hits);
+  cr_assert_eq(s1.inline_steps, s0.inline_steps);
+  cr_assert_eq(s1.graphs, s0.graphs, "the graph is kept");
+  /* a ring step needs no update: it works while updates fail */
+  cr_assert_eq(step_counted(&w, &rng, 20, 3), 0, "a ring step");
+  fault_backend_fail_kind(fb, -1);
+  cr_assert_eq(step_counted(&w, &rng, 3, 1), 1, "the same count, inline again");
+  cr_assert_eq(step_counted(&w, &rng, 3, 3), 1, "and again");
+  cr_assert_eq(mdr_graph_cache_stats(w.c, &s1), MDR_OK);
+  cr_assert_eq(s1.captures, s0.captures + 1, "only the ring count was captured since");
+  world_fini(&w);
+  cr_assert_eq(fault_backend_live(fb), 0, "nothing leaked");
+  mdr_backend_destroy(fb);
+  mdr_backend_destroy(host);
+}
+
+/* The inline launch failing under capture fails the capture: the step runs
+ * eagerly through the ring (MDR_ERR_CAPTURE, its work done), the count
+ * runs eagerly from then on, and a prepare captures it inline later. */
+Test(stage_inline, a_failed_inline_capture_runs_the_step_eagerly_through_the_ring) {
+  mdr_backend *host = tb_backend(TB_HOST), *fb = NULL;
+  cr_assert_eq(fault_backend_create(host, &fb), MDR_OK);
+  world w;
+  world_init(&w, fb, 1);
+  mdr_graph_cache_options o = world_options(&w, MDR_GRAPH_EXACT, MDR_ZERO_FUSED);
+  world_cache(&w, &o, NULL);
+  uint64_t rng = 6;
+  fault_backend_fail_kind(fb, MDR_OP_FUSED_INLINE_LAUNCH);
+  step_values v;
+  make_values(&rng, &v, 4, 2);
+  world_poison(&w, &v);
+  cr_assert_eq(world_step(&w, &v), MDR_ERR_CAPTURE, "%s", mdr_backend_last_error(fb));
+  cr_assert_eq(mdr_backend_synchronize(fb, w.s), MDR_OK);
+  world_expect(&w, &v, "the eager fallback");
+  cr_assert_eq(step_counted(&w, &rng, 4, 3), 0, "eager-only now");
+  fault_backend_fail_kind(fb, -1);
+  const size_t four = 4;
+  cr_assert_eq(mdr_graph_cache_prepare(w.c, &four, 1), MDR_OK, "%s", mdr_backend_last_error(fb));
+  cr_assert_eq(step_counted(&w, &rng, 4, 1), 1, "captured inline by the prepare");
+  mdr_graph_stats st;
+  cr_assert_eq(mdr_graph_cache_stats(w.c, &st), MDR_OK);
+  cr_assert_eq(st.eager_steps, 2);
+  cr_assert_eq(st.uncapturable, 0);
+  world_fini(&w);
+  cr_assert_eq(fault_backend_live(fb), 0, "nothing leaked");
+  mdr_backend_destroy(fb);
+  mdr_backend_destroy(host);
+}
+
+/* ---- which steps never go inline ----------------------------------------------------------- */
+
+/* MDR_STAGE_INLINE=0, graphs disabled, device ids and DYNAMIC: no step
+ * inline, every step correct. An unrecognised value is reported and taken
+ * as on. */
+Test(stage_inline, the_opt_out_eager_device_and_dynamic_steps_take_no_inline_route) {
+  mdr_backend *b = tb_backend(TB_HOST);
+  uint64_t rng = 8;
+  world w;
+  for (int variant = 0; variant < 3; variant++) { /* the opt-out, graphs disabled, DYNAMIC */
+    world_init(&w, b, 1);
+    mdr_graph_cache_options o = world_options(&w, variant == 2 ? MDR_GRAPH_DYNAMIC : MDR_GRAPH_EXACT,
+                                              MDR_ZERO_FUSED);
+    if (variant == 1) setenv("MDR_DISABLE_GRAPHS", "1", 1);
+    world_cache(&w, &o, variant == 0 ? "0" : NULL);
+    unsetenv("MDR_DISABLE_GRAPHS");
+    for (size_t t = 1; t <= 6; t++) {
+      step_values v;
+      make_values(&rng, &v, t, t > 1 ? 1 + t % 2 : 1);
+      world_poison(&w, &v);
+      cr_assert_eq(world_step(&w, &v), MDR_OK, "variant %d: %s", variant, mdr_backend_last_error(b));
+      cr_assert_eq(mdr_backend_synchronize(b, w.s), MDR_OK);
+      if (variant != 2) world_expect(&w, &v, "no inline route");
+    }
+    mdr_graph_stats st;
+    cr_assert_eq(mdr_graph_cache_stats(w.c, &st), MDR_OK);
+    cr_assert_eq(st.steps, 6);
+    cr_assert_eq(st.inline_steps, 0, "variant %d", variant);
+    world_fini(&w);
+  }
+  /* device ids on an inline-capable cache: no inline step; host steps are */
+  world_init(&w, b, 0);
+  mdr_graph_cache_options o = world_options(&w, MDR_GRAPH_EXACT, MDR_ZERO_FUSED);
+  world_cache(&w, &o, "maybe");
+  cr_assert_neq(strstr(mdr_backend_last_error(b), "MDR_STAGE_INLINE"), NULL, "%s", mdr_backend_last_error(b));
+  mdr_dptr ids = 0;
+  cr_assert_eq(mdr_backend_alloc(b, M * 4, &ids), MDR_OK);
+  step_values v;
+  make_values(&rng, &v, 5, 1);
+  cr_assert_eq(mdr_backend_copy_h2d(b, ids, v.ids, 5 * 4), MDR_OK);
+  for (int k = 0; k < 2; k++) {
+    world_poison(&w, &v);
+    cr_assert_eq(mdr_graph_cache_step_device(w.c, ids, 5), MDR_OK, "%s", mdr_backend_last_error(b));
+    world_expect(&w, &v, "device ids");
+  }
+  mdr_graph_stats st;
+  cr_assert_eq(mdr_graph_cache_stats(w.c, &st), MDR_OK);
+  cr_assert_eq(st.inline_steps, 0);
+  cr_assert_eq(step_counted(&w, &rng, 5, 1), 1, "a host step of the same count: inline (\"maybe\" is on)");
+  mdr_backend_free(b, ids);
+  world_fini(&w);
+  mdr_backend_destroy(b);
+}
