@@ -102,6 +102,25 @@ static void world_fini(world *w) {
   mdr_backend_stream_destroy(w->b, w->s);
 }
 
+/* A world with inputs on the fault backend over the host backend, and its
+ * EXACT fused cache: the failure cases' setting. */
+static mdr_backend *fault_world(world *w, mdr_backend **host) {
+  mdr_backend *fb = NULL;
+  *host = tb_backend(TB_HOST);
+  cr_assert_eq(fault_backend_create(*host, &fb), MDR_OK);
+  world_init(w, fb, 1);
+  mdr_graph_cache_options o = world_options(w, MDR_GRAPH_EXACT, MDR_ZERO_FUSED);
+  world_cache(w, &o, NULL);
+  return fb;
+}
+
+static void fault_world_fini(world *w, mdr_backend *fb, mdr_backend *host) {
+  world_fini(w);
+  cr_assert_eq(fault_backend_live(fb), 0, "nothing leaked");
+  mdr_backend_destroy(fb);
+  mdr_backend_destroy(host);
+}
+
 /* One step's values. */
 typedef struct step_values {
   size_t t, s;
@@ -751,12 +770,9 @@ Test(stage_inline, the_host_inline_slots_refuse_what_they_cannot_serve) {
  * launched (token_ids still poisoned), nothing counted; the next step (and
  * a ring step) works. */
 Test(stage_inline, a_failed_node_update_refuses_the_step_and_leaves_the_cache_usable) {
-  mdr_backend *host = tb_backend(TB_HOST), *fb = NULL;
-  cr_assert_eq(fault_backend_create(host, &fb), MDR_OK);
+  mdr_backend *host = NULL;
   world w;
-  world_init(&w, fb, 1);
-  mdr_graph_cache_options o = world_options(&w, MDR_GRAPH_EXACT, MDR_ZERO_FUSED);
-  world_cache(&w, &o, NULL);
+  mdr_backend *fb = fault_world(&w, &host);
   uint64_t rng = 5;
   cr_assert_eq(step_counted(&w, &rng, 3, 2), 1, "the capture's step, inline");
   mdr_graph_stats s0, s1;
@@ -785,22 +801,16 @@ Test(stage_inline, a_failed_node_update_refuses_the_step_and_leaves_the_cache_us
   cr_assert_eq(step_counted(&w, &rng, 3, 3), 1, "and again");
   cr_assert_eq(mdr_graph_cache_stats(w.c, &s1), MDR_OK);
   cr_assert_eq(s1.captures, s0.captures + 1, "only the ring count was captured since");
-  world_fini(&w);
-  cr_assert_eq(fault_backend_live(fb), 0, "nothing leaked");
-  mdr_backend_destroy(fb);
-  mdr_backend_destroy(host);
+  fault_world_fini(&w, fb, host);
 }
 
 /* The inline launch failing under capture fails the capture: the step runs
  * eagerly through the ring (MDR_ERR_CAPTURE, its work done), the count
  * runs eagerly from then on, and a prepare captures it inline later. */
 Test(stage_inline, a_failed_inline_capture_runs_the_step_eagerly_through_the_ring) {
-  mdr_backend *host = tb_backend(TB_HOST), *fb = NULL;
-  cr_assert_eq(fault_backend_create(host, &fb), MDR_OK);
+  mdr_backend *host = NULL;
   world w;
-  world_init(&w, fb, 1);
-  mdr_graph_cache_options o = world_options(&w, MDR_GRAPH_EXACT, MDR_ZERO_FUSED);
-  world_cache(&w, &o, NULL);
+  mdr_backend *fb = fault_world(&w, &host);
   uint64_t rng = 6;
   fault_backend_fail_kind(fb, MDR_OP_FUSED_INLINE_LAUNCH);
   step_values v;
@@ -818,10 +828,7 @@ Test(stage_inline, a_failed_inline_capture_runs_the_step_eagerly_through_the_rin
   cr_assert_eq(mdr_graph_cache_stats(w.c, &st), MDR_OK);
   cr_assert_eq(st.eager_steps, 2);
   cr_assert_eq(st.uncapturable, 0);
-  world_fini(&w);
-  cr_assert_eq(fault_backend_live(fb), 0, "nothing leaked");
-  mdr_backend_destroy(fb);
-  mdr_backend_destroy(host);
+  fault_world_fini(&w, fb, host);
 }
 
 /* ---- which steps never go inline ----------------------------------------------------------- */
