@@ -14,7 +14,7 @@
 #include "fault_backend.h"
 #include "support.h"
 #if defined(MDR_HAVE_CUDA)
-#include "gpu_helpers.h"
+#include "gpu_bodies.h"
 #endif
 
 enum { M = TB_SMALL_M, MP = TB_SMALL_MP, LOGITS_ROWS = TB_SMALL_M };
@@ -645,25 +645,6 @@ Test(graph_cache, every_injected_fault_is_reported_and_nothing_leaks) {
  * steps are submitted behind it (far more than the ring holds); each step's
  * body folds its token_ids into an accumulator. If any step's ids were
  * overwritten before its upload read them, the sums would differ. */
-typedef struct acc_user {
-  mdr_arena *a;
-  uint64_t *acc;
-} acc_user;
-
-static mdr_status acc_body(void *user, mdr_stream s, size_t tokens) {
-  acc_user *u = user;
-  return tb_cuda_accumulate(s, (const uint32_t *)(uintptr_t)mdr_arena_token_ids(u->a), tokens, u->acc)
-             ? MDR_ERR_BACKEND : MDR_OK;
-}
-
-static mdr_status acc_body_dynamic(void *user, mdr_stream s, mdr_dptr count, size_t max_tokens) {
-  (void)max_tokens;
-  acc_user *u = user;
-  return tb_cuda_accumulate_dev(s, (const uint32_t *)(uintptr_t)mdr_arena_token_ids(u->a),
-                                (const uint32_t *)(uintptr_t)count, u->acc)
-             ? MDR_ERR_BACKEND : MDR_OK;
-}
-
 Test(graph_cache, ids_survive_a_host_running_far_ahead_of_the_gpu) {
   mdr_backend *b = tb_backend(TB_CUDA);
   for (int mode = 0; mode < 4; mode++) { /* EXACT fused, EXACT memset, DYNAMIC x2 impls */
@@ -672,14 +653,14 @@ Test(graph_cache, ids_survive_a_host_running_far_ahead_of_the_gpu) {
     mdr_dptr acc_dev = 0;
     cr_assert_eq(mdr_backend_alloc(b, 16, &acc_dev), MDR_OK);
     cr_assert_eq(mdr_backend_fill(b, acc_dev, 0, 16), MDR_OK);
-    acc_user u = {f.a, (uint64_t *)(uintptr_t)acc_dev};
+    tb_acc_user u = {f.a, (uint64_t *)(uintptr_t)acc_dev};
     mdr_graph_cache_options o;
     mdr_graph_cache_options_default(&o);
     o.mode = mode >= 2 ? MDR_GRAPH_DYNAMIC : MDR_GRAPH_EXACT;
     o.zero = mode == 1 ? MDR_ZERO_MEMSET : MDR_ZERO_FUSED;
     o.dynamic_impl = mode == 3 ? MDR_DYNAMIC_DEVICE_COUNT : MDR_DYNAMIC_NODE_UPDATE;
     o.user = &u;
-    if (o.mode == MDR_GRAPH_DYNAMIC) o.body_dynamic = acc_body_dynamic; else o.body = acc_body;
+    if (o.mode == MDR_GRAPH_DYNAMIC) o.body_dynamic = tb_acc_body_dynamic; else o.body = tb_acc_body;
     mdr_graph_cache *c = NULL;
     cr_assert_eq(mdr_graph_cache_create(f.a, f.s, &o, &c), MDR_OK, "%s", mdr_backend_last_error(b));
     size_t all[M];

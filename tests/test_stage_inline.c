@@ -20,7 +20,7 @@
 #include "fault_backend.h"
 #include "support.h"
 #if defined(MDR_HAVE_CUDA)
-#include "gpu_helpers.h"
+#include "gpu_bodies.h"
 #endif
 
 enum { M = TB_SMALL_M, S = 4, N_IN = 4, POISON = 0xC7, PAD_ID = 9 };
@@ -415,18 +415,6 @@ Test(stage_inline, queued_inline_steps_each_read_their_own_parameters, .timeout 
 }
 
 #if defined(MDR_HAVE_CUDA)
-typedef struct acc_user {
-  mdr_arena *a;
-  uint64_t *acc;
-} acc_user;
-
-static mdr_status acc_body(void *user, mdr_stream s, size_t tokens) {
-  acc_user *u = user;
-  return tb_cuda_accumulate(s, (const uint32_t *)(uintptr_t)mdr_arena_token_ids(u->a), tokens, u->acc)
-             ? MDR_ERR_BACKEND
-             : MDR_OK;
-}
-
 /* The GPU held by a sleeping kernel: hundreds of small steps (inline, a
  * few ring steps among them) queue behind it; each folds its ids into an
  * accumulator. A step that read a later step's parameters would change
@@ -438,9 +426,9 @@ Test(stage_inline, queued_inline_steps_each_read_their_own_parameters_on_the_gpu
   mdr_dptr acc_dev = 0;
   cr_assert_eq(mdr_backend_alloc(b, 16, &acc_dev), MDR_OK);
   cr_assert_eq(mdr_backend_fill(b, acc_dev, 0, 16), MDR_OK);
-  acc_user u = {w.a, (uint64_t *)(uintptr_t)acc_dev};
+  tb_acc_user u = {w.a, (uint64_t *)(uintptr_t)acc_dev};
   mdr_graph_cache_options o = world_options(&w, MDR_GRAPH_EXACT, MDR_ZERO_FUSED);
-  o.body = acc_body;
+  o.body = tb_acc_body;
   o.user = &u;
   world_cache(&w, &o, NULL);
   size_t all[M];
