@@ -6,7 +6,7 @@
  * queued inline steps each read their own parameters (the host backend
  * held as a stalled GPU, or a sleeping kernel on the GPU); the boundary (an
  * image of exactly MDR_STAGE_INLINE_BYTES is inline, one vector more is
- * not); a failed node update refuses the step and leaves the cache usable;
+ * not, both derived from the constant); a failed node update refuses the step and leaves the cache usable;
  * which steps never go inline; the backend slots without a cache. Host
  * backend always, CUDA when present. */
 #define _POSIX_C_SOURCE 200809L
@@ -26,8 +26,10 @@
 enum { M = TB_SMALL_M, S = 4, N_IN = 4, POISON = 0xC7, PAD_ID = 9 };
 
 /* The declared inputs (index 1 + i): three take host values, one is
- * already in device memory. With S = 4 sequences, counts 1..8 fit inline
- * (8: exactly MDR_STAGE_INLINE_BYTES), 9 and up do not. */
+ * already in device memory. With S = 4 sequences and the limit of 112
+ * bytes, counts 1..8 fit inline (8: exactly MDR_STAGE_INLINE_BYTES), 9 and
+ * up do not; the tests derive their boundaries from the constant
+ * (image_bytes), so a build with another limit checks its own. */
 enum { IN_POS, IN_SEQLEN, IN_HALF, IN_DEV };
 static const size_t k_elem[N_IN] = {4, 4, 2, 4};
 static const uint64_t k_pad[N_IN] = {0xFFFFFFF0u, 0, 0xABCD, 0x5A5A5A5Au};
@@ -237,6 +239,13 @@ static size_t image_bytes(int inputs, size_t g) {
   return end;
 }
 
+/* The largest count g whose image (inputs or not) fits the limit. */
+static size_t largest_inline(int inputs) {
+  size_t g = 0;
+  while (image_bytes(inputs, g + 1) <= MDR_STAGE_INLINE_BYTES) g++;
+  return g;
+}
+
 typedef struct mix_case {
   tb_kind kind;
   mdr_graph_mode mode;
@@ -300,7 +309,10 @@ ParameterizedTest(mix_case *mc, stage_inline, inline_and_ring_steps_leave_the_sa
   cr_assert_eq(mdr_graph_cache_stats(x.c, &sx), MDR_OK);
   cr_assert_eq(mdr_graph_cache_stats(y.c, &sy), MDR_OK);
   cr_assert_gt(want_inline, 10, "the mix has inline counts");
-  cr_assert_lt(want_inline, (uint64_t)steps, "the mix has ring counts");
+  /* ring counts exist only when the largest count's image exceeds the
+   * limit (a larger MDR_STAGE_INLINE_BYTES can take every count of M) */
+  if (image_bytes(mc->inputs, M) > MDR_STAGE_INLINE_BYTES)
+    cr_assert_lt(want_inline, (uint64_t)steps, "the mix has ring counts");
   cr_assert_eq(sx.inline_steps, want_inline, "inline steps counted: %llu", (unsigned long long)sx.inline_steps);
   cr_assert_eq(sy.inline_steps, 0, "MDR_STAGE_INLINE=0: no inline step");
   cr_assert_eq(sx.steps, (uint64_t)steps);
@@ -376,10 +388,14 @@ Test(stage_inline, queued_inline_steps_each_read_their_own_parameters, .timeout 
   enum { STEPS = 6 * MDR_GRAPH_STAGING_SLOTS };
   static step_values v[STEPS];
   size_t ring_steps = 0;
+  const size_t rt = largest_inline(w.inputs) + 1;
+  const int has_ring = rt + 3 <= M;
   cr_assert_eq(mdr_backend_host_hold(b, 1), MDR_OK);
   for (int k = 0; k < STEPS; k++) {
-    const int ring = k % 9 == 4 && ring_steps < MDR_GRAPH_STAGING_SLOTS - 1;
-    const size_t t = ring ? 9 + tb_rng_next(&rng) % 4 : 1 + tb_rng_next(&rng) % 8;
+    /* ring steps at the 4 counts past the largest inline one (9-12 at 112
+     * bytes), when the arena has them */
+    const int ring = has_ring && k % 9 == 4 && ring_steps < MDR_GRAPH_STAGING_SLOTS - 1;
+    const size_t t = ring ? rt + tb_rng_next(&rng) % 4 : 1 + tb_rng_next(&rng) % (rt - 1 < 8 ? rt - 1 : 8);
     make_values(&rng, &v[k], t, 1 + tb_rng_next(&rng) % (t < S ? t : S));
     memcpy(v[k].dev, dv.dev, sizeof dv.dev);
     ring_steps += ring;
@@ -395,7 +411,7 @@ Test(stage_inline, queued_inline_steps_each_read_their_own_parameters, .timeout 
   mdr_graph_stats st;
   cr_assert_eq(mdr_graph_cache_stats(w.c, &st), MDR_OK);
   cr_assert_eq(st.inline_steps, 1 + STEPS - ring_steps, "every small step inline");
-  cr_assert_gt(ring_steps, 2, "ring steps among them");
+  if (has_ring) cr_assert_gt(ring_steps, 2, "ring steps among them");
   cr_assert_eq(mdr_backend_host_hold(b, 0), MDR_OK, "%s", mdr_backend_last_error(b));
   cr_assert_eq(log.n, STEPS, "each step's body ran once");
   for (int k = 0; k < STEPS; k++) {
@@ -487,15 +503,28 @@ ParameterizedTestParameters(stage_inline, an_image_of_exactly_the_limit_is_inlin
   return cr_make_param_array(tb_kind, kinds, 2);
 }
 
-/* Ids only: 24 ids make a 112-byte image (inline), 28 one vector more,
- * 25 a word more (the ring). With the inputs: 8 tokens make exactly 112
- * bytes, 9 more than a vector more. LADDER: a count is inline by its
- * rung's image. */
+/* The bytes of the LADDER part's FIXED input: rung 8's image (16 + 32 of
+ * ids) is then exactly the limit, rung 12's one vector more. */
+enum { FIXB = MDR_STAGE_INLINE_BYTES - MDR_STAGE_HEADER_BYTES - 32 };
+
+/* Ids only: gi = (limit - 16) / 4 ids make an image of exactly the limit
+ * (24 at 112 bytes: inline), gi + 4 one vector more, gi + 1 a word more
+ * (the ring). With the inputs: the largest count that fits is inline (8
+ * at 112 bytes, exactly the limit), the next is not. A boundary past the
+ * arena's M is not reachable: then M itself is checked inline. LADDER: a
+ * count is inline by its rung's image. */
 ParameterizedTest(tb_kind *kind, stage_inline, an_image_of_exactly_the_limit_is_inline_one_vector_more_is_not) {
-  cr_assert_eq(image_bytes(0, 24), MDR_STAGE_INLINE_BYTES);
-  cr_assert_eq(image_bytes(0, 28), MDR_STAGE_INLINE_BYTES + 16);
-  cr_assert_eq(image_bytes(1, 8), MDR_STAGE_INLINE_BYTES);
-  cr_assert_gt(image_bytes(1, 9), MDR_STAGE_INLINE_BYTES);
+  const size_t gi = (MDR_STAGE_INLINE_BYTES - MDR_STAGE_HEADER_BYTES) / 4, gin = largest_inline(1);
+  cr_assert_eq(largest_inline(0), gi);
+  cr_assert_eq(image_bytes(0, gi), MDR_STAGE_INLINE_BYTES);
+  cr_assert_eq(image_bytes(0, gi + 4), MDR_STAGE_INLINE_BYTES + 16);
+  cr_assert_leq(image_bytes(1, gin), MDR_STAGE_INLINE_BYTES);
+  cr_assert_gt(image_bytes(1, gin + 1), MDR_STAGE_INLINE_BYTES);
+  if (MDR_STAGE_INLINE_BYTES == 112) {
+    cr_assert_eq(gi, 24);
+    cr_assert_eq(gin, 8);
+    cr_assert_eq(image_bytes(1, 8), MDR_STAGE_INLINE_BYTES, "8 tokens with inputs: exactly the limit");
+  }
   mdr_backend *b = tb_backend(*kind);
   uint64_t rng = 7;
   world w;
@@ -503,9 +532,13 @@ ParameterizedTest(tb_kind *kind, stage_inline, an_image_of_exactly_the_limit_is_
   mdr_graph_cache_options o = world_options(&w, MDR_GRAPH_EXACT, MDR_ZERO_FUSED);
   world_cache(&w, &o, NULL);
   for (int rep = 0; rep < 2; rep++) { /* the capture, then a replay */
-    cr_assert_eq(step_counted(&w, &rng, 24, 4), 1, "24 ids: exactly the limit, inline");
-    cr_assert_eq(step_counted(&w, &rng, 28, 4), 0, "28 ids: one vector more, the ring");
-    cr_assert_eq(step_counted(&w, &rng, 25, 4), 0, "25 ids: past the limit, the ring");
+    if (gi + 4 <= M) {
+      cr_assert_eq(step_counted(&w, &rng, gi, 4), 1, "%zu ids: exactly the limit, inline", gi);
+      cr_assert_eq(step_counted(&w, &rng, gi + 4, 4), 0, "%zu ids: one vector more, the ring", gi + 4);
+      cr_assert_eq(step_counted(&w, &rng, gi + 1, 4), 0, "%zu ids: past the limit, the ring", gi + 1);
+    } else {
+      cr_assert_eq(step_counted(&w, &rng, M, 4), 1, "%d ids: under a limit past M, inline", (int)M);
+    }
     cr_assert_eq(step_counted(&w, &rng, 1, 1), 1, "1 id: inline");
   }
   world_fini(&w);
@@ -514,18 +547,22 @@ ParameterizedTest(tb_kind *kind, stage_inline, an_image_of_exactly_the_limit_is_
   o = world_options(&w, MDR_GRAPH_EXACT, MDR_ZERO_FUSED);
   world_cache(&w, &o, NULL);
   for (int rep = 0; rep < 2; rep++) {
-    cr_assert_eq(step_counted(&w, &rng, 8, 3), 1, "8 tokens with inputs: exactly the limit, inline");
-    cr_assert_eq(step_counted(&w, &rng, 9, 4), 0, "9 tokens with inputs: the ring");
+    if (gin + 1 <= M) {
+      cr_assert_eq(step_counted(&w, &rng, gin, 3), 1, "%zu tokens with inputs: the largest that fits, inline", gin);
+      cr_assert_eq(step_counted(&w, &rng, gin + 1, 4), 0, "%zu tokens with inputs: the ring", gin + 1);
+    } else {
+      cr_assert_eq(step_counted(&w, &rng, M, 4), 1, "%d tokens with inputs: under a limit past M, inline", (int)M);
+    }
   }
   world_fini(&w);
 
-  /* LADDER rungs 8 and 12 (ids and a 64-byte FIXED input): 5 tokens take
-   * rung 8 (16 + 32 + 64 = 112, inline), 9 take rung 12 (16 + 48 + 64 =
-   * 128, one vector more) */
+  /* LADDER rungs 8 and 12 (ids and a FIXED input of FIXB bytes, 64 at
+   * 112): 5 tokens take rung 8 (16 + 32 + FIXB = the limit, inline), 9 take
+   * rung 12 (16 + 48 + FIXB, one vector more) */
   world_init(&w, b, 0);
   mdr_dptr fixed = 0;
-  cr_assert_eq(mdr_backend_alloc(b, 64, &fixed), MDR_OK);
-  mdr_step_input in = {.name = "fixed", .elem_bytes = 1, .shape = MDR_INPUT_FIXED, .max_rows = 64,
+  cr_assert_eq(mdr_backend_alloc(b, FIXB, &fixed), MDR_OK);
+  mdr_step_input in = {.name = "fixed", .elem_bytes = 1, .shape = MDR_INPUT_FIXED, .max_rows = FIXB,
                        .dest = MDR_INPUT_TO_DEVICE, .address = fixed};
   const size_t ladder[] = {8, 12};
   o = world_options(&w, MDR_GRAPH_LADDER, MDR_ZERO_FUSED);
@@ -534,8 +571,8 @@ ParameterizedTest(tb_kind *kind, stage_inline, an_image_of_exactly_the_limit_is_
   o.ladder = ladder;
   o.ladder_len = 2;
   world_cache(&w, &o, NULL);
-  unsigned char fv[64], got[64];
-  for (int i = 0; i < 64; i++) fv[i] = (unsigned char)(3 * i + 1);
+  unsigned char fv[FIXB], got[FIXB];
+  for (int i = 0; i < FIXB; i++) fv[i] = (unsigned char)(3 * i + 1);
   const size_t ts[] = {5, 9, 8, 12, 1};
   const uint64_t inl[] = {1, 0, 1, 0, 1};
   for (int k = 0; k < 5; k++) {
@@ -543,14 +580,14 @@ ParameterizedTest(tb_kind *kind, stage_inline, an_image_of_exactly_the_limit_is_
     cr_assert_eq(mdr_graph_cache_stats(w.c, &s0), MDR_OK);
     step_values v;
     make_values(&rng, &v, ts[k], 1);
-    cr_assert_eq(mdr_backend_fill(b, fixed, POISON, 64), MDR_OK);
+    cr_assert_eq(mdr_backend_fill(b, fixed, POISON, FIXB), MDR_OK);
     cr_assert_eq(mdr_backend_fill(b, mdr_arena_token_ids(w.a), POISON, mdr_arena_token_ids_bytes(w.a)), MDR_OK);
     fv[0] = (unsigned char)k;
     const void *vals[2] = {v.ids, fv};
     cr_assert_eq(mdr_graph_cache_step_inputs(w.c, vals, 2, ts[k], 1), MDR_OK, "%s", mdr_backend_last_error(b));
     cr_assert_eq(mdr_backend_synchronize(b, w.s), MDR_OK);
-    read_back(b, got, fixed, 64);
-    cr_assert_eq(memcmp(got, fv, 64), 0, "ladder t %zu: the fixed input", ts[k]);
+    read_back(b, got, fixed, FIXB);
+    cr_assert_eq(memcmp(got, fv, FIXB), 0, "ladder t %zu: the fixed input", ts[k]);
     unsigned char ids[M * 4 + 256];
     const size_t idb = mdr_arena_token_ids_bytes(w.a);
     read_back(b, ids, mdr_arena_token_ids(w.a), idb);
@@ -782,13 +819,15 @@ Test(stage_inline, a_failed_node_update_refuses_the_step_and_leaves_the_cache_us
   cr_assert_eq(s1.hits, s0.hits);
   cr_assert_eq(s1.inline_steps, s0.inline_steps);
   cr_assert_eq(s1.graphs, s0.graphs, "the graph is kept");
-  /* a ring step needs no update: it works while updates fail */
-  cr_assert_eq(step_counted(&w, &rng, 20, 3), 0, "a ring step");
+  /* a ring step needs no update: it works while updates fail (20 tokens
+   * at 112 bytes; none when every count of the arena is inline) */
+  const size_t rt = largest_inline(w.inputs) + 1 > 20 ? largest_inline(w.inputs) + 1 : 20;
+  if (rt <= M) cr_assert_eq(step_counted(&w, &rng, rt, 3), 0, "a ring step");
   fault_backend_fail_kind(fb, -1);
   cr_assert_eq(step_counted(&w, &rng, 3, 1), 1, "the same count, inline again");
   cr_assert_eq(step_counted(&w, &rng, 3, 3), 1, "and again");
   cr_assert_eq(mdr_graph_cache_stats(w.c, &s1), MDR_OK);
-  cr_assert_eq(s1.captures, s0.captures + 1, "only the ring count was captured since");
+  cr_assert_eq(s1.captures, s0.captures + (rt <= M), "only the ring count was captured since");
   fault_world_fini(&w, fb, host);
 }
 

@@ -1,0 +1,399 @@
+#!/usr/bin/env python3
+"""stage_lab.py — the staging candidates of dev/step_params_route.md ("What
+the measurement leaves, and what to try next") measured side by side in one
+GPU session: copies of the source tree with named patches, each built,
+validated by its own step-input suites, then timed by mdr-bench's
+step-input sweep, the runs of every variant interleaved.
+
+A lab measurement, never a product build. Each patch must match exactly
+once, so a source that moved on fails loudly here (and in CI, through
+--check-patches) instead of measuring something else. A variant whose
+suites fail is reported and never timed.
+
+Variants:
+  base       the tree as it is
+  inline512  MDR_STAGE_INLINE_BYTES = 512 (a second size class: ids-only
+             steps to 124 tokens inline; steps with a 128-entry block table
+             still take the ring)
+  inline2k   MDR_STAGE_INLINE_BYTES = 2048 (positions, sequence lengths and
+             a 128-entry block table per sequence inline at 1-3 sequences,
+             ids only to 508 tokens)
+             (both raise MDR_STAGE_INLINE_PARAM_MAX to 4096 so the fused
+             kernel's parameter block, plan and image, still fits it)
+  slotsall   an ids-only ring step loads the header and first 31 id vectors
+             of every slot beside the ring counter (warp w slot w) and keeps
+             the slot the counter names: one trip to host memory instead of
+             counter-then-slot (8x the PCIe bytes of those vectors). Steps
+             with inputs are unchanged: their slot pieces wait for the input
+             table's device load, which is already in flight with the
+             counter's, so speculating their slot loads saves no trip
+
+Usage: dev/stage_lab.py OUT_DIR [names...] [--runs N] [--no-bench] [--builds P]
+                        [--report-only] [-- mdr-bench args]
+       dev/stage_lab.py --check-patches
+Writes OUT_DIR/<name>/{src,build} (the patched copy and its build),
+OUT_DIR/<name>/ctest.log, OUT_DIR/<name>/host-inline (a host-backend run of
+mdr-bench: which counts went inline), OUT_DIR/<name>/bench-<i> (mdr-bench
+--out) and OUT_DIR/stage_lab.txt (every variant's medians side by side, with
+ratios to base). --builds P builds P variants at once (default 1), each
+with nproc / P jobs. --report-only rewrites stage_lab.txt from the runs in
+OUT_DIR. Without a GPU (nvidia-smi -L) it builds and validates, says that
+the benches are skipped, and exits 0."""
+import concurrent.futures
+import csv
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+LAYOUT = "staging/staging_layout.h"
+CUH = "staging/staging.cuh"
+
+
+def inline_bytes(n):
+    return [(LAYOUT, ("#define MDR_STAGE_INLINE_BYTES 112u\n", f"#define MDR_STAGE_INLINE_BYTES {n}u\n")),
+            (LAYOUT, ("#define MDR_STAGE_INLINE_PARAM_MAX 2048u\n", "#define MDR_STAGE_INLINE_PARAM_MAX 4096u\n"))]
+
+
+# slotsall: the speculative loads are issued before the counter's load in
+# source order, so nothing the compiler schedules makes them wait for it.
+# Every index is in its slot: lane l loads vector l only when l - 1 < copy / 4,
+# and a slot holds the header and at least `copy` ids.
+SPEC_ISSUE = (
+    "  const bool inl = (flags & MDR_STAGE_INLINE) != 0;\n"
+    "  const uint64_t step = inl ? 0 : *(volatile const uint64_t *)st.counter; /* one broadcast load */\n",
+    "  const bool inl = (flags & MDR_STAGE_INLINE) != 0;\n"
+    "  /* slotsall (lab): an ids-only ring step loads the header and the first\n"
+    "   * ids of every slot (warp w slot w: lane 0 the header, lane l ids vector\n"
+    "   * l - 1) before the counter's value is known, so the counter's device\n"
+    "   * load and the slots' host loads are in flight together; the warp of\n"
+    "   * the slot the counter names stores its vectors, the others' are dropped */\n"
+    "  const bool spec = (flags & MDR_STAGE_FETCH) && !inl && !(flags & MDR_STAGE_DEVICE_IDS) && st.n_inputs == 0 &&\n"
+    "                    st.slots >= 1u && st.slots <= MDR_STAGE_BLOCK / 32u &&\n"
+    "                    ((st.ring | st.slot_bytes | st.token_ids) & 15u) == 0;\n"
+    "  const uint32_t spec_w = threadIdx.x >> 5, spec_l = threadIdx.x & 31u, spec_nvec = copy / MDR_STAGE_IDS_PER_VEC;\n"
+    "  uint4 spec_v = make_uint4(0u, 0u, 0u, 0u);\n"
+    "  if (spec && spec_w < st.slots && (spec_l == 0u || spec_l - 1u < spec_nvec))\n"
+    "    spec_v = ((const uint4 *)(st.ring + (uint64_t)spec_w * st.slot_bytes))[spec_l];\n"
+    "  const uint64_t step = inl ? 0 : *(volatile const uint64_t *)st.counter; /* one broadcast load */\n")
+SPEC_USE = (
+    "  } else if (fetch) {\n"
+    "    if (threadIdx.x == 0) {\n"
+    "      s_tokens = ((const mdr_stage_header *)slot)->tokens;\n",
+    "  } else if (spec) { /* slotsall: the named slot's warp stores what it loaded; the rest as below */\n"
+    "    if (spec_w == step % st.slots) {\n"
+    "      if (spec_l == 0u) {\n"
+    "        s_tokens = spec_v.x; /* mdr_stage_header: tokens, copy_tokens, sequences, copy_sequences */\n"
+    "        s_seqs = spec_v.z;\n"
+    "      } else if (spec_l - 1u < spec_nvec) {\n"
+    "        ((uint4 *)st.token_ids)[spec_l - 1u] = spec_v;\n"
+    "      }\n"
+    "    }\n"
+    "    mdr_stage_fetch_vectors((const uint4 *)ids, (uint4 *)st.token_ids, spec_nvec < 31u ? spec_nvec : 31u, spec_nvec);\n"
+    "    mdr_stage_fetch_scalars((const uint32_t *)ids, (uint32_t *)st.token_ids, spec_nvec * MDR_STAGE_IDS_PER_VEC, copy);\n"
+    "  } else if (fetch) {\n"
+    "    if (threadIdx.x == 0) {\n"
+    "      s_tokens = ((const mdr_stage_header *)slot)->tokens;\n")
+
+VARIANTS = {
+    "base": [],
+    "inline512": inline_bytes(512),
+    "inline2k": inline_bytes(2048),
+    "slotsall": [(CUH, SPEC_ISSUE), (CUH, SPEC_USE)],
+}
+
+# The suites that validate a variant (tests/CMakeLists.txt: the Criterion
+# suites by name, stage_emulated as staging_emulated), and what to build.
+SUITES = "^(stage_inline|staging|staging_emulated|step_inputs|graph_cache)$"
+TARGETS = ["mdr-bench", "test_stage_inline", "test_staging", "stage_emulated", "test_step_inputs",
+           "test_graph_cache"]
+BENCH_ARGS = ["--strategies", "graph-fused,graph-fused-inputs", "--tokens", "1,2,4,8,16,32,64",
+              "--presets", "glm-5.3-flash-tp2", "--cpu-reps", "4000", "--force"]
+# The host-backend run that shows which counts go inline (CPU only, a few reps).
+HOST_INLINE_ARGS = ["--backend", "host", "--strategies", "graph-fused,graph-fused-inputs",
+                    "--tokens", "1,2,3,4,8,16,24,25,32,64,124,128,256", "--presets", "glm-5.3-flash-tp2",
+                    "--reps", "3", "--cpu-reps", "3", "--force"]
+SKIP_TOP = ("build", ".git", ".device-", "bench-out")
+
+
+def say(msg):
+    print(f"stage_lab: {msg}", flush=True)
+
+
+def copy_tree(dst, out):
+    """The source tree into dst: no build folders, no .git, no carried
+    device trees, no bench outputs, and not OUT_DIR when it is inside."""
+    out_abs = os.path.abspath(out)
+
+    def ignore(folder, names):
+        skip = set()
+        for n in names:
+            full = os.path.abspath(os.path.join(folder, n))
+            if folder == ROOT and n.startswith(SKIP_TOP):
+                skip.add(n)
+            elif n == "__pycache__" or full == out_abs or (n == "target" and os.path.basename(folder) == "rust"):
+                skip.add(n)
+        return skip
+
+    shutil.rmtree(dst, ignore_errors=True)
+    shutil.copytree(ROOT, dst, ignore=ignore, symlinks=True)
+
+
+def apply_patches(name, src):
+    """Apply the variant's patches in src; each must match exactly once."""
+    for fname, (old, new) in VARIANTS[name]:
+        path = os.path.join(src, fname)
+        text = open(path).read()
+        n = text.count(old)
+        if n != 1:
+            say(f"{name}: the patch for {fname} matches {n} times (want 1); text not found once:\n{old}")
+            return False
+        open(path, "w").write(text.replace(old, new))
+    return True
+
+
+def check_patches():
+    """Apply every variant's patches to a scratch copy of the files they
+    touch (no build): exit 1 if any does not match exactly once."""
+    ok = True
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in VARIANTS:
+            src = os.path.join(tmp, name)
+            for fname in {f for f, _ in VARIANTS[name]}:
+                os.makedirs(os.path.dirname(os.path.join(src, fname)), exist_ok=True)
+                shutil.copy(os.path.join(ROOT, fname), os.path.join(src, fname))
+            if apply_patches(name, src):
+                print(f"stage_lab: {name}: {len(VARIANTS[name])} patch(es) apply")
+            else:
+                ok = False
+    return 0 if ok else 1
+
+
+def run_logged(cmd, log, cwd=None):
+    with open(log, "a") as f:
+        f.write("$ " + " ".join(cmd) + "\n")
+        f.flush()
+        return subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, cwd=cwd).returncode
+
+
+def build(out, name, jobs):
+    """Copy, patch, configure and build one variant; its build folder, or
+    None (the reason is in OUT_DIR/<name>/build.log)."""
+    vdir = os.path.join(out, name)
+    os.makedirs(vdir, exist_ok=True)
+    src, bld, log = os.path.join(vdir, "src"), os.path.join(vdir, "build"), os.path.join(vdir, "build.log")
+    open(log, "w").close()
+    say(f"building {name} ({bld}, -j{jobs}; log {log})")
+    copy_tree(src, out)
+    if not apply_patches(name, src):
+        return None
+    rc = run_logged(["cmake", "-S", src, "-B", bld, "-DCMAKE_BUILD_TYPE=RelWithDebInfo",
+                     "-DCMAKE_CUDA_ARCHITECTURES=90", "-DMDR_REQUIRE_TESTS=ON"], log)
+    if rc == 0:
+        rc = run_logged(["cmake", "--build", bld, "-j", str(jobs), "--target"] + TARGETS, log)
+    if rc != 0:
+        say(f"{name}: build FAILED (rc {rc}); see {log}")
+        return None
+    return bld
+
+
+def validate(out, name, bld):
+    """The variant's own step-input suites (GPU cases skip without a GPU)."""
+    log = os.path.join(out, name, "ctest.log")
+    open(log, "w").close()
+    say(f"testing {name} (ctest -R '{SUITES}'; log {log})")
+    rc = run_logged(["ctest", "--output-on-failure", "--no-tests=error", "-R", SUITES], log, cwd=bld)
+    if rc != 0:
+        say(f"{name}: validation FAILED (rc {rc}): never timed; see {log}")
+    return rc == 0
+
+
+def read_rows(path):
+    try:
+        with open(path, newline="") as f:
+            return list(csv.DictReader(f))
+    except OSError:
+        return []
+
+
+def host_inline(out, name, bld):
+    """Which counts go inline, from a short host-backend run of mdr-bench;
+    a line per strategy."""
+    d = os.path.join(out, name, "host-inline")
+    say(f"host inline check {name} (mdr-bench --backend host; log {d}.log)")
+    open(d + ".log", "w").close()
+    rc = run_logged([os.path.join(bld, "bench", "mdr-bench")] + HOST_INLINE_ARGS + ["--out", d], d + ".log")
+    if rc != 0:
+        return [f"{name}: host inline check FAILED (rc {rc})"]
+    marks = {}
+    for r in read_rows(os.path.join(d, "results.csv")):
+        if r.get("policy") != "all":
+            continue
+        marks.setdefault(r["strategy"], []).append((int(r["tokens"]), int(r.get("inline_steps") or 0) > 0))
+    lines = []
+    for strat, tl in sorted(marks.items()):
+        inl = [str(t) for t, i in sorted(tl) if i]
+        ring = [str(t) for t, i in sorted(tl) if not i]
+        lines.append(f"{name:10s} {strat:20s} inline at {','.join(inl) or '-'}; ring at {','.join(ring) or '-'}")
+    return lines
+
+
+def has_gpu():
+    if not shutil.which("nvidia-smi"):
+        return False
+    r = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True)
+    return r.returncode == 0 and "GPU" in r.stdout
+
+
+def fnum(v):
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return None
+
+
+def med(vals):
+    vals = [v for v in vals if v is not None]
+    return statistics.median(vals) if vals else None
+
+
+def report(out, names):
+    """Per preset, policy, tokens and strategy: every variant's GPU median
+    (x_floor), CPU median and inline mark, the medians over its runs, with
+    GPU and CPU ratios to base."""
+    data = {}  # (preset, policy, tokens, strategy) -> name -> lists
+    runs = {}
+    for n in names:
+        vdir = os.path.join(out, n)
+        dirs = sorted(d for d in os.listdir(vdir) if d.startswith("bench-")) if os.path.isdir(vdir) else []
+        runs[n] = 0
+        for d in dirs:
+            rows = read_rows(os.path.join(vdir, d, "results.csv"))
+            runs[n] += bool(rows)
+            for r in rows:
+                k = (r["preset"], r["policy"], int(r["tokens"]), r["strategy"])
+                e = data.setdefault(k, {}).setdefault(n, {"gpu": [], "xf": [], "cpu": [], "inl": []})
+                e["gpu"].append(fnum(r.get("gpu_us_med")))
+                e["xf"].append(fnum(r.get("x_floor")))
+                e["cpu"].append(fnum(r.get("cpu_us_med")))
+                e["inl"].append(int(r.get("inline_steps") or 0) > 0)
+    lines = ["stage_lab: medians over each variant's runs (" +
+             ", ".join(f"{n} {runs[n]}" for n in names) + "); GPU us (x_floor) / CPU us, "
+             "'i' when steps went inline; ratios to base (GPU, CPU)"]
+    cur = None
+    for k in sorted(data, key=lambda k: (k[0], k[1], k[3], k[2])):
+        if (k[0], k[1]) != cur:
+            cur = (k[0], k[1])
+            lines.append(f"\n== {k[0]}, policy {k[1]}")
+            lines.append(f"{'tokens':>6s} {'strategy':20s} " + " ".join(f"{n:>34s}" for n in names))
+        base = data[k].get("base")
+        bg = med(base["gpu"]) if base else None
+        bc = med(base["cpu"]) if base else None
+        cells = []
+        for n in names:
+            e = data[k].get(n)
+            if not e:
+                cells.append(f"{'-':>34s}")
+                continue
+            g, xf, c = med(e["gpu"]), med(e["xf"]), med(e["cpu"])
+            cell = (f"{g:.2f}" if g is not None else "-") + (f"({xf:.2f})" if xf is not None else "") + "/" + \
+                (f"{c:.2f}" if c is not None else "-") + ("i" if any(e["inl"]) else "")
+            if n != "base" and base:
+                rg = f"{g / bg:.3f}" if g and bg else "-"
+                rc = f"{c / bc:.3f}" if c and bc else "-"
+                cell += f" [{rg},{rc}]"
+            cells.append(f"{cell:>34s}")
+        lines.append(f"{k[2]:6d} {k[3]:20s} " + " ".join(cells))
+    return lines
+
+
+def main():
+    args = sys.argv[1:]
+    if args == ["--check-patches"]:
+        sys.exit(check_patches())
+    extra = None
+    if "--" in args:
+        extra = args[args.index("--") + 1:]
+        args = args[:args.index("--")]
+    runs, bench, builds, report_only = 2, True, 1, False
+    pos = []
+    i = 0
+    while i < len(args):
+        a = args[i]
+        if a == "--runs":
+            runs = int(args[i + 1])
+            i += 1
+        elif a == "--builds":
+            builds = max(1, int(args[i + 1]))
+            i += 1
+        elif a == "--no-bench":
+            bench = False
+        elif a == "--report-only":
+            report_only = True
+        elif a.startswith("--"):
+            sys.exit(f"stage_lab: unknown option {a}\n\n{__doc__}")
+        else:
+            pos.append(a)
+        i += 1
+    if not pos:
+        sys.exit(__doc__)
+    out, names = os.path.abspath(pos[0]), pos[1:] or list(VARIANTS)
+    for n in names:
+        if n not in VARIANTS:
+            sys.exit(f"stage_lab: no variant {n!r} (have {', '.join(VARIANTS)})")
+    os.makedirs(out, exist_ok=True)
+    if report_only:
+        text = "\n".join(report(out, names)) + "\n"
+        open(os.path.join(out, "stage_lab.txt"), "w").write(text)
+        print(text)
+        return 0
+
+    builds = min(builds, len(names))
+    jobs = max(1, (os.cpu_count() or 2) // builds)
+    with concurrent.futures.ThreadPoolExecutor(max_workers=builds) as pool:
+        blds = dict(zip(names, pool.map(lambda n: build(out, n, jobs), names)))
+    status, inline_lines, good = {}, [], []
+    for n in names:
+        if blds[n] is None:
+            status[n] = "build FAILED"
+            continue
+        if not validate(out, n, blds[n]):
+            status[n] = "validation FAILED (not timed)"
+            continue
+        status[n] = "validated"
+        good.append(n)
+        inline_lines += host_inline(out, n, blds[n])
+
+    head = ["stage_lab: " + "; ".join(f"{n} {status[n]}" for n in names),
+            "which counts go inline (host backend, mdr-bench graph-fused and graph-fused-inputs, ALL policy):"]
+    head += ["  " + l for l in inline_lines]
+    if not bench:
+        head.append("benches not run (--no-bench)")
+    elif not has_gpu():
+        head.append("benches skipped: no GPU found (nvidia-smi -L)")
+    elif not good:
+        head.append("benches skipped: no variant validated")
+    else:
+        bargs = extra if extra is not None else BENCH_ARGS
+        for r in range(1, runs + 1):
+            for n in good:
+                d = os.path.join(out, n, f"bench-{r}")
+                say(f"bench {n} run {r}/{runs} (--out {d})")
+                log = d + ".log"
+                open(log, "w").close()
+                rc = run_logged([os.path.join(blds[n], "bench", "mdr-bench")] + bargs + ["--out", d], log)
+                if rc != 0:
+                    head.append(f"bench {n} run {r}: FAILED rc {rc} (see {log})")
+        head += report(out, good)
+    text = "\n".join(head) + "\n"
+    open(os.path.join(out, "stage_lab.txt"), "w").write(text)
+    print(text)
+    return 0 if all(status[n] == "validated" for n in names) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
