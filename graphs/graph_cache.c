@@ -622,18 +622,6 @@ static mdr_status step_locked(mdr_graph_cache *c, const step_call *call, step_id
   const size_t copy = dynamic ? tokens : g, copy_seqs = dynamic ? seqs : sequence_bound(c, g);
   mdr_status st;
   graph_entry *e = &c->sets[ids.kind].entries[g];
-  const int slot = uses_slot(c, ids);
-  /* an inline count's replay takes no ring slot: its image goes into the
-   * launch's parameters below. Every other step (and an inline count's step
-   * that ends up eager, its capture having failed) writes a ring slot. */
-  int ring = 0; /* the ring slot is written */
-  if (slot && !(!c->graphs_disabled && !e->eager_only && inline_count(c, g, ids))) {
-    st = mdr_staging_wait(&c->staging, c->stream);
-    if (st != MDR_OK) return st;
-    write_step(c, call, ids, copy, copy_seqs, NULL);
-    ring = 1;
-  }
-
   mdr_status outcome = MDR_OK;
   if (e->exec && e->ids_src != ids.src) { /* device ids moved: capture again */
     drop_graph(c, e);
@@ -659,11 +647,15 @@ static mdr_status step_locked(mdr_graph_cache *c, const step_call *call, step_id
     }
   }
   const int graph = !c->graphs_disabled && e->exec;
-  if (slot && !ring && !(graph && e->inl)) { /* an inline count running eagerly: the ring after all */
+  /* the step's ring slot, once the route is known: an inline graph's replay
+   * takes none (its image goes into the launch's parameters below); every
+   * other step that stages, an inline count's eager step included, writes
+   * one */
+  const int ring = uses_slot(c, ids) && !(graph && e->inl);
+  if (ring) {
     st = mdr_staging_wait(&c->staging, c->stream);
     if (st != MDR_OK) return st;
     write_step(c, call, ids, copy, copy_seqs, NULL);
-    ring = 1;
   }
   if (graph) {
     if (node_update_of(&c->o)) {
