@@ -481,6 +481,12 @@ static batch *batch_new(int n) {
   return b;
 }
 
+/* Empty the batch for the next calls (its buffers kept). */
+static void batch_clear(batch *b) {
+  b->n_cases = 0;
+  b->used = 0;
+}
+
 static void batch_free(batch *b, int n) {
   for (int r = 0; r < n; r++) {
     free(b->in[r]);
@@ -787,8 +793,7 @@ static ar_case random_case(uint64_t *rng) {
 
 /* A batch of up to `want` random calls (the forced ones first). */
 static void batch_random(batch *b, uint64_t *rng, int want, const ar_case *forced, int n_forced) {
-  b->n_cases = 0;
-  b->used = 0;
+  batch_clear(b);
   for (int i = 0; i < n_forced; i++) cr_assert(batch_add(b, &forced[i]));
   while (b->n_cases < want) {
     const ar_case c = random_case(rng);
@@ -885,8 +890,7 @@ static void batch_add_or_run(harness *h, batch *b, uint64_t *rng, int pdl, const
   run_batch(h, b, rng, pdl);
   cr_assert_eq(b->wrong, 0u, "%d ranks: %llu wrong values; the first: %s", h->n, (unsigned long long)b->wrong,
                b->first_wrong);
-  b->n_cases = 0;
-  b->used = 0;
+  batch_clear(b);
   cr_assert(batch_add(b, c));
 }
 
@@ -1036,8 +1040,7 @@ Test(ar_gpu, a_lone_rank_waits_at_every_start_state_until_aborted, .timeout = 60
         write_state(&h, s);
         mdr_arp_block before[MDR_ARP_MAX_BLOCKS];
         read_states(&h, 0, before);
-        b->n_cases = 0;
-        b->used = 0;
+        batch_clear(b);
         const ar_case c = lone_case(algo);
         cr_assert(batch_add(b, &c));
         batch_fill(b, n, &rng);
@@ -1149,8 +1152,6 @@ Test(ar_gpu, the_fused_rmsnorm_is_exact_for_every_dtype_algorithm_and_count_sour
     batch *b = batch_new(n);
     uint64_t rng = 0x6e6f726du + (uint64_t)n;
     uint64_t cases = 0;
-    b->n_cases = 0;
-    b->used = 0;
     for (int dt = MDR_ARP_BF16; dt <= MDR_ARP_FP16; dt++)
       for (int a = 0; a < 3; a++)
         for (int counted = algos[a] == MDR_ARP_AUTO; counted < 2; counted++)
@@ -1213,8 +1214,6 @@ Test(ar_gpu, the_norm_is_exact_fused_and_chained_on_both_sides_of_the_line, .tim
     batch *b = batch_new(n);
     uint64_t rng = 0x63686169u + (uint64_t)n;
     uint64_t fused = 0, chained = 0, cases = 0;
-    b->n_cases = 0;
-    b->used = 0;
     for (int dt = MDR_ARP_BF16; dt <= MDR_ARP_FP16; dt++)
       for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
         for (int mi = 0; mi < 3; mi++) {
