@@ -28,6 +28,10 @@ Variants:
              table's device load, which is already in flight with the
              counter's, so speculating their slot loads saves no trip
 
+A variant may also be a whole source tree, NAME=DIR (a branch archived with
+`git archive BRANCH | tar -x -C DIR`): built and validated from DIR as it
+is, no patches, and timed beside the rest.
+
 Usage: dev/stage_lab.py OUT_DIR [names...] [--runs N] [--no-bench] [--builds P]
                         [--report-only] [-- mdr-bench args]
        dev/stage_lab.py --check-patches
@@ -124,8 +128,12 @@ def say(msg):
     print(f"stage_lab: {msg}", flush=True)
 
 
-def copy_tree(dst, out):
-    """The source tree into dst: no build folders, no .git, no carried
+# Variants given as NAME=DIR: name -> the source tree they are built from.
+TREES = {}
+
+
+def copy_tree(dst, out, root=ROOT):
+    """The source tree root into dst: no build folders, no .git, no carried
     device trees, no bench outputs, and not OUT_DIR when it is inside."""
     out_abs = os.path.abspath(out)
 
@@ -133,19 +141,19 @@ def copy_tree(dst, out):
         skip = set()
         for n in names:
             full = os.path.abspath(os.path.join(folder, n))
-            if folder == ROOT and n.startswith(SKIP_TOP):
+            if folder == root and n.startswith(SKIP_TOP):
                 skip.add(n)
             elif n == "__pycache__" or full == out_abs or (n == "target" and os.path.basename(folder) == "rust"):
                 skip.add(n)
         return skip
 
     shutil.rmtree(dst, ignore_errors=True)
-    shutil.copytree(ROOT, dst, ignore=ignore, symlinks=True)
+    shutil.copytree(root, dst, ignore=ignore, symlinks=True)
 
 
 def apply_patches(name, src):
     """Apply the variant's patches in src; each must match exactly once."""
-    for fname, (old, new) in VARIANTS[name]:
+    for fname, (old, new) in VARIANTS.get(name, []):
         path = os.path.join(src, fname)
         text = open(path).read()
         n = text.count(old)
@@ -188,7 +196,7 @@ def build(out, name, jobs):
     src, bld, log = os.path.join(vdir, "src"), os.path.join(vdir, "build"), os.path.join(vdir, "build.log")
     open(log, "w").close()
     say(f"building {name} ({bld}, -j{jobs}; log {log})")
-    copy_tree(src, out)
+    copy_tree(src, out, TREES.get(name, ROOT))
     if not apply_patches(name, src):
         return None
     rc = run_logged(["cmake", "-S", src, "-B", bld, "-DCMAKE_BUILD_TYPE=RelWithDebInfo",
@@ -341,9 +349,17 @@ def main():
         i += 1
     if not pos:
         sys.exit(__doc__)
-    out, names = os.path.abspath(pos[0]), pos[1:] or list(VARIANTS)
+    out, names = os.path.abspath(pos[0]), []
+    for a in pos[1:] or list(VARIANTS):
+        n, eq, tree = a.partition("=")
+        if eq:
+            tree = os.path.abspath(tree)
+            if not n or n in VARIANTS or n in TREES or not os.path.isfile(os.path.join(tree, "CMakeLists.txt")):
+                sys.exit(f"stage_lab: {a!r}: want NAME=DIR with a new NAME and a source tree in DIR")
+            TREES[n] = tree
+        names.append(n)
     for n in names:
-        if n not in VARIANTS:
+        if n not in VARIANTS and n not in TREES:
             sys.exit(f"stage_lab: no variant {n!r} (have {', '.join(VARIANTS)})")
     os.makedirs(out, exist_ok=True)
     if report_only:
