@@ -29,7 +29,7 @@ Variants:
              counter's, so speculating their slot loads saves no trip
   stamps     a diagnostic: the stage block of a ring step prints SM clock
              stamps (counter's value in, slot's loads in) for one step in
-             4096 (mdr-bench's log); time it with MDR_STAGE_INLINE=0
+             256 (mdr-bench's log); time it with MDR_STAGE_INLINE=0
 
 A variant may also be a whole source tree, NAME=DIR (a branch archived with
 `git archive BRANCH | tar -x -C DIR`): built and validated from DIR as it
@@ -109,7 +109,7 @@ SPEC_USE = (
 # stamps: a diagnostic, not a candidate. The stage block of a ring step
 # takes SM clock stamps (clock64) at its entry, once the ring counter's
 # value is in a register, once the slot's loads are in (after the barrier
-# that follows them) and at its end, and prints them for one step in 4096:
+# that follows them) and at its end, and prints them for one step in 256:
 # where a ring step's time goes, ids only against ids with inputs.
 STAMP_START = (
     "  const uint64_t step = inl ? 0 : *(volatile const uint64_t *)st.counter; /* one broadcast load */\n",
@@ -123,7 +123,7 @@ STAMP_END = (
     "  __syncthreads(); /* every load of the slot has completed */\n",
     "  __syncthreads(); /* every load of the slot has completed */\n"
     "  const long long stamp2 = clock64();\n"
-    "  if (threadIdx.x == 0 && !inl && (step & 4095u) == 3000u)\n"
+    "  if (threadIdx.x == 0 && !inl && (step & 255u) == 200u)\n"
     "    printf(\"stamps inputs %u copy %u copy_s %u: counter %lld loads %lld (cycles from entry)\\n\", st.n_inputs, copy,\n"
     "           copy_s, stamp1 - stamp0, stamp2 - stamp0);\n")
 
