@@ -28,8 +28,8 @@ Variants:
              table's device load, which is already in flight with the
              counter's, so speculating their slot loads saves no trip
   stamps     a diagnostic: the stage block of a ring step prints SM clock
-             stamps (counter's value in, slot's loads in) for one step in
-             256 (mdr-bench's log); time it with MDR_STAGE_INLINE=0
+             stamps (counter, input table, slot loads, barriers) for one
+             step in 256 (mdr-bench's log); time it with MDR_STAGE_INLINE=0
 
 A variant may also be a whole source tree, NAME=DIR (a branch archived with
 `git archive BRANCH | tar -x -C DIR`): built and validated from DIR as it
@@ -106,33 +106,45 @@ SPEC_USE = (
     "    if (threadIdx.x == 0) {\n"
     "      s_tokens = ((const mdr_stage_header *)slot)->tokens;\n")
 
-# stamps: a diagnostic, not a candidate. The stage block of a ring step
-# takes SM clock stamps (clock64) at its entry, once the ring counter's
-# value is in a register, once the slot's loads are in (after the barrier
-# that follows them) and at its end, and prints them for one step in 256:
-# where a ring step's time goes, ids only against ids with inputs.
+# stamps: a diagnostic, not a candidate. Thread 1 of a ring step's stage
+# block takes SM clock stamps (clock64): at entry; once the ring counter's
+# value is in (a branch on it waits for the load); with inputs, once its
+# input-table entry is in (likewise), once its share of the slot's loads is
+# stored (each store waits for its load), after the barrier that follows,
+# and at the end (after the barrier once every load of the slot is in). It
+# prints them, in cycles from entry, for one step in 256: where a ring
+# step's time goes, ids only against ids with inputs.
+STAMP_INC = ("#include <stdint.h>\n", "#include <stdint.h>\n#include <stdio.h>\n")
 STAMP_START = (
     "  const uint64_t step = inl ? 0 : *(volatile const uint64_t *)st.counter; /* one broadcast load */\n",
     "  const long long stamp0 = clock64();\n"
     "  const uint64_t step = inl ? 0 : *(volatile const uint64_t *)st.counter; /* one broadcast load */\n"
-    "  uint64_t stamp_use;\n"
-    "  asm volatile(\"mov.u64 %0, %1;\" : \"=l\"(stamp_use) : \"l\"(step));\n"
-    "  const long long stamp1 = clock64() + (long long)(stamp_use & 0u);\n")
-STAMP_INC = ("#include <stdint.h>\n", "#include <stdint.h>\n#include <stdio.h>\n")
+    "  long long stamp1 = 0, stamp_t = 0, stamp_s = 0, stamp_b = 0;\n"
+    "  if (step != ~0ull) stamp1 = clock64();\n")
+STAMP_COPY = (
+    "    if (fetch) mdr_stage_copy_slot(st, e, have, slot, !(flags & MDR_STAGE_DEVICE_IDS), copy, copy_s);\n",
+    "    if (have && e.row_bytes != 0xffffffffu) stamp_t = clock64();\n"
+    "    if (fetch) mdr_stage_copy_slot(st, e, have, slot, !(flags & MDR_STAGE_DEVICE_IDS), copy, copy_s);\n"
+    "    stamp_s = clock64();\n")
+STAMP_BAR = (
+    "    mdr_stage_device_inputs(st, s_in, s_tokens, s_seqs, copy, copy_s);\n",
+    "    stamp_b = clock64();\n"
+    "    mdr_stage_device_inputs(st, s_in, s_tokens, s_seqs, copy, copy_s);\n")
 STAMP_END = (
     "  __syncthreads(); /* every load of the slot has completed */\n",
     "  __syncthreads(); /* every load of the slot has completed */\n"
     "  const long long stamp2 = clock64();\n"
-    "  if (threadIdx.x == 0 && !inl && (step & 255u) == 200u)\n"
-    "    printf(\"stamps inputs %u copy %u copy_s %u: counter %lld loads %lld (cycles from entry)\\n\", st.n_inputs, copy,\n"
-    "           copy_s, stamp1 - stamp0, stamp2 - stamp0);\n")
+    "  if (threadIdx.x == 1 && !inl && (step & 255u) == 200u)\n"
+    "    printf(\"stamps inputs %u copy %u copy_s %u: counter %lld table %lld slot %lld barrier %lld end %lld\\n\",\n"
+    "           st.n_inputs, copy, copy_s, stamp1 - stamp0, stamp_t ? stamp_t - stamp0 : -1ll,\n"
+    "           stamp_s ? stamp_s - stamp0 : -1ll, stamp_b ? stamp_b - stamp0 : -1ll, stamp2 - stamp0);\n")
 
 VARIANTS = {
     "base": [],
     "inline512": inline_bytes(512),
     "inline2k": inline_bytes(2048),
     "slotsall": [(CUH, SPEC_ISSUE), (CUH, SPEC_USE)],
-    "stamps": [(CUH, STAMP_INC), (CUH, STAMP_START), (CUH, STAMP_END)],
+    "stamps": [(CUH, STAMP_INC), (CUH, STAMP_START), (CUH, STAMP_COPY), (CUH, STAMP_BAR), (CUH, STAMP_END)],
 }
 
 # The suites that validate a variant (tests/CMakeLists.txt: the Criterion
