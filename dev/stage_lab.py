@@ -27,6 +27,9 @@ Variants:
              with inputs are unchanged: their slot pieces wait for the input
              table's device load, which is already in flight with the
              counter's, so speculating their slot loads saves no trip
+  hdrlate    an ids-only ring step issues the header's load, the ids'
+             scalar tail's and its first id vectors' before any store
+             (shared-memory stores of the header's fields included)
   stamps     a diagnostic: the stage block of a ring step prints SM clock
              stamps (counter, input table, slot loads, barriers) for one
              step in 256 (mdr-bench's log); time it with MDR_STAGE_INLINE=0
@@ -139,11 +142,45 @@ STAMP_END = (
     "           st.n_inputs, copy, copy_s, stamp1 - stamp0, stamp_t ? stamp_t - stamp0 : -1ll,\n"
     "           stamp_s ? stamp_s - stamp0 : -1ll, stamp_b ? stamp_b - stamp0 : -1ll, stamp2 - stamp0);\n")
 
+# hdrlate: an ids-only ring step loads the header, the ids' scalar tail
+# and the first round of id vectors before any store (the header's fields
+# went to shared memory first, and the tail after the vectors' stores, so
+# each could cost a round trip of its own).
+HDR_LATE = (
+    "  } else if (fetch) {\n"
+    "    if (threadIdx.x == 0) {\n"
+    "      s_tokens = ((const mdr_stage_header *)slot)->tokens;\n"
+    "      s_seqs = ((const mdr_stage_header *)slot)->sequences;\n"
+    "    }\n"
+    "    const bool vec = ((ids | st.token_ids) & 15u) == 0;\n"
+    "    const uint32_t nvec = vec ? copy / MDR_STAGE_IDS_PER_VEC : 0;\n"
+    "    mdr_stage_fetch_vectors((const uint4 *)ids, (uint4 *)st.token_ids, 0, nvec);\n"
+    "    mdr_stage_fetch_scalars((const uint32_t *)ids, (uint32_t *)st.token_ids, nvec * MDR_STAGE_IDS_PER_VEC, copy);\n"
+    "  }\n",
+    "  } else if (fetch) {\n"
+    "    const bool vec = ((ids | st.token_ids) & 15u) == 0;\n"
+    "    const uint32_t nvec = vec ? copy / MDR_STAGE_IDS_PER_VEC : 0;\n"
+    "    uint4 hv = make_uint4(0u, 0u, 0u, 0u);\n"
+    "    if (threadIdx.x == 0) hv = *(const uint4 *)slot; /* tokens, copy_tokens, sequences, copy_sequences */\n"
+    "    const uint32_t si = nvec * MDR_STAGE_IDS_PER_VEC + threadIdx.x;\n"
+    "    const bool has_s = vec && si < copy; /* the scalar tail: under 4 ids when vec */\n"
+    "    uint32_t sv = 0;\n"
+    "    if (has_s) sv = ((const uint32_t *)ids)[si];\n"
+    "    mdr_stage_fetch_vectors((const uint4 *)ids, (uint4 *)st.token_ids, 0, nvec);\n"
+    "    if (has_s) ((uint32_t *)st.token_ids)[si] = sv;\n"
+    "    if (!vec) mdr_stage_fetch_scalars((const uint32_t *)ids, (uint32_t *)st.token_ids, 0, copy);\n"
+    "    if (threadIdx.x == 0) {\n"
+    "      s_tokens = hv.x;\n"
+    "      s_seqs = hv.z;\n"
+    "    }\n"
+    "  }\n")
+
 VARIANTS = {
     "base": [],
     "inline512": inline_bytes(512),
     "inline2k": inline_bytes(2048),
     "slotsall": [(CUH, SPEC_ISSUE), (CUH, SPEC_USE)],
+    "hdrlate": [(CUH, HDR_LATE)],
     "stamps": [(CUH, STAMP_INC), (CUH, STAMP_START), (CUH, STAMP_COPY), (CUH, STAMP_BAR), (CUH, STAMP_END)],
 }
 
