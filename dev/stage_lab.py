@@ -32,7 +32,7 @@ Variants:
              (shared-memory stores of the header's fields included)
   stamps     a diagnostic: the stage block of a ring step prints SM clock
              stamps (counter, input table, slot loads, barriers) for one
-             step in 256 (mdr-bench's log); time it with MDR_STAGE_INLINE=0
+             step in 32 (mdr-bench's log); time it with MDR_STAGE_INLINE=0
 
 A variant may also be a whole source tree, NAME=DIR (a branch archived with
 `git archive BRANCH | tar -x -C DIR`): built and validated from DIR as it
@@ -115,7 +115,7 @@ SPEC_USE = (
 # input-table entry is in (likewise), once its share of the slot's loads is
 # stored (each store waits for its load), after the barrier that follows,
 # and at the end (after the barrier once every load of the slot is in). It
-# prints them, in cycles from entry, for one step in 256: where a ring
+# prints them, in cycles from entry, for one step in 32: where a ring
 # step's time goes, ids only against ids with inputs.
 STAMP_INC = ("#include <stdint.h>\n", "#include <stdint.h>\n#include <stdio.h>\n")
 STAMP_START = (
@@ -137,7 +137,7 @@ STAMP_END = (
     "  __syncthreads(); /* every load of the slot has completed */\n",
     "  __syncthreads(); /* every load of the slot has completed */\n"
     "  const long long stamp2 = clock64();\n"
-    "  if (threadIdx.x == 1 && !inl && (step & 255u) == 200u)\n"
+    "  if (threadIdx.x == 1 && !inl && (step & 31u) == 20u)\n"
     "    printf(\"stamps inputs %u copy %u copy_s %u: counter %lld table %lld slot %lld barrier %lld end %lld\\n\",\n"
     "           st.n_inputs, copy, copy_s, stamp1 - stamp0, stamp_t ? stamp_t - stamp0 : -1ll,\n"
     "           stamp_s ? stamp_s - stamp0 : -1ll, stamp_b ? stamp_b - stamp0 : -1ll, stamp2 - stamp0);\n")
