@@ -148,8 +148,9 @@ typedef struct mdr_stage_desc {
   uint64_t count_out;  /* device uint32[2]: the step's real token and sequence counts, for the body */
   uint32_t slots;      /* ring length */
   uint32_t flags;      /* MDR_STAGE_* */
-  uint64_t table;      /* TABLE: device plan table of the launch's rules (zero_map.h section 4) */
-  uint64_t table_max;  /* TABLE: its largest count m */
+  uint64_t table;      /* TABLE, or INLINE when set: device plan table of the launch's rules (zero_map.h
+                          section 4) */
+  uint64_t table_max;  /* TABLE, or INLINE when table is set: its largest count m */
   uint64_t ids_src;    /* DEVICE_IDS: the engine's ids in device memory (0 or token_ids: already in place) */
   uint32_t pad_id;     /* DEVICE_IDS: the id written after the first t, up to the copy count */
   uint32_t n_inputs;   /* declared inputs (mdr_stage_input entries at `inputs`) */
