@@ -7,7 +7,9 @@
  * held as a stalled GPU, or a sleeping kernel on the GPU); the boundary (an
  * image of exactly MDR_STAGE_INLINE_BYTES is inline, one vector more is
  * not, both derived from the constant); a failed node update refuses the step and leaves the cache usable;
- * which steps never go inline; the backend slots without a cache. Host
+ * which steps never go inline; the backend slots without a cache; the
+ * table form of the inline launch (the plan read from a plan table, the
+ * parameters the table's and the image) and the cache passing its table. Host
  * backend always, CUDA when present. */
 #define _POSIX_C_SOURCE 200809L
 #include <criterion/criterion.h>
@@ -21,6 +23,7 @@
 #include "support.h"
 #if defined(MDR_HAVE_CUDA)
 #include "gpu_bodies.h"
+#include "zero_fused.h" /* mdr_cuda_zero_inline_launch */
 #endif
 
 enum { M = TB_SMALL_M, S = 4, N_IN = 4, POISON = 0xC7, PAD_ID = 9 };
@@ -737,6 +740,191 @@ ParameterizedTest(tb_kind *kind, stage_inline, an_inline_node_takes_each_update_
   mdr_backend_free(b, ids);
   mdr_backend_stream_destroy(b, s);
   mdr_backend_destroy(b);
+}
+
+/* ---- the table form: the plan from a plan table ----------------------------------------- */
+
+ParameterizedTestParameters(stage_inline, the_table_form_clears_exactly_the_plan_and_serves_each_image) {
+  static tb_kind kinds[] = {TB_HOST, TB_CUDA};
+  return cr_make_param_array(tb_kind, kinds, 2);
+}
+
+/* Three rules (rows at odd offsets and row sizes, a fixed range) inside one
+ * poisoned buffer; their plan table up to count 8 in the stage; the inline
+ * node captured at count 6. Each launch clears exactly the plan's bytes at
+ * 6 (every byte around them keeps its poison) and copies its own image's
+ * ids, one launch at a time and STEPS of them queued (the host backend
+ * held, or a sleeping kernel ahead on the GPU). */
+ParameterizedTest(tb_kind *kind, stage_inline, the_table_form_clears_exactly_the_plan_and_serves_each_image) {
+  enum { COPY = 6, TABLE_MAX = 8, BUF = 65536, STEPS = 48, NR = 3 };
+  mdr_backend *b = tb_backend(*kind);
+  mdr_stream s = tb_stream(b);
+  mdr_dptr ids = 0, counts = 0, buf = 0, acc = 0, table = 0;
+  cr_assert_eq(mdr_backend_alloc(b, 256, &ids), MDR_OK);
+  cr_assert_eq(mdr_backend_alloc(b, 256, &counts), MDR_OK);
+  cr_assert_eq(mdr_backend_alloc(b, BUF, &buf), MDR_OK);
+  cr_assert_eq(mdr_backend_alloc(b, 16, &acc), MDR_OK);
+  cr_assert_eq(mdr_backend_fill(b, acc, 0, 16), MDR_OK);
+  const mdr_zero_seg rules[NR] = {
+      {.ptr = buf + 3, .bytes = 1001 * 16, .a = 1001, .b = 16, .rule = MDR_RULE_ROWS},
+      {.ptr = buf + 20005, .bytes = 4099 * 10, .a = 4099, .b = 10, .rule = MDR_RULE_ROWS},
+      {.ptr = buf + 61001, .bytes = 777, .rule = MDR_RULE_FIXED},
+  };
+  static unsigned char want[BUF];
+  memset(want, POISON, BUF);
+  for (int i = 0; i < NR; i++)
+    memset(want + (rules[i].ptr - buf), 0, (size_t)mdr_zero_seg_bytes(&rules[i], COPY));
+  const size_t words = (size_t)mdr_plan_table_words(NR, TABLE_MAX);
+  uint64_t *w = malloc(words * 8);
+  cr_assert_not_null(w);
+  mdr_plan_table_fill(rules, NR, TABLE_MAX, w);
+  cr_assert_eq(mdr_backend_alloc(b, words * 8, &table), MDR_OK);
+  cr_assert_eq(mdr_backend_copy_h2d(b, table, w, words * 8), MDR_OK);
+  free(w);
+  mdr_stage_desc st = {.token_ids = ids, .count_out = counts, .flags = MDR_STAGE_FETCH | MDR_STAGE_INLINE,
+                       .copy_sequences = 1, .table = table, .table_max = TABLE_MAX};
+  mdr_stage_inline_launch l;
+  void *g = NULL, *x = NULL, *node = NULL;
+  cr_assert_eq(mdr_be_capture_begin(b, s), MDR_OK);
+  cr_assert_eq(mdr_be_fused_inline_launch(b, rules, NR, COPY, &st, s, &node, &l), MDR_OK, "%s",
+               mdr_backend_last_error(b));
+  cr_assert_eq(mdr_be_capture_end(b, s, &g), MDR_OK);
+  cr_assert_lt(l.param_bytes, 300, "the table form's parameters");
+  cr_assert_eq(l.slot_offset % 16, 0);
+  cr_assert_leq(l.slot_offset + MDR_STAGE_INLINE_BYTES, l.param_bytes);
+  cr_assert_eq(mdr_be_graph_instantiate(b, g, NULL, &x), MDR_OK);
+  unsigned char *got_buf = malloc(BUF);
+  cr_assert_not_null(got_buf);
+  /* one launch at a time */
+  for (uint32_t t = 1; t <= COPY; t += 2) {
+    cr_assert_eq(mdr_backend_fill(b, ids, POISON, 256), MDR_OK);
+    cr_assert_eq(mdr_backend_fill(b, buf, POISON, BUF), MDR_OK);
+    put_image(&l, t, COPY, 100 * t);
+    cr_assert_eq(mdr_be_fused_inline_update(b, x, node, &l), MDR_OK, "%s", mdr_backend_last_error(b));
+    cr_assert_eq(mdr_be_graph_launch(b, x, s), MDR_OK);
+    cr_assert_eq(mdr_backend_synchronize(b, s), MDR_OK);
+    uint32_t got[64], c[2];
+    read_back(b, got, ids, sizeof got);
+    read_back(b, c, counts, 8);
+    for (uint32_t i = 0; i < COPY; i++) cr_assert_eq(got[i], i < t ? 100 * t + i : (uint32_t)PAD_ID, "t %u id %u", t, i);
+    cr_assert_eq(got[COPY], POISON * 0x01010101u, "t %u: nothing past the copy", t);
+    cr_assert_eq(c[0], t);
+    read_back(b, got_buf, buf, BUF);
+    for (size_t i = 0; i < BUF; i++) cr_assert_eq(got_buf[i], want[i], "t %u: byte %zu", t, i);
+  }
+  /* STEPS queued launches, the buffer poisoned before them */
+  cr_assert_eq(mdr_backend_fill(b, buf, POISON, BUF), MDR_OK);
+  if (*kind == TB_HOST) {
+    cr_assert_eq(mdr_backend_host_hold(b, 1), MDR_OK);
+  } else {
+#if defined(MDR_HAVE_CUDA)
+    cr_assert_eq(tb_cuda_sleep(s, 20ull * 1000 * 1000), 0);
+#endif
+  }
+  uint64_t want_sum = 0;
+  for (uint32_t k = 0; k < STEPS; k++) {
+    const uint32_t t = 1 + (k * 5) % COPY;
+    put_image(&l, t, COPY, 7000 * (k + 1) + 13 * t);
+    for (uint32_t i = 0; i < COPY; i++)
+      want_sum += (uint64_t)(i + 1) * (i < t ? 7000 * (k + 1) + 13 * t + i : PAD_ID);
+    cr_assert_eq(mdr_be_fused_inline_update(b, x, node, &l), MDR_OK);
+    cr_assert_eq(mdr_be_graph_launch(b, x, s), MDR_OK);
+    accumulate(*kind, b, s, ids, COPY, acc);
+  }
+  if (*kind == TB_HOST) cr_assert_eq(mdr_backend_host_hold(b, 0), MDR_OK);
+  cr_assert_eq(mdr_backend_synchronize(b, s), MDR_OK);
+  uint64_t sums[2];
+  read_back(b, sums, acc, 16);
+  cr_assert_eq(sums[1], (uint64_t)STEPS * COPY);
+  cr_assert_eq(sums[0], want_sum, "a queued launch read an image not its own");
+  read_back(b, got_buf, buf, BUF);
+  for (size_t i = 0; i < BUF; i++) cr_assert_eq(got_buf[i], want[i], "queued: byte %zu", i);
+  free(got_buf);
+  mdr_be_exec_destroy(b, x);
+  mdr_be_graph_destroy(b, g);
+  mdr_backend_free(b, table);
+  mdr_backend_free(b, acc);
+  mdr_backend_free(b, buf);
+  mdr_backend_free(b, counts);
+  mdr_backend_free(b, ids);
+  mdr_backend_stream_destroy(b, s);
+  mdr_backend_destroy(b);
+}
+
+#if defined(MDR_HAVE_CUDA)
+/* The CUDA inline launch as described (no device needed: nothing is
+ * launched): given a plan table that serves the count, the table form, its
+ * parameters the table parameters (the stage first, table included) and
+ * the image right after them, under 300 bytes; without one, or past the
+ * table's counts, the static form with the plan by value (over 1 KiB).
+ * TABLE itself is refused. */
+Test(stage_inline, the_cuda_inline_launch_takes_the_table_form_given_a_table) {
+  const mdr_zero_seg rules[2] = {
+      {.ptr = 0x100000, .bytes = 64 * 1000, .a = 1000, .b = 64, .rule = MDR_RULE_ROWS},
+      {.ptr = 0x200003, .bytes = 5000, .rule = MDR_RULE_FIXED},
+  };
+  mdr_stage_desc st = {.token_ids = 0x300000, .count_out = 0x310000, .flags = MDR_STAGE_FETCH | MDR_STAGE_INLINE,
+                       .copy_sequences = 1};
+  mdr_stage_inline_launch plain, tab;
+  cr_assert_eq(mdr_cuda_zero_inline_launch(rules, 2, 20, &st, 132, &plain), 0);
+  cr_assert_gt(plain.param_bytes, 1024, "the static form carries the plan");
+  cr_assert_eq(plain.slot_offset + MDR_STAGE_INLINE_BYTES, plain.param_bytes);
+  st.table = 0x400000;
+  st.table_max = 24;
+  cr_assert_eq(mdr_cuda_zero_inline_launch(rules, 2, 20, &st, 132, &tab), 0);
+  cr_assert_lt(tab.param_bytes, 300);
+  cr_assert_eq(tab.slot_offset % 16, 0);
+  cr_assert_eq(tab.slot_offset + MDR_STAGE_INLINE_BYTES, tab.param_bytes, "the image ends the parameters");
+  cr_assert_geq(tab.slot_offset, sizeof(mdr_stage_desc) + 16, "the stage, t, n and the flags before it");
+  cr_assert_neq(tab.func, plain.func);
+  mdr_stage_desc in;
+  memcpy(&in, tab.param, sizeof in);
+  cr_assert_eq(in.table, st.table);
+  cr_assert_eq(in.table_max, st.table_max);
+  cr_assert_eq(in.flags, MDR_STAGE_FETCH | MDR_STAGE_INLINE, "TABLE is not set");
+  const uint64_t chunks = mdr_zero_chunks(20 * 1000) + mdr_zero_chunks(5000);
+  cr_assert_eq(tab.grid[0], chunks + 1, "a block per chunk at the count, and the stage block");
+  cr_assert_eq(tab.grid[1] * tab.grid[2], 1);
+  cr_assert_eq(tab.block[0], 256, "one block of threads (MDR_STAGE_BLOCK)");
+  mdr_stage_inline_launch past;
+  st.table_max = 19;
+  cr_assert_eq(mdr_cuda_zero_inline_launch(rules, 2, 20, &st, 132, &past), 0);
+  cr_assert_eq(past.param_bytes, plain.param_bytes, "a table that does not reach the count: the static form");
+  cr_assert_eq(past.func, plain.func);
+  st.table_max = 24;
+  st.flags |= MDR_STAGE_TABLE;
+  cr_assert_neq(mdr_cuda_zero_inline_launch(rules, 2, 20, &st, 132, &past), 0, "TABLE is DYNAMIC's");
+}
+#endif
+
+/* The cache's inline captures (fused zeroing) pass its plan table, which
+ * reaches the largest inline count; memset zeroing's stage-only inline
+ * launch passes none. */
+Test(stage_inline, the_cache_passes_its_plan_table_to_inline_captures) {
+  for (int z = 0; z < 2; z++) {
+    mdr_backend *host = NULL, *fb = NULL;
+    world w;
+    host = tb_backend(TB_HOST);
+    cr_assert_eq(fault_backend_create(host, &fb), MDR_OK);
+    world_init(&w, fb, 1);
+    mdr_graph_cache_options o = world_options(&w, MDR_GRAPH_EXACT, z ? MDR_ZERO_MEMSET : MDR_ZERO_FUSED);
+    world_cache(&w, &o, NULL);
+    uint64_t rng = 77;
+    const size_t top = largest_inline(1);
+    cr_assert_geq(top, 2);
+    cr_assert_eq(step_counted(&w, &rng, 2, 1), 1, "an inline step");
+    mdr_stage_desc st = fault_backend_last_inline_stage(fb);
+    cr_assert_eq(st.flags, MDR_STAGE_FETCH | MDR_STAGE_INLINE);
+    if (z) {
+      cr_assert_eq(st.table, 0, "memset zeroing: no table");
+    } else {
+      cr_assert_neq(st.table, 0, "fused zeroing: the plan table");
+      cr_assert_eq(st.table_max, top, "up to the largest inline count");
+    }
+    cr_assert_eq(step_counted(&w, &rng, top, 1), 1, "the largest inline count");
+    cr_assert_eq(fault_backend_last_inline_stage(fb).table, st.table);
+    fault_world_fini(&w, fb, host);
+  }
 }
 
 /* The host backend's slots refuse what an inline launch is not: another
