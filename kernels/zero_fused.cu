@@ -38,9 +38,11 @@
  *     a table of every count's plan in device memory; the parameters hold
  *     only t and the stage and the grid is fixed, so the host re-targets a
  *     graph node of it with a parameter write. Its inline form,
- *     zero_table_inline_kernel (graphs' small host steps, given a table),
- *     adds the slot image after those parameters: about 240 bytes updated
- *     per step where the static inline form takes about 1.2 KiB.
+ *     zero_table_inline_kernel<IMG> (graphs' small host steps, given a
+ *     table), adds the slot image after those parameters, in two classes:
+ *     about 240 bytes updated per step for a small image (where the static
+ *     inline form takes about 1.2 KiB), 1280 for one up to
+ *     MDR_STAGE_INLINE_LARGE_BYTES (steps with step inputs).
  *   - zero_dynamic_kernel (DYNAMIC by device count): t is the slot header's
  *     count, known only on the device. One block (ticket 0) reads it and
  *     publishes it in device memory; all blocks first clear the floor every
@@ -351,22 +353,36 @@ __global__ void __launch_bounds__(ZF_BLOCK) zero_table_kernel(const __grid_const
 
 /* The inline form of the table kernel (graphs' small host steps: FETCH |
  * INLINE, the descriptor's table set, TABLE not): the table parameters,
- * then the slot image, about 240 bytes in all where the static inline form
- * (zf_inline_params_small) carries the whole plan by value in about 1.2
- * KiB; a node of it is updated every step, and the update's cost grows
- * with the block. Block 0 serves the stage from the image, as
+ * then the slot image of IMG bytes. Two classes: IMG =
+ * MDR_STAGE_INLINE_BYTES (240 bytes in all, where the static inline form
+ * zf_inline_params_small carries the whole plan by value in about 1.2 KiB)
+ * and IMG = MDR_STAGE_INLINE_LARGE_BYTES (1280 bytes, for steps with step
+ * inputs). A node of it is updated every step and each launch reads the
+ * whole block, so a launch takes the smallest class that holds its image.
+ * Block 0 serves the stage from the image, as
  * zero_static_kernel<..., ZF_STAGED_INLINE> does; the others clear count
  * t's plan from the table. */
-struct zf_table_inline_params {
+template <unsigned IMG>
+struct zf_table_inline_params_t {
   zf_table_params p;
-  uint4 inline_slot[MDR_STAGE_INLINE_BYTES / 16];
+  uint4 inline_slot[IMG / 16];
 };
-static_assert(sizeof(zf_table_inline_params) <= MDR_STAGE_INLINE_PARAM_MAX,
+static_assert(MDR_STAGE_INLINE_LARGE_BYTES % 16 == 0, "the large slot image is whole 16-byte vectors");
+static_assert(sizeof(zf_table_inline_params_t<MDR_STAGE_INLINE_LARGE_BYTES>) <= MDR_STAGE_INLINE_PARAM_MAX,
               "the inline table parameters fit mdr_stage_inline_launch");
-static_assert(offsetof(zf_table_inline_params, inline_slot) % 16 == 0, "the slot image is 16-byte aligned");
+static_assert(offsetof(zf_table_inline_params_t<MDR_STAGE_INLINE_BYTES>, inline_slot) % 16 == 0 &&
+                  offsetof(zf_table_inline_params_t<MDR_STAGE_INLINE_LARGE_BYTES>, inline_slot) % 16 == 0,
+              "the slot image is 16-byte aligned");
+static_assert(sizeof(zf_table_inline_params_t<MDR_STAGE_INLINE_BYTES>) ==
+                      offsetof(zf_table_inline_params_t<MDR_STAGE_INLINE_BYTES>, inline_slot) + MDR_STAGE_INLINE_BYTES &&
+                  sizeof(zf_table_inline_params_t<MDR_STAGE_INLINE_LARGE_BYTES>) ==
+                      offsetof(zf_table_inline_params_t<MDR_STAGE_INLINE_LARGE_BYTES>, inline_slot) +
+                          MDR_STAGE_INLINE_LARGE_BYTES,
+              "the image ends the parameters");
 
+template <unsigned IMG>
 __global__ void __launch_bounds__(ZF_BLOCK)
-    zero_table_inline_kernel(const __grid_constant__ zf_table_inline_params a) {
+    zero_table_inline_kernel(const __grid_constant__ zf_table_inline_params_t<IMG> a) {
   if (blockIdx.x == 0) {
     mdr_stage_block(a.p.stage, a.p.flags, (uint32_t)a.p.tokens, (uint64_t)(uintptr_t)&a.inline_slot[0]);
     return;
@@ -644,15 +660,16 @@ static cudaError_t zf_launch_table(const mdr_zero_seg *rules, size_t n, uint64_t
   return e != cudaSuccess ? e : last;
 }
 
-/* The inline launch in the table form (zero_table_inline_kernel): the
- * table parameters at `tokens`, the image zeroed after them. The count is
- * the graph's for the node's life (only the image changes per step), so
- * the grid is sized to the plan at `tokens` as a static plan's: a block per
- * chunk up to ZF_STATIC_BLOCKS_PER_SM per SM (striding past it), +1 stage
- * block. */
+/* The inline launch in the table form (zero_table_inline_kernel<IMG>):
+ * the table parameters at `tokens`, the image (IMG bytes) zeroed after
+ * them. The count is the graph's for the node's life (only the image
+ * changes per step), so the grid is sized to the plan at `tokens` as a
+ * static plan's: a block per chunk up to ZF_STATIC_BLOCKS_PER_SM per SM
+ * (striding past it), +1 stage block. */
+template <unsigned IMG>
 static void zf_table_inline_build(const mdr_zero_seg *segs, size_t n, uint64_t tokens, const mdr_stage_desc *stage,
                                   int sm_count, mdr_stage_inline_launch *out) {
-  zf_table_inline_params a;
+  zf_table_inline_params_t<IMG> a;
   memset(&a, 0, sizeof a);
   a.p.stage = *stage;
   a.p.tokens = tokens;
@@ -662,13 +679,13 @@ static void zf_table_inline_build(const mdr_zero_seg *segs, size_t n, uint64_t t
   for (size_t i = 0; i < n; i++) chunks += mdr_zero_chunks(mdr_zero_seg_bytes(&segs[i], tokens));
   const uint64_t max_grid = (uint64_t)sm_count * ZF_STATIC_BLOCKS_PER_SM;
   memset(out, 0, sizeof *out);
-  out->func = (const void *)zero_table_inline_kernel;
+  out->func = (const void *)zero_table_inline_kernel<IMG>;
   out->grid[0] = (uint32_t)((chunks < max_grid ? chunks : max_grid) + 1);
   out->grid[1] = out->grid[2] = 1;
   out->block[0] = ZF_BLOCK;
   out->block[1] = out->block[2] = 1;
   out->param_bytes = sizeof a;
-  out->slot_offset = offsetof(zf_table_inline_params, inline_slot);
+  out->slot_offset = offsetof(zf_table_inline_params_t<IMG>, inline_slot);
   memcpy(out->param, &a, sizeof a);
 }
 
@@ -679,12 +696,20 @@ extern "C" int mdr_cuda_zero_inline_launch(const mdr_zero_seg *segs, size_t n, u
   if (!stage || (stage->flags & (MDR_STAGE_FETCH | MDR_STAGE_INLINE)) != (MDR_STAGE_FETCH | MDR_STAGE_INLINE) ||
       (stage->flags & not_with) || (n && !segs) || sm_count <= 0)
     return (int)cudaErrorInvalidValue;
-  /* a plan table of these rules that serves `tokens`: the small block */
+  /* a plan table of these rules that serves `tokens`: the table form, in
+   * the smallest image class that holds the image */
   if (mdr_stage_table_ok(stage, n, tokens)) {
-    zf_table_inline_build(segs, n, tokens, stage, sm_count, out);
+    if (stage->inline_bytes <= MDR_STAGE_INLINE_BYTES) {
+      zf_table_inline_build<MDR_STAGE_INLINE_BYTES>(segs, n, tokens, stage, sm_count, out);
+    } else if (stage->inline_bytes <= MDR_STAGE_INLINE_LARGE_BYTES) {
+      zf_table_inline_build<MDR_STAGE_INLINE_LARGE_BYTES>(segs, n, tokens, stage, sm_count, out);
+    } else {
+      return (int)cudaErrorInvalidValue;
+    }
     return 0;
   }
-  if (n > ZF_SMALL_SEGS) return (int)cudaErrorInvalidValue;
+  /* the static form carries the small class only */
+  if (n > ZF_SMALL_SEGS || stage->inline_bytes > MDR_STAGE_INLINE_BYTES) return (int)cudaErrorInvalidValue;
   zf_inline_params_small a;
   memset(&a, 0, sizeof a);
   dim3 grid;
@@ -721,7 +746,8 @@ extern "C" int mdr_cuda_zero_preload(void) {
       (const void *)zero_static_kernel<ZF_SMALL_SEGS, ZF_STAGED_INLINE>,
       (const void *)zero_static_kernel<MDR_ZERO_MAX_SEGS, ZF_STAGED>,
       (const void *)zero_static_kernel<MDR_ZERO_MAX_SEGS, ZF_UNSTAGED>, (const void *)zero_table_kernel,
-      (const void *)zero_table_inline_kernel,
+      (const void *)zero_table_inline_kernel<MDR_STAGE_INLINE_BYTES>,
+      (const void *)zero_table_inline_kernel<MDR_STAGE_INLINE_LARGE_BYTES>,
       (const void *)zero_list_kernel<ZF_LIST_SMALL, true>, (const void *)zero_list_kernel<ZF_LIST_SMALL, false>,
       (const void *)zero_list_kernel<MDR_ZERO_LIST_MAX, true>,
       (const void *)zero_list_kernel<MDR_ZERO_LIST_MAX, false>,
