@@ -25,8 +25,10 @@
  * slot.
  *
  * Inline steps. A host step of an EXACT or LADDER count whose largest slot
- * image fits MDR_STAGE_INLINE_BYTES carries the image in the fused
- * launch's own parameters instead of a ring slot (staging.h): such a count
+ * image fits MDR_STAGE_INLINE_BYTES (or, with fused zeroing, whose plan the
+ * inline plan table serves, MDR_STAGE_INLINE_LARGE_BYTES) carries the image
+ * in the fused launch's own parameters instead of a ring slot (staging.h):
+ * such a count
  * is captured inline (per count, once, for its graph's life); each step
  * writes its image into the entry's copy of the launch's parameters with
  * the slot writer, updates the node, then launches the graph. No slot is
@@ -150,18 +152,20 @@ static mdr_status build_table(mdr_graph_cache *c, size_t m, mdr_dptr *out) {
 
 /* The inline route's plan table: the fused inline launch reads count g's
  * plan from it, so its node's parameters (updated every step) are the
- * table parameters and the image rather than the whole plan. It covers
- * 1..the largest count whose image fits (every count inline_count can
- * pass: an EXACT count or a LADDER rung; a few dozen at most), not
- * max_tokens: a table to M = 4096 would take over a megabyte. Memset
- * zeroing launches no rules inline, so it takes none. */
+ * table parameters and the image rather than the whole plan, and an image
+ * up to the large class (MDR_STAGE_INLINE_LARGE_BYTES) can go inline. It
+ * covers 1..the largest count whose image fits the large class (every
+ * count inline_count can pass: an EXACT count or a LADDER rung; a few
+ * dozen at most), not max_tokens: a table to M = 4096 would take over a
+ * megabyte. Memset zeroing launches no rules inline, so it takes none (and
+ * its inline counts are the small class's). */
 static mdr_status build_inline_table(mdr_graph_cache *c) {
   if (!c->inline_route || c->o.zero != MDR_ZERO_FUSED || c->n_rules > MDR_ZERO_MAX_SEGS) return MDR_OK;
   size_t m = 0;
   for (size_t g = 1; g <= c->max_tokens; g++) {
     const uint64_t bytes = mdr_staging_inline_bytes(&c->staging, g);
     if (bytes == 0) break; /* past the counts with an inline layout */
-    if (bytes <= MDR_STAGE_INLINE_BYTES) m = g;
+    if (bytes <= MDR_STAGE_INLINE_LARGE_BYTES) m = g;
   }
   if (m == 0) return MDR_OK;
   mdr_status st = build_table(c, m, &c->inline_table);
@@ -371,12 +375,16 @@ static int uses_slot(const mdr_graph_cache *c, step_ids ids) {
 
 /* Whether graph count g of this kind is captured inline: a host step of an
  * EXACT or LADDER cache (inline_route) whose slot image at g (its most
- * sequences) fits MDR_STAGE_INLINE_BYTES. The same answer for the cache's
- * life, so a count's graph is inline or ring from its capture on. */
+ * sequences) fits MDR_STAGE_INLINE_BYTES, or fits
+ * MDR_STAGE_INLINE_LARGE_BYTES and the inline plan table covers g (the
+ * launch's table form, the only one that carries the large class). The
+ * same answer for the cache's life, so a count's graph is inline or ring
+ * from its capture on. */
 static int inline_count(const mdr_graph_cache *c, size_t g, step_ids ids) {
   if (!c->inline_route || ids.kind != IDS_HOST) return 0;
   const uint64_t bytes = mdr_staging_inline_bytes(&c->staging, g);
-  return bytes != 0 && bytes <= MDR_STAGE_INLINE_BYTES;
+  if (bytes == 0) return 0;
+  return bytes <= MDR_STAGE_INLINE_BYTES || (bytes <= MDR_STAGE_INLINE_LARGE_BYTES && g <= c->inline_table_max);
 }
 
 static mdr_stage_desc stage_of(const mdr_graph_cache *c, step_ids ids, uint32_t extra, size_t copy_sequences) {
@@ -412,7 +420,7 @@ static mdr_status enqueue_step(mdr_graph_cache *c, size_t g, size_t seqs, step_i
   if (inl) {
     mdr_stage_desc stage = mdr_staging_inline_desc(&c->staging, mdr_arena_token_ids(c->arena), g);
     if (c->o.zero == MDR_ZERO_FUSED) {
-      if (g <= c->inline_table_max) { /* the plan from the table: the small parameter block */
+      if (g <= c->inline_table_max) { /* the plan from the table: the table form's parameter blocks */
         stage.table = c->inline_table;
         stage.table_max = c->inline_table_max;
       }

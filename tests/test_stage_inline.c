@@ -242,10 +242,31 @@ static size_t image_bytes(int inputs, size_t g) {
   return end;
 }
 
-/* The largest count g whose image (inputs or not) fits the limit. */
+/* The largest count g whose image (inputs or not) fits the small class. */
 static size_t largest_inline(int inputs) {
   size_t g = 0;
   while (image_bytes(inputs, g + 1) <= MDR_STAGE_INLINE_BYTES) g++;
+  return g;
+}
+
+/* The counts with an inline layout (graphs/staging.h,
+ * MDR_STAGING_INLINE_COUNTS): as many as a small image has ids for. */
+enum { INLINE_COUNTS = (MDR_STAGE_INLINE_BYTES - MDR_STAGE_HEADER_BYTES) / 4 };
+
+/* Whether graph count g goes inline in a cache of fused zeroing or not: a
+ * count with an inline layout whose image fits the small class, or with
+ * fused zeroing (the table form, the only one with the large class) the
+ * large class. */
+static int goes_inline(int inputs, size_t g, int fused) {
+  const size_t bytes = image_bytes(inputs, g);
+  return g <= INLINE_COUNTS &&
+         (bytes <= MDR_STAGE_INLINE_BYTES || (fused && bytes <= MDR_STAGE_INLINE_LARGE_BYTES));
+}
+
+/* The largest count that goes inline (fused zeroing or not). */
+static size_t largest_inline_of(int inputs, int fused) {
+  size_t g = 0;
+  while (goes_inline(inputs, g + 1, fused)) g++;
   return g;
 }
 
@@ -306,15 +327,15 @@ ParameterizedTest(mix_case *mc, stage_inline, inline_and_ring_steps_leave_the_sa
     expect_same(&x, &y, what);
     size_t g = 0;
     cr_assert_eq(mdr_graph_cache_graph_tokens(x.c, t, &g), MDR_OK);
-    want_inline += image_bytes(mc->inputs, g) <= MDR_STAGE_INLINE_BYTES;
+    want_inline += goes_inline(mc->inputs, g, mc->zero == MDR_ZERO_FUSED);
   }
   mdr_graph_stats sx, sy;
   cr_assert_eq(mdr_graph_cache_stats(x.c, &sx), MDR_OK);
   cr_assert_eq(mdr_graph_cache_stats(y.c, &sy), MDR_OK);
   cr_assert_gt(want_inline, 10, "the mix has inline counts");
-  /* ring counts exist only when the largest count's image exceeds the
-   * limit (a larger MDR_STAGE_INLINE_BYTES can take every count of M) */
-  if (image_bytes(mc->inputs, M) > MDR_STAGE_INLINE_BYTES)
+  /* ring counts exist only when the largest count does not go inline (a
+   * larger MDR_STAGE_INLINE_BYTES can take every count of M) */
+  if (!goes_inline(mc->inputs, M, mc->zero == MDR_ZERO_FUSED))
     cr_assert_lt(want_inline, (uint64_t)steps, "the mix has ring counts");
   cr_assert_eq(sx.inline_steps, want_inline, "inline steps counted: %llu", (unsigned long long)sx.inline_steps);
   cr_assert_eq(sy.inline_steps, 0, "MDR_STAGE_INLINE=0: no inline step");
@@ -391,14 +412,15 @@ Test(stage_inline, queued_inline_steps_each_read_their_own_parameters, .timeout 
   enum { STEPS = 6 * MDR_GRAPH_STAGING_SLOTS };
   static step_values v[STEPS];
   size_t ring_steps = 0;
-  const size_t rt = largest_inline(w.inputs) + 1;
+  const size_t rt = largest_inline_of(w.inputs, 1) + 1;
   const int has_ring = rt + 3 <= M;
   cr_assert_eq(mdr_backend_host_hold(b, 1), MDR_OK);
   for (int k = 0; k < STEPS; k++) {
-    /* ring steps at the 4 counts past the largest inline one (9-12 at 112
-     * bytes), when the arena has them */
+    /* ring steps at the 4 counts past the largest inline one (25-28 at
+     * 112 bytes), when the arena has them; the inline steps of both image
+     * classes (1-8 small, 9-24 large at 112 and 1152 bytes) */
     const int ring = has_ring && k % 9 == 4 && ring_steps < MDR_GRAPH_STAGING_SLOTS - 1;
-    const size_t t = ring ? rt + tb_rng_next(&rng) % 4 : 1 + tb_rng_next(&rng) % (rt - 1 < 8 ? rt - 1 : 8);
+    const size_t t = ring ? rt + tb_rng_next(&rng) % 4 : 1 + tb_rng_next(&rng) % (rt - 1);
     make_values(&rng, &v[k], t, 1 + tb_rng_next(&rng) % (t < S ? t : S));
     memcpy(v[k].dev, dv.dev, sizeof dv.dev);
     ring_steps += ring;
@@ -462,7 +484,7 @@ Test(stage_inline, queued_inline_steps_each_read_their_own_parameters_on_the_gpu
     for (size_t i = 0; i < t; i++) ids[i] = (uint32_t)(tb_rng_next(&rng) % 150000) + 1;
     for (size_t i = 0; i < t; i++) want_sum += (uint64_t)(i + 1) * ids[i];
     want_n += t;
-    want_inline += image_bytes(0, t) <= MDR_STAGE_INLINE_BYTES;
+    want_inline += goes_inline(0, t, 1);
     cr_assert_eq(mdr_graph_cache_step(w.c, ids, t), MDR_OK, "%s", mdr_backend_last_error(b));
     memset(ids, 0xEE, sizeof ids); /* the caller may reuse its buffer at once */
   }
@@ -507,15 +529,23 @@ ParameterizedTestParameters(stage_inline, an_image_of_exactly_the_limit_is_inlin
 }
 
 /* The bytes of the LADDER part's FIXED input: rung 8's image (16 + 32 of
- * ids) is then exactly the limit, rung 12's one vector more. */
-enum { FIXB = MDR_STAGE_INLINE_BYTES - MDR_STAGE_HEADER_BYTES - 32 };
+ * ids) is then exactly the limit of a class, rung 12's one vector more. */
+enum {
+  FIXB = MDR_STAGE_INLINE_BYTES - MDR_STAGE_HEADER_BYTES - 32,
+  FIXB_LARGE = MDR_STAGE_INLINE_LARGE_BYTES - MDR_STAGE_HEADER_BYTES - 32
+};
 
 /* Ids only: gi = (limit - 16) / 4 ids make an image of exactly the limit
  * (24 at 112 bytes: inline), gi + 4 one vector more, gi + 1 a word more
- * (the ring). With the inputs: the largest count that fits is inline (8
- * at 112 bytes, exactly the limit), the next is not. A boundary past the
- * arena's M is not reachable: then M itself is checked inline. LADDER: a
- * count is inline by its rung's image. */
+ * (the ring). With the inputs: the largest count that fits the small class
+ * is inline (8 at 112 bytes, exactly the limit), the next in the large
+ * class (fused zeroing: the table form), and past the counts with an
+ * inline layout the ring. A boundary past the arena's M is not reachable:
+ * then M itself is checked inline. LADDER: a count is inline by its rung's
+ * image: rung 8 of exactly the small class's limit inline and rung 12 not
+ * (memset zeroing: no table form, the small class only); both inline with
+ * fused zeroing (rung 12 in the large class); rung 8 of exactly the large
+ * class's limit inline and rung 12 not (fused). */
 ParameterizedTest(tb_kind *kind, stage_inline, an_image_of_exactly_the_limit_is_inline_one_vector_more_is_not) {
   const size_t gi = (MDR_STAGE_INLINE_BYTES - MDR_STAGE_HEADER_BYTES) / 4, gin = largest_inline(1);
   cr_assert_eq(largest_inline(0), gi);
@@ -552,56 +582,70 @@ ParameterizedTest(tb_kind *kind, stage_inline, an_image_of_exactly_the_limit_is_
   for (int rep = 0; rep < 2; rep++) {
     if (gin + 1 <= M) {
       cr_assert_eq(step_counted(&w, &rng, gin, 3), 1, "%zu tokens with inputs: the largest that fits, inline", gin);
-      cr_assert_eq(step_counted(&w, &rng, gin + 1, 4), 0, "%zu tokens with inputs: the ring", gin + 1);
+      const int large = goes_inline(1, gin + 1, 1);
+      cr_assert_eq(step_counted(&w, &rng, gin + 1, 4), large, "%zu tokens with inputs: the large class", gin + 1);
+      if (MDR_STAGE_INLINE_BYTES == 112 && MDR_STAGE_INLINE_LARGE_BYTES == 1152) cr_assert(large);
+      if (INLINE_COUNTS + 1 <= M)
+        cr_assert_eq(step_counted(&w, &rng, INLINE_COUNTS + 1, 4), 0, "%d tokens: no inline layout, the ring",
+                     (int)INLINE_COUNTS + 1);
     } else {
       cr_assert_eq(step_counted(&w, &rng, M, 4), 1, "%d tokens with inputs: under a limit past M, inline", (int)M);
     }
   }
   world_fini(&w);
 
-  /* LADDER rungs 8 and 12 (ids and a FIXED input of FIXB bytes, 64 at
-   * 112): 5 tokens take rung 8 (16 + 32 + FIXB = the limit, inline), 9 take
-   * rung 12 (16 + 48 + FIXB, one vector more) */
-  world_init(&w, b, 0);
-  mdr_dptr fixed = 0;
-  cr_assert_eq(mdr_backend_alloc(b, FIXB, &fixed), MDR_OK);
-  mdr_step_input in = {.name = "fixed", .elem_bytes = 1, .shape = MDR_INPUT_FIXED, .max_rows = FIXB,
-                       .dest = MDR_INPUT_TO_DEVICE, .address = fixed};
-  const size_t ladder[] = {8, 12};
-  o = world_options(&w, MDR_GRAPH_LADDER, MDR_ZERO_FUSED);
-  o.inputs = &in;
-  o.n_inputs = 1;
-  o.ladder = ladder;
-  o.ladder_len = 2;
-  world_cache(&w, &o, NULL);
-  unsigned char fv[FIXB], got[FIXB];
-  for (int i = 0; i < FIXB; i++) fv[i] = (unsigned char)(3 * i + 1);
-  const size_t ts[] = {5, 9, 8, 12, 1};
-  const uint64_t inl[] = {1, 0, 1, 0, 1};
-  for (int k = 0; k < 5; k++) {
-    mdr_graph_stats s0, s1;
-    cr_assert_eq(mdr_graph_cache_stats(w.c, &s0), MDR_OK);
-    step_values v;
-    make_values(&rng, &v, ts[k], 1);
-    cr_assert_eq(mdr_backend_fill(b, fixed, POISON, FIXB), MDR_OK);
-    cr_assert_eq(mdr_backend_fill(b, mdr_arena_token_ids(w.a), POISON, mdr_arena_token_ids_bytes(w.a)), MDR_OK);
-    fv[0] = (unsigned char)k;
-    const void *vals[2] = {v.ids, fv};
-    cr_assert_eq(mdr_graph_cache_step_inputs(w.c, vals, 2, ts[k], 1), MDR_OK, "%s", mdr_backend_last_error(b));
-    cr_assert_eq(mdr_backend_synchronize(b, w.s), MDR_OK);
-    read_back(b, got, fixed, FIXB);
-    cr_assert_eq(memcmp(got, fv, FIXB), 0, "ladder t %zu: the fixed input", ts[k]);
-    unsigned char ids[M * 4 + 256];
-    const size_t idb = mdr_arena_token_ids_bytes(w.a);
-    read_back(b, ids, mdr_arena_token_ids(w.a), idb);
-    size_t g = 0;
-    cr_assert_eq(mdr_graph_cache_graph_tokens(w.c, ts[k], &g), MDR_OK);
-    expect_bytes(ids, idb, v.ids, 4 * ts[k], 4 * g, 4, PAD_ID, "token_ids", "ladder");
-    cr_assert_eq(mdr_graph_cache_stats(w.c, &s1), MDR_OK);
-    cr_assert_eq(s1.inline_steps - s0.inline_steps, inl[k], "ladder t %zu (rung %zu)", ts[k], g);
+  /* LADDER rungs 8 and 12 (ids and a FIXED input of fixb bytes: 64 or 1104
+   * at 112 and 1152): 5 tokens take rung 8 (16 + 32 + fixb = a class's
+   * limit, inline), 9 take rung 12 (16 + 48 + fixb, one vector more: the
+   * ring, or with fused zeroing and the small fixb the large class) */
+  static const struct {
+    mdr_zero_strategy zero;
+    size_t fixb;
+    uint64_t rung12; /* rung 12 inline */
+  } lads[] = {{MDR_ZERO_MEMSET, FIXB, 0}, {MDR_ZERO_FUSED, FIXB, 1}, {MDR_ZERO_FUSED, FIXB_LARGE, 0}};
+  for (size_t li = 0; li < sizeof lads / sizeof lads[0]; li++) {
+    const size_t fixb = lads[li].fixb;
+    world_init(&w, b, 0);
+    mdr_dptr fixed = 0;
+    cr_assert_eq(mdr_backend_alloc(b, fixb, &fixed), MDR_OK);
+    mdr_step_input in = {.name = "fixed", .elem_bytes = 1, .shape = MDR_INPUT_FIXED, .max_rows = fixb,
+                         .dest = MDR_INPUT_TO_DEVICE, .address = fixed};
+    const size_t ladder[] = {8, 12};
+    o = world_options(&w, MDR_GRAPH_LADDER, lads[li].zero);
+    o.inputs = &in;
+    o.n_inputs = 1;
+    o.ladder = ladder;
+    o.ladder_len = 2;
+    world_cache(&w, &o, NULL);
+    unsigned char fv[FIXB_LARGE], got[FIXB_LARGE];
+    for (size_t i = 0; i < fixb; i++) fv[i] = (unsigned char)(3 * i + 1);
+    const size_t ts[] = {5, 9, 8, 12, 1};
+    const uint64_t inl[] = {1, lads[li].rung12, 1, lads[li].rung12, 1};
+    for (int k = 0; k < 5; k++) {
+      mdr_graph_stats s0, s1;
+      cr_assert_eq(mdr_graph_cache_stats(w.c, &s0), MDR_OK);
+      step_values v;
+      make_values(&rng, &v, ts[k], 1);
+      cr_assert_eq(mdr_backend_fill(b, fixed, POISON, fixb), MDR_OK);
+      cr_assert_eq(mdr_backend_fill(b, mdr_arena_token_ids(w.a), POISON, mdr_arena_token_ids_bytes(w.a)), MDR_OK);
+      fv[0] = (unsigned char)k;
+      const void *vals[2] = {v.ids, fv};
+      cr_assert_eq(mdr_graph_cache_step_inputs(w.c, vals, 2, ts[k], 1), MDR_OK, "%s", mdr_backend_last_error(b));
+      cr_assert_eq(mdr_backend_synchronize(b, w.s), MDR_OK);
+      read_back(b, got, fixed, fixb);
+      cr_assert_eq(memcmp(got, fv, fixb), 0, "ladder %zu t %zu: the fixed input", li, ts[k]);
+      unsigned char ids[M * 4 + 256];
+      const size_t idb = mdr_arena_token_ids_bytes(w.a);
+      read_back(b, ids, mdr_arena_token_ids(w.a), idb);
+      size_t g = 0;
+      cr_assert_eq(mdr_graph_cache_graph_tokens(w.c, ts[k], &g), MDR_OK);
+      expect_bytes(ids, idb, v.ids, 4 * ts[k], 4 * g, 4, PAD_ID, "token_ids", "ladder");
+      cr_assert_eq(mdr_graph_cache_stats(w.c, &s1), MDR_OK);
+      cr_assert_eq(s1.inline_steps - s0.inline_steps, inl[k], "ladder %zu t %zu (rung %zu)", li, ts[k], g);
+    }
+    mdr_backend_free(b, fixed);
+    world_fini(&w);
   }
-  mdr_backend_free(b, fixed);
-  world_fini(&w);
   mdr_backend_destroy(b);
 }
 
@@ -898,8 +942,8 @@ Test(stage_inline, the_cuda_inline_launch_takes_the_table_form_given_a_table) {
 #endif
 
 /* The cache's inline captures (fused zeroing) pass its plan table, which
- * reaches the largest inline count; memset zeroing's stage-only inline
- * launch passes none. */
+ * reaches the largest inline count, and each count's image bytes; memset
+ * zeroing's stage-only inline launch passes no table. */
 Test(stage_inline, the_cache_passes_its_plan_table_to_inline_captures) {
   for (int z = 0; z < 2; z++) {
     mdr_backend *host = NULL, *fb = NULL;
@@ -910,11 +954,15 @@ Test(stage_inline, the_cache_passes_its_plan_table_to_inline_captures) {
     mdr_graph_cache_options o = world_options(&w, MDR_GRAPH_EXACT, z ? MDR_ZERO_MEMSET : MDR_ZERO_FUSED);
     world_cache(&w, &o, NULL);
     uint64_t rng = 77;
-    const size_t top = largest_inline(1);
+    /* memset zeroing: the small class's counts; fused: the large class's
+     * too, up to the counts with an inline layout */
+    const size_t top = largest_inline_of(1, !z);
     cr_assert_geq(top, 2);
+    if (!z) cr_assert_gt(top, largest_inline(1), "fused: counts in the large class");
     cr_assert_eq(step_counted(&w, &rng, 2, 1), 1, "an inline step");
     mdr_stage_desc st = fault_backend_last_inline_stage(fb);
     cr_assert_eq(st.flags, MDR_STAGE_FETCH | MDR_STAGE_INLINE);
+    cr_assert_eq(st.inline_bytes, image_bytes(1, 2), "the count's image bytes, which pick the class");
     if (z) {
       cr_assert_eq(st.table, 0, "memset zeroing: no table");
     } else {
@@ -923,6 +971,7 @@ Test(stage_inline, the_cache_passes_its_plan_table_to_inline_captures) {
     }
     cr_assert_eq(step_counted(&w, &rng, top, 1), 1, "the largest inline count");
     cr_assert_eq(fault_backend_last_inline_stage(fb).table, st.table);
+    cr_assert_eq(fault_backend_last_inline_stage(fb).inline_bytes, image_bytes(1, top));
     fault_world_fini(&w, fb, host);
   }
 }
@@ -1007,9 +1056,9 @@ Test(stage_inline, a_failed_node_update_refuses_the_step_and_leaves_the_cache_us
   cr_assert_eq(s1.hits, s0.hits);
   cr_assert_eq(s1.inline_steps, s0.inline_steps);
   cr_assert_eq(s1.graphs, s0.graphs, "the graph is kept");
-  /* a ring step needs no update: it works while updates fail (20 tokens
+  /* a ring step needs no update: it works while updates fail (25 tokens
    * at 112 bytes; none when every count of the arena is inline) */
-  const size_t rt = largest_inline(w.inputs) + 1 > 20 ? largest_inline(w.inputs) + 1 : 20;
+  const size_t rt = largest_inline_of(w.inputs, 1) + 1;
   if (rt <= M) cr_assert_eq(step_counted(&w, &rng, rt, 3), 0, "a ring step");
   fault_backend_fail_kind(fb, -1);
   cr_assert_eq(step_counted(&w, &rng, 3, 1), 1, "the same count, inline again");
