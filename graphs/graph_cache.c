@@ -25,8 +25,10 @@
  * slot.
  *
  * Inline steps. A host step of an EXACT or LADDER count whose largest slot
- * image fits MDR_STAGE_INLINE_BYTES carries the image in the fused
- * launch's own parameters instead of a ring slot (staging.h): such a count
+ * image fits MDR_STAGE_INLINE_BYTES (or, with fused zeroing, whose plan the
+ * inline plan table serves, MDR_STAGE_INLINE_LARGE_BYTES) carries the image
+ * in the fused launch's own parameters instead of a ring slot (staging.h):
+ * such a count
  * is captured inline (per count, once, for its graph's life); each step
  * writes its image into the entry's copy of the launch's parameters with
  * the slot writer, updates the node, then launches the graph. No slot is
@@ -133,17 +135,41 @@ static uint64_t lockstep_hash(const mdr_graph_cache *c) {
   return h | 1; /* never 0: 0 marks "none yet" */
 }
 
-/* NODE_UPDATE: resolve c->rules at every count 1..max_tokens into the plan
- * table, uploaded once. */
-static mdr_status build_table(mdr_graph_cache *c) {
+/* Resolve c->rules at every count 1..m into a plan table, uploaded once
+ * to *out (NODE_UPDATE: m = max_tokens; the inline route: its largest
+ * count). */
+static mdr_status build_table(mdr_graph_cache *c, size_t m, mdr_dptr *out) {
   const size_t n = c->n_rules;
-  size_t words = (size_t)mdr_plan_table_words(n, c->max_tokens);
+  size_t words = (size_t)mdr_plan_table_words(n, m);
   uint64_t *w = malloc(words * sizeof *w);
   if (!w) return mdr_backend_fail(c->b, MDR_ERR_OUT_OF_MEMORY, "graph cache: plan table (%zu bytes)", words * 8);
-  mdr_plan_table_fill(c->rules, n, c->max_tokens, w);
-  mdr_status st = mdr_be_alloc_device(c->b, words * sizeof *w, &c->table);
-  if (st == MDR_OK) st = mdr_be_copy_h2d(c->b, c->table, w, words * sizeof *w);
+  mdr_plan_table_fill(c->rules, n, m, w);
+  mdr_status st = mdr_be_alloc_device(c->b, words * sizeof *w, out);
+  if (st == MDR_OK) st = mdr_be_copy_h2d(c->b, *out, w, words * sizeof *w);
   free(w);
+  return st;
+}
+
+/* The inline route's plan table: the fused inline launch reads count g's
+ * plan from it, so its node's parameters (updated every step) are the
+ * table parameters and the image rather than the whole plan, and an image
+ * up to the large class (MDR_STAGE_INLINE_LARGE_BYTES) can go inline. It
+ * covers 1..the largest count whose image fits the large class (every
+ * count inline_count can pass: an EXACT count or a LADDER rung; a few
+ * dozen at most), not max_tokens: a table to M = 4096 would take over a
+ * megabyte. Memset zeroing launches no rules inline, so it takes none (and
+ * its inline counts are the small class's). */
+static mdr_status build_inline_table(mdr_graph_cache *c) {
+  if (!c->inline_route || c->o.zero != MDR_ZERO_FUSED || c->n_rules > MDR_ZERO_MAX_SEGS) return MDR_OK;
+  size_t m = 0;
+  for (size_t g = 1; g <= c->max_tokens; g++) {
+    const uint64_t bytes = mdr_staging_inline_bytes(&c->staging, g);
+    if (bytes == 0) break; /* past the counts with an inline layout */
+    if (bytes <= MDR_STAGE_INLINE_LARGE_BYTES) m = g;
+  }
+  if (m == 0) return MDR_OK;
+  mdr_status st = build_table(c, m, &c->inline_table);
+  if (st == MDR_OK) c->inline_table_max = m;
   return st;
 }
 
@@ -194,9 +220,11 @@ mdr_status mdr_graph_cache_create(mdr_arena *a, mdr_stream stream, const mdr_gra
   if (st != MDR_OK) goto fail;
   c->n_rules = mdr_arena_rules(a, MDR_COVER_ROWS, c->o.rows, c->rules);
   if (node_update_of(&c->o)) {
-    st = build_table(c);
+    st = build_table(c, c->max_tokens, &c->table);
     if (st != MDR_OK) goto fail;
   }
+  st = build_inline_table(c);
+  if (st != MDR_OK) goto fail;
   if (mdr_arena_comm(a)) { /* a tensor-parallel cache: alike on every rank */
     st = mdr_comm_note_cache(mdr_arena_comm(a), lockstep_hash(c));
     if (st != MDR_OK) goto fail;
@@ -205,6 +233,7 @@ mdr_status mdr_graph_cache_create(mdr_arena *a, mdr_stream stream, const mdr_gra
   return MDR_OK;
 fail:
   mdr_be_free_device(b, c->table);
+  mdr_be_free_device(b, c->inline_table);
   mdr_staging_fini(&c->staging);
   free(c->names);
   for (int k = 0; k < IDS_KINDS; k++) free(c->sets[k].entries);
@@ -227,6 +256,7 @@ void mdr_graph_cache_destroy(mdr_graph_cache *c) {
     free(c->sets[k].entries);
   }
   mdr_be_free_device(c->b, c->table);
+  mdr_be_free_device(c->b, c->inline_table);
   mdr_staging_fini(&c->staging);
   free(c->names);
   free(c->ladder);
@@ -345,12 +375,16 @@ static int uses_slot(const mdr_graph_cache *c, step_ids ids) {
 
 /* Whether graph count g of this kind is captured inline: a host step of an
  * EXACT or LADDER cache (inline_route) whose slot image at g (its most
- * sequences) fits MDR_STAGE_INLINE_BYTES. The same answer for the cache's
- * life, so a count's graph is inline or ring from its capture on. */
+ * sequences) fits MDR_STAGE_INLINE_BYTES, or fits
+ * MDR_STAGE_INLINE_LARGE_BYTES and the inline plan table covers g (the
+ * launch's table form, the only one that carries the large class). The
+ * same answer for the cache's life, so a count's graph is inline or ring
+ * from its capture on. */
 static int inline_count(const mdr_graph_cache *c, size_t g, step_ids ids) {
   if (!c->inline_route || ids.kind != IDS_HOST) return 0;
   const uint64_t bytes = mdr_staging_inline_bytes(&c->staging, g);
-  return bytes != 0 && bytes <= MDR_STAGE_INLINE_BYTES;
+  if (bytes == 0) return 0;
+  return bytes <= MDR_STAGE_INLINE_BYTES || (bytes <= MDR_STAGE_INLINE_LARGE_BYTES && g <= c->inline_table_max);
 }
 
 static mdr_stage_desc stage_of(const mdr_graph_cache *c, step_ids ids, uint32_t extra, size_t copy_sequences) {
@@ -386,6 +420,10 @@ static mdr_status enqueue_step(mdr_graph_cache *c, size_t g, size_t seqs, step_i
   if (inl) {
     mdr_stage_desc stage = mdr_staging_inline_desc(&c->staging, mdr_arena_token_ids(c->arena), g);
     if (c->o.zero == MDR_ZERO_FUSED) {
+      if (g <= c->inline_table_max) { /* the plan from the table: the table form's parameter blocks */
+        stage.table = c->inline_table;
+        stage.table_max = c->inline_table_max;
+      }
       st = mdr_be_fused_inline_launch(c->b, c->rules, c->n_rules, g, &stage, c->stream, inl_node, inl);
     } else { /* memsets, then a stage-only launch */
       st = mdr_arena_run_rules(c->arena, c->stream, c->rules, c->n_rules, g, MDR_ZERO_MEMSET);
