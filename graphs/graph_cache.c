@@ -150,22 +150,50 @@ static mdr_status build_table(mdr_graph_cache *c, size_t m, mdr_dptr *out) {
   return st;
 }
 
-/* The inline route's plan table: the fused inline launch reads count g's
- * plan from it, so its node's parameters (updated every step) are the
- * table parameters and the image rather than the whole plan, and an image
- * up to the large class (MDR_STAGE_INLINE_LARGE_BYTES) can go inline. It
- * covers 1..the largest count whose image fits the large class (every
- * count inline_count can pass: an EXACT count or a LADDER rung; a few
- * dozen at most), not max_tokens: a table to M = 4096 would take over a
- * megabyte. Memset zeroing launches no rules inline, so it takes none (and
- * its inline counts are the small class's). */
+/* The zeroing under which a large-class image still goes inline: the
+ * fused plan's bytes at count g at most this. The ring's stage block reads
+ * a slot with a block table over PCIe in about 5 us; a plan that takes
+ * longer than that to clear hides the read (on an H200 at seed policy,
+ * 16 us of zeroing, an inline step of one or two sequences gained no GPU
+ * time and cost 0.5 us more CPU), while a short plan waits for it (policy
+ * all: the inline step took 0.67-0.71x the ring's GPU time). 16 MiB is
+ * about 5 us of zeroing at the H200's write rate (docs/GRAPHS.md, "Small
+ * steps inline"). */
+#define LARGE_INLINE_ZERO_MAX (16u << 20)
+
+/* The bytes the cache's fused plan clears at count g. */
+static uint64_t plan_bytes_at(const mdr_graph_cache *c, size_t g) {
+  uint64_t total = 0;
+  for (size_t i = 0; i < c->n_rules; i++) total += mdr_zero_seg_bytes(&c->rules[i], g);
+  return total;
+}
+
+/* Whether count g's image goes inline in the large class: it does not fit
+ * the small class, fits the large one, and the count's zeroing is short
+ * enough for the ring's read to show (LARGE_INLINE_ZERO_MAX). Fused
+ * zeroing only: the large class is the table form's. */
+static int large_inline(const mdr_graph_cache *c, size_t g, uint64_t image_bytes) {
+  return c->o.zero == MDR_ZERO_FUSED && c->n_rules <= MDR_ZERO_MAX_SEGS && image_bytes > MDR_STAGE_INLINE_BYTES &&
+         image_bytes <= MDR_STAGE_INLINE_LARGE_BYTES && plan_bytes_at(c, g) <= LARGE_INLINE_ZERO_MAX;
+}
+
+/* The inline route's plan table, for the large image class: the fused
+ * inline launch of such a count reads its plan from the table, so the
+ * node's parameters (updated every step) are the table parameters and the
+ * image, not the whole plan and the image. Small-class counts keep the
+ * static form (the plan in the parameters): on an H200 the table form
+ * gained them nothing under policy all and cost 1% of GPU time at seed
+ * policy, where each of some 3,000 blocks reads its plan from the table.
+ * It covers 1..the largest large-class count (a few dozen at most), not
+ * max_tokens: a table to M = 4096 would take over a megabyte. A cache with
+ * no large-class count (ids only, memset zeroing, long plans) takes none. */
 static mdr_status build_inline_table(mdr_graph_cache *c) {
-  if (!c->inline_route || c->o.zero != MDR_ZERO_FUSED || c->n_rules > MDR_ZERO_MAX_SEGS) return MDR_OK;
+  if (!c->inline_route) return MDR_OK;
   size_t m = 0;
   for (size_t g = 1; g <= c->max_tokens; g++) {
     const uint64_t bytes = mdr_staging_inline_bytes(&c->staging, g);
     if (bytes == 0) break; /* past the counts with an inline layout */
-    if (bytes <= MDR_STAGE_INLINE_LARGE_BYTES) m = g;
+    if (large_inline(c, g, bytes)) m = g;
   }
   if (m == 0) return MDR_OK;
   mdr_status st = build_table(c, m, &c->inline_table);
@@ -375,16 +403,16 @@ static int uses_slot(const mdr_graph_cache *c, step_ids ids) {
 
 /* Whether graph count g of this kind is captured inline: a host step of an
  * EXACT or LADDER cache (inline_route) whose slot image at g (its most
- * sequences) fits MDR_STAGE_INLINE_BYTES, or fits
- * MDR_STAGE_INLINE_LARGE_BYTES and the inline plan table covers g (the
- * launch's table form, the only one that carries the large class). The
- * same answer for the cache's life, so a count's graph is inline or ring
- * from its capture on. */
+ * sequences) fits MDR_STAGE_INLINE_BYTES, or goes in the large class
+ * (large_inline) and the inline plan table covers g (the launch's table
+ * form, the only one that carries the large class). The same answer for
+ * the cache's life, so a count's graph is inline or ring from its capture
+ * on. */
 static int inline_count(const mdr_graph_cache *c, size_t g, step_ids ids) {
   if (!c->inline_route || ids.kind != IDS_HOST) return 0;
   const uint64_t bytes = mdr_staging_inline_bytes(&c->staging, g);
   if (bytes == 0) return 0;
-  return bytes <= MDR_STAGE_INLINE_BYTES || (bytes <= MDR_STAGE_INLINE_LARGE_BYTES && g <= c->inline_table_max);
+  return bytes <= MDR_STAGE_INLINE_BYTES || (g <= c->inline_table_max && large_inline(c, g, bytes));
 }
 
 static mdr_stage_desc stage_of(const mdr_graph_cache *c, step_ids ids, uint32_t extra, size_t copy_sequences) {
@@ -420,7 +448,8 @@ static mdr_status enqueue_step(mdr_graph_cache *c, size_t g, size_t seqs, step_i
   if (inl) {
     mdr_stage_desc stage = mdr_staging_inline_desc(&c->staging, mdr_arena_token_ids(c->arena), g);
     if (c->o.zero == MDR_ZERO_FUSED) {
-      if (g <= c->inline_table_max) { /* the plan from the table: the table form's parameter blocks */
+      if (g <= c->inline_table_max && mdr_staging_inline_bytes(&c->staging, g) > MDR_STAGE_INLINE_BYTES) {
+        /* a large-class image: the table form, the plan from the table */
         stage.table = c->inline_table;
         stage.table_max = c->inline_table_max;
       }

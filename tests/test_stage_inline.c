@@ -53,13 +53,13 @@ typedef struct world {
   mdr_graph_cache *c;
 } world;
 
-static void world_init(world *w, mdr_backend *b, int inputs) {
+/* A world on an arena of `sizes`. */
+static void world_init_sizes(world *w, mdr_backend *b, int inputs, const mdr_sizes *sizes) {
   memset(w, 0, sizeof *w);
   w->b = b;
   w->s = tb_stream(b);
   w->inputs = inputs;
-  mdr_sizes sizes = tb_small_sizes();
-  cr_assert_eq(mdr_arena_create(b, &sizes, &w->a), MDR_OK, "%s", mdr_backend_last_error(b));
+  cr_assert_eq(mdr_arena_create(b, sizes, &w->a), MDR_OK, "%s", mdr_backend_last_error(b));
   const size_t rows[N_IN] = {M, S, M, M};
   const mdr_step_input_shape shape[N_IN] = {MDR_INPUT_PER_TOKEN, MDR_INPUT_PER_SEQUENCE, MDR_INPUT_PER_TOKEN,
                                             MDR_INPUT_PER_TOKEN};
@@ -76,6 +76,11 @@ static void world_init(world *w, mdr_backend *b, int inputs) {
   }
   cr_assert_eq(mdr_backend_alloc(b, w->bytes[IN_DEV], &w->dev_src), MDR_OK);
   w->in[IN_DEV].device_src = w->dev_src;
+}
+
+static void world_init(world *w, mdr_backend *b, int inputs) {
+  const mdr_sizes sizes = tb_small_sizes();
+  world_init_sizes(w, b, inputs, &sizes);
 }
 
 static mdr_graph_cache_options world_options(world *w, mdr_graph_mode mode, mdr_zero_strategy zero) {
@@ -944,10 +949,11 @@ Test(stage_inline, the_cuda_inline_launch_takes_the_table_form_given_a_table) {
 }
 #endif
 
-/* The cache's inline captures (fused zeroing) pass its plan table, which
- * reaches the largest inline count, and each count's image bytes; memset
- * zeroing's stage-only inline launch passes no table. */
-Test(stage_inline, the_cache_passes_its_plan_table_to_inline_captures) {
+/* The cache's inline captures of a large-class count (fused zeroing) pass
+ * its plan table, which reaches the largest such count, and each count's
+ * image bytes; small-class counts keep the static form (no table), as
+ * memset zeroing's stage-only inline launch does. */
+Test(stage_inline, the_cache_passes_its_plan_table_to_large_class_captures) {
   for (int z = 0; z < 2; z++) {
     mdr_backend *host = NULL, *fb = NULL;
     world w;
@@ -961,20 +967,23 @@ Test(stage_inline, the_cache_passes_its_plan_table_to_inline_captures) {
      * too, up to the counts with an inline layout */
     const size_t top = largest_inline_of(1, !z);
     cr_assert_geq(top, 2);
+    cr_assert_leq(image_bytes(1, 2), MDR_STAGE_INLINE_BYTES, "count 2 is a small-class count");
     if (!z) cr_assert_gt(top, largest_inline(1), "fused: counts in the large class");
     cr_assert_eq(step_counted(&w, &rng, 2, 1), 1, "an inline step");
     mdr_stage_desc st = fault_backend_last_inline_stage(fb);
     cr_assert_eq(st.flags, MDR_STAGE_FETCH | MDR_STAGE_INLINE);
     cr_assert_eq(st.inline_bytes, image_bytes(1, 2), "the count's image bytes, which pick the class");
+    cr_assert_eq(st.table, 0, "a small-class count: the static form, no table");
+    cr_assert_eq(step_counted(&w, &rng, top, 1), 1, "the largest inline count");
+    st = fault_backend_last_inline_stage(fb);
+    cr_assert_eq(st.inline_bytes, image_bytes(1, top));
     if (z) {
       cr_assert_eq(st.table, 0, "memset zeroing: no table");
     } else {
-      cr_assert_neq(st.table, 0, "fused zeroing: the plan table");
-      cr_assert_eq(st.table_max, top, "up to the largest inline count");
+      cr_assert_gt(image_bytes(1, top), MDR_STAGE_INLINE_BYTES, "a large-class count");
+      cr_assert_neq(st.table, 0, "fused zeroing, a large-class count: the plan table");
+      cr_assert_eq(st.table_max, top, "up to the largest large-class count");
     }
-    cr_assert_eq(step_counted(&w, &rng, top, 1), 1, "the largest inline count");
-    cr_assert_eq(fault_backend_last_inline_stage(fb).table, st.table);
-    cr_assert_eq(fault_backend_last_inline_stage(fb).inline_bytes, image_bytes(1, top));
     fault_world_fini(&w, fb, host);
   }
 }
@@ -1180,10 +1189,10 @@ static size_t bt_image_bytes(size_t g) {
   return up16(end) + 4 * BT_W * sb; /* block_table */
 }
 
-static void bt_init(bt_world *bw, mdr_backend *b, mdr_graph_mode mode, const char *route, mdr_capture_fn body,
-                    void *user) {
+static void bt_init_sizes(bt_world *bw, mdr_backend *b, const mdr_sizes *sizes, mdr_graph_mode mode,
+                          const char *route, mdr_capture_fn body, void *user) {
   memset(bw, 0, sizeof *bw);
-  world_init(&bw->w, b, 0);
+  world_init_sizes(&bw->w, b, 0, sizes);
   const size_t rows[BT_IN] = {M, S, S}, width[BT_IN] = {1, 1, BT_W};
   const mdr_step_input_shape shape[BT_IN] = {MDR_INPUT_PER_TOKEN, MDR_INPUT_PER_SEQUENCE, MDR_INPUT_PER_SEQUENCE};
   const char *names[BT_IN] = {"positions", "seq_lens", "block_table"};
@@ -1199,6 +1208,12 @@ static void bt_init(bt_world *bw, mdr_backend *b, mdr_graph_mode mode, const cha
   o.body = body;
   o.user = user;
   world_cache(&bw->w, &o, route);
+}
+
+static void bt_init(bt_world *bw, mdr_backend *b, mdr_graph_mode mode, const char *route, mdr_capture_fn body,
+                    void *user) {
+  const mdr_sizes sizes = tb_small_sizes();
+  bt_init_sizes(bw, b, &sizes, mode, route, body, user);
 }
 
 static void bt_fini(bt_world *bw) {
@@ -1250,6 +1265,36 @@ static void bt_expect(bt_world *bw, const bt_values *v, const char *what) {
   for (int i = 0; i < BT_IN; i++) {
     read_back(w->b, got, bw->dst[i], bw->bytes[i]);
     expect_bytes(got, bw->bytes[i], want[i], real[i], copy[i], 4, k_bt_pad[i], bw->in[i].name, what);
+  }
+}
+
+/* A large-class count goes inline only while its zeroing is short (at
+ * most 16 MiB of plan): a longer plan hides the ring's read of the slot,
+ * so the inline route would cost host time for nothing. The same
+ * block-table steps take the ring once a buffer zeroed whole at every
+ * count makes every plan longer, and land the same bytes either way. */
+Test(stage_inline, a_long_plan_keeps_large_class_steps_on_the_ring) {
+  for (int big = 0; big < 2; big++) {
+    mdr_sizes sizes = tb_small_sizes();
+    if (big) sizes.bytes[MDR_BUF_SSM_QKVZ] = (size_t)17 << 20; /* not a multiple of M or Mp: zeroed whole */
+    static bt_world bw;
+    bt_init_sizes(&bw, tb_backend(TB_HOST), &sizes, MDR_GRAPH_EXACT, NULL, NULL, NULL);
+    uint64_t rng = 99;
+    for (size_t t = 1; t <= 2; t++) {
+      static bt_values v;
+      bt_make(&rng, &v, t, t);
+      bt_poison(&bw);
+      mdr_graph_stats s0, s1;
+      cr_assert_eq(mdr_graph_cache_stats(bw.w.c, &s0), MDR_OK);
+      cr_assert_eq(bt_step(&bw, &v), MDR_OK, "%s", mdr_backend_last_error(bw.w.b));
+      cr_assert_eq(mdr_backend_synchronize(bw.w.b, bw.w.s), MDR_OK);
+      cr_assert_eq(mdr_graph_cache_stats(bw.w.c, &s1), MDR_OK);
+      char what[64];
+      snprintf(what, sizeof what, "%s plan, %zu sequence(s)", big ? "a 17 MiB" : "a short", t);
+      bt_expect(&bw, &v, what);
+      cr_assert_eq(s1.inline_steps - s0.inline_steps, big ? 0u : 1u, "%s: inline or ring", what);
+    }
+    bt_fini(&bw);
   }
 }
 
