@@ -25,8 +25,10 @@
  * slot.
  *
  * Inline steps. A host step of an EXACT or LADDER count whose largest slot
- * image fits MDR_STAGE_INLINE_BYTES carries the image in the fused
- * launch's own parameters instead of a ring slot (staging.h): such a count
+ * image fits MDR_STAGE_INLINE_BYTES (or, with fused zeroing, whose plan the
+ * inline plan table serves, MDR_STAGE_INLINE_LARGE_BYTES) carries the image
+ * in the fused launch's own parameters instead of a ring slot (staging.h):
+ * such a count
  * is captured inline (per count, once, for its graph's life); each step
  * writes its image into the entry's copy of the launch's parameters with
  * the slot writer, updates the node, then launches the graph. No slot is
@@ -133,17 +135,69 @@ static uint64_t lockstep_hash(const mdr_graph_cache *c) {
   return h | 1; /* never 0: 0 marks "none yet" */
 }
 
-/* NODE_UPDATE: resolve c->rules at every count 1..max_tokens into the plan
- * table, uploaded once. */
-static mdr_status build_table(mdr_graph_cache *c) {
+/* Resolve c->rules at every count 1..m into a plan table, uploaded once
+ * to *out (NODE_UPDATE: m = max_tokens; the inline route: its largest
+ * count). */
+static mdr_status build_table(mdr_graph_cache *c, size_t m, mdr_dptr *out) {
   const size_t n = c->n_rules;
-  size_t words = (size_t)mdr_plan_table_words(n, c->max_tokens);
+  size_t words = (size_t)mdr_plan_table_words(n, m);
   uint64_t *w = malloc(words * sizeof *w);
   if (!w) return mdr_backend_fail(c->b, MDR_ERR_OUT_OF_MEMORY, "graph cache: plan table (%zu bytes)", words * 8);
-  mdr_plan_table_fill(c->rules, n, c->max_tokens, w);
-  mdr_status st = mdr_be_alloc_device(c->b, words * sizeof *w, &c->table);
-  if (st == MDR_OK) st = mdr_be_copy_h2d(c->b, c->table, w, words * sizeof *w);
+  mdr_plan_table_fill(c->rules, n, m, w);
+  mdr_status st = mdr_be_alloc_device(c->b, words * sizeof *w, out);
+  if (st == MDR_OK) st = mdr_be_copy_h2d(c->b, *out, w, words * sizeof *w);
   free(w);
+  return st;
+}
+
+/* The zeroing under which a large-class image still goes inline: the
+ * fused plan's bytes at count g at most this. The ring's stage block reads
+ * a slot with a block table over PCIe in about 5 us; a plan that takes
+ * longer than that to clear hides the read (on an H200 at seed policy,
+ * 16 us of zeroing, an inline step of one or two sequences gained no GPU
+ * time and cost 0.5 us more CPU), while a short plan waits for it (policy
+ * all: the inline step took 0.67-0.71x the ring's GPU time). 16 MiB is
+ * about 5 us of zeroing at the H200's write rate (docs/GRAPHS.md, "Small
+ * steps inline"). */
+#define LARGE_INLINE_ZERO_MAX (16u << 20)
+
+/* The bytes the cache's fused plan clears at count g. */
+static uint64_t plan_bytes_at(const mdr_graph_cache *c, size_t g) {
+  uint64_t total = 0;
+  for (size_t i = 0; i < c->n_rules; i++) total += mdr_zero_seg_bytes(&c->rules[i], g);
+  return total;
+}
+
+/* Whether count g's image goes inline in the large class: it does not fit
+ * the small class, fits the large one, and the count's zeroing is short
+ * enough for the ring's read to show (LARGE_INLINE_ZERO_MAX). Fused
+ * zeroing only: the large class is the table form's. */
+static int large_inline(const mdr_graph_cache *c, size_t g, uint64_t image_bytes) {
+  return c->o.zero == MDR_ZERO_FUSED && c->n_rules <= MDR_ZERO_MAX_SEGS && image_bytes > MDR_STAGE_INLINE_BYTES &&
+         image_bytes <= MDR_STAGE_INLINE_LARGE_BYTES && plan_bytes_at(c, g) <= LARGE_INLINE_ZERO_MAX;
+}
+
+/* The inline route's plan table, for the large image class: the fused
+ * inline launch of such a count reads its plan from the table, so the
+ * node's parameters (updated every step) are the table parameters and the
+ * image, not the whole plan and the image. Small-class counts keep the
+ * static form (the plan in the parameters): on an H200 the table form
+ * gained them nothing under policy all and cost 1% of GPU time at seed
+ * policy, where each of some 3,000 blocks reads its plan from the table.
+ * It covers 1..the largest large-class count (a few dozen at most), not
+ * max_tokens: a table to M = 4096 would take over a megabyte. A cache with
+ * no large-class count (ids only, memset zeroing, long plans) takes none. */
+static mdr_status build_inline_table(mdr_graph_cache *c) {
+  if (!c->inline_route) return MDR_OK;
+  size_t m = 0;
+  for (size_t g = 1; g <= c->max_tokens; g++) {
+    const uint64_t bytes = mdr_staging_inline_bytes(&c->staging, g);
+    if (bytes == 0) break; /* past the counts with an inline layout */
+    if (large_inline(c, g, bytes)) m = g;
+  }
+  if (m == 0) return MDR_OK;
+  mdr_status st = build_table(c, m, &c->inline_table);
+  if (st == MDR_OK) c->inline_table_max = m;
   return st;
 }
 
@@ -194,9 +248,11 @@ mdr_status mdr_graph_cache_create(mdr_arena *a, mdr_stream stream, const mdr_gra
   if (st != MDR_OK) goto fail;
   c->n_rules = mdr_arena_rules(a, MDR_COVER_ROWS, c->o.rows, c->rules);
   if (node_update_of(&c->o)) {
-    st = build_table(c);
+    st = build_table(c, c->max_tokens, &c->table);
     if (st != MDR_OK) goto fail;
   }
+  st = build_inline_table(c);
+  if (st != MDR_OK) goto fail;
   if (mdr_arena_comm(a)) { /* a tensor-parallel cache: alike on every rank */
     st = mdr_comm_note_cache(mdr_arena_comm(a), lockstep_hash(c));
     if (st != MDR_OK) goto fail;
@@ -205,6 +261,7 @@ mdr_status mdr_graph_cache_create(mdr_arena *a, mdr_stream stream, const mdr_gra
   return MDR_OK;
 fail:
   mdr_be_free_device(b, c->table);
+  mdr_be_free_device(b, c->inline_table);
   mdr_staging_fini(&c->staging);
   free(c->names);
   for (int k = 0; k < IDS_KINDS; k++) free(c->sets[k].entries);
@@ -227,6 +284,7 @@ void mdr_graph_cache_destroy(mdr_graph_cache *c) {
     free(c->sets[k].entries);
   }
   mdr_be_free_device(c->b, c->table);
+  mdr_be_free_device(c->b, c->inline_table);
   mdr_staging_fini(&c->staging);
   free(c->names);
   free(c->ladder);
@@ -345,12 +403,16 @@ static int uses_slot(const mdr_graph_cache *c, step_ids ids) {
 
 /* Whether graph count g of this kind is captured inline: a host step of an
  * EXACT or LADDER cache (inline_route) whose slot image at g (its most
- * sequences) fits MDR_STAGE_INLINE_BYTES. The same answer for the cache's
- * life, so a count's graph is inline or ring from its capture on. */
+ * sequences) fits MDR_STAGE_INLINE_BYTES, or goes in the large class
+ * (large_inline) and the inline plan table covers g (the launch's table
+ * form, the only one that carries the large class). The same answer for
+ * the cache's life, so a count's graph is inline or ring from its capture
+ * on. */
 static int inline_count(const mdr_graph_cache *c, size_t g, step_ids ids) {
   if (!c->inline_route || ids.kind != IDS_HOST) return 0;
   const uint64_t bytes = mdr_staging_inline_bytes(&c->staging, g);
-  return bytes != 0 && bytes <= MDR_STAGE_INLINE_BYTES;
+  if (bytes == 0) return 0;
+  return bytes <= MDR_STAGE_INLINE_BYTES || (g <= c->inline_table_max && large_inline(c, g, bytes));
 }
 
 static mdr_stage_desc stage_of(const mdr_graph_cache *c, step_ids ids, uint32_t extra, size_t copy_sequences) {
@@ -386,6 +448,11 @@ static mdr_status enqueue_step(mdr_graph_cache *c, size_t g, size_t seqs, step_i
   if (inl) {
     mdr_stage_desc stage = mdr_staging_inline_desc(&c->staging, mdr_arena_token_ids(c->arena), g);
     if (c->o.zero == MDR_ZERO_FUSED) {
+      if (g <= c->inline_table_max && mdr_staging_inline_bytes(&c->staging, g) > MDR_STAGE_INLINE_BYTES) {
+        /* a large-class image: the table form, the plan from the table */
+        stage.table = c->inline_table;
+        stage.table_max = c->inline_table_max;
+      }
       st = mdr_be_fused_inline_launch(c->b, c->rules, c->n_rules, g, &stage, c->stream, inl_node, inl);
     } else { /* memsets, then a stage-only launch */
       st = mdr_arena_run_rules(c->arena, c->stream, c->rules, c->n_rules, g, MDR_ZERO_MEMSET);

@@ -80,6 +80,8 @@ struct mdr_graph_cache {
   mdr_zero_seg rules[MDR_ZERO_PLAN_MAX];
   size_t n_rules;
   mdr_dptr table; /* NODE_UPDATE: the plan table of rules at counts 1..max_tokens */
+  mdr_dptr inline_table;   /* the inline route (fused zeroing): the plan table at counts 1..inline_table_max */
+  size_t inline_table_max; /* 0: none */
   uint64_t tick;
   mdr_graph_stats stats;
 };

@@ -227,6 +227,7 @@ uint64_t mdr_staging_inline_bytes(const mdr_staging *s, size_t g) {
 mdr_stage_desc mdr_staging_inline_desc(const mdr_staging *s, mdr_dptr token_ids, size_t g) {
   mdr_stage_desc d = mdr_staging_desc(s, token_ids, MDR_STAGE_FETCH | MDR_STAGE_INLINE, s->inline_copy_sequences[g]);
   if (s->inline_tables) d.inputs = s->inline_tables + (g - 1) * s->n_inputs * sizeof(mdr_stage_input);
+  d.inline_bytes = s->inline_bytes[g];
   return d;
 }
 

@@ -56,8 +56,11 @@
 #include "staging_layout.h"
 #include "mdr/graph.h"
 
-/* The most ids an inline image holds (behind its header): counts above
- * never fit. */
+/* The counts with an inline layout: the most ids a small-class image
+ * holds (behind its header). The large class (MDR_STAGE_INLINE_LARGE_BYTES)
+ * is for steps with step inputs at a few sequences, which are a few tokens,
+ * so it takes the same counts rather than the 284 ids it could hold: the
+ * per-count layouts and input tables stay this size. */
 #define MDR_STAGING_INLINE_COUNTS ((MDR_STAGE_INLINE_BYTES - MDR_STAGE_HEADER_BYTES) / 4u)
 
 typedef struct mdr_staging {
@@ -128,19 +131,22 @@ mdr_status mdr_staging_inline_init(mdr_staging *s, size_t max_tokens, size_t max
 
 /* The bytes of count g's inline image (its last piece's end), or 0 when g
  * has no inline layout (above the counts laid out). A count whose image
- * exceeds MDR_STAGE_INLINE_BYTES is not inline. */
+ * exceeds MDR_STAGE_INLINE_LARGE_BYTES is never inline, and one that
+ * exceeds MDR_STAGE_INLINE_BYTES only in the table form. */
 uint64_t mdr_staging_inline_bytes(const mdr_staging *s, size_t g);
 
 /* The descriptor of count g's inline launch writing token_ids: FETCH |
- * INLINE (no ring slot, no advance), count g's input table. */
+ * INLINE (no ring slot, no advance), count g's input table and image
+ * bytes (inline_bytes, which pick the launch's image class). */
 mdr_stage_desc mdr_staging_inline_desc(const mdr_staging *s, mdr_dptr token_ids, size_t g);
 
-/* Write a step's slot image to `image` (MDR_STAGE_INLINE_BYTES, in a
- * launch's parameter copy) with count copy_tokens's inline layout: what
+/* Write a step's slot image to `image` (in a launch's parameter copy, of
+ * the launch's image class) with count copy_tokens's inline layout: what
  * mdr_staging_write writes into a slot, at another destination. The step's
  * copy counts are its graph's (count copy_tokens, a layout of
- * mdr_staging_inline_init, its image within MDR_STAGE_INLINE_BYTES). Takes
- * no slot: host_step is unchanged. */
+ * mdr_staging_inline_init, its image within the class: at most
+ * mdr_staging_inline_bytes(s, copy_tokens) bytes are written). Takes no
+ * slot: host_step is unchanged. */
 void mdr_staging_write_inline(const mdr_staging *s, unsigned char *image, const mdr_staging_step *step);
 
 /* A staged launch was enqueued (eagerly or as a graph replay). */

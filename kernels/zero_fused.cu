@@ -33,11 +33,16 @@
  *     zeroing, so its round trip to host memory overlaps the stores. Its
  *     inline form (ZF_STAGED_INLINE) carries a small step's slot image in
  *     its parameters, set per step by a node update: no ring, no round
- *     trip to host memory;
+ *     trip to host memory (the inline launch without a plan table);
  *   - zero_table_kernel (DYNAMIC by node update): the plan at t comes from
  *     a table of every count's plan in device memory; the parameters hold
  *     only t and the stage and the grid is fixed, so the host re-targets a
- *     graph node of it with a parameter write.
+ *     graph node of it with a parameter write. Its inline form,
+ *     zero_table_inline_kernel<IMG> (graphs' small host steps, given a
+ *     table), adds the slot image after those parameters, in two classes:
+ *     about 240 bytes updated per step for a small image (where the static
+ *     inline form takes about 1.2 KiB), 1280 for one up to
+ *     MDR_STAGE_INLINE_LARGE_BYTES (steps with step inputs).
  *   - zero_dynamic_kernel (DYNAMIC by device count): t is the slot header's
  *     count, known only on the device. One block (ticket 0) reads it and
  *     publishes it in device memory; all blocks first clear the floor every
@@ -316,12 +321,9 @@ struct zf_table_params {
   uint32_t flags;       /* FETCH / ADVANCE of this launch */
 };
 
-__global__ void __launch_bounds__(ZF_BLOCK) zero_table_kernel(const __grid_constant__ zf_table_params p) {
-  const unsigned first = p.flags ? 1u : 0u; /* a stage block */
-  if (first && blockIdx.x == 0) {
-    mdr_stage_block(p.stage, p.flags, (uint32_t)p.tokens);
-    return;
-  }
+/* The zeroing blocks' work (blocks `first` on; block 0 is the stage
+ * block when first is 1): count t's plan from the table. */
+__device__ __forceinline__ void zf_table_zero(const zf_table_params &p, unsigned first) {
   __shared__ uint64_t s_ptr[MDR_ZERO_MAX_SEGS], s_bytes[MDR_ZERO_MAX_SEGS];
   __shared__ uint64_t s_prefix[MDR_ZERO_MAX_SEGS + 1];
   const uint64_t *w = (const uint64_t *)p.stage.table;
@@ -338,6 +340,54 @@ __global__ void __launch_bounds__(ZF_BLOCK) zero_table_kernel(const __grid_const
     const uint32_t s = mdr_zero_locate(s_prefix, n, k);
     zf_clear_span(mdr_zero_chunk_span(s_ptr[s], s_bytes[s], k - s_prefix[s]));
   }
+}
+
+__global__ void __launch_bounds__(ZF_BLOCK) zero_table_kernel(const __grid_constant__ zf_table_params p) {
+  const unsigned first = p.flags ? 1u : 0u; /* a stage block */
+  if (first && blockIdx.x == 0) {
+    mdr_stage_block(p.stage, p.flags, (uint32_t)p.tokens);
+    return;
+  }
+  zf_table_zero(p, first);
+}
+
+/* The inline form of the table kernel (graphs' small host steps: FETCH |
+ * INLINE, the descriptor's table set, TABLE not): the table parameters,
+ * then the slot image of IMG bytes. Two classes: IMG =
+ * MDR_STAGE_INLINE_BYTES (240 bytes in all, where the static inline form
+ * zf_inline_params_small carries the whole plan by value in about 1.2 KiB)
+ * and IMG = MDR_STAGE_INLINE_LARGE_BYTES (1280 bytes, for steps with step
+ * inputs). A node of it is updated every step and each launch reads the
+ * whole block, so a launch takes the smallest class that holds its image.
+ * Block 0 serves the stage from the image, as
+ * zero_static_kernel<..., ZF_STAGED_INLINE> does; the others clear count
+ * t's plan from the table. */
+template <unsigned IMG>
+struct zf_table_inline_params_t {
+  zf_table_params p;
+  uint4 inline_slot[IMG / 16];
+};
+static_assert(MDR_STAGE_INLINE_LARGE_BYTES % 16 == 0, "the large slot image is whole 16-byte vectors");
+static_assert(sizeof(zf_table_inline_params_t<MDR_STAGE_INLINE_LARGE_BYTES>) <= MDR_STAGE_INLINE_PARAM_MAX,
+              "the inline table parameters fit mdr_stage_inline_launch");
+static_assert(offsetof(zf_table_inline_params_t<MDR_STAGE_INLINE_BYTES>, inline_slot) % 16 == 0 &&
+                  offsetof(zf_table_inline_params_t<MDR_STAGE_INLINE_LARGE_BYTES>, inline_slot) % 16 == 0,
+              "the slot image is 16-byte aligned");
+static_assert(sizeof(zf_table_inline_params_t<MDR_STAGE_INLINE_BYTES>) ==
+                      offsetof(zf_table_inline_params_t<MDR_STAGE_INLINE_BYTES>, inline_slot) + MDR_STAGE_INLINE_BYTES &&
+                  sizeof(zf_table_inline_params_t<MDR_STAGE_INLINE_LARGE_BYTES>) ==
+                      offsetof(zf_table_inline_params_t<MDR_STAGE_INLINE_LARGE_BYTES>, inline_slot) +
+                          MDR_STAGE_INLINE_LARGE_BYTES,
+              "the image ends the parameters");
+
+template <unsigned IMG>
+__global__ void __launch_bounds__(ZF_BLOCK)
+    zero_table_inline_kernel(const __grid_constant__ zf_table_inline_params_t<IMG> a) {
+  if (blockIdx.x == 0) {
+    mdr_stage_block(a.p.stage, a.p.flags, (uint32_t)a.p.tokens, (uint64_t)(uintptr_t)&a.inline_slot[0]);
+    return;
+  }
+  zf_table_zero(a.p, 1u);
 }
 
 /* STAGE_DYNAMIC (the device-count implementation of MDR_GRAPH_DYNAMIC): the
@@ -610,13 +660,56 @@ static cudaError_t zf_launch_table(const mdr_zero_seg *rules, size_t n, uint64_t
   return e != cudaSuccess ? e : last;
 }
 
+/* The inline launch in the table form (zero_table_inline_kernel<IMG>):
+ * the table parameters at `tokens`, the image (IMG bytes) zeroed after
+ * them. The count is the graph's for the node's life (only the image
+ * changes per step), so the grid is sized to the plan at `tokens` as a
+ * static plan's: a block per chunk up to ZF_STATIC_BLOCKS_PER_SM per SM
+ * (striding past it), +1 stage block. */
+template <unsigned IMG>
+static void zf_table_inline_build(const mdr_zero_seg *segs, size_t n, uint64_t tokens, const mdr_stage_desc *stage,
+                                  int sm_count, mdr_stage_inline_launch *out) {
+  zf_table_inline_params_t<IMG> a;
+  memset(&a, 0, sizeof a);
+  a.p.stage = *stage;
+  a.p.tokens = tokens;
+  a.p.n = (uint32_t)n;
+  a.p.flags = stage->flags & (MDR_STAGE_FETCH | MDR_STAGE_INLINE);
+  uint64_t chunks = 0;
+  for (size_t i = 0; i < n; i++) chunks += mdr_zero_chunks(mdr_zero_seg_bytes(&segs[i], tokens));
+  const uint64_t max_grid = (uint64_t)sm_count * ZF_STATIC_BLOCKS_PER_SM;
+  memset(out, 0, sizeof *out);
+  out->func = (const void *)zero_table_inline_kernel<IMG>;
+  out->grid[0] = (uint32_t)((chunks < max_grid ? chunks : max_grid) + 1);
+  out->grid[1] = out->grid[2] = 1;
+  out->block[0] = ZF_BLOCK;
+  out->block[1] = out->block[2] = 1;
+  out->param_bytes = sizeof a;
+  out->slot_offset = offsetof(zf_table_inline_params_t<IMG>, inline_slot);
+  memcpy(out->param, &a, sizeof a);
+}
+
 extern "C" int mdr_cuda_zero_inline_launch(const mdr_zero_seg *segs, size_t n, uint64_t tokens,
                                            const mdr_stage_desc *stage, int sm_count,
                                            mdr_stage_inline_launch *out) {
   const uint32_t not_with = MDR_STAGE_ADVANCE | MDR_STAGE_DYNAMIC | MDR_STAGE_TABLE | MDR_STAGE_DEVICE_IDS;
   if (!stage || (stage->flags & (MDR_STAGE_FETCH | MDR_STAGE_INLINE)) != (MDR_STAGE_FETCH | MDR_STAGE_INLINE) ||
-      (stage->flags & not_with) || n > ZF_SMALL_SEGS || (n && !segs) || sm_count <= 0)
+      (stage->flags & not_with) || (n && !segs) || sm_count <= 0)
     return (int)cudaErrorInvalidValue;
+  /* a plan table of these rules that serves `tokens`: the table form, in
+   * the smallest image class that holds the image */
+  if (mdr_stage_table_ok(stage, n, tokens)) {
+    if (stage->inline_bytes <= MDR_STAGE_INLINE_BYTES) {
+      zf_table_inline_build<MDR_STAGE_INLINE_BYTES>(segs, n, tokens, stage, sm_count, out);
+    } else if (stage->inline_bytes <= MDR_STAGE_INLINE_LARGE_BYTES) {
+      zf_table_inline_build<MDR_STAGE_INLINE_LARGE_BYTES>(segs, n, tokens, stage, sm_count, out);
+    } else {
+      return (int)cudaErrorInvalidValue;
+    }
+    return 0;
+  }
+  /* the static form carries the small class only */
+  if (n > ZF_SMALL_SEGS || stage->inline_bytes > MDR_STAGE_INLINE_BYTES) return (int)cudaErrorInvalidValue;
   zf_inline_params_small a;
   memset(&a, 0, sizeof a);
   dim3 grid;
@@ -653,6 +746,8 @@ extern "C" int mdr_cuda_zero_preload(void) {
       (const void *)zero_static_kernel<ZF_SMALL_SEGS, ZF_STAGED_INLINE>,
       (const void *)zero_static_kernel<MDR_ZERO_MAX_SEGS, ZF_STAGED>,
       (const void *)zero_static_kernel<MDR_ZERO_MAX_SEGS, ZF_UNSTAGED>, (const void *)zero_table_kernel,
+      (const void *)zero_table_inline_kernel<MDR_STAGE_INLINE_BYTES>,
+      (const void *)zero_table_inline_kernel<MDR_STAGE_INLINE_LARGE_BYTES>,
       (const void *)zero_list_kernel<ZF_LIST_SMALL, true>, (const void *)zero_list_kernel<ZF_LIST_SMALL, false>,
       (const void *)zero_list_kernel<MDR_ZERO_LIST_MAX, true>,
       (const void *)zero_list_kernel<MDR_ZERO_LIST_MAX, false>,

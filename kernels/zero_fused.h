@@ -59,14 +59,21 @@ typedef struct mdr_cuda_launch {
 int mdr_cuda_zero_table_launch(const mdr_zero_seg *rules, size_t n, uint64_t tokens,
                                const mdr_stage_desc *stage, int sm_count, mdr_cuda_launch *out);
 
-/* Describe (not enqueue) the inline launch of a static plan of at most
- * MDR_ZERO_PLAN_MAX segments at `tokens` whose stage (FETCH | INLINE, no
- * ADVANCE, DYNAMIC, TABLE or DEVICE_IDS) is served from the slot image in
- * the kernel's own parameters (staging_layout.h, MDR_STAGE_INLINE): the
- * kernel, grid, block and argument, with the image zeroed at
- * out->slot_offset. A node of it takes a step's image by a parameter update
- * of the whole argument. 0, or cudaErrorInvalidValue for another stage or
- * a longer plan. */
+/* Describe (not enqueue) the inline launch of a plan at `tokens` whose
+ * stage (FETCH | INLINE, no ADVANCE, DYNAMIC, TABLE or DEVICE_IDS) is
+ * served from the slot image in the kernel's own parameters
+ * (staging_layout.h, MDR_STAGE_INLINE): the kernel, grid, block and
+ * argument, with the image zeroed at out->slot_offset. When the stage's
+ * table is a plan table of these n rules that serves `tokens`
+ * (mdr_stage_table_ok; TABLE itself stays unset) the launch reads the plan
+ * from it and the argument is the table parameters and the image, in the
+ * smallest class that holds stage->inline_bytes: MDR_STAGE_INLINE_BYTES
+ * (240 bytes in all) or MDR_STAGE_INLINE_LARGE_BYTES (1280); otherwise the
+ * plan (at most MDR_ZERO_PLAN_MAX segments) travels by value with an image
+ * of MDR_STAGE_INLINE_BYTES (about 1.2 KiB). A node of it takes a step's
+ * image by a parameter update of the whole argument. 0, or
+ * cudaErrorInvalidValue for another stage, a longer plan or an image that
+ * no class of its form holds. */
 int mdr_cuda_zero_inline_launch(const mdr_zero_seg *segs, size_t n, uint64_t tokens, const mdr_stage_desc *stage,
                                 int sm_count, mdr_stage_inline_launch *out);
 

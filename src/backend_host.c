@@ -36,7 +36,8 @@ typedef struct host_op {
   uint64_t tokens;
   int has_stage;
   mdr_stage_desc stage;
-  uint64_t inline_slot[MDR_STAGE_INLINE_BYTES / 8]; /* zero_fused with an INLINE stage: its slot image */
+  uint64_t inline_slot[MDR_STAGE_INLINE_LARGE_BYTES / 8]; /* zero_fused with an INLINE stage: its slot image
+                                                             (room for either class) */
   mdr_host_fn fn;      /* fn: called with an owned copy of its argument */
   void *arg;
   size_t arg_bytes;
@@ -373,6 +374,17 @@ static mdr_status host_fused_node_update(mdr_backend *b, void *exec, void *node,
  * step's image into) is the image alone, and its "kernel" this marker. */
 static const char k_host_inline_kernel;
 
+/* The image class of an inline launch, as the CUDA backend picks it
+ * (mdr_cuda_zero_inline_launch): the small class when the image fits it,
+ * the large one in the table form (a table that serves the launch), else 0
+ * (no class holds it). */
+static uint64_t host_inline_class(const mdr_stage_desc *st, size_t n, uint64_t tokens) {
+  if (st->inline_bytes <= MDR_STAGE_INLINE_BYTES) return MDR_STAGE_INLINE_BYTES;
+  if (st->inline_bytes <= MDR_STAGE_INLINE_LARGE_BYTES && mdr_stage_table_ok(st, n, tokens))
+    return MDR_STAGE_INLINE_LARGE_BYTES;
+  return 0;
+}
+
 static mdr_status host_fused_inline_launch(mdr_backend *b, const mdr_zero_seg *segs, size_t n, uint64_t tokens,
                                            const mdr_stage_desc *stage, mdr_stream s, void **node,
                                            mdr_stage_inline_launch *out) {
@@ -386,6 +398,11 @@ static mdr_status host_fused_inline_launch(mdr_backend *b, const mdr_zero_seg *s
                             "host: an inline launch takes FETCH | INLINE alone and at most %d segments (flags %#x, "
                             "%zu segments)",
                             MDR_ZERO_PLAN_MAX, stage ? stage->flags : 0u, n);
+  const uint64_t img = host_inline_class(stage, n, tokens);
+  if (img == 0)
+    return mdr_backend_fail(b, MDR_ERR_INVALID_ARGUMENT,
+                            "host: an inline image of %u bytes takes the table form and at most %u bytes",
+                            stage->inline_bytes, MDR_STAGE_INLINE_LARGE_BYTES);
   host_op op = {.kind = HOST_OP_ZERO_FUSED,
                 .segs = (mdr_zero_seg *)segs,
                 .n = n,
@@ -399,7 +416,7 @@ static mdr_status host_fused_inline_launch(mdr_backend *b, const mdr_zero_seg *s
   out->func = &k_host_inline_kernel;
   out->grid[0] = out->grid[1] = out->grid[2] = 1;
   out->block[0] = out->block[1] = out->block[2] = 1;
-  out->param_bytes = MDR_STAGE_INLINE_BYTES;
+  out->param_bytes = img;
   out->slot_offset = 0;
   return MDR_OK;
 }
@@ -410,10 +427,11 @@ static mdr_status host_fused_inline_update(mdr_backend *b, void *exec, void *nod
   if (i == 0 || i > e->len || e->ops[i - 1].kind != HOST_OP_ZERO_FUSED || !e->ops[i - 1].has_stage ||
       !(e->ops[i - 1].stage.flags & MDR_STAGE_INLINE))
     return mdr_backend_fail(b, MDR_ERR_INVALID_ARGUMENT, "host: not an inline fused node");
-  if (l->func != &k_host_inline_kernel || l->param_bytes != MDR_STAGE_INLINE_BYTES ||
-      l->slot_offset != 0)
+  const host_op *op = &e->ops[i - 1];
+  const uint64_t img = host_inline_class(&op->stage, op->n, op->tokens);
+  if (l->func != &k_host_inline_kernel || img == 0 || l->param_bytes != img || l->slot_offset != 0)
     return mdr_backend_fail(b, MDR_ERR_INVALID_ARGUMENT, "host: not the host's inline launch");
-  memcpy(e->ops[i - 1].inline_slot, l->param, MDR_STAGE_INLINE_BYTES);
+  memcpy(e->ops[i - 1].inline_slot, l->param, img);
   return MDR_OK;
 }
 

@@ -85,8 +85,12 @@ struct mdr_backend_ops {
   /* optional: the inline form of a fused launch: one launch clearing every
    * entry of segs (at most MDR_ZERO_PLAN_MAX) at `tokens` and serving a
    * staged step (FETCH | INLINE) from the slot image in its own parameters
-   * (staging_layout.h), not from the ring. *out is set to the launch as
-   * made (its image zeroed), which fused_inline_update takes back with a
+   * (staging_layout.h), not from the ring. The image is stage->inline_bytes
+   * (0: small); one over MDR_STAGE_INLINE_BYTES needs the table form (a
+   * plan table of segs in the stage that serves `tokens`) and at most
+   * MDR_STAGE_INLINE_LARGE_BYTES, else MDR_ERR_INVALID_ARGUMENT. *out is
+   * set to the launch as made (its image zeroed, param_bytes and
+   * slot_offset those of the image class taken), which fused_inline_update takes back with a
    * step's image written at out->slot_offset. Enqueued, capture-safe, no
    * allocation; with `node` non-NULL, s must be capturing and *node is set
    * to the graph node the launch became. */

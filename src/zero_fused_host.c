@@ -112,8 +112,10 @@ void mdr_zero_fused_host(const mdr_zero_seg *segs, size_t n, uint64_t tokens,
 }
 
 /* An INLINE stage reads its slot from inline_slot (the launch's parameter
- * copy of the image), as zero_static_kernel's inline form reads its
- * parameters: the counter is neither read nor advanced. */
+ * copy of the image), as the kernels' inline forms read their parameters:
+ * the counter is neither read nor advanced. With a table that serves the
+ * launch (TABLE unset) the plan is read from it, as the CUDA backend's
+ * table form reads it. */
 void mdr_zero_fused_host_inline(const mdr_zero_seg *segs, size_t n, uint64_t tokens,
                                 const mdr_stage_desc *stage, const void *inline_slot) {
   if (n == 0 && !stage) return;
@@ -125,6 +127,13 @@ void mdr_zero_fused_host_inline(const mdr_zero_seg *segs, size_t n, uint64_t tok
     st.flags &= MDR_STAGE_FETCH | MDR_STAGE_ADVANCE | MDR_STAGE_DEVICE_IDS;
     if (st.flags) mdr_zero_fused_host(NULL, 0, tokens, &st);
     return;
+  }
+  if (stage && (stage->flags & MDR_STAGE_INLINE) && mdr_stage_table_ok(stage, n, tokens)) {
+    /* the inline launch's table form (zero_table_inline_kernel): the plan
+     * from the table, then the stage from the image as below */
+    zero_table_host(n, tokens, stage);
+    segs = NULL;
+    n = 0;
   }
   const uint32_t stage_flags =
       stage ? stage->flags &

@@ -90,7 +90,8 @@ enum {
                                  launch's tokens, read from no host memory at all), then pad_id up
                                  to the copy count; count_out gets t */
   MDR_STAGE_INLINE = 32u /* with FETCH: the slot is the launch's own parameters (its slot image, at
-                            most MDR_STAGE_INLINE_BYTES), not a ring slot; the ring's counter and
+                            most MDR_STAGE_INLINE_BYTES, or MDR_STAGE_INLINE_LARGE_BYTES with a
+                            plan table), not a ring slot; the ring's counter and
                             ack are neither read nor advanced (ADVANCE is never set with it) */
 };
 
@@ -101,11 +102,23 @@ enum {
  * cost grows past the slot's (dev/step_params_route.md). */
 #define MDR_STAGE_INLINE_BYTES 112u
 
+/* The large image class: an inline launch in the plan-table form (the
+ * stage's table set: the plan is read from it, so the parameters are the
+ * table parameters and the image) may carry an image up to this size, for
+ * steps with a few sequences' worth of step inputs (a 128-entry block table
+ * per sequence at 1-2 sequences). A launch carries the smallest class that
+ * holds its image (mdr_stage_desc.inline_bytes), so a step that fits
+ * MDR_STAGE_INLINE_BYTES keeps the small parameter block: every byte of the
+ * block is read at each launch of the node. The static form (the plan by
+ * value) takes the small class only. Whole 16-byte vectors. */
+#define MDR_STAGE_INLINE_LARGE_BYTES 1152u
+
 /* An inline launch as a graph kernel node takes it, and as the graph cache
  * keeps it to re-target the node each step: the backend's kernel, its grid
  * and block, and the kernel's one by-value argument (param_bytes of param),
- * whose slot image starts at byte slot_offset (MDR_STAGE_INLINE_BYTES, 16-byte
- * aligned in the argument). The host writes a step's image there and
+ * whose slot image starts at byte slot_offset (the image class's capacity,
+ * MDR_STAGE_INLINE_BYTES or MDR_STAGE_INLINE_LARGE_BYTES, 16-byte aligned in
+ * the argument, ending it). The host writes a step's image there and
  * updates the node with the whole argument; what else the argument holds is
  * the backend's own. */
 #define MDR_STAGE_INLINE_PARAM_MAX 2048u
@@ -148,15 +161,17 @@ typedef struct mdr_stage_desc {
   uint64_t count_out;  /* device uint32[2]: the step's real token and sequence counts, for the body */
   uint32_t slots;      /* ring length */
   uint32_t flags;      /* MDR_STAGE_* */
-  uint64_t table;      /* TABLE: device plan table of the launch's rules (zero_map.h section 4) */
-  uint64_t table_max;  /* TABLE: its largest count m */
+  uint64_t table;      /* TABLE, or INLINE when set: device plan table of the launch's rules (zero_map.h
+                          section 4) */
+  uint64_t table_max;  /* TABLE, or INLINE when table is set: its largest count m */
   uint64_t ids_src;    /* DEVICE_IDS: the engine's ids in device memory (0 or token_ids: already in place) */
   uint32_t pad_id;     /* DEVICE_IDS: the id written after the first t, up to the copy count */
   uint32_t n_inputs;   /* declared inputs (mdr_stage_input entries at `inputs`) */
   uint64_t inputs;     /* device table of n_inputs mdr_stage_input */
   uint32_t copy_sequences; /* per-sequence rows the launch copies (static and TABLE launches; DYNAMIC
                               by device count reads them from the header) */
-  uint32_t reserved;
+  uint32_t inline_bytes;   /* INLINE: the bytes of the launch's slot image (its count's layout), which
+                              pick the image class; 0 reads as at most MDR_STAGE_INLINE_BYTES */
 } mdr_stage_desc;
 
 /* Whether a TABLE launch of n rules at t can be served: a table, t in

@@ -15,6 +15,7 @@ typedef struct fault_backend {
   long per_op[MDR_OP_COUNT];
   int pending;               /* an application error left pending (fault_backend_leave_pending) */
   mdr_dptr host_lo, host_hi; /* is_device_memory says "not device memory" inside */
+  mdr_stage_desc inline_stage; /* the stage of the last inline launch passed on */
 } fault_backend;
 
 static fault_backend *F(mdr_backend *b) { return (fault_backend *)b; }
@@ -188,6 +189,7 @@ static mdr_status f_fused_inline_launch(mdr_backend *b, const mdr_zero_seg *segs
                                         mdr_stage_inline_launch *out) {
   mdr_status due_st = due(b, MDR_OP_FUSED_INLINE_LAUNCH);
   if (due_st != MDR_OK) return due_st;
+  if (st) F(b)->inline_stage = *st;
   mdr_status r = pass(b, I->ops->fused_inline_launch(I, segs, n, t, st, s, node, out));
   if (r == MDR_OK && F(b)->pending) { /* as f_zero_fused: the launch ran, the check reports the pending error */
     F(b)->pending = 0;
@@ -263,6 +265,7 @@ long fault_backend_calls(const mdr_backend *f) { return CF(f)->calls; }
 long fault_backend_injected(const mdr_backend *f) { return CF(f)->injected; }
 long fault_backend_calls_of(const mdr_backend *f, mdr_op op) { return CF(f)->per_op[op]; }
 long fault_backend_live(const mdr_backend *f) { return CF(f)->live; }
+mdr_stage_desc fault_backend_last_inline_stage(const mdr_backend *f) { return CF(f)->inline_stage; }
 void fault_backend_leave_pending(mdr_backend *f) { F(f)->pending = 1; }
 void fault_backend_host_range(mdr_backend *f, mdr_dptr lo, mdr_dptr hi) {
   F(f)->host_lo = lo;

@@ -36,6 +36,9 @@ long fault_backend_calls_of(const mdr_backend *f, mdr_op op);
 /* Live resources made through the wrapper and not yet released:
  * device + pinned allocations, streams, graphs and execs. */
 long fault_backend_live(const mdr_backend *f);
+/* The stage of the last inline launch passed to the inner backend (all
+ * zero before the first). */
+mdr_stage_desc fault_backend_last_inline_stage(const mdr_backend *f);
 /* Leave an application error pending, as a failed launch of the
  * application's own would on CUDA: take_pending_error reports it (and
  * clears it); if nothing takes it first, the next fused launch runs and
