@@ -141,12 +141,15 @@ typedef struct step_values {
   uint16_t half[M];
 } step_values;
 
+/* A token id as a tokenizer would give it: 1 .. 150000. */
+static uint32_t random_id(uint64_t *rng) { return (uint32_t)(tb_rng_next(rng) % 150000) + 1; }
+
 static void make_values(uint64_t *rng, step_values *v, size_t t, size_t s) {
   memset(v, 0, sizeof *v);
   v->t = t;
   v->s = s;
   for (size_t i = 0; i < t; i++) {
-    v->ids[i] = (uint32_t)(tb_rng_next(rng) % 150000) + 1;
+    v->ids[i] = random_id(rng);
     v->pos[i] = (uint32_t)tb_rng_next(rng);
     v->half[i] = (uint16_t)tb_rng_next(rng);
     v->dev[i] = (uint32_t)tb_rng_next(rng);
@@ -702,6 +705,42 @@ static void put_image(mdr_stage_inline_launch *l, uint32_t t, uint32_t copy, uin
   }
 }
 
+/* Hold the stream so that what is enqueued next queues behind it: the
+ * host backend held, on the GPU a 20 ms sleeping kernel ahead. */
+static void hold_stream(tb_kind kind, mdr_backend *b, mdr_stream s) {
+  if (kind == TB_HOST) {
+    cr_assert_eq(mdr_backend_host_hold(b, 1), MDR_OK);
+  } else {
+#if defined(MDR_HAVE_CUDA)
+    cr_assert_eq(tb_cuda_sleep(s, 20ull * 1000 * 1000), 0);
+#else
+    (void)s;
+#endif
+  }
+}
+
+/* One launch of an inline node at t of `copy` tokens, alone: the ids and
+ * `buf` (buf_bytes) poisoned, the image written and the node updated; then
+ * the ids (t of them, padded to copy, nothing past it) and the token count
+ * checked. The sequence count is returned for the caller's checks. */
+static uint32_t launch_alone(mdr_backend *b, mdr_stream s, void *x, void *node, mdr_stage_inline_launch *l,
+                             mdr_dptr ids, mdr_dptr counts, mdr_dptr buf, size_t buf_bytes, uint32_t t,
+                             uint32_t copy) {
+  cr_assert_eq(mdr_backend_fill(b, ids, POISON, 256), MDR_OK);
+  cr_assert_eq(mdr_backend_fill(b, buf, POISON, buf_bytes), MDR_OK);
+  put_image(l, t, copy, 100 * t);
+  cr_assert_eq(mdr_be_fused_inline_update(b, x, node, l), MDR_OK, "%s", mdr_backend_last_error(b));
+  cr_assert_eq(mdr_be_graph_launch(b, x, s), MDR_OK);
+  cr_assert_eq(mdr_backend_synchronize(b, s), MDR_OK);
+  uint32_t got[64], c[2];
+  read_back(b, got, ids, sizeof got);
+  read_back(b, c, counts, 8);
+  for (uint32_t i = 0; i < copy; i++) cr_assert_eq(got[i], i < t ? 100 * t + i : (uint32_t)PAD_ID, "t %u id %u", t, i);
+  cr_assert_eq(got[copy], POISON * 0x01010101u, "t %u: nothing past the copy", t);
+  cr_assert_eq(c[0], t);
+  return c[1];
+}
+
 /* The inline launch captured as a node (zeroing a buffer's rows, and the
  * stage): each update's image is what the next launch copies, and counts
  * and rows follow it; the zeroing is the launch's own. Launches enqueued
@@ -732,32 +771,14 @@ ParameterizedTest(tb_kind *kind, stage_inline, an_inline_node_takes_each_update_
   cr_assert_eq(mdr_be_graph_instantiate(b, g, NULL, &x), MDR_OK);
   /* one launch at a time: its ids, counts and rows */
   for (uint32_t t = 1; t <= COPY; t += 2) {
-    cr_assert_eq(mdr_backend_fill(b, ids, POISON, 256), MDR_OK);
-    cr_assert_eq(mdr_backend_fill(b, buf, POISON, BUF), MDR_OK);
-    put_image(&l, t, COPY, 100 * t);
-    cr_assert_eq(mdr_be_fused_inline_update(b, x, node, &l), MDR_OK, "%s", mdr_backend_last_error(b));
-    cr_assert_eq(mdr_be_graph_launch(b, x, s), MDR_OK);
-    cr_assert_eq(mdr_backend_synchronize(b, s), MDR_OK);
-    uint32_t got[64], c[2];
-    read_back(b, got, ids, sizeof got);
-    read_back(b, c, counts, 8);
-    for (uint32_t i = 0; i < COPY; i++) cr_assert_eq(got[i], i < t ? 100 * t + i : (uint32_t)PAD_ID, "t %u id %u", t, i);
-    cr_assert_eq(got[COPY], POISON * 0x01010101u, "t %u: nothing past the copy", t);
-    cr_assert_eq(c[0], t);
-    cr_assert_eq(c[1], 1);
+    cr_assert_eq(launch_alone(b, s, x, node, &l, ids, counts, buf, BUF, t, COPY), 1);
     unsigned char z[BUF];
     read_back(b, z, buf, BUF);
     cr_assert_eq(tb_first_not(z, COPY * BUF / 8, 0), COPY * BUF / 8, "the rows of %d tokens cleared", COPY);
     cr_assert_eq(tb_first_not(z + COPY * BUF / 8, BUF - COPY * BUF / 8, POISON), BUF - COPY * BUF / 8);
   }
   /* queued launches: each keeps the image it was launched with */
-  if (*kind == TB_HOST) {
-    cr_assert_eq(mdr_backend_host_hold(b, 1), MDR_OK);
-  } else {
-#if defined(MDR_HAVE_CUDA)
-    cr_assert_eq(tb_cuda_sleep(s, 20ull * 1000 * 1000), 0);
-#endif
-  }
+  hold_stream(*kind, b, s);
   uint64_t want_sum = 0;
   for (uint32_t k = 0; k < STEPS; k++) {
     const uint32_t t = 1 + k % COPY;
@@ -849,30 +870,13 @@ ParameterizedTest(tb_kind *kind, stage_inline, the_table_form_clears_exactly_the
   cr_assert_not_null(got_buf);
   /* one launch at a time */
   for (uint32_t t = 1; t <= COPY; t += 2) {
-    cr_assert_eq(mdr_backend_fill(b, ids, POISON, 256), MDR_OK);
-    cr_assert_eq(mdr_backend_fill(b, buf, POISON, BUF), MDR_OK);
-    put_image(&l, t, COPY, 100 * t);
-    cr_assert_eq(mdr_be_fused_inline_update(b, x, node, &l), MDR_OK, "%s", mdr_backend_last_error(b));
-    cr_assert_eq(mdr_be_graph_launch(b, x, s), MDR_OK);
-    cr_assert_eq(mdr_backend_synchronize(b, s), MDR_OK);
-    uint32_t got[64], c[2];
-    read_back(b, got, ids, sizeof got);
-    read_back(b, c, counts, 8);
-    for (uint32_t i = 0; i < COPY; i++) cr_assert_eq(got[i], i < t ? 100 * t + i : (uint32_t)PAD_ID, "t %u id %u", t, i);
-    cr_assert_eq(got[COPY], POISON * 0x01010101u, "t %u: nothing past the copy", t);
-    cr_assert_eq(c[0], t);
+    launch_alone(b, s, x, node, &l, ids, counts, buf, BUF, t, COPY);
     read_back(b, got_buf, buf, BUF);
     for (size_t i = 0; i < BUF; i++) cr_assert_eq(got_buf[i], want[i], "t %u: byte %zu", t, i);
   }
   /* STEPS queued launches, the buffer poisoned before them */
   cr_assert_eq(mdr_backend_fill(b, buf, POISON, BUF), MDR_OK);
-  if (*kind == TB_HOST) {
-    cr_assert_eq(mdr_backend_host_hold(b, 1), MDR_OK);
-  } else {
-#if defined(MDR_HAVE_CUDA)
-    cr_assert_eq(tb_cuda_sleep(s, 20ull * 1000 * 1000), 0);
-#endif
-  }
+  hold_stream(*kind, b, s);
   uint64_t want_sum = 0;
   for (uint32_t k = 0; k < STEPS; k++) {
     const uint32_t t = 1 + (k * 5) % COPY;
@@ -904,6 +908,20 @@ ParameterizedTest(tb_kind *kind, stage_inline, the_table_form_clears_exactly_the
 }
 
 #if defined(MDR_HAVE_CUDA)
+/* The descriptor tests' plan (two rules, one of rows and one fixed, no
+ * device memory behind them: nothing is launched) and inline stage. */
+static const mdr_zero_seg k_desc_rules[2] = {
+    {.ptr = 0x100000, .bytes = 64 * 1000, .a = 1000, .b = 64, .rule = MDR_RULE_ROWS},
+    {.ptr = 0x200003, .bytes = 5000, .rule = MDR_RULE_FIXED},
+};
+
+static mdr_stage_desc desc_stage(void) {
+  return (mdr_stage_desc){.token_ids = 0x300000, .count_out = 0x310000, .flags = MDR_STAGE_FETCH | MDR_STAGE_INLINE,
+                          .copy_sequences = 1};
+}
+#endif
+
+#if defined(MDR_HAVE_CUDA)
 /* The CUDA inline launch as described (no device needed: nothing is
  * launched): given a plan table that serves the count, the table form, its
  * parameters the table parameters (the stage first, table included) and
@@ -911,12 +929,8 @@ ParameterizedTest(tb_kind *kind, stage_inline, the_table_form_clears_exactly_the
  * table's counts, the static form with the plan by value (over 1 KiB).
  * TABLE itself is refused. */
 Test(stage_inline, the_cuda_inline_launch_takes_the_table_form_given_a_table) {
-  const mdr_zero_seg rules[2] = {
-      {.ptr = 0x100000, .bytes = 64 * 1000, .a = 1000, .b = 64, .rule = MDR_RULE_ROWS},
-      {.ptr = 0x200003, .bytes = 5000, .rule = MDR_RULE_FIXED},
-  };
-  mdr_stage_desc st = {.token_ids = 0x300000, .count_out = 0x310000, .flags = MDR_STAGE_FETCH | MDR_STAGE_INLINE,
-                       .copy_sequences = 1};
+  const mdr_zero_seg *rules = k_desc_rules;
+  mdr_stage_desc st = desc_stage();
   mdr_stage_inline_launch plain, tab;
   cr_assert_eq(mdr_cuda_zero_inline_launch(rules, 2, 20, &st, 132, &plain), 0);
   cr_assert_gt(plain.param_bytes, 1024, "the static form carries the plan");
@@ -1048,12 +1062,10 @@ Test(stage_inline, the_host_inline_slots_refuse_what_they_cannot_serve) {
  * past it refused. The static form (no table, or one short of the count)
  * takes the small class only: a larger image is refused. */
 Test(stage_inline, the_cuda_inline_launch_picks_the_smallest_image_class) {
-  const mdr_zero_seg rules[2] = {
-      {.ptr = 0x100000, .bytes = 64 * 1000, .a = 1000, .b = 64, .rule = MDR_RULE_ROWS},
-      {.ptr = 0x200003, .bytes = 5000, .rule = MDR_RULE_FIXED},
-  };
-  mdr_stage_desc st = {.token_ids = 0x300000, .count_out = 0x310000, .flags = MDR_STAGE_FETCH | MDR_STAGE_INLINE,
-                       .copy_sequences = 1, .table = 0x400000, .table_max = 24};
+  const mdr_zero_seg *rules = k_desc_rules;
+  mdr_stage_desc st = desc_stage();
+  st.table = 0x400000;
+  st.table_max = 24;
   static mdr_stage_inline_launch small, large, l;
   const uint32_t smalls[] = {0, 1, MDR_STAGE_INLINE_BYTES};
   for (size_t i = 0; i < 3; i++) {
@@ -1227,7 +1239,7 @@ static void bt_make(uint64_t *rng, bt_values *v, size_t t, size_t s) {
   v->t = t;
   v->s = s;
   for (size_t i = 0; i < t; i++) {
-    v->ids[i] = (uint32_t)(tb_rng_next(rng) % 150000) + 1;
+    v->ids[i] = random_id(rng);
     v->pos[i] = (uint32_t)tb_rng_next(rng);
   }
   for (size_t i = 0; i < s; i++) v->seqlen[i] = (uint32_t)tb_rng_next(rng);
