@@ -182,12 +182,19 @@ __device__ __forceinline__ uint32_t mdr_stage_piece_lane(uint32_t end, uint32_t 
  * counts (copy_t, copy_s), every load of a round issued before its stores.
  * e and have: this lane's table entry (mdr_stage_lane_entry). The pieces
  * are each warp's own, in registers: no shared memory and no barrier stand
- * between the table's and the counter's loads and the slot's. Every thread
- * of the block calls it. */
+ * between the table's and the counter's loads and the slot's. With `hdr`,
+ * thread 0 also loads the slot's header into *hdr, issued with the first
+ * round's loads, once the pieces are known: a header load issued earlier
+ * is in flight when the pieces wait for the table entry, and that wait
+ * can take the header's round trip to host memory with it (the loads
+ * share the warp's wait counters), putting the slot's loads a round trip
+ * later. Every thread of the block calls it. */
 __device__ __forceinline__ void mdr_stage_copy_slot(const mdr_stage_desc &st, const mdr_stage_input &e, bool have,
-                                                    uint64_t slot, bool ids, uint32_t copy_t, uint32_t copy_s) {
+                                                    uint64_t slot, bool ids, uint32_t copy_t, uint32_t copy_s,
+                                                    uint4 *hdr = nullptr) {
   const mdr_stage_lane_piece p = mdr_stage_lane_piece_of(st, e, have, slot, ids && copy_t, copy_t, copy_s);
   const uint32_t tid = threadIdx.x;
+  if (hdr && tid == 0) *hdr = *(const uint4 *)slot;
   /* a round: MDR_STAGE_FETCH_VECS vectors and one tail byte per thread, all
    * loaded before any is stored (tail bytes: under 16 per aligned piece, so
    * one round holds them unless a piece is unaligned). The piece of vector
@@ -314,8 +321,7 @@ __device__ __forceinline__ void mdr_stage_block(const mdr_stage_desc &st, uint32
      * memory, one request a field, that cannot merge with the plain loads
      * of the ids in the same sector */
     uint4 hv = make_uint4(copy, copy, copy_s, copy_s);
-    if (fetch && threadIdx.x == 0) hv = *(const uint4 *)slot;
-    if (fetch) mdr_stage_copy_slot(st, e, have, slot, !(flags & MDR_STAGE_DEVICE_IDS), copy, copy_s);
+    if (fetch) mdr_stage_copy_slot(st, e, have, slot, !(flags & MDR_STAGE_DEVICE_IDS), copy, copy_s, &hv);
     if (threadIdx.x < 32u && have) s_in[threadIdx.x - 1u] = e; /* for the device-resident inputs */
     if (threadIdx.x == 0) {
       s_tokens = hv.x; /* mdr_stage_header: tokens, copy_tokens, sequences, copy_sequences */
