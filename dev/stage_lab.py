@@ -30,9 +30,6 @@ Variants:
   hdrlate    an ids-only ring step issues the header's load, the ids'
              scalar tail's and its first id vectors' before any store
              (shared-memory stores of the header's fields included)
-  hdrslot    a ring step with inputs issues the slot header's load with the
-             slot's first round of loads, after the input table entry's
-             wait, instead of before it
   stamps     a diagnostic: the stage block of a ring step prints SM clock
              stamps (counter, input table, slot loads, barriers) for one
              step in 32 (mdr-bench's log); time it with MDR_STAGE_INLINE=0
@@ -128,9 +125,9 @@ STAMP_START = (
     "  long long stamp1 = 0, stamp_t = 0, stamp_s = 0, stamp_b = 0;\n"
     "  if (step != ~0ull) stamp1 = clock64();\n")
 STAMP_COPY = (
-    "    if (fetch) mdr_stage_copy_slot(st, e, have, slot, !(flags & MDR_STAGE_DEVICE_IDS), copy, copy_s);\n",
+    "    if (fetch) mdr_stage_copy_slot(st, e, have, slot, !(flags & MDR_STAGE_DEVICE_IDS), copy, copy_s, &hv);\n",
     "    if (have && e.row_bytes != 0xffffffffu) stamp_t = clock64();\n"
-    "    if (fetch) mdr_stage_copy_slot(st, e, have, slot, !(flags & MDR_STAGE_DEVICE_IDS), copy, copy_s);\n"
+    "    if (fetch) mdr_stage_copy_slot(st, e, have, slot, !(flags & MDR_STAGE_DEVICE_IDS), copy, copy_s, &hv);\n"
     "    stamp_s = clock64();\n")
 STAMP_BAR = (
     "    mdr_stage_device_inputs(st, s_in, s_tokens, s_seqs, copy, copy_s);\n",
@@ -178,33 +175,12 @@ HDR_LATE = (
     "    }\n"
     "  }\n")
 
-# hdrslot: a ring step with inputs loads the slot's header with the first
-# round of the slot's loads, once the pieces are known, instead of before
-# the input table entry's wait. The stamps put that wait at about one round
-# trip to host memory: the header's load, in flight, shares the warp's wait
-# counters with the table entry's, so the slot's loads start a round trip
-# late.
-HDR_SLOT_DEF = (
-    "                                                    uint64_t slot, bool ids, uint32_t copy_t, uint32_t copy_s) {\n"
-    "  const mdr_stage_lane_piece p = mdr_stage_lane_piece_of(st, e, have, slot, ids && copy_t, copy_t, copy_s);\n"
-    "  const uint32_t tid = threadIdx.x;\n",
-    "                                                    uint64_t slot, bool ids, uint32_t copy_t, uint32_t copy_s,\n"
-    "                                                    uint4 *hdr = nullptr) {\n"
-    "  const mdr_stage_lane_piece p = mdr_stage_lane_piece_of(st, e, have, slot, ids && copy_t, copy_t, copy_s);\n"
-    "  const uint32_t tid = threadIdx.x;\n"
-    "  if (hdr && tid == 0) *hdr = *(const uint4 *)slot;\n")
-HDR_SLOT_USE = (
-    "    if (fetch && threadIdx.x == 0) hv = *(const uint4 *)slot;\n"
-    "    if (fetch) mdr_stage_copy_slot(st, e, have, slot, !(flags & MDR_STAGE_DEVICE_IDS), copy, copy_s);\n",
-    "    if (fetch) mdr_stage_copy_slot(st, e, have, slot, !(flags & MDR_STAGE_DEVICE_IDS), copy, copy_s, &hv);\n")
-
 VARIANTS = {
     "base": [],
     "inline512": inline_bytes(512),
     "inline2k": inline_bytes(2048),
     "slotsall": [(CUH, SPEC_ISSUE), (CUH, SPEC_USE)],
     "hdrlate": [(CUH, HDR_LATE)],
-    "hdrslot": [(CUH, HDR_SLOT_DEF), (CUH, HDR_SLOT_USE)],
     "stamps": [(CUH, STAMP_INC), (CUH, STAMP_START), (CUH, STAMP_COPY), (CUH, STAMP_BAR), (CUH, STAMP_END)],
 }
 
