@@ -42,7 +42,9 @@
  *     table), adds the slot image after those parameters, in two classes:
  *     about 240 bytes updated per step for a small image (where the static
  *     inline form takes about 1.2 KiB), 1280 for one up to
- *     MDR_STAGE_INLINE_LARGE_BYTES (steps with step inputs).
+ *     MDR_STAGE_INLINE_LARGE_BYTES (steps with step inputs). The graph
+ *     cache passes a table for large-class images only: the small class
+ *     ran no faster in the table form (docs/KERNELS.md).
  *   - zero_dynamic_kernel (DYNAMIC by device count): t is the slot header's
  *     count, known only on the device. One block (ticket 0) reads it and
  *     publishes it in device memory; all blocks first clear the floor every
