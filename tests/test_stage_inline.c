@@ -1290,7 +1290,8 @@ Test(stage_inline, a_long_plan_keeps_large_class_steps_on_the_ring) {
     mdr_sizes sizes = tb_small_sizes();
     if (big) sizes.bytes[MDR_BUF_SSM_QKVZ] = (size_t)17 << 20; /* not a multiple of M or Mp: zeroed whole */
     static bt_world bw;
-    bt_init_sizes(&bw, tb_backend(TB_HOST), &sizes, MDR_GRAPH_EXACT, NULL, NULL, NULL);
+    mdr_backend *b = tb_backend(TB_HOST);
+    bt_init_sizes(&bw, b, &sizes, MDR_GRAPH_EXACT, NULL, NULL, NULL);
     uint64_t rng = 99;
     for (size_t t = 1; t <= 2; t++) {
       static bt_values v;
@@ -1307,6 +1308,7 @@ Test(stage_inline, a_long_plan_keeps_large_class_steps_on_the_ring) {
       cr_assert_eq(s1.inline_steps - s0.inline_steps, big ? 0u : 1u, "%s: inline or ring", what);
     }
     bt_fini(&bw);
+    mdr_backend_destroy(b);
   }
 }
 
