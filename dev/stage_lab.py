@@ -117,27 +117,31 @@ SPEC_USE = (
 # and at the end (after the barrier once every load of the slot is in). It
 # prints them, in cycles from entry, for one step in 32: where a ring
 # step's time goes, ids only against ids with inputs.
-STAMP_INC = ("#include <stdint.h>\n", "#include <stdint.h>\n#include <stdio.h>\n")
+STAMP_INC = ("#include <stdint.h>\n",
+             "#include <stdint.h>\n#include <stdio.h>\n"
+             "/* the host emulation compiles this file too: no clock there, no stamps */\n"
+             "#if defined(__CUDA_ARCH__)\n#define MDR_LAB_CLOCK() clock64()\n#define MDR_LAB_DEVICE 1\n"
+             "#else\n#define MDR_LAB_CLOCK() 0ll\n#define MDR_LAB_DEVICE 0\n#endif\n")
 STAMP_START = (
     "  const uint64_t step = inl ? 0 : *(volatile const uint64_t *)st.counter; /* one broadcast load */\n",
-    "  const long long stamp0 = clock64();\n"
+    "  const long long stamp0 = MDR_LAB_CLOCK();\n"
     "  const uint64_t step = inl ? 0 : *(volatile const uint64_t *)st.counter; /* one broadcast load */\n"
     "  long long stamp1 = 0, stamp_t = 0, stamp_s = 0, stamp_b = 0;\n"
-    "  if (step != ~0ull) stamp1 = clock64();\n")
+    "  if (step != ~0ull) stamp1 = MDR_LAB_CLOCK();\n")
 STAMP_COPY = (
     "    if (fetch) mdr_stage_copy_slot(st, e, have, slot, !(flags & MDR_STAGE_DEVICE_IDS), copy, copy_s, &hv);\n",
-    "    if (have && e.row_bytes != 0xffffffffu) stamp_t = clock64();\n"
+    "    if (have && e.row_bytes != 0xffffffffu) stamp_t = MDR_LAB_CLOCK();\n"
     "    if (fetch) mdr_stage_copy_slot(st, e, have, slot, !(flags & MDR_STAGE_DEVICE_IDS), copy, copy_s, &hv);\n"
-    "    stamp_s = clock64();\n")
+    "    stamp_s = MDR_LAB_CLOCK();\n")
 STAMP_BAR = (
     "    mdr_stage_device_inputs(st, s_in, s_tokens, s_seqs, copy, copy_s);\n",
-    "    stamp_b = clock64();\n"
+    "    stamp_b = MDR_LAB_CLOCK();\n"
     "    mdr_stage_device_inputs(st, s_in, s_tokens, s_seqs, copy, copy_s);\n")
 STAMP_END = (
     "  __syncthreads(); /* every load of the slot has completed */\n",
     "  __syncthreads(); /* every load of the slot has completed */\n"
-    "  const long long stamp2 = clock64();\n"
-    "  if (threadIdx.x == 1 && !inl && (step & 31u) == 20u)\n"
+    "  const long long stamp2 = MDR_LAB_CLOCK();\n"
+    "  if (MDR_LAB_DEVICE && threadIdx.x == 1 && !inl && (step & 31u) == 20u)\n"
     "    printf(\"stamps inputs %u copy %u copy_s %u: counter %lld table %lld slot %lld barrier %lld end %lld\\n\",\n"
     "           st.n_inputs, copy, copy_s, stamp1 - stamp0, stamp_t ? stamp_t - stamp0 : -1ll,\n"
     "           stamp_s ? stamp_s - stamp0 : -1ll, stamp_b ? stamp_b - stamp0 : -1ll, stamp2 - stamp0);\n")
