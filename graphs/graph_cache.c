@@ -201,6 +201,12 @@ static mdr_status build_inline_table(mdr_graph_cache *c) {
   return st;
 }
 
+/* Whether graph count g is a large-class inline count: its launch takes
+ * the table form, the plan from the inline plan table. */
+static int large_count(const mdr_graph_cache *c, size_t g) {
+  return g <= c->inline_table_max && large_inline(c, g, mdr_staging_inline_bytes(&c->staging, g));
+}
+
 mdr_status mdr_graph_cache_create(mdr_arena *a, mdr_stream stream, const mdr_graph_cache_options *o,
                                   mdr_graph_cache **out) {
   mdr_backend *b = mdr_arena_backend(a);
@@ -412,7 +418,7 @@ static int inline_count(const mdr_graph_cache *c, size_t g, step_ids ids) {
   if (!c->inline_route || ids.kind != IDS_HOST) return 0;
   const uint64_t bytes = mdr_staging_inline_bytes(&c->staging, g);
   if (bytes == 0) return 0;
-  return bytes <= MDR_STAGE_INLINE_BYTES || (g <= c->inline_table_max && large_inline(c, g, bytes));
+  return bytes <= MDR_STAGE_INLINE_BYTES || large_count(c, g);
 }
 
 static mdr_stage_desc stage_of(const mdr_graph_cache *c, step_ids ids, uint32_t extra, size_t copy_sequences) {
@@ -448,8 +454,7 @@ static mdr_status enqueue_step(mdr_graph_cache *c, size_t g, size_t seqs, step_i
   if (inl) {
     mdr_stage_desc stage = mdr_staging_inline_desc(&c->staging, mdr_arena_token_ids(c->arena), g);
     if (c->o.zero == MDR_ZERO_FUSED) {
-      if (g <= c->inline_table_max && mdr_staging_inline_bytes(&c->staging, g) > MDR_STAGE_INLINE_BYTES) {
-        /* a large-class image: the table form, the plan from the table */
+      if (large_count(c, g)) { /* the table form, the plan from the table */
         stage.table = c->inline_table;
         stage.table_max = c->inline_table_max;
       }
