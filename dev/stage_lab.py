@@ -33,6 +33,10 @@ Variants:
   stamps     a diagnostic: the stage block of a ring step prints SM clock
              stamps (counter, input table, slot loads, barriers) for one
              step in 32 (mdr-bench's log); time it with MDR_STAGE_INLINE=0
+  fine       stamps, finer: counter, table entry, slot address, pieces,
+             first round, copy, barriers ("fine ..." lines in the log)
+  twice      fine, with the slot copied twice: the second copy runs the
+             same code and loads from a warm instruction cache
 
 A variant may also be a whole source tree, NAME=DIR (a branch archived with
 `git archive BRANCH | tar -x -C DIR`): built and validated from DIR as it
@@ -146,6 +150,70 @@ STAMP_END = (
     "           st.n_inputs, copy, copy_s, stamp1 - stamp0, stamp_t ? stamp_t - stamp0 : -1ll,\n"
     "           stamp_s ? stamp_s - stamp0 : -1ll, stamp_b ? stamp_b - stamp0 : -1ll, stamp2 - stamp0);\n")
 
+# fine: a diagnostic, finer than stamps. Thread 1 of a ring step's stage
+# block stamps, in cycles from entry: [1] the ring counter's value in; [2] its
+# input-table entry in (waited for at once, where main waits only inside the
+# slot's pieces); [3] the slot's address computed (a 64-bit remainder); [4]
+# the slot's pieces known; [5] round 0 of the slot's loads stored; [6] the
+# slot copied (ids only: [4] the id vectors stored, [5] the scalar ids
+# stored); [9] after the barrier before the device-resident inputs; [10] the
+# end (after the last barrier). Between [3] and [5] a step waits for no
+# memory but the slot's: cycles there that an ids-only step does not spend
+# are the instructions' own (their fetch included). twice: fine, with the
+# slot copied a second time ([7] pieces, [8] round 0 stored): the same code
+# and the same loads again, now from a warm instruction cache.
+FINE_START = (
+    "  const uint64_t step = inl ? 0 : *(volatile const uint64_t *)st.counter; /* one broadcast load */\n"
+    "  const uint64_t slot = inl ? inline_slot : st.ring + (step % st.slots) * st.slot_bytes;\n",
+    "  long long lab[12] = {0};\n"
+    "  lab[0] = MDR_LAB_CLOCK();\n"
+    "  const uint64_t step = inl ? 0 : *(volatile const uint64_t *)st.counter; /* one broadcast load */\n"
+    "  if (step != ~0ull) lab[1] = MDR_LAB_CLOCK();\n"
+    "  if (have && e.row_bytes != 0xffffffffu) lab[2] = MDR_LAB_CLOCK();\n"
+    "  const uint64_t slot = inl ? inline_slot : st.ring + (step % st.slots) * st.slot_bytes;\n"
+    "  if (slot != 1ull) lab[3] = MDR_LAB_CLOCK();\n")
+FINE_SIG = (
+    "                                                    uint4 *hdr = nullptr) {\n"
+    "  const mdr_stage_lane_piece p = mdr_stage_lane_piece_of(st, e, have, slot, ids && copy_t, copy_t, copy_s);\n",
+    "                                                    uint4 *hdr = nullptr, long long *lab = nullptr) {\n"
+    "  const mdr_stage_lane_piece p = mdr_stage_lane_piece_of(st, e, have, slot, ids && copy_t, copy_t, copy_s);\n"
+    "  if (lab && p.nvec != ~0u) lab[0] = MDR_LAB_CLOCK();\n")
+FINE_ROUND = (
+    "    if (tj < p.ntail) *(unsigned char *)tto = tb;\n  }\n}\n",
+    "    if (tj < p.ntail) *(unsigned char *)tto = tb;\n    if (lab && round == 0) lab[1] = MDR_LAB_CLOCK();\n  }\n}\n")
+
+
+def fine_copy(twice):
+    again = ("    if (fetch) mdr_stage_copy_slot(st, e, have, slot, !(flags & MDR_STAGE_DEVICE_IDS), copy, copy_s, &hv, lab + 7);\n"
+             if twice else "")
+    return ("    if (fetch) mdr_stage_copy_slot(st, e, have, slot, !(flags & MDR_STAGE_DEVICE_IDS), copy, copy_s, &hv);\n",
+            "    if (fetch) mdr_stage_copy_slot(st, e, have, slot, !(flags & MDR_STAGE_DEVICE_IDS), copy, copy_s, &hv, lab + 4);\n"
+            "    lab[6] = MDR_LAB_CLOCK();\n" + again)
+
+
+FINE_IDS = (
+    "    mdr_stage_fetch_vectors((const uint4 *)ids, (uint4 *)st.token_ids, 0, nvec);\n"
+    "    mdr_stage_fetch_scalars((const uint32_t *)ids, (uint32_t *)st.token_ids, nvec * MDR_STAGE_IDS_PER_VEC, copy);\n"
+    "  }\n"
+    "  __syncthreads(); /* every load of the slot has completed */\n",
+    "    mdr_stage_fetch_vectors((const uint4 *)ids, (uint4 *)st.token_ids, 0, nvec);\n"
+    "    lab[4] = MDR_LAB_CLOCK();\n"
+    "    mdr_stage_fetch_scalars((const uint32_t *)ids, (uint32_t *)st.token_ids, nvec * MDR_STAGE_IDS_PER_VEC, copy);\n"
+    "    lab[5] = MDR_LAB_CLOCK();\n"
+    "  }\n"
+    "  __syncthreads(); /* every load of the slot has completed */\n"
+    "  lab[10] = MDR_LAB_CLOCK();\n"
+    "  if (MDR_LAB_DEVICE && threadIdx.x == 1 && !inl && (step & 31u) == 20u)\n"
+    "    printf(\"fine inputs %u copy %u copy_s %u: %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld\\n\", st.n_inputs, copy,\n"
+    "           copy_s, lab[1] - lab[0], lab[2] ? lab[2] - lab[0] : -1ll, lab[3] - lab[0], lab[4] ? lab[4] - lab[0] : -1ll,\n"
+    "           lab[5] ? lab[5] - lab[0] : -1ll, lab[6] ? lab[6] - lab[0] : -1ll, lab[7] ? lab[7] - lab[0] : -1ll,\n"
+    "           lab[8] ? lab[8] - lab[0] : -1ll, lab[9] ? lab[9] - lab[0] : -1ll, lab[10] - lab[0]);\n")
+FINE_BAR = (
+    "    mdr_stage_device_inputs(st, s_in, s_tokens, s_seqs, copy, copy_s);\n",
+    "    lab[9] = MDR_LAB_CLOCK();\n"
+    "    mdr_stage_device_inputs(st, s_in, s_tokens, s_seqs, copy, copy_s);\n")
+FINE = [(CUH, STAMP_INC), (CUH, FINE_SIG), (CUH, FINE_ROUND), (CUH, FINE_START), (CUH, FINE_IDS), (CUH, FINE_BAR)]
+
 # hdrlate: an ids-only ring step loads the header, the ids' scalar tail
 # and the first round of id vectors before any store (the header's fields
 # went to shared memory first, and the tail after the vectors' stores, so
@@ -186,6 +254,8 @@ VARIANTS = {
     "slotsall": [(CUH, SPEC_ISSUE), (CUH, SPEC_USE)],
     "hdrlate": [(CUH, HDR_LATE)],
     "stamps": [(CUH, STAMP_INC), (CUH, STAMP_START), (CUH, STAMP_COPY), (CUH, STAMP_BAR), (CUH, STAMP_END)],
+    "fine": FINE + [(CUH, fine_copy(False))],
+    "twice": FINE + [(CUH, fine_copy(True))],
 }
 
 # The suites that validate a variant (tests/CMakeLists.txt: the Criterion
