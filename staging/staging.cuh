@@ -260,6 +260,15 @@ __device__ __forceinline__ void mdr_stage_device_inputs(const mdr_stage_desc &st
   }
 }
 
+/* The slot of staged launch `step` in the ring. The ring's length
+ * (MDR_GRAPH_STAGING_SLOTS) is a power of two: a mask then, where a 64-bit
+ * remainder takes some 400 cycles on the stage's critical path, between the
+ * counter's load and the slot's. */
+__device__ __forceinline__ uint64_t mdr_stage_slot_of(const mdr_stage_desc &st, uint64_t step) {
+  const uint64_t k = (st.slots & (st.slots - 1u)) == 0u ? step & (uint64_t)(st.slots - 1u) : step % st.slots;
+  return st.ring + k * st.slot_bytes;
+}
+
 /* Write the counts the body reads. */
 __device__ __forceinline__ void mdr_stage_publish_counts(const mdr_stage_desc &st, uint32_t t, uint32_t s) {
   ((uint32_t *)st.count_out)[0] = t;
@@ -307,9 +316,11 @@ __device__ __forceinline__ void mdr_stage_block(const mdr_stage_desc &st, uint32
   const bool have = mdr_stage_lane_entry(st, (const mdr_stage_input *)st.inputs, e);
   const bool inl = (flags & MDR_STAGE_INLINE) != 0;
   const uint64_t step = inl ? 0 : *(volatile const uint64_t *)st.counter; /* one broadcast load */
-  const uint64_t slot = inl ? inline_slot : st.ring + (step % st.slots) * st.slot_bytes;
+  const uint64_t slot = inl ? inline_slot : mdr_stage_slot_of(st, step);
   const uint64_t ids = slot + MDR_STAGE_HEADER_BYTES;
   const bool fetch = flags & MDR_STAGE_FETCH;
+  /* the step's real counts, in thread 0 (the header's once read) */
+  uint32_t tokens = copy, seqs = copy_s;
   /* the inputs belong to the launch that fetches (or takes device ids): a
    * plan split over several launches has its later ones only advance (a
    * copy there would write the sources' rows over the first launch's pad) */
@@ -322,14 +333,23 @@ __device__ __forceinline__ void mdr_stage_block(const mdr_stage_desc &st, uint32
      * of the ids in the same sector */
     uint4 hv = make_uint4(copy, copy, copy_s, copy_s);
     if (fetch) mdr_stage_copy_slot(st, e, have, slot, !(flags & MDR_STAGE_DEVICE_IDS), copy, copy_s, &hv);
-    if (threadIdx.x < 32u && have) s_in[threadIdx.x - 1u] = e; /* for the device-resident inputs */
-    if (threadIdx.x == 0) {
-      s_tokens = hv.x; /* mdr_stage_header: tokens, copy_tokens, sequences, copy_sequences */
-      s_seqs = hv.z;
+    /* whether an input is already in device memory: every warp holds the
+     * whole table (lanes 1 .. n), so each warp's vote is the block's answer,
+     * with no barrier; without one (and without device ids) the step is
+     * done once the slot's loads are stored */
+    const bool device_inputs = __ballot_sync(0xffffffffu, have && e.src != 0) != 0u;
+    if (device_inputs || (flags & MDR_STAGE_DEVICE_IDS)) {
+      if (threadIdx.x < 32u && have) s_in[threadIdx.x - 1u] = e;
+      if (threadIdx.x == 0) {
+        s_tokens = hv.x; /* mdr_stage_header: tokens, copy_tokens, sequences, copy_sequences */
+        s_seqs = hv.z;
+      }
+      __syncthreads();
+      if (flags & MDR_STAGE_DEVICE_IDS) mdr_stage_device_ids(st, s_tokens, copy);
+      mdr_stage_device_inputs(st, s_in, s_tokens, s_seqs, copy, copy_s);
     }
-    __syncthreads();
-    if (flags & MDR_STAGE_DEVICE_IDS) mdr_stage_device_ids(st, s_tokens, copy);
-    mdr_stage_device_inputs(st, s_in, s_tokens, s_seqs, copy, copy_s);
+    tokens = hv.x;
+    seqs = hv.z;
   } else if (flags & MDR_STAGE_DEVICE_IDS) { /* no ids from host memory; the count only with FETCH */
     if (threadIdx.x == 0) {
       s_tokens = fetch ? ((const mdr_stage_header *)slot)->tokens : copy;
@@ -337,19 +357,24 @@ __device__ __forceinline__ void mdr_stage_block(const mdr_stage_desc &st, uint32
     }
     __syncthreads();
     mdr_stage_device_ids(st, s_tokens, copy);
+    tokens = s_tokens;
+    seqs = s_seqs;
   } else if (fetch) {
-    if (threadIdx.x == 0) {
-      s_tokens = ((const mdr_stage_header *)slot)->tokens;
-      s_seqs = ((const mdr_stage_header *)slot)->sequences;
-    }
+    /* the header in thread 0's registers, its load issued with the ids':
+     * a store of its fields before the ids' loads would hold warp 0's
+     * loads back a round trip to host memory */
+    uint4 hv = make_uint4(copy, copy, copy_s, copy_s);
+    if (threadIdx.x == 0) hv = *(const uint4 *)slot; /* tokens, copy_tokens, sequences, copy_sequences */
     const bool vec = ((ids | st.token_ids) & 15u) == 0;
     const uint32_t nvec = vec ? copy / MDR_STAGE_IDS_PER_VEC : 0;
     mdr_stage_fetch_vectors((const uint4 *)ids, (uint4 *)st.token_ids, 0, nvec);
     mdr_stage_fetch_scalars((const uint32_t *)ids, (uint32_t *)st.token_ids, nvec * MDR_STAGE_IDS_PER_VEC, copy);
+    tokens = hv.x;
+    seqs = hv.z;
   }
   __syncthreads(); /* every load of the slot has completed */
   if (threadIdx.x == 0) {
-    if (flags & (MDR_STAGE_FETCH | MDR_STAGE_DEVICE_IDS)) mdr_stage_publish_counts(st, s_tokens, s_seqs);
+    if (flags & (MDR_STAGE_FETCH | MDR_STAGE_DEVICE_IDS)) mdr_stage_publish_counts(st, tokens, seqs);
     if ((flags & MDR_STAGE_ADVANCE) && !inl) {
       *(volatile uint64_t *)st.counter = step + 1;
       *(volatile uint64_t *)st.ack = step + 1;
@@ -368,7 +393,7 @@ __device__ __forceinline__ void mdr_stage_dynamic(const mdr_stage_desc &st, uint
   __shared__ uint32_t s_copy, s_seqs, s_copy_seqs;
   __shared__ mdr_stage_input s_in[MDR_STAGE_INPUTS_MAX];
   if (st.n_inputs) mdr_stage_load_table(st, s_in); /* in flight with the header's load; the sync below */
-  const uint64_t slot = st.ring + (step % st.slots) * st.slot_bytes;
+  const uint64_t slot = mdr_stage_slot_of(st, step);
   const uint64_t ids = slot + MDR_STAGE_HEADER_BYTES;
   const bool device_ids = flags & MDR_STAGE_DEVICE_IDS;
   const bool fetch = (flags & MDR_STAGE_FETCH) && !device_ids; /* ids from the slot */

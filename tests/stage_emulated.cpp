@@ -168,7 +168,6 @@ void __syncthreads(void) { g_block->bar.wait("__syncthreads"); }
 namespace {
 
 constexpr unsigned char POISON = 0xA5;
-constexpr unsigned SLOTS = 4;
 constexpr uint64_t GAP = 64; /* guard bytes after every region */
 
 struct Rng {
@@ -190,7 +189,7 @@ struct InputSpec {
 };
 
 struct Case {
-  uint32_t flags, n, max_tokens, max_seqs;
+  uint32_t flags, n, max_tokens, max_seqs, slots; /* slots: the ring's length (3: not a power of two) */
   uint32_t t, copy, s, copy_s, step, ids_mis, ids_src_kind; /* ids_src: 0 none, 1 token_ids, 2 its own */
   InputSpec in[MDR_STAGE_INPUTS_MAX];
   uint64_t fill_seed;
@@ -245,7 +244,7 @@ void build(const Case &c, World &w) {
     }
   }
   const uint64_t slot_bytes = up(end, 256);
-  const uint64_t ring = place("ring", slot_bytes * SLOTS, 256, 0);
+  const uint64_t ring = place("ring", slot_bytes * c.slots, 256, 0);
   const uint64_t ids = place("token_ids", (uint64_t)c.max_tokens * 4u, 256, c.ids_mis);
   const uint64_t ids_src = c.ids_src_kind == 2 ? place("ids_src", (uint64_t)c.max_tokens * 4u, 256, 0) : 0;
   uint64_t dst[MDR_STAGE_INPUTS_MAX] = {0}, src[MDR_STAGE_INPUTS_MAX] = {0};
@@ -260,7 +259,7 @@ void build(const Case &c, World &w) {
   std::memset(w.mem, POISON, w.bytes);
   const uint64_t base = (uint64_t)(uintptr_t)w.mem;
   Rng fill{c.fill_seed};
-  for (uint64_t k = 0; k < slot_bytes * SLOTS; k++) w.mem[ring + k] = (unsigned char)fill.next();
+  for (uint64_t k = 0; k < slot_bytes * c.slots; k++) w.mem[ring + k] = (unsigned char)fill.next();
   if (ids_src)
     for (uint64_t k = 0; k < (uint64_t)c.max_tokens * 4u; k++) w.mem[ids_src + k] = (unsigned char)fill.next();
   for (uint32_t i = 0; i < c.n; i++) {
@@ -280,7 +279,7 @@ void build(const Case &c, World &w) {
   const uint64_t counter = (c.flags & MDR_STAGE_INLINE) ? step + 3 : step;
   std::memcpy(w.mem + ctl, &counter, 8);
   std::memset(w.mem + ctl + 8, 0, 16);
-  unsigned char *slot = w.mem + ring + (step % SLOTS) * slot_bytes;
+  unsigned char *slot = w.mem + ring + (step % c.slots) * slot_bytes;
   const mdr_stage_header h = {c.t, c.copy, c.s, c.copy_s};
   std::memcpy(slot, &h, sizeof h);
   mdr_stage_desc &d = w.desc;
@@ -292,7 +291,7 @@ void build(const Case &c, World &w) {
   d.count_out = base + ctl + 32;
   d.ack = base + ctl + 40;
   d.token_ids = base + ids;
-  d.slots = SLOTS;
+  d.slots = c.slots;
   d.flags = c.flags;
   d.ids_src = c.ids_src_kind == 1 ? base + ids : c.ids_src_kind == 2 ? base + ids_src : 0;
   d.pad_id = 0x7FFFFFFFu;
@@ -307,7 +306,7 @@ void build(const Case &c, World &w) {
 /* An INLINE launch's slot: the case's slot, standing for the launch's
  * parameters (0 for ring launches). */
 uint64_t inline_slot_of(const Case &c, const World &w) {
-  return (c.flags & MDR_STAGE_INLINE) ? w.desc.ring + (c.step % SLOTS) * w.desc.slot_bytes : 0;
+  return (c.flags & MDR_STAGE_INLINE) ? w.desc.ring + (c.step % c.slots) * w.desc.slot_bytes : 0;
 }
 
 void run_device(const Case &c, World &w) {
@@ -352,7 +351,8 @@ Case draw(Rng &g) {
   const uint32_t smax = c.t < c.max_seqs ? c.t : c.max_seqs;
   c.s = 1 + (uint32_t)g.below(smax);
   c.copy_s = c.s + (uint32_t)g.below(c.max_seqs - c.s + 1);
-  c.step = (uint32_t)g.below(3 * SLOTS);
+  c.slots = g.below(4) == 0 ? 3u : 4u;
+  c.step = (uint32_t)g.below(3 * c.slots);
   c.ids_mis = g.below(4) == 0 ? 4u * (uint32_t)g.below(4) : 0u; /* ids stay 4-byte aligned */
   c.ids_src_kind = (uint32_t)g.below(3);
   c.n = (uint32_t)g.below(MDR_STAGE_INPUTS_MAX + 1);
