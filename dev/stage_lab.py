@@ -20,23 +20,14 @@ Variants:
              ids only to 508 tokens)
              (both raise MDR_STAGE_INLINE_PARAM_MAX to 4096 so the fused
              kernel's parameter block, plan and image, still fits it)
-  slotsall   an ids-only ring step loads the header and first 31 id vectors
-             of every slot beside the ring counter (warp w slot w) and keeps
-             the slot the counter names: one trip to host memory instead of
-             counter-then-slot (8x the PCIe bytes of those vectors). Steps
-             with inputs are unchanged: their slot pieces wait for the input
-             table's device load, which is already in flight with the
-             counter's, so speculating their slot loads saves no trip
-  hdrlate    an ids-only ring step issues the header's load, the ids'
-             scalar tail's and its first id vectors' before any store
-             (shared-memory stores of the header's fields included)
-  stamps     a diagnostic: the stage block of a ring step prints SM clock
-             stamps (counter, input table, slot loads, barriers) for one
-             step in 32 (mdr-bench's log); time it with MDR_STAGE_INLINE=0
-  fine       stamps, finer: counter, table entry, slot address, pieces,
+  fine       a diagnostic: SM clock stamps of a ring step's stage block
+             (thread 1, one step in 32, in mdr-bench's log; time it with
+             MDR_STAGE_INLINE=0): counter, table entry, slot address, pieces,
              first round, copy, barriers ("fine ..." lines in the log)
   twice      fine, with the slot copied twice: the second copy runs the
              same code and loads from a warm instruction cache
+  large4k    the large inline class at 4352 bytes (steps with a 128-entry
+             block table inline up to 8 sequences)
 
 A variant may also be a whole source tree, NAME=DIR (a branch archived with
 `git archive BRANCH | tar -x -C DIR`): built and validated from DIR as it
@@ -73,87 +64,18 @@ def inline_bytes(n):
             (LAYOUT, ("#define MDR_STAGE_INLINE_PARAM_MAX 2048u\n", "#define MDR_STAGE_INLINE_PARAM_MAX 4096u\n"))]
 
 
-# slotsall: the speculative loads are issued before the counter's load in
-# source order, so nothing the compiler schedules makes them wait for it.
-# Every index is in its slot: lane l loads vector l only when l - 1 < copy / 4,
-# and a slot holds the header and at least `copy` ids.
-SPEC_ISSUE = (
-    "  const bool inl = (flags & MDR_STAGE_INLINE) != 0;\n"
-    "  const uint64_t step = inl ? 0 : *(volatile const uint64_t *)st.counter; /* one broadcast load */\n",
-    "  const bool inl = (flags & MDR_STAGE_INLINE) != 0;\n"
-    "  /* slotsall (lab): an ids-only ring step loads the header and the first\n"
-    "   * ids of every slot (warp w slot w: lane 0 the header, lane l ids vector\n"
-    "   * l - 1) before the counter's value is known, so the counter's device\n"
-    "   * load and the slots' host loads are in flight together; the warp of\n"
-    "   * the slot the counter names stores its vectors, the others' are dropped */\n"
-    "  const bool spec = (flags & MDR_STAGE_FETCH) && !inl && !(flags & MDR_STAGE_DEVICE_IDS) && st.n_inputs == 0 &&\n"
-    "                    st.slots >= 1u && st.slots <= MDR_STAGE_BLOCK / 32u &&\n"
-    "                    ((st.ring | st.slot_bytes | st.token_ids) & 15u) == 0;\n"
-    "  const uint32_t spec_w = threadIdx.x >> 5, spec_l = threadIdx.x & 31u, spec_nvec = copy / MDR_STAGE_IDS_PER_VEC;\n"
-    "  uint4 spec_v = make_uint4(0u, 0u, 0u, 0u);\n"
-    "  if (spec && spec_w < st.slots && (spec_l == 0u || spec_l - 1u < spec_nvec))\n"
-    "    spec_v = ((const uint4 *)(st.ring + (uint64_t)spec_w * st.slot_bytes))[spec_l];\n"
-    "  const uint64_t step = inl ? 0 : *(volatile const uint64_t *)st.counter; /* one broadcast load */\n")
-SPEC_USE = (
-    "  } else if (fetch) {\n"
-    "    if (threadIdx.x == 0) {\n"
-    "      s_tokens = ((const mdr_stage_header *)slot)->tokens;\n",
-    "  } else if (spec) { /* slotsall: the named slot's warp stores what it loaded; the rest as below */\n"
-    "    if (spec_w == step % st.slots) {\n"
-    "      if (spec_l == 0u) {\n"
-    "        s_tokens = spec_v.x; /* mdr_stage_header: tokens, copy_tokens, sequences, copy_sequences */\n"
-    "        s_seqs = spec_v.z;\n"
-    "      } else if (spec_l - 1u < spec_nvec) {\n"
-    "        ((uint4 *)st.token_ids)[spec_l - 1u] = spec_v;\n"
-    "      }\n"
-    "    }\n"
-    "    mdr_stage_fetch_vectors((const uint4 *)ids, (uint4 *)st.token_ids, spec_nvec < 31u ? spec_nvec : 31u, spec_nvec);\n"
-    "    mdr_stage_fetch_scalars((const uint32_t *)ids, (uint32_t *)st.token_ids, spec_nvec * MDR_STAGE_IDS_PER_VEC, copy);\n"
-    "  } else if (fetch) {\n"
-    "    if (threadIdx.x == 0) {\n"
-    "      s_tokens = ((const mdr_stage_header *)slot)->tokens;\n")
-
-# stamps: a diagnostic, not a candidate. Thread 1 of a ring step's stage
-# block takes SM clock stamps (clock64): at entry; once the ring counter's
-# value is in (a branch on it waits for the load); with inputs, once its
-# input-table entry is in (likewise), once its share of the slot's loads is
-# stored (each store waits for its load), after the barrier that follows,
-# and at the end (after the barrier once every load of the slot is in). It
-# prints them, in cycles from entry, for one step in 32: where a ring
-# step's time goes, ids only against ids with inputs.
+# The clock the diagnostics read (fine, twice): none in the host
+# emulation, which compiles staging.cuh too.
 STAMP_INC = ("#include <stdint.h>\n",
              "#include <stdint.h>\n#include <stdio.h>\n"
              "/* the host emulation compiles this file too: no clock there, no stamps */\n"
              "#if defined(__CUDA_ARCH__)\n#define MDR_LAB_CLOCK() clock64()\n#define MDR_LAB_DEVICE 1\n"
              "#else\n#define MDR_LAB_CLOCK() 0ll\n#define MDR_LAB_DEVICE 0\n#endif\n")
-STAMP_START = (
-    "  const uint64_t step = inl ? 0 : *(volatile const uint64_t *)st.counter; /* one broadcast load */\n",
-    "  const long long stamp0 = MDR_LAB_CLOCK();\n"
-    "  const uint64_t step = inl ? 0 : *(volatile const uint64_t *)st.counter; /* one broadcast load */\n"
-    "  long long stamp1 = 0, stamp_t = 0, stamp_s = 0, stamp_b = 0;\n"
-    "  if (step != ~0ull) stamp1 = MDR_LAB_CLOCK();\n")
-STAMP_COPY = (
-    "    if (fetch) mdr_stage_copy_slot(st, e, have, slot, !(flags & MDR_STAGE_DEVICE_IDS), copy, copy_s, &hv);\n",
-    "    if (have && e.row_bytes != 0xffffffffu) stamp_t = MDR_LAB_CLOCK();\n"
-    "    if (fetch) mdr_stage_copy_slot(st, e, have, slot, !(flags & MDR_STAGE_DEVICE_IDS), copy, copy_s, &hv);\n"
-    "    stamp_s = MDR_LAB_CLOCK();\n")
-STAMP_BAR = (
-    "    mdr_stage_device_inputs(st, s_in, s_tokens, s_seqs, copy, copy_s);\n",
-    "    stamp_b = MDR_LAB_CLOCK();\n"
-    "    mdr_stage_device_inputs(st, s_in, s_tokens, s_seqs, copy, copy_s);\n")
-STAMP_END = (
-    "  __syncthreads(); /* every load of the slot has completed */\n",
-    "  __syncthreads(); /* every load of the slot has completed */\n"
-    "  const long long stamp2 = MDR_LAB_CLOCK();\n"
-    "  if (MDR_LAB_DEVICE && threadIdx.x == 1 && !inl && (step & 31u) == 20u)\n"
-    "    printf(\"stamps inputs %u copy %u copy_s %u: counter %lld table %lld slot %lld barrier %lld end %lld\\n\",\n"
-    "           st.n_inputs, copy, copy_s, stamp1 - stamp0, stamp_t ? stamp_t - stamp0 : -1ll,\n"
-    "           stamp_s ? stamp_s - stamp0 : -1ll, stamp_b ? stamp_b - stamp0 : -1ll, stamp2 - stamp0);\n")
 
-# fine: a diagnostic, finer than stamps. Thread 1 of a ring step's stage
+# fine: a diagnostic. Thread 1 of a ring step's stage
 # block stamps, in cycles from entry: [1] the ring counter's value in; [2] its
 # input-table entry in (waited for at once, where main waits only inside the
-# slot's pieces); [3] the slot's address computed (a 64-bit remainder); [4]
+# slot's pieces); [3] the slot's address computed; [4]
 # the slot's pieces known; [5] round 0 of the slot's loads stored; [6] the
 # slot copied (ids only: [4] the id vectors stored, [5] the scalar ids
 # stored); [9] after the barrier before the device-resident inputs; [10] the
@@ -164,13 +86,13 @@ STAMP_END = (
 # and the same loads again, now from a warm instruction cache.
 FINE_START = (
     "  const uint64_t step = inl ? 0 : *(volatile const uint64_t *)st.counter; /* one broadcast load */\n"
-    "  const uint64_t slot = inl ? inline_slot : st.ring + (step % st.slots) * st.slot_bytes;\n",
+    "  const uint64_t slot = inl ? inline_slot : mdr_stage_slot_of(st, step);\n",
     "  long long lab[12] = {0};\n"
     "  lab[0] = MDR_LAB_CLOCK();\n"
     "  const uint64_t step = inl ? 0 : *(volatile const uint64_t *)st.counter; /* one broadcast load */\n"
     "  if (step != ~0ull) lab[1] = MDR_LAB_CLOCK();\n"
     "  if (have && e.row_bytes != 0xffffffffu) lab[2] = MDR_LAB_CLOCK();\n"
-    "  const uint64_t slot = inl ? inline_slot : st.ring + (step % st.slots) * st.slot_bytes;\n"
+    "  const uint64_t slot = inl ? inline_slot : mdr_stage_slot_of(st, step);\n"
     "  if (slot != 1ull) lab[3] = MDR_LAB_CLOCK();\n")
 FINE_SIG = (
     "                                                    uint4 *hdr = nullptr) {\n"
@@ -194,12 +116,16 @@ def fine_copy(twice):
 FINE_IDS = (
     "    mdr_stage_fetch_vectors((const uint4 *)ids, (uint4 *)st.token_ids, 0, nvec);\n"
     "    mdr_stage_fetch_scalars((const uint32_t *)ids, (uint32_t *)st.token_ids, nvec * MDR_STAGE_IDS_PER_VEC, copy);\n"
+    "    tokens = hv.x;\n"
+    "    seqs = hv.z;\n"
     "  }\n"
     "  __syncthreads(); /* every load of the slot has completed */\n",
     "    mdr_stage_fetch_vectors((const uint4 *)ids, (uint4 *)st.token_ids, 0, nvec);\n"
     "    lab[4] = MDR_LAB_CLOCK();\n"
     "    mdr_stage_fetch_scalars((const uint32_t *)ids, (uint32_t *)st.token_ids, nvec * MDR_STAGE_IDS_PER_VEC, copy);\n"
     "    lab[5] = MDR_LAB_CLOCK();\n"
+    "    tokens = hv.x;\n"
+    "    seqs = hv.z;\n"
     "  }\n"
     "  __syncthreads(); /* every load of the slot has completed */\n"
     "  lab[10] = MDR_LAB_CLOCK();\n"
@@ -214,48 +140,25 @@ FINE_BAR = (
     "    mdr_stage_device_inputs(st, s_in, s_tokens, s_seqs, copy, copy_s);\n")
 FINE = [(CUH, STAMP_INC), (CUH, FINE_SIG), (CUH, FINE_ROUND), (CUH, FINE_START), (CUH, FINE_IDS), (CUH, FINE_BAR)]
 
-# hdrlate: an ids-only ring step loads the header, the ids' scalar tail
-# and the first round of id vectors before any store (the header's fields
-# went to shared memory first, and the tail after the vectors' stores, so
-# each could cost a round trip of its own).
-HDR_LATE = (
-    "  } else if (fetch) {\n"
-    "    if (threadIdx.x == 0) {\n"
-    "      s_tokens = ((const mdr_stage_header *)slot)->tokens;\n"
-    "      s_seqs = ((const mdr_stage_header *)slot)->sequences;\n"
-    "    }\n"
-    "    const bool vec = ((ids | st.token_ids) & 15u) == 0;\n"
-    "    const uint32_t nvec = vec ? copy / MDR_STAGE_IDS_PER_VEC : 0;\n"
-    "    mdr_stage_fetch_vectors((const uint4 *)ids, (uint4 *)st.token_ids, 0, nvec);\n"
-    "    mdr_stage_fetch_scalars((const uint32_t *)ids, (uint32_t *)st.token_ids, nvec * MDR_STAGE_IDS_PER_VEC, copy);\n"
-    "  }\n",
-    "  } else if (fetch) {\n"
-    "    const bool vec = ((ids | st.token_ids) & 15u) == 0;\n"
-    "    const uint32_t nvec = vec ? copy / MDR_STAGE_IDS_PER_VEC : 0;\n"
-    "    uint4 hv = make_uint4(0u, 0u, 0u, 0u);\n"
-    "    if (threadIdx.x == 0) hv = *(const uint4 *)slot; /* tokens, copy_tokens, sequences, copy_sequences */\n"
-    "    const uint32_t si = nvec * MDR_STAGE_IDS_PER_VEC + threadIdx.x;\n"
-    "    const bool has_s = vec && si < copy; /* the scalar tail: under 4 ids when vec */\n"
-    "    uint32_t sv = 0;\n"
-    "    if (has_s) sv = ((const uint32_t *)ids)[si];\n"
-    "    mdr_stage_fetch_vectors((const uint4 *)ids, (uint4 *)st.token_ids, 0, nvec);\n"
-    "    if (has_s) ((uint32_t *)st.token_ids)[si] = sv;\n"
-    "    if (!vec) mdr_stage_fetch_scalars((const uint32_t *)ids, (uint32_t *)st.token_ids, 0, copy);\n"
-    "    if (threadIdx.x == 0) {\n"
-    "      s_tokens = hv.x;\n"
-    "      s_seqs = hv.z;\n"
-    "    }\n"
-    "  }\n")
+# large4k: the large inline class at 4352 bytes (positions, sequence
+# lengths and a 128-entry block table per sequence at up to 8 sequences),
+# the parameter bound raised to hold it: what a larger class costs the
+# steps it already served (1-2 sequences) against what it saves the steps
+# that took the ring (4-8 sequences).
+LARGE4K = [(LAYOUT, ("#define MDR_STAGE_INLINE_LARGE_BYTES 1152u\n", "#define MDR_STAGE_INLINE_LARGE_BYTES 4352u\n")),
+           (LAYOUT, ("#define MDR_STAGE_INLINE_PARAM_MAX 2048u\n", "#define MDR_STAGE_INLINE_PARAM_MAX 8192u\n")),
+           # the queued large-class test counts 3-4 sequences on the ring: inline here
+           ("tests/test_stage_inline.c",
+            ("  cr_assert_eq(st.inline_steps, want_inline, \"1 and 2 sequences inline\");\n",
+             "  cr_assert_geq(st.inline_steps, want_inline, \"1 and 2 sequences inline\");\n"))]
 
 VARIANTS = {
     "base": [],
     "inline512": inline_bytes(512),
     "inline2k": inline_bytes(2048),
-    "slotsall": [(CUH, SPEC_ISSUE), (CUH, SPEC_USE)],
-    "hdrlate": [(CUH, HDR_LATE)],
-    "stamps": [(CUH, STAMP_INC), (CUH, STAMP_START), (CUH, STAMP_COPY), (CUH, STAMP_BAR), (CUH, STAMP_END)],
     "fine": FINE + [(CUH, fine_copy(False))],
     "twice": FINE + [(CUH, fine_copy(True))],
+    "large4k": LARGE4K,
 }
 
 # The suites that validate a variant (tests/CMakeLists.txt: the Criterion
