@@ -18,16 +18,14 @@ Variants:
   inline2k   MDR_STAGE_INLINE_BYTES = 2048 (positions, sequence lengths and
              a 128-entry block table per sequence inline at 1-3 sequences,
              ids only to 508 tokens)
-             (both raise MDR_STAGE_INLINE_PARAM_MAX to 4096 so the fused
-             kernel's parameter block, plan and image, still fits it)
+             (MDR_STAGE_INLINE_PARAM_MAX holds the fused kernel's parameter
+             block, plan and image, at either size)
   fine       a diagnostic: SM clock stamps of a ring step's stage block
              (thread 1, one step in 32, in mdr-bench's log; time it with
              MDR_STAGE_INLINE=0): counter, table entry, slot address, pieces,
              first round, copy, barriers ("fine ..." lines in the log)
   twice      fine, with the slot copied twice: the second copy runs the
              same code and loads from a warm instruction cache
-  large4k    the large inline class at 4352 bytes (steps with a 128-entry
-             block table inline up to 8 sequences)
 
 A variant may also be a whole source tree, NAME=DIR (a branch archived with
 `git archive BRANCH | tar -x -C DIR`): built and validated from DIR as it
@@ -60,8 +58,7 @@ CUH = "staging/staging.cuh"
 
 
 def inline_bytes(n):
-    return [(LAYOUT, ("#define MDR_STAGE_INLINE_BYTES 112u\n", f"#define MDR_STAGE_INLINE_BYTES {n}u\n")),
-            (LAYOUT, ("#define MDR_STAGE_INLINE_PARAM_MAX 2048u\n", "#define MDR_STAGE_INLINE_PARAM_MAX 4096u\n"))]
+    return [(LAYOUT, ("#define MDR_STAGE_INLINE_BYTES 112u\n", f"#define MDR_STAGE_INLINE_BYTES {n}u\n"))]
 
 
 # The clock the diagnostics read (fine, twice): none in the host
@@ -140,25 +137,12 @@ FINE_BAR = (
     "    mdr_stage_device_inputs(st, s_in, s_tokens, s_seqs, copy, copy_s);\n")
 FINE = [(CUH, STAMP_INC), (CUH, FINE_SIG), (CUH, FINE_ROUND), (CUH, FINE_START), (CUH, FINE_IDS), (CUH, FINE_BAR)]
 
-# large4k: the large inline class at 4352 bytes (positions, sequence
-# lengths and a 128-entry block table per sequence at up to 8 sequences),
-# the parameter bound raised to hold it: what a larger class costs the
-# steps it already served (1-2 sequences) against what it saves the steps
-# that took the ring (4-8 sequences).
-LARGE4K = [(LAYOUT, ("#define MDR_STAGE_INLINE_LARGE_BYTES 1152u\n", "#define MDR_STAGE_INLINE_LARGE_BYTES 4352u\n")),
-           (LAYOUT, ("#define MDR_STAGE_INLINE_PARAM_MAX 2048u\n", "#define MDR_STAGE_INLINE_PARAM_MAX 8192u\n")),
-           # the queued large-class test counts 3-4 sequences on the ring: inline here
-           ("tests/test_stage_inline.c",
-            ("  cr_assert_eq(st.inline_steps, want_inline, \"1 and 2 sequences inline\");\n",
-             "  cr_assert_geq(st.inline_steps, want_inline, \"1 and 2 sequences inline\");\n"))]
-
 VARIANTS = {
     "base": [],
     "inline512": inline_bytes(512),
     "inline2k": inline_bytes(2048),
     "fine": FINE + [(CUH, fine_copy(False))],
     "twice": FINE + [(CUH, fine_copy(True))],
-    "large4k": LARGE4K,
 }
 
 # The suites that validate a variant (tests/CMakeLists.txt: the Criterion

@@ -39,11 +39,12 @@
  *     only t and the stage and the grid is fixed, so the host re-targets a
  *     graph node of it with a parameter write. Its inline form,
  *     zero_table_inline_kernel<IMG> (graphs' small host steps, given a
- *     table), adds the slot image after those parameters, in two classes:
+ *     table), adds the slot image after those parameters, in three classes:
  *     about 240 bytes updated per step for a small image (where the static
  *     inline form takes about 1.2 KiB), 1280 for one up to
- *     MDR_STAGE_INLINE_LARGE_BYTES (steps with step inputs). The graph
- *     cache passes a table for large-class images only: the small class
+ *     MDR_STAGE_INLINE_LARGE_BYTES, 4480 for one up to
+ *     MDR_STAGE_INLINE_XL_BYTES (steps with step inputs). The graph
+ *     cache passes a table for the larger classes only: the small class
  *     ran no faster in the table form (docs/KERNELS.md).
  *   - zero_dynamic_kernel (DYNAMIC by device count): t is the slot header's
  *     count, known only on the device. One block (ticket 0) reads it and
@@ -355,11 +356,11 @@ __global__ void __launch_bounds__(ZF_BLOCK) zero_table_kernel(const __grid_const
 
 /* The inline form of the table kernel (graphs' small host steps: FETCH |
  * INLINE, the descriptor's table set, TABLE not): the table parameters,
- * then the slot image of IMG bytes. Two classes: IMG =
+ * then the slot image of IMG bytes. Three classes: IMG =
  * MDR_STAGE_INLINE_BYTES (240 bytes in all, where the static inline form
- * zf_inline_params_small carries the whole plan by value in about 1.2 KiB)
- * and IMG = MDR_STAGE_INLINE_LARGE_BYTES (1280 bytes, for steps with step
- * inputs). A node of it is updated every step and each launch reads the
+ * zf_inline_params_small carries the whole plan by value in about 1.2 KiB),
+ * MDR_STAGE_INLINE_LARGE_BYTES (1280 bytes) and MDR_STAGE_INLINE_XL_BYTES
+ * (4480 bytes), for steps with step inputs. A node of it is updated every step and each launch reads the
  * whole block, so a launch takes the smallest class that holds its image.
  * Block 0 serves the stage from the image, as
  * zero_static_kernel<..., ZF_STAGED_INLINE> does; the others clear count
@@ -369,18 +370,20 @@ struct zf_table_inline_params_t {
   zf_table_params p;
   uint4 inline_slot[IMG / 16];
 };
-static_assert(MDR_STAGE_INLINE_LARGE_BYTES % 16 == 0, "the large slot image is whole 16-byte vectors");
-static_assert(sizeof(zf_table_inline_params_t<MDR_STAGE_INLINE_LARGE_BYTES>) <= MDR_STAGE_INLINE_PARAM_MAX,
-              "the inline table parameters fit mdr_stage_inline_launch");
-static_assert(offsetof(zf_table_inline_params_t<MDR_STAGE_INLINE_BYTES>, inline_slot) % 16 == 0 &&
-                  offsetof(zf_table_inline_params_t<MDR_STAGE_INLINE_LARGE_BYTES>, inline_slot) % 16 == 0,
-              "the slot image is 16-byte aligned");
-static_assert(sizeof(zf_table_inline_params_t<MDR_STAGE_INLINE_BYTES>) ==
-                      offsetof(zf_table_inline_params_t<MDR_STAGE_INLINE_BYTES>, inline_slot) + MDR_STAGE_INLINE_BYTES &&
-                  sizeof(zf_table_inline_params_t<MDR_STAGE_INLINE_LARGE_BYTES>) ==
-                      offsetof(zf_table_inline_params_t<MDR_STAGE_INLINE_LARGE_BYTES>, inline_slot) +
-                          MDR_STAGE_INLINE_LARGE_BYTES,
-              "the image ends the parameters");
+/* Each class: whole 16-byte vectors, 16-byte aligned in the parameters,
+ * ending them, the whole fitting mdr_stage_inline_launch. */
+template <unsigned IMG>
+constexpr bool zf_inline_class_ok() {
+  return IMG % 16 == 0 && offsetof(zf_table_inline_params_t<IMG>, inline_slot) % 16 == 0 &&
+         sizeof(zf_table_inline_params_t<IMG>) == offsetof(zf_table_inline_params_t<IMG>, inline_slot) + IMG &&
+         sizeof(zf_table_inline_params_t<IMG>) <= MDR_STAGE_INLINE_PARAM_MAX;
+}
+static_assert(zf_inline_class_ok<MDR_STAGE_INLINE_BYTES>() && zf_inline_class_ok<MDR_STAGE_INLINE_LARGE_BYTES>() &&
+                  zf_inline_class_ok<MDR_STAGE_INLINE_XL_BYTES>(),
+              "the image classes' parameter layouts");
+static_assert(MDR_STAGE_INLINE_BYTES < MDR_STAGE_INLINE_LARGE_BYTES &&
+                  MDR_STAGE_INLINE_LARGE_BYTES < MDR_STAGE_INLINE_XL_BYTES,
+              "the classes grow");
 
 template <unsigned IMG>
 __global__ void __launch_bounds__(ZF_BLOCK)
@@ -705,6 +708,8 @@ extern "C" int mdr_cuda_zero_inline_launch(const mdr_zero_seg *segs, size_t n, u
       zf_table_inline_build<MDR_STAGE_INLINE_BYTES>(segs, n, tokens, stage, sm_count, out);
     } else if (stage->inline_bytes <= MDR_STAGE_INLINE_LARGE_BYTES) {
       zf_table_inline_build<MDR_STAGE_INLINE_LARGE_BYTES>(segs, n, tokens, stage, sm_count, out);
+    } else if (stage->inline_bytes <= MDR_STAGE_INLINE_XL_BYTES) {
+      zf_table_inline_build<MDR_STAGE_INLINE_XL_BYTES>(segs, n, tokens, stage, sm_count, out);
     } else {
       return (int)cudaErrorInvalidValue;
     }
@@ -750,6 +755,7 @@ extern "C" int mdr_cuda_zero_preload(void) {
       (const void *)zero_static_kernel<MDR_ZERO_MAX_SEGS, ZF_UNSTAGED>, (const void *)zero_table_kernel,
       (const void *)zero_table_inline_kernel<MDR_STAGE_INLINE_BYTES>,
       (const void *)zero_table_inline_kernel<MDR_STAGE_INLINE_LARGE_BYTES>,
+      (const void *)zero_table_inline_kernel<MDR_STAGE_INLINE_XL_BYTES>,
       (const void *)zero_list_kernel<ZF_LIST_SMALL, true>, (const void *)zero_list_kernel<ZF_LIST_SMALL, false>,
       (const void *)zero_list_kernel<MDR_ZERO_LIST_MAX, true>,
       (const void *)zero_list_kernel<MDR_ZERO_LIST_MAX, false>,

@@ -68,7 +68,8 @@ int mdr_cuda_zero_table_launch(const mdr_zero_seg *rules, size_t n, uint64_t tok
  * (mdr_stage_table_ok; TABLE itself stays unset) the launch reads the plan
  * from it and the argument is the table parameters and the image, in the
  * smallest class that holds stage->inline_bytes: MDR_STAGE_INLINE_BYTES
- * (240 bytes in all) or MDR_STAGE_INLINE_LARGE_BYTES (1280); otherwise the
+ * (240 bytes in all), MDR_STAGE_INLINE_LARGE_BYTES (1280) or
+ * MDR_STAGE_INLINE_XL_BYTES (4480); otherwise the
  * plan (at most MDR_ZERO_PLAN_MAX segments) travels by value with an image
  * of MDR_STAGE_INLINE_BYTES (about 1.2 KiB). A node of it takes a step's
  * image by a parameter update of the whole argument. 0, or

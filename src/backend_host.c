@@ -36,7 +36,7 @@ typedef struct host_op {
   uint64_t tokens;
   int has_stage;
   mdr_stage_desc stage;
-  uint64_t inline_slot[MDR_STAGE_INLINE_LARGE_BYTES / 8]; /* zero_fused with an INLINE stage: its slot image
+  uint64_t inline_slot[MDR_STAGE_INLINE_XL_BYTES / 8]; /* zero_fused with an INLINE stage: its slot image
                                                              (room for either class) */
   mdr_host_fn fn;      /* fn: called with an owned copy of its argument */
   void *arg;
@@ -376,12 +376,13 @@ static const char k_host_inline_kernel;
 
 /* The image class of an inline launch, as the CUDA backend picks it
  * (mdr_cuda_zero_inline_launch): the small class when the image fits it,
- * the large one in the table form (a table that serves the launch), else 0
- * (no class holds it). */
+ * else the smallest of the table form's (a table that serves the launch)
+ * that holds it, else 0 (no class holds it). */
 static uint64_t host_inline_class(const mdr_stage_desc *st, size_t n, uint64_t tokens) {
   if (st->inline_bytes <= MDR_STAGE_INLINE_BYTES) return MDR_STAGE_INLINE_BYTES;
-  if (st->inline_bytes <= MDR_STAGE_INLINE_LARGE_BYTES && mdr_stage_table_ok(st, n, tokens))
-    return MDR_STAGE_INLINE_LARGE_BYTES;
+  if (!mdr_stage_table_ok(st, n, tokens)) return 0;
+  if (st->inline_bytes <= MDR_STAGE_INLINE_LARGE_BYTES) return MDR_STAGE_INLINE_LARGE_BYTES;
+  if (st->inline_bytes <= MDR_STAGE_INLINE_XL_BYTES) return MDR_STAGE_INLINE_XL_BYTES;
   return 0;
 }
 
@@ -402,7 +403,7 @@ static mdr_status host_fused_inline_launch(mdr_backend *b, const mdr_zero_seg *s
   if (img == 0)
     return mdr_backend_fail(b, MDR_ERR_INVALID_ARGUMENT,
                             "host: an inline image of %u bytes takes the table form and at most %u bytes",
-                            stage->inline_bytes, MDR_STAGE_INLINE_LARGE_BYTES);
+                            stage->inline_bytes, MDR_STAGE_INLINE_XL_BYTES);
   host_op op = {.kind = HOST_OP_ZERO_FUSED,
                 .segs = (mdr_zero_seg *)segs,
                 .n = n,

@@ -90,7 +90,7 @@ enum {
                                  launch's tokens, read from no host memory at all), then pad_id up
                                  to the copy count; count_out gets t */
   MDR_STAGE_INLINE = 32u /* with FETCH: the slot is the launch's own parameters (its slot image, at
-                            most MDR_STAGE_INLINE_BYTES, or MDR_STAGE_INLINE_LARGE_BYTES with a
+                            most MDR_STAGE_INLINE_BYTES, or MDR_STAGE_INLINE_XL_BYTES with a
                             plan table), not a ring slot; the ring's counter and
                             ack are neither read nor advanced (ADVANCE is never set with it) */
 };
@@ -113,15 +113,24 @@ enum {
  * value) takes the small class only. Whole 16-byte vectors. */
 #define MDR_STAGE_INLINE_LARGE_BYTES 1152u
 
+/* The extra-large image class, in the same table form: up to 8 sequences'
+ * worth (positions, sequence lengths and a 128-entry block table per
+ * sequence at 8 tokens: 4208 bytes). Its larger parameter block costs the
+ * steps that take it far less than the ring's round trip to host memory
+ * (docs/GRAPHS.md, "Small steps inline"); steps that fit the large class
+ * keep its smaller block. Whole 16-byte vectors. */
+#define MDR_STAGE_INLINE_XL_BYTES 4352u
+
 /* An inline launch as a graph kernel node takes it, and as the graph cache
  * keeps it to re-target the node each step: the backend's kernel, its grid
  * and block, and the kernel's one by-value argument (param_bytes of param),
  * whose slot image starts at byte slot_offset (the image class's capacity,
- * MDR_STAGE_INLINE_BYTES or MDR_STAGE_INLINE_LARGE_BYTES, 16-byte aligned in
+ * MDR_STAGE_INLINE_BYTES, MDR_STAGE_INLINE_LARGE_BYTES or
+ * MDR_STAGE_INLINE_XL_BYTES, 16-byte aligned in
  * the argument, ending it). The host writes a step's image there and
  * updates the node with the whole argument; what else the argument holds is
  * the backend's own. */
-#define MDR_STAGE_INLINE_PARAM_MAX 2048u
+#define MDR_STAGE_INLINE_PARAM_MAX 4608u
 typedef struct mdr_stage_inline_launch {
   const void *func;
   uint32_t grid[3];

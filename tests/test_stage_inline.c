@@ -266,12 +266,11 @@ enum { INLINE_COUNTS = (MDR_STAGE_INLINE_BYTES - MDR_STAGE_HEADER_BYTES) / 4 };
 
 /* Whether graph count g goes inline in a cache of fused zeroing or not: a
  * count with an inline layout whose image fits the small class, or with
- * fused zeroing (the table form, the only one with the large class) the
- * large class. */
+ * fused zeroing (the table form, the only one with the larger classes) the
+ * extra-large class. */
 static int goes_inline(int inputs, size_t g, int fused) {
   const size_t bytes = image_bytes(inputs, g);
-  return g <= INLINE_COUNTS &&
-         (bytes <= MDR_STAGE_INLINE_BYTES || (fused && bytes <= MDR_STAGE_INLINE_LARGE_BYTES));
+  return g <= INLINE_COUNTS && (bytes <= MDR_STAGE_INLINE_BYTES || (fused && bytes <= MDR_STAGE_INLINE_XL_BYTES));
 }
 
 /* The largest count that goes inline (fused zeroing or not). */
@@ -543,7 +542,8 @@ ParameterizedTestParameters(stage_inline, an_image_of_exactly_the_limit_is_inlin
  * ids) is then exactly the limit of a class, rung 12's one vector more. */
 enum {
   FIXB = MDR_STAGE_INLINE_BYTES - MDR_STAGE_HEADER_BYTES - 32,
-  FIXB_LARGE = MDR_STAGE_INLINE_LARGE_BYTES - MDR_STAGE_HEADER_BYTES - 32
+  FIXB_LARGE = MDR_STAGE_INLINE_LARGE_BYTES - MDR_STAGE_HEADER_BYTES - 32,
+  FIXB_XL = MDR_STAGE_INLINE_XL_BYTES - MDR_STAGE_HEADER_BYTES - 32
 };
 
 /* Ids only: gi = (limit - 16) / 4 ids make an image of exactly the limit
@@ -605,15 +605,19 @@ ParameterizedTest(tb_kind *kind, stage_inline, an_image_of_exactly_the_limit_is_
   }
   world_fini(&w);
 
-  /* LADDER rungs 8 and 12 (ids and a FIXED input of fixb bytes: 64 or 1104
-   * at 112 and 1152): 5 tokens take rung 8 (16 + 32 + fixb = a class's
-   * limit, inline), 9 take rung 12 (16 + 48 + fixb, one vector more: the
-   * ring, or with fused zeroing and the small fixb the large class) */
+  /* LADDER rungs 8 and 12 (ids and a FIXED input of fixb bytes: 64, 1104
+   * or 4304 at 112, 1152 and 4352): 5 tokens take rung 8 (16 + 32 + fixb = a
+   * class's limit, inline), 9 take rung 12 (16 + 48 + fixb, one vector
+   * more: the ring, or with fused zeroing and the small or large fixb the
+   * next class) */
   static const struct {
     mdr_zero_strategy zero;
     size_t fixb;
     uint64_t rung12; /* rung 12 inline */
-  } lads[] = {{MDR_ZERO_MEMSET, FIXB, 0}, {MDR_ZERO_FUSED, FIXB, 1}, {MDR_ZERO_FUSED, FIXB_LARGE, 0}};
+  } lads[] = {{MDR_ZERO_MEMSET, FIXB, 0},
+              {MDR_ZERO_FUSED, FIXB, 1},
+              {MDR_ZERO_FUSED, FIXB_LARGE, 1},
+              {MDR_ZERO_FUSED, FIXB_XL, 0}};
   for (size_t li = 0; li < sizeof lads / sizeof lads[0]; li++) {
     const size_t fixb = lads[li].fixb;
     world_init(&w, b, 0);
@@ -628,7 +632,7 @@ ParameterizedTest(tb_kind *kind, stage_inline, an_image_of_exactly_the_limit_is_
     o.ladder = ladder;
     o.ladder_len = 2;
     world_cache(&w, &o, NULL);
-    unsigned char fv[FIXB_LARGE], got[FIXB_LARGE];
+    static unsigned char fv[FIXB_XL], got[FIXB_XL];
     for (size_t i = 0; i < fixb; i++) fv[i] = (unsigned char)(3 * i + 1);
     const size_t ts[] = {5, 9, 8, 12, 1};
     const uint64_t inl[] = {1, lads[li].rung12, 1, lads[li].rung12, 1};
@@ -1058,8 +1062,8 @@ Test(stage_inline, the_host_inline_slots_refuse_what_they_cannot_serve) {
 /* The CUDA table form picks the smallest class that holds the image
  * (stage->inline_bytes; no device needed): at most MDR_STAGE_INLINE_BYTES
  * (0 included) the small block, up to MDR_STAGE_INLINE_LARGE_BYTES the
- * large one, each the table parameters (128 bytes) then the image, zeroed;
- * past it refused. The static form (no table, or one short of the count)
+ * large one, up to MDR_STAGE_INLINE_XL_BYTES the extra-large one, each the
+ * table parameters (128 bytes) then the image, zeroed; past it refused. The static form (no table, or one short of the count)
  * takes the small class only: a larger image is refused. */
 Test(stage_inline, the_cuda_inline_launch_picks_the_smallest_image_class) {
   const mdr_zero_seg *rules = k_desc_rules;
@@ -1097,8 +1101,26 @@ Test(stage_inline, the_cuda_inline_launch_picks_the_smallest_image_class) {
     cr_assert_eq(memcmp(large.grid, small.grid, sizeof large.grid), 0, "the same grid");
     cr_assert_eq(memcmp(large.block, small.block, sizeof large.block), 0);
   }
-  st.inline_bytes = MDR_STAGE_INLINE_LARGE_BYTES + 1;
-  cr_assert_neq(mdr_cuda_zero_inline_launch(rules, 2, 20, &st, 132, &l), 0, "past the large class: refused");
+  static mdr_stage_inline_launch xl;
+  const uint32_t xls[] = {MDR_STAGE_INLINE_LARGE_BYTES + 1, 2048, MDR_STAGE_INLINE_XL_BYTES};
+  for (size_t i = 0; i < 3; i++) {
+    st.inline_bytes = xls[i];
+    memset(&xl, 0xAB, sizeof xl);
+    cr_assert_eq(mdr_cuda_zero_inline_launch(rules, 2, 20, &st, 132, &xl), 0, "%u bytes", xls[i]);
+    cr_assert_eq(xl.slot_offset, 128);
+    cr_assert_eq(xl.param_bytes, 128 + MDR_STAGE_INLINE_XL_BYTES, "%u bytes: the extra-large class", xls[i]);
+    cr_assert_neq(xl.func, large.func, "the extra-large class's kernel");
+    cr_assert_neq(xl.func, small.func);
+    mdr_stage_desc in;
+    memcpy(&in, xl.param, sizeof in);
+    in.inline_bytes = MDR_STAGE_INLINE_BYTES;
+    cr_assert_eq(memcmp(&in, small.param, sizeof in), 0, "the same stage");
+    const unsigned char *img = (const unsigned char *)xl.param + xl.slot_offset;
+    cr_assert_eq(tb_first_not(img, MDR_STAGE_INLINE_XL_BYTES, 0), MDR_STAGE_INLINE_XL_BYTES, "image zeroed");
+    cr_assert_eq(memcmp(xl.grid, small.grid, sizeof xl.grid), 0, "the same grid");
+  }
+  st.inline_bytes = MDR_STAGE_INLINE_XL_BYTES + 1;
+  cr_assert_neq(mdr_cuda_zero_inline_launch(rules, 2, 20, &st, 132, &l), 0, "past the largest class: refused");
   st.inline_bytes = UINT32_MAX;
   cr_assert_neq(mdr_cuda_zero_inline_launch(rules, 2, 20, &st, 132, &l), 0);
   /* the static form: the small class only */
@@ -1146,8 +1168,13 @@ Test(stage_inline, the_host_inline_launch_takes_the_same_image_classes) {
   cr_assert_eq(mdr_be_fused_inline_launch(b, &seg, 1, 6, &st, s, &node, &l), MDR_OK, "%s", mdr_backend_last_error(b));
   cr_assert_eq(l.param_bytes, MDR_STAGE_INLINE_LARGE_BYTES);
   cr_assert_eq(l.slot_offset, 0);
+  static mdr_stage_inline_launch lx;
+  mdr_stage_desc xst = st;
+  xst.inline_bytes = MDR_STAGE_INLINE_LARGE_BYTES + 1;
+  cr_assert_eq(mdr_be_fused_inline_launch(b, &seg, 1, 6, &xst, s, NULL, &lx), MDR_OK, "%s", mdr_backend_last_error(b));
+  cr_assert_eq(lx.param_bytes, MDR_STAGE_INLINE_XL_BYTES, "past the large class: the extra-large one");
   mdr_stage_desc bad = st;
-  bad.inline_bytes = MDR_STAGE_INLINE_LARGE_BYTES + 1;
+  bad.inline_bytes = MDR_STAGE_INLINE_XL_BYTES + 1;
   cr_assert_eq(mdr_be_fused_inline_launch(b, &seg, 1, 6, &bad, s, NULL, &l), MDR_ERR_INVALID_ARGUMENT);
   bad.inline_bytes = MDR_STAGE_INLINE_BYTES + 1;
   bad.table_max = 5; /* short of the count: the static form */
@@ -1324,9 +1351,10 @@ ParameterizedTestParameters(stage_inline, block_table_steps_at_one_and_two_seque
 /* The same random mix of steps (mostly decode steps of 1-4 sequences, some
  * longer) through a cache with the route and one with MDR_STAGE_INLINE=0:
  * counts whose image fits the large class (1 and 2 tokens: 576 and 1088
- * bytes) go inline, 3 and up take the ring; after every step both worlds
- * hold the same bytes everywhere and the step's values are where they
- * belong. */
+ * bytes) go inline in it, 3 up to the counts with an inline layout (24) in
+ * the extra-large class (1600 bytes at 3, 2112 from 4 sequences on), past
+ * them the ring; after every step both worlds hold the same bytes
+ * everywhere and the step's values are where they belong. */
 ParameterizedTest(mix_case *mc, stage_inline, block_table_steps_at_one_and_two_sequences_go_inline_in_the_large_class) {
   cr_assert_eq(bt_image_bytes(1), 576);
   cr_assert_eq(bt_image_bytes(2), 1088);
@@ -1366,15 +1394,15 @@ ParameterizedTest(mix_case *mc, stage_inline, block_table_steps_at_one_and_two_s
     }
     size_t g = 0;
     cr_assert_eq(mdr_graph_cache_graph_tokens(x.w.c, t, &g), MDR_OK);
-    const uint64_t inl = bt_image_bytes(g) <= MDR_STAGE_INLINE_LARGE_BYTES && g <= INLINE_COUNTS;
+    const uint64_t inl = bt_image_bytes(g) <= MDR_STAGE_INLINE_XL_BYTES && g <= INLINE_COUNTS;
     cr_assert_eq(s1.inline_steps - s0.inline_steps, inl, "%s: graph count %zu inline %d", what, g, (int)inl);
     want_inline += inl;
-    at[g < 3 ? g - 1 : 2] += 1;
+    at[g <= 2 ? 0 : g <= INLINE_COUNTS ? 1 : 2] += 1;
   }
-  cr_assert_gt(at[0], 10, "steps at 1 token");
-  cr_assert_gt(at[1], 10, "steps at 2 tokens");
-  cr_assert_gt(at[2], 10, "steps at 3 tokens and up (the ring)");
-  if (MDR_STAGE_INLINE_LARGE_BYTES == 1152) cr_assert_eq(want_inline, at[0] + at[1], "1 and 2 sequences inline");
+  cr_assert_gt(at[0], 10, "steps at 1-2 tokens (the large class)");
+  cr_assert_gt(at[1], 10, "steps at 3-24 tokens (the extra-large class)");
+  cr_assert_gt(at[2], 5, "steps past 24 tokens (the ring)");
+  if (MDR_STAGE_INLINE_XL_BYTES == 4352) cr_assert_eq(want_inline, at[0] + at[1], "up to 24 tokens inline");
   mdr_graph_stats sx, sy;
   cr_assert_eq(mdr_graph_cache_stats(x.w.c, &sx), MDR_OK);
   cr_assert_eq(mdr_graph_cache_stats(y.w.c, &sy), MDR_OK);
@@ -1416,8 +1444,8 @@ ParameterizedTestParameters(stage_inline, queued_large_class_steps_each_land_the
 
 /* The large class queued: the device stalled (a sleeping kernel on the
  * GPU, the host backend held), every destination poisoned first, hundreds
- * of decode steps at 1 and 2 sequences (inline, large class) and a few at
- * 3-4 (the ring) are enqueued; each step's body folds every destination
+ * of decode steps at 1 and 2 sequences (inline, large class) and a few
+ * past the counts with an inline layout (the ring) are enqueued; each step's body folds every destination
  * into an accumulator. The sums match a host replay of what each step
  * writes (its rows, the pad to its copy counts, the earlier contents
  * past them) only if every step's inputs landed exactly, from its own
@@ -1429,9 +1457,8 @@ ParameterizedTest(tb_kind *kind, stage_inline, queued_large_class_steps_each_lan
   bt_init(&bw, b, MDR_GRAPH_EXACT, NULL, bt_acc_body, &u);
   cr_assert_eq(mdr_backend_alloc(b, 64, &u.acc), MDR_OK);
   cr_assert_eq(mdr_backend_fill(b, u.acc, 0, 64), MDR_OK);
-  size_t all[S];
-  for (size_t t = 1; t <= S; t++) all[t - 1] = t;
-  cr_assert_eq(mdr_graph_cache_prepare(bw.w.c, all, S), MDR_OK, "%s", mdr_backend_last_error(b));
+  const size_t all[4] = {1, 2, INLINE_COUNTS + 1, INLINE_COUNTS + 2}; /* the counts the steps take */
+  cr_assert_eq(mdr_graph_cache_prepare(bw.w.c, all, 4), MDR_OK, "%s", mdr_backend_last_error(b));
   bt_poison(&bw);
   cr_assert_eq(mdr_backend_synchronize(b, bw.w.s), MDR_OK);
   /* the host's mirror of each input's destination, poisoned */
@@ -1449,22 +1476,25 @@ ParameterizedTest(tb_kind *kind, stage_inline, queued_large_class_steps_each_lan
   size_t ring_steps = 0;
   const int steps = 6 * MDR_GRAPH_STAGING_SLOTS + 40;
   for (int k = 0; k < steps; k++) {
-    /* ring steps (3-4 sequences), fewer than the ring's slots while held */
+    /* ring steps (past the counts with an inline layout, at S sequences),
+     * fewer than the ring's slots while held */
     const int ring = k % 11 == 6 && ring_steps < MDR_GRAPH_STAGING_SLOTS - 1;
-    const size_t t = ring ? 3 + tb_rng_next(&rng) % 2 : 1 + tb_rng_next(&rng) % 2;
+    const size_t t = ring ? INLINE_COUNTS + 1 + tb_rng_next(&rng) % 2 : 1 + tb_rng_next(&rng) % 2;
+    const size_t s = ring ? S : t;
     ring_steps += ring;
     want_inline += !ring;
     static bt_values v;
-    bt_make(&rng, &v, t, t);
+    bt_make(&rng, &v, t, s);
     cr_assert_eq(bt_step(&bw, &v), MDR_OK, "step %d: %s", k, mdr_backend_last_error(b));
-    /* what the step leaves: its rows, the pad to the copy counts (t: EXACT) */
+    /* what the step leaves: its rows (no pad: EXACT counts, and a ring
+     * step's S sequences are its copy sequences) */
     const uint32_t *vals[BT_IN] = {v.pos, v.seqlen, v.table};
-    const size_t width[BT_IN] = {1, 1, BT_W};
+    const size_t width[BT_IN] = {1, 1, BT_W}, rows[BT_IN] = {t, s, s};
     uint32_t ids[M];
     memcpy(ids, v.ids, sizeof ids);
     fold(&want[0], ids, t);
     for (int i = 0; i < BT_IN; i++) {
-      memcpy(mirror[i], vals[i], t * width[i] * 4);
+      memcpy(mirror[i], vals[i], rows[i] * width[i] * 4);
       fold(&want[2 * (i + 1)], mirror[i], bw.bytes[i] / 4);
     }
     memset(&v, 0xEE, sizeof v); /* the caller may reuse its buffers at once */
