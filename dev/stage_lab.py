@@ -26,6 +26,9 @@ Variants:
              first round, copy, barriers ("fine ..." lines in the log)
   twice      fine, with the slot copied twice: the second copy runs the
              same code and loads from a warm instruction cache
+  devpass    a step with inputs runs the device-input pass and its
+             barrier even with no device-resident input (as before the
+             warp vote that skips them)
 
 A variant may also be a whole source tree, NAME=DIR (a branch archived with
 `git archive BRANCH | tar -x -C DIR`): built and validated from DIR as it
@@ -137,12 +140,19 @@ FINE_BAR = (
     "    mdr_stage_device_inputs(st, s_in, s_tokens, s_seqs, copy, copy_s);\n")
 FINE = [(CUH, STAMP_INC), (CUH, FINE_SIG), (CUH, FINE_ROUND), (CUH, FINE_START), (CUH, FINE_IDS), (CUH, FINE_BAR)]
 
+# devpass: a step with inputs runs the device-input pass and its barrier
+# whether or not an input is device-resident (as before the warp vote): the
+# vote's effect alone.
+DEVPASS = [(CUH, ("    const bool device_inputs = __ballot_sync(0xffffffffu, have && e.src != 0) != 0u;\n",
+                  "    const bool device_inputs = __ballot_sync(0xffffffffu, have && e.src != 0) != 0u || st.n_inputs != 0u;\n"))]
+
 VARIANTS = {
     "base": [],
     "inline512": inline_bytes(512),
     "inline2k": inline_bytes(2048),
     "fine": FINE + [(CUH, fine_copy(False))],
     "twice": FINE + [(CUH, fine_copy(True))],
+    "devpass": DEVPASS,
 }
 
 # The suites that validate a variant (tests/CMakeLists.txt: the Criterion
