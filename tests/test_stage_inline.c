@@ -1059,6 +1059,35 @@ Test(stage_inline, the_host_inline_slots_refuse_what_they_cannot_serve) {
 /* ---- the large image class ---------------------------------------------------------------- */
 
 #if defined(MDR_HAVE_CUDA)
+/* The CUDA table form's launch of an image of `bytes` (no device needed):
+ * class `cls` (the table parameters, 128 bytes, then cls bytes of image,
+ * zeroed), a kernel other than `other`'s and the small class's, and the
+ * small launch's stage (but for the image bytes), count, segments, flags,
+ * grid and block. */
+static void expect_table_class(const mdr_zero_seg *rules, mdr_stage_desc st, uint32_t bytes, uint32_t cls,
+                               const mdr_stage_inline_launch *small, const void *other, mdr_stage_inline_launch *l) {
+  st.inline_bytes = bytes;
+  memset(l, 0xAB, sizeof *l);
+  cr_assert_eq(mdr_cuda_zero_inline_launch(rules, 2, 20, &st, 132, l), 0, "%u bytes", bytes);
+  cr_assert_eq(l->slot_offset, 128);
+  cr_assert_eq(l->param_bytes, 128 + cls, "%u bytes: the class of %u", bytes, cls);
+  cr_assert_neq(l->func, small->func, "%u bytes: not the small class's kernel", bytes);
+  cr_assert_neq(l->func, other, "%u bytes: not the next smaller class's kernel", bytes);
+  /* the same table parameters but for the stage's image bytes */
+  mdr_stage_desc in;
+  memcpy(&in, l->param, sizeof in);
+  cr_assert_eq(in.inline_bytes, bytes);
+  in.inline_bytes = MDR_STAGE_INLINE_BYTES;
+  cr_assert_eq(memcmp(&in, small->param, sizeof in), 0, "the same stage");
+  cr_assert_eq(memcmp((const unsigned char *)l->param + sizeof in, (const unsigned char *)small->param + sizeof in,
+                      128 - sizeof in),
+               0, "the same count, segments and flags");
+  const unsigned char *img = (const unsigned char *)l->param + l->slot_offset;
+  cr_assert_eq(tb_first_not(img, cls, 0), cls, "image zeroed");
+  cr_assert_eq(memcmp(l->grid, small->grid, sizeof l->grid), 0, "the same grid");
+  cr_assert_eq(memcmp(l->block, small->block, sizeof l->block), 0);
+}
+
 /* The CUDA table form picks the smallest class that holds the image
  * (stage->inline_bytes; no device needed): at most MDR_STAGE_INLINE_BYTES
  * (0 included) the small block, up to MDR_STAGE_INLINE_LARGE_BYTES the
@@ -1080,45 +1109,11 @@ Test(stage_inline, the_cuda_inline_launch_picks_the_smallest_image_class) {
     cr_assert_eq(small.param_bytes, 128 + MDR_STAGE_INLINE_BYTES, "%u bytes: the small class", smalls[i]);
   }
   const uint32_t larges[] = {MDR_STAGE_INLINE_BYTES + 1, 576, 1088, MDR_STAGE_INLINE_LARGE_BYTES};
-  for (size_t i = 0; i < 4; i++) {
-    st.inline_bytes = larges[i];
-    memset(&large, 0xAB, sizeof large);
-    cr_assert_eq(mdr_cuda_zero_inline_launch(rules, 2, 20, &st, 132, &large), 0, "%u bytes", larges[i]);
-    cr_assert_eq(large.slot_offset, 128);
-    cr_assert_eq(large.param_bytes, 128 + MDR_STAGE_INLINE_LARGE_BYTES, "%u bytes: the large class", larges[i]);
-    cr_assert_neq(large.func, small.func, "the large class's kernel");
-    /* the same table parameters but for the stage's image bytes */
-    mdr_stage_desc in;
-    memcpy(&in, large.param, sizeof in);
-    cr_assert_eq(in.inline_bytes, larges[i]);
-    in.inline_bytes = MDR_STAGE_INLINE_BYTES;
-    cr_assert_eq(memcmp(&in, small.param, sizeof in), 0, "the same stage");
-    cr_assert_eq(memcmp((const unsigned char *)large.param + sizeof in, (const unsigned char *)small.param + sizeof in,
-                        128 - sizeof in),
-                 0, "the same count, segments and flags");
-    const unsigned char *img = (const unsigned char *)large.param + large.slot_offset;
-    cr_assert_eq(tb_first_not(img, MDR_STAGE_INLINE_LARGE_BYTES, 0), MDR_STAGE_INLINE_LARGE_BYTES, "image zeroed");
-    cr_assert_eq(memcmp(large.grid, small.grid, sizeof large.grid), 0, "the same grid");
-    cr_assert_eq(memcmp(large.block, small.block, sizeof large.block), 0);
-  }
+  for (size_t i = 0; i < 4; i++)
+    expect_table_class(rules, st, larges[i], MDR_STAGE_INLINE_LARGE_BYTES, &small, small.func, &large);
   static mdr_stage_inline_launch xl;
   const uint32_t xls[] = {MDR_STAGE_INLINE_LARGE_BYTES + 1, 2048, MDR_STAGE_INLINE_XL_BYTES};
-  for (size_t i = 0; i < 3; i++) {
-    st.inline_bytes = xls[i];
-    memset(&xl, 0xAB, sizeof xl);
-    cr_assert_eq(mdr_cuda_zero_inline_launch(rules, 2, 20, &st, 132, &xl), 0, "%u bytes", xls[i]);
-    cr_assert_eq(xl.slot_offset, 128);
-    cr_assert_eq(xl.param_bytes, 128 + MDR_STAGE_INLINE_XL_BYTES, "%u bytes: the extra-large class", xls[i]);
-    cr_assert_neq(xl.func, large.func, "the extra-large class's kernel");
-    cr_assert_neq(xl.func, small.func);
-    mdr_stage_desc in;
-    memcpy(&in, xl.param, sizeof in);
-    in.inline_bytes = MDR_STAGE_INLINE_BYTES;
-    cr_assert_eq(memcmp(&in, small.param, sizeof in), 0, "the same stage");
-    const unsigned char *img = (const unsigned char *)xl.param + xl.slot_offset;
-    cr_assert_eq(tb_first_not(img, MDR_STAGE_INLINE_XL_BYTES, 0), MDR_STAGE_INLINE_XL_BYTES, "image zeroed");
-    cr_assert_eq(memcmp(xl.grid, small.grid, sizeof xl.grid), 0, "the same grid");
-  }
+  for (size_t i = 0; i < 3; i++) expect_table_class(rules, st, xls[i], MDR_STAGE_INLINE_XL_BYTES, &small, large.func, &xl);
   st.inline_bytes = MDR_STAGE_INLINE_XL_BYTES + 1;
   cr_assert_neq(mdr_cuda_zero_inline_launch(rules, 2, 20, &st, 132, &l), 0, "past the largest class: refused");
   st.inline_bytes = UINT32_MAX;
