@@ -29,6 +29,9 @@ Variants:
   devpass    a step with inputs runs the device-input pass and its
              barrier even with no device-resident input (as before the
              warp vote that skips them)
+  lb1        the staged static and table-inline kernels under
+             __launch_bounds__(256, 1): 72 registers where ptxas holds them
+             at 64
 
 A variant may also be a whole source tree, NAME=DIR (a branch archived with
 `git archive BRANCH | tar -x -C DIR`): built and validated from DIR as it
@@ -146,6 +149,16 @@ FINE = [(CUH, STAMP_INC), (CUH, FINE_SIG), (CUH, FINE_ROUND), (CUH, FINE_START),
 DEVPASS = [(CUH, ("    const bool device_inputs = __ballot_sync(0xffffffffu, have && e.src != 0) != 0u;\n",
                   "    const bool device_inputs = __ballot_sync(0xffffffffu, have && e.src != 0) != 0u || st.n_inputs != 0u;\n"))]
 
+# lb1: the staged kernels' static and table-inline forms under
+# __launch_bounds__(256, 1): ptxas then gives them 72 registers where it
+# holds them at 64 (ptxas -v), fewer blocks a SM for the zeroing; whether
+# the stage block's rounds of loads gain more than the zeroing loses.
+KFU = "kernels/zero_fused.cu"
+LB1 = [(KFU, ("__global__ void __launch_bounds__(ZF_BLOCK)\n    zero_static_kernel(",
+              "__global__ void __launch_bounds__(ZF_BLOCK, 1)\n    zero_static_kernel(")),
+       (KFU, ("__global__ void __launch_bounds__(ZF_BLOCK)\n    zero_table_inline_kernel(",
+              "__global__ void __launch_bounds__(ZF_BLOCK, 1)\n    zero_table_inline_kernel("))]
+
 VARIANTS = {
     "base": [],
     "inline512": inline_bytes(512),
@@ -153,6 +166,7 @@ VARIANTS = {
     "fine": FINE + [(CUH, fine_copy(False))],
     "twice": FINE + [(CUH, fine_copy(True))],
     "devpass": DEVPASS,
+    "lb1": LB1,
 }
 
 # The suites that validate a variant (tests/CMakeLists.txt: the Criterion
