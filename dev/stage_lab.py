@@ -98,9 +98,10 @@ FINE_START = (
     "  const uint64_t slot = inl ? inline_slot : mdr_stage_slot_of(st, step);\n"
     "  if (slot != 1ull) lab[3] = MDR_LAB_CLOCK();\n")
 FINE_SIG = (
-    "                                                    uint4 *hdr = nullptr) {\n"
+    "                                                    uint4 *hdr = nullptr, uint32_t blk = 0, uint32_t blocks = 1) {\n"
     "  const mdr_stage_lane_piece p = mdr_stage_lane_piece_of(st, e, have, slot, ids && copy_t, copy_t, copy_s);\n",
-    "                                                    uint4 *hdr = nullptr, long long *lab = nullptr) {\n"
+    "                                                    uint4 *hdr = nullptr, uint32_t blk = 0, uint32_t blocks = 1,\n"
+    "                                                    long long *lab = nullptr) {\n"
     "  const mdr_stage_lane_piece p = mdr_stage_lane_piece_of(st, e, have, slot, ids && copy_t, copy_t, copy_s);\n"
     "  if (lab && p.nvec != ~0u) lab[0] = MDR_LAB_CLOCK();\n")
 FINE_ROUND = (
@@ -109,11 +110,11 @@ FINE_ROUND = (
 
 
 def fine_copy(twice):
-    again = ("    if (fetch) mdr_stage_copy_slot(st, e, have, slot, !(flags & MDR_STAGE_DEVICE_IDS), copy, copy_s, &hv, lab + 7);\n"
-             if twice else "")
-    return ("    if (fetch) mdr_stage_copy_slot(st, e, have, slot, !(flags & MDR_STAGE_DEVICE_IDS), copy, copy_s, &hv);\n",
-            "    if (fetch) mdr_stage_copy_slot(st, e, have, slot, !(flags & MDR_STAGE_DEVICE_IDS), copy, copy_s, &hv, lab + 4);\n"
-            "    lab[6] = MDR_LAB_CLOCK();\n" + again)
+    call = ("    if (fetch)\n"
+            "      mdr_stage_copy_slot(st, e, have, slot, !(flags & MDR_STAGE_DEVICE_IDS), copy, copy_s, blk == 0 ? &hv : nullptr,\n"
+            "                          blk, blocks")
+    again = (call + ", lab + 7);\n") if twice else ""
+    return (call + ");\n", call + ", lab + 4);\n" + "    lab[6] = MDR_LAB_CLOCK();\n" + again)
 
 
 FINE_IDS = (

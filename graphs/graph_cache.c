@@ -239,6 +239,9 @@ mdr_status mdr_graph_cache_create(mdr_arena *a, mdr_stream stream, const mdr_gra
   c->poison = mdr_env_switch(b, "MDR_POISON", "graph cache") || opt.poison;
   c->measure_memory = mdr_be_has_mem_used(b);
   c->count_nodes = mdr_be_has_graph_nodes(b);
+  /* MDR_STAGE_SPREAD=1: a large slot read by several stage blocks. Off by
+   * default until measured on a GPU (dev/step_params_route.md) */
+  c->spread = mdr_env_switch(b, "MDR_STAGE_SPREAD", "graph cache");
   c->inline_route = mdr_env_switch_or(b, "MDR_STAGE_INLINE", "graph cache", 1) && !c->graphs_disabled &&
                     opt.mode != MDR_GRAPH_DYNAMIC && mdr_be_has_inline(b);
   st = build_ladder(c, o);
@@ -422,7 +425,8 @@ static int inline_count(const mdr_graph_cache *c, size_t g, step_ids ids) {
   return bytes <= MDR_STAGE_INLINE_BYTES || large_count(c, g);
 }
 
-static mdr_stage_desc stage_of(const mdr_graph_cache *c, step_ids ids, uint32_t extra, size_t copy_sequences) {
+static mdr_stage_desc stage_of(const mdr_graph_cache *c, step_ids ids, uint32_t extra, size_t g,
+                               size_t copy_sequences) {
   uint32_t flags = extra | (uses_slot(c, ids) ? MDR_STAGE_ADVANCE : 0u);
   if (ids.kind == IDS_HOST) {
     flags |= MDR_STAGE_FETCH;
@@ -436,6 +440,9 @@ static mdr_stage_desc stage_of(const mdr_graph_cache *c, step_ids ids, uint32_t 
     d.table = c->table;
     d.table_max = c->max_tokens;
   }
+  /* a static launch's large slot read spread over several stage blocks (the
+   * kernel takes it only where it fetches and advances in one launch) */
+  if (extra == 0 && c->spread) d.flags |= mdr_staging_spread(&c->staging, g, copy_sequences, ids.kind == IDS_HOST);
   return d;
 }
 
@@ -465,17 +472,17 @@ static mdr_status enqueue_step(mdr_graph_cache *c, size_t g, size_t seqs, step_i
       if (st == MDR_OK) st = mdr_be_fused_inline_launch(c->b, NULL, 0, g, &stage, c->stream, inl_node, inl);
     }
   } else if (node_update_of(&c->o)) {
-    mdr_stage_desc stage = stage_of(c, ids, MDR_STAGE_TABLE, seqs);
+    mdr_stage_desc stage = stage_of(c, ids, MDR_STAGE_TABLE, g, seqs);
     st = mdr_be_zero_fused(c->b, c->rules, c->n_rules, g, &stage, c->stream,
                            capturing ? &c->sets[ids.kind].dyn_node : NULL);
   } else if (c->o.mode == MDR_GRAPH_DYNAMIC) {
-    mdr_stage_desc stage = stage_of(c, ids, MDR_STAGE_DYNAMIC, 0);
+    mdr_stage_desc stage = stage_of(c, ids, MDR_STAGE_DYNAMIC, g, 0);
     st = mdr_be_zero_fused(c->b, c->rules, c->n_rules, g, &stage, c->stream, NULL);
   } else if (c->o.zero == MDR_ZERO_FUSED) {
-    mdr_stage_desc stage = stage_of(c, ids, 0, sequence_bound(c, g));
+    mdr_stage_desc stage = stage_of(c, ids, 0, g, sequence_bound(c, g));
     st = mdr_be_zero_fused(c->b, c->rules, c->n_rules, g, &stage, c->stream, NULL);
   } else { /* memsets, then a stage-only launch */
-    mdr_stage_desc stage = stage_of(c, ids, 0, sequence_bound(c, g));
+    mdr_stage_desc stage = stage_of(c, ids, 0, g, sequence_bound(c, g));
     st = mdr_arena_run_rules(c->arena, c->stream, c->rules, c->n_rules, g, MDR_ZERO_MEMSET);
     if (st == MDR_OK) st = mdr_be_zero_fused(c->b, NULL, 0, g, &stage, c->stream, NULL);
   }
@@ -660,7 +667,7 @@ mdr_status mdr_graph_cache_prepare_device(mdr_graph_cache *c, mdr_dptr token_ids
 static mdr_status retarget(mdr_graph_cache *c, void *exec, size_t t, size_t seqs, step_ids ids) {
   graph_set *set = &c->sets[ids.kind];
   if (set->dyn_tokens == t && set->dyn_sequences == seqs) return MDR_OK;
-  mdr_stage_desc stage = stage_of(c, ids, MDR_STAGE_TABLE, seqs);
+  mdr_stage_desc stage = stage_of(c, ids, MDR_STAGE_TABLE, t, seqs);
   mdr_status st = mdr_be_fused_node_update(c->b, exec, set->dyn_node, c->rules, c->n_rules, t, &stage);
   if (st == MDR_OK) {
     set->dyn_tokens = t;

@@ -67,6 +67,7 @@ struct mdr_graph_cache {
   _Atomic uintptr_t owner; /* the thread inside step or prepare (tls_self's address), or 0 */
   int measure_memory, count_nodes; /* the backend can tell */
   int inline_route; /* small host steps of EXACT/LADDER counts carry their slot in the launch's parameters */
+  int spread;       /* static ring launches may read a large slot with several stage blocks */
 
   mdr_staging staging;
   size_t max_sequences;

@@ -249,4 +249,14 @@ mdr_stage_desc mdr_staging_desc(const mdr_staging *s, mdr_dptr token_ids, uint32
   return d;
 }
 
+uint32_t mdr_staging_spread(const mdr_staging *s, size_t g, size_t copy_s, int host_ids) {
+  if (!host_ids || s->n_inputs == 0) return 0;
+  uint64_t bytes = (uint64_t)g * 4u;
+  for (size_t i = 0; i < s->n_inputs; i++) {
+    if (s->inputs[i].src) return 0; /* a device-resident input: its pass is one block's */
+    bytes += mdr_stage_input_rows(&s->inputs[i], g, copy_s) * s->inputs[i].row_bytes;
+  }
+  return mdr_stage_spread_of((bytes + 15u) / 16u);
+}
+
 mdr_dptr mdr_staging_count_ptr(const mdr_staging *s) { return s->block ? s->block + BLOCK_COUNT : 0; }

@@ -162,6 +162,13 @@ static inline void mdr_staging_unsure(mdr_staging *s) { s->resync = 1; }
  * advance the ring, ...) and copy_sequences per-sequence rows. */
 mdr_stage_desc mdr_staging_desc(const mdr_staging *s, mdr_dptr token_ids, uint32_t flags, uint32_t copy_sequences);
 
+/* The flags bits (MDR_STAGE_SPREAD_MASK) that spread a static ring launch's
+ * stage of count g at copy sequences copy_s over several blocks, a block a
+ * MDR_STAGE_SPREAD_VECS vectors of its slot's read: 0 (one block) unless
+ * the cache declares inputs, every one with host values, and the launch
+ * reads its ids from the slot (`host_ids`). */
+uint32_t mdr_staging_spread(const mdr_staging *s, size_t g, size_t copy_s, int host_ids);
+
 /* Device address of the uint32 count words: the step's tokens, then its
  * sequences. */
 mdr_dptr mdr_staging_count_ptr(const mdr_staging *s);

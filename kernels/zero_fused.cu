@@ -275,20 +275,26 @@ template <int CAP, int STAGED>
 __global__ void __launch_bounds__(ZF_BLOCK)
     zero_static_kernel(const __grid_constant__ typename zf_static_args<CAP, STAGED>::type a) {
   const zf_params_t<CAP> &p = zf_plan_of(a);
-  const unsigned first = STAGED ? 1u : 0u;
+  /* stage blocks: the first `first` of a flat grid, of row 0 in rows */
+  const unsigned first = STAGED == ZF_STAGED ? mdr_stage_blocks_of(p.flags) : STAGED ? 1u : 0u;
   if (gridDim.y > 1) {
-    if (STAGED && blockIdx.y == 0) {
-      if (blockIdx.x == 0) mdr_stage_block(p.stage, p.flags, (uint32_t)p.tokens, zf_inline_slot_of(a));
-      return;
+    if constexpr (STAGED != ZF_UNSTAGED) {
+      if (blockIdx.y == 0) {
+        if (blockIdx.x < first)
+          mdr_stage_block(p.stage, p.flags, (uint32_t)p.tokens, zf_inline_slot_of(a), blockIdx.x, first);
+        return;
+      }
     }
-    const mdr_zero_seg &sg = p.segs[blockIdx.y - first];
+    const mdr_zero_seg &sg = p.segs[blockIdx.y - (STAGED ? 1u : 0u)];
     const uint64_t ptr = sg.ptr, bytes = sg.bytes, chunks = mdr_zero_chunks(bytes);
     for (uint64_t x = blockIdx.x; x < chunks; x += gridDim.x) zf_clear_span(mdr_zero_chunk_span(ptr, bytes, x));
     return;
   }
-  if (STAGED && blockIdx.x == 0) {
-    mdr_stage_block(p.stage, p.flags, (uint32_t)p.tokens, zf_inline_slot_of(a));
-    return;
+  if constexpr (STAGED != ZF_UNSTAGED) {
+    if (blockIdx.x < first) {
+      mdr_stage_block(p.stage, p.flags, (uint32_t)p.tokens, zf_inline_slot_of(a), blockIdx.x, first);
+      return;
+    }
   }
   const uint64_t total = p.prefix[p.n];
   for (uint64_t k = blockIdx.x - first; k < total; k += gridDim.x - first) {
@@ -477,6 +483,11 @@ static int zf_build(const mdr_zero_seg *segs, size_t n, uint64_t tokens, const m
   uint32_t flags = stage_flags & MDR_STAGE_DYNAMIC;
   if (j == 0) flags |= stage_flags & (MDR_STAGE_FETCH | MDR_STAGE_DEVICE_IDS | MDR_STAGE_INLINE);
   if (j == launches - 1) flags |= stage_flags & MDR_STAGE_ADVANCE;
+  /* a stage spread over several blocks: one launch that fetches and
+   * advances, ids and inputs from a ring slot */
+  if ((flags & (MDR_STAGE_FETCH | MDR_STAGE_ADVANCE)) == (MDR_STAGE_FETCH | MDR_STAGE_ADVANCE) &&
+      !(flags & (MDR_STAGE_DEVICE_IDS | MDR_STAGE_INLINE | MDR_STAGE_DYNAMIC)))
+    flags |= stage->flags & MDR_STAGE_SPREAD_MASK;
   if (flags) p->stage = *stage;
   p->flags = flags;
   p->tokens = tokens;
@@ -502,10 +513,11 @@ static int zf_build(const mdr_zero_seg *segs, size_t n, uint64_t tokens, const m
   }
   p->prefix[p->n] = chunks;
   if (chunks == 0 && flags == 0) return 0; /* nothing to clear, no stage work */
-  const unsigned staged = flags ? 1u : 0u;
+  const unsigned staged = flags ? mdr_stage_blocks_of(flags) : 0u; /* stage blocks */
   const uint64_t row = most < max_grid ? most : max_grid;
   if (p->n > 0 && row * p->n <= ZF_ROWS_MAX_BLOCKS && row * p->n <= 2 * chunks + ZF_ROWS_SLACK) {
-    *grid = dim3((unsigned)row, p->n + staged); /* rows */
+    /* rows: row 0 holds the stage blocks */
+    *grid = dim3((unsigned)(row > staged ? row : staged), p->n + (staged ? 1u : 0u));
     return 1;
   }
   const uint64_t g = chunks < max_grid ? chunks : max_grid;

@@ -188,10 +188,13 @@ __device__ __forceinline__ uint32_t mdr_stage_piece_lane(uint32_t end, uint32_t 
  * is in flight when the pieces wait for the table entry, and that wait
  * can take the header's round trip to host memory with it (the loads
  * share the warp's wait counters), putting the slot's loads a round trip
- * later. Every thread of the block calls it. */
+ * later. Spread over K stage blocks (blk: this one's index), a round is K
+ * blocks' worth of vectors and tail bytes, block blk taking the blk-th
+ * MDR_STAGE_BLOCK of each MDR_STAGE_BLOCK * K (K = 1: the whole round).
+ * Every thread of the block calls it. */
 __device__ __forceinline__ void mdr_stage_copy_slot(const mdr_stage_desc &st, const mdr_stage_input &e, bool have,
                                                     uint64_t slot, bool ids, uint32_t copy_t, uint32_t copy_s,
-                                                    uint4 *hdr = nullptr) {
+                                                    uint4 *hdr = nullptr, uint32_t blk = 0, uint32_t blocks = 1) {
   const mdr_stage_lane_piece p = mdr_stage_lane_piece_of(st, e, have, slot, ids && copy_t, copy_t, copy_s);
   const uint32_t tid = threadIdx.x;
   if (hdr && tid == 0) *hdr = *(const uint4 *)slot;
@@ -201,14 +204,15 @@ __device__ __forceinline__ void mdr_stage_copy_slot(const mdr_stage_desc &st, co
    * i is held by lane mdr_stage_piece_lane(vend, i), of tail byte j by lane
    * mdr_stage_piece_lane(tend, j). The loop is uniform over the block, so
    * every lane takes part in the warp operations. */
+  const uint32_t span = MDR_STAGE_BLOCK * blocks, mine = blk * MDR_STAGE_BLOCK + tid;
   for (uint32_t round = 0;; round++) {
-    const uint32_t base = round * MDR_STAGE_BLOCK * MDR_STAGE_FETCH_VECS, tj = round * MDR_STAGE_BLOCK + tid;
-    if (base >= p.nvec && round * MDR_STAGE_BLOCK >= p.ntail) break;
+    const uint32_t base = round * span * MDR_STAGE_FETCH_VECS, tj = round * span + mine;
+    if (base >= p.nvec && round * span >= p.ntail) break;
     uint4 r[MDR_STAGE_FETCH_VECS];
     uint64_t to[MDR_STAGE_FETCH_VECS];
 #pragma unroll
     for (int u = 0; u < MDR_STAGE_FETCH_VECS; u++) {
-      const uint32_t i = base + u * MDR_STAGE_BLOCK + tid;
+      const uint32_t i = base + u * span + mine;
       const int k = (int)mdr_stage_piece_lane(p.vend, i);
       const uint64_t from = __shfl_sync(0xffffffffu, p.vsrc, k) + 16u * (uint64_t)i;
       to[u] = __shfl_sync(0xffffffffu, p.vdst, k) + 16u * (uint64_t)i;
@@ -220,7 +224,7 @@ __device__ __forceinline__ void mdr_stage_copy_slot(const mdr_stage_desc &st, co
     if (tj < p.ntail) tb = *(const unsigned char *)tfrom;
 #pragma unroll
     for (int u = 0; u < MDR_STAGE_FETCH_VECS; u++) {
-      const uint32_t i = base + u * MDR_STAGE_BLOCK + tid;
+      const uint32_t i = base + u * span + mine;
       if (i < p.nvec) *(uint4 *)to[u] = r[u];
     }
     if (tj < p.ntail) *(unsigned char *)tto = tb;
@@ -281,14 +285,20 @@ __device__ __forceinline__ void mdr_stage_publish_counts(const mdr_stage_desc &s
  * round trip to host memory the slot's header, ids and inputs; copies the
  * device-resident inputs; advances the counter and the ack. Only this block
  * touches the counter in such a launch, so no cross-block handshake is
- * needed. The ack is a plain posted write: the host only needs to learn,
+ * needed, unless the launch spreads its stage over several blocks
+ * (`blocks` > 1, mdr_stage_blocks_of its flags; blk this one's index: the
+ * host sets it only for launches that fetch and advance with every input
+ * in the slot, and only zero_static_kernel's ring form passes it, so the
+ * other kernels' stage blocks compile with blocks = 1):
+ * then each takes its share of the slot's vectors, block 0 the header and
+ * the counts, and the last to finish advances. The ack is a plain posted write: the host only needs to learn,
  * eventually, that every read of the slot has completed, which holds once
  * the values read have been stored. With MDR_STAGE_INLINE the slot is at
  * `inline_slot` (the generic address of the launch's own parameter copy of
  * the slot image) and the counter is neither read nor advanced: the same
  * loads, from the parameters instead of host memory. */
 __device__ __forceinline__ void mdr_stage_block(const mdr_stage_desc &st, uint32_t flags, uint32_t copy,
-                                                uint64_t inline_slot = 0) {
+                                                uint64_t inline_slot = 0, uint32_t blk = 0, uint32_t blocks = 1) {
   const uint32_t copy_s = st.copy_sequences;
   __shared__ mdr_stage_input s_in[MDR_STAGE_INPUTS_MAX];
   if ((flags & (MDR_STAGE_FETCH | MDR_STAGE_ADVANCE)) == 0) {
@@ -332,7 +342,9 @@ __device__ __forceinline__ void mdr_stage_block(const mdr_stage_desc &st, uint32
      * memory, one request a field, that cannot merge with the plain loads
      * of the ids in the same sector */
     uint4 hv = make_uint4(copy, copy, copy_s, copy_s);
-    if (fetch) mdr_stage_copy_slot(st, e, have, slot, !(flags & MDR_STAGE_DEVICE_IDS), copy, copy_s, &hv);
+    if (fetch)
+      mdr_stage_copy_slot(st, e, have, slot, !(flags & MDR_STAGE_DEVICE_IDS), copy, copy_s, blk == 0 ? &hv : nullptr,
+                          blk, blocks);
     /* whether an input is already in device memory: every warp holds the
      * whole table (lanes 1 .. n), so each warp's vote is the block's answer,
      * with no barrier; without one (and without device ids) the step is
@@ -374,8 +386,15 @@ __device__ __forceinline__ void mdr_stage_block(const mdr_stage_desc &st, uint32
   }
   __syncthreads(); /* every load of the slot has completed */
   if (threadIdx.x == 0) {
-    if (flags & (MDR_STAGE_FETCH | MDR_STAGE_DEVICE_IDS)) mdr_stage_publish_counts(st, tokens, seqs);
-    if ((flags & MDR_STAGE_ADVANCE) && !inl) {
+    if (blk == 0 && (flags & (MDR_STAGE_FETCH | MDR_STAGE_DEVICE_IDS))) mdr_stage_publish_counts(st, tokens, seqs);
+    bool last = true;
+    if (blocks > 1u) { /* the last stage block to finish reading the slot advances */
+      mdr_stage_sync *sync = (mdr_stage_sync *)st.done;
+      __threadfence();
+      last = atomicAdd(&sync->done, 1u) == blocks - 1u;
+      if (last) sync->done = 0; /* left zeroed, as each launch leaves it */
+    }
+    if (last && (flags & MDR_STAGE_ADVANCE) && !inl) {
       *(volatile uint64_t *)st.counter = step + 1;
       *(volatile uint64_t *)st.ack = step + 1;
     }

@@ -54,6 +54,33 @@ enum {
 /* Step inputs a cache may declare besides the ids (one launch's table). */
 #define MDR_STAGE_INPUTS_MAX 16
 
+/* A static ring launch may serve its stage from K stage blocks (K - 1 in
+ * these bits of its flags; 0: one), each reading a K-th of the slot's
+ * vectors: one block keeps at most MDR_STAGE_BLOCK * 4 16-byte loads of
+ * host memory in flight, so a large slot (a block table of many sequences)
+ * takes several round trips from one. The host sets it
+ * (mdr_stage_spread_of) only for launches whose ids and inputs all come
+ * from the slot; the last stage block to finish advances the counter and
+ * the ack (mdr_stage_sync.done counts them). */
+#define MDR_STAGE_SPREAD_SHIFT 8u
+#define MDR_STAGE_SPREAD_MAX 16u
+#define MDR_STAGE_SPREAD_MASK ((MDR_STAGE_SPREAD_MAX - 1u) << MDR_STAGE_SPREAD_SHIFT)
+/* Vectors of the slot one stage block takes: one a thread. */
+#define MDR_STAGE_SPREAD_VECS 256u
+
+/* The stage blocks of a launch with these flags (at least 1). */
+MDR_HD uint32_t mdr_stage_blocks_of(uint32_t flags) {
+  return ((flags & MDR_STAGE_SPREAD_MASK) >> MDR_STAGE_SPREAD_SHIFT) + 1u;
+}
+
+/* The flags bits that spread a read of nvec vectors: one stage block per
+ * MDR_STAGE_SPREAD_VECS, at most MDR_STAGE_SPREAD_MAX. */
+MDR_HD uint32_t mdr_stage_spread_of(uint64_t nvec) {
+  uint64_t k = (nvec + MDR_STAGE_SPREAD_VECS - 1u) / MDR_STAGE_SPREAD_VECS;
+  k = k < 1u ? 1u : k > MDR_STAGE_SPREAD_MAX ? MDR_STAGE_SPREAD_MAX : k;
+  return (uint32_t)(k - 1u) << MDR_STAGE_SPREAD_SHIFT;
+}
+
 /* One declared input as a staged launch reads it: a table of these sits in
  * device memory (mdr_stage_desc.inputs). 48 bytes. */
 typedef struct mdr_stage_input {

@@ -16,6 +16,7 @@ typedef struct fault_backend {
   int pending;               /* an application error left pending (fault_backend_leave_pending) */
   mdr_dptr host_lo, host_hi; /* is_device_memory says "not device memory" inside */
   mdr_stage_desc inline_stage; /* the stage of the last inline launch passed on */
+  mdr_stage_desc fused_stage;  /* the stage of the last fused launch passed on (zero_fused) */
 } fault_backend;
 
 static fault_backend *F(mdr_backend *b) { return (fault_backend *)b; }
@@ -152,6 +153,7 @@ static mdr_status f_zero_fused(mdr_backend *b, const mdr_zero_seg *segs, size_t 
                                const mdr_stage_desc *st, mdr_stream s, void **node) {
   mdr_status due_st = due(b, MDR_OP_ZERO_FUSED);
   if (due_st != MDR_OK) return due_st;
+  if (st) F(b)->fused_stage = *st;
   mdr_status r = pass(b, I->ops->zero_fused(I, segs, n, t, st, s, node));
   if (r == MDR_OK && F(b)->pending) {
     /* as CUDA's launch check reports an error left pending before a launch
@@ -266,6 +268,7 @@ long fault_backend_injected(const mdr_backend *f) { return CF(f)->injected; }
 long fault_backend_calls_of(const mdr_backend *f, mdr_op op) { return CF(f)->per_op[op]; }
 long fault_backend_live(const mdr_backend *f) { return CF(f)->live; }
 mdr_stage_desc fault_backend_last_inline_stage(const mdr_backend *f) { return CF(f)->inline_stage; }
+mdr_stage_desc fault_backend_last_fused_stage(const mdr_backend *f) { return CF(f)->fused_stage; }
 void fault_backend_leave_pending(mdr_backend *f) { F(f)->pending = 1; }
 void fault_backend_host_range(mdr_backend *f, mdr_dptr lo, mdr_dptr hi) {
   F(f)->host_lo = lo;

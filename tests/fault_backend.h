@@ -39,6 +39,9 @@ long fault_backend_live(const mdr_backend *f);
 /* The stage of the last inline launch passed to the inner backend (all
  * zero before the first). */
 mdr_stage_desc fault_backend_last_inline_stage(const mdr_backend *f);
+/* The stage of the last zero_fused call passed to the inner backend with a
+ * stage (all zero before the first). */
+mdr_stage_desc fault_backend_last_fused_stage(const mdr_backend *f);
 /* Leave an application error pending, as a failed launch of the
  * application's own would on CUDA: take_pending_error reports it (and
  * clears it); if nothing takes it first, the next fused launch runs and

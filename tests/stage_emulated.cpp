@@ -25,7 +25,9 @@
  * launch's parameters, the counter neither read nor advanced).
  *
  * A plain program (no Criterion): exit 0 when every case matches, 1 on a
- * mismatch; a fault aborts. Usage: stage_emulated [cases] [seed]. */
+ * mismatch; a fault aborts. Usage: stage_emulated [cases] [seed] [spread]
+ * (spread: every case a launch whose stage is spread over 2-6 blocks, run
+ * one after another, the counter checked unadvanced until the last). */
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
@@ -190,6 +192,7 @@ struct InputSpec {
 
 struct Case {
   uint32_t flags, n, max_tokens, max_seqs, slots; /* slots: the ring's length (3: not a power of two) */
+  uint32_t blocks; /* stage blocks the launch spreads its slot's read over (1: one) */
   uint32_t t, copy, s, copy_s, step, ids_mis, ids_src_kind; /* ids_src: 0 none, 1 token_ids, 2 its own */
   InputSpec in[MDR_STAGE_INPUTS_MAX];
   uint64_t fill_seed;
@@ -313,7 +316,16 @@ void run_device(const Case &c, World &w) {
   const mdr_stage_desc &st = w.desc;
   if (!(c.flags & MDR_STAGE_DYNAMIC)) {
     const uint64_t inl = inline_slot_of(c, w);
-    run_block([&] { mdr_stage_block(st, c.flags, c.copy, inl); });
+    const uint32_t flags = c.flags | ((c.blocks - 1u) << MDR_STAGE_SPREAD_SHIFT);
+    mdr_stage_sync *sync = (mdr_stage_sync *)(uintptr_t)st.done;
+    const uint64_t counter = *(const uint64_t *)(uintptr_t)st.counter;
+    for (uint32_t blk = 0; blk < c.blocks; blk++) { /* the stage blocks, one after another */
+      run_block([&] { mdr_stage_block(st, flags, c.copy, inl, blk, c.blocks); });
+      if (blk + 1u == c.blocks) break;
+      /* before the last: counted, and nothing advanced */
+      if (sync->done != blk + 1u) die("a stage block did not count itself done");
+      if (*(const uint64_t *)(uintptr_t)st.counter != counter) die("the counter advanced before every stage block finished");
+    }
     return;
   }
   const uint64_t step = *(const uint64_t *)(uintptr_t)st.counter;
@@ -329,7 +341,9 @@ void run_device(const Case &c, World &w) {
   });
 }
 
-Case draw(Rng &g) {
+/* A case; with `spread`, a launch that spreads its slot's read over 2-6
+ * stage blocks (fetch and advance from a ring slot, every input in it). */
+Case draw(Rng &g, bool spread) {
   Case c;
   std::memset(&c, 0, sizeof c);
   static const uint32_t flag_sets[] = {
@@ -343,6 +357,7 @@ Case draw(Rng &g) {
       MDR_STAGE_FETCH | MDR_STAGE_INLINE, /* the slot image in the launch's parameters: counter and ack untouched */
   };
   c.flags = flag_sets[g.below(sizeof flag_sets / sizeof flag_sets[0])];
+  if (spread) c.flags = MDR_STAGE_FETCH | MDR_STAGE_ADVANCE;
   /* mostly small steps; some whose read takes more than one round */
   c.max_tokens = g.below(6) == 0 ? 1024 + (uint32_t)g.below(4096) : 1 + (uint32_t)g.below(96);
   c.max_seqs = 1 + (uint32_t)g.below(12);
@@ -356,6 +371,7 @@ Case draw(Rng &g) {
   c.ids_mis = g.below(4) == 0 ? 4u * (uint32_t)g.below(4) : 0u; /* ids stay 4-byte aligned */
   c.ids_src_kind = (uint32_t)g.below(3);
   c.n = (uint32_t)g.below(MDR_STAGE_INPUTS_MAX + 1);
+  if (spread && c.n == 0) c.n = 1;
   const bool only_device = (c.flags & (MDR_STAGE_FETCH | MDR_STAGE_DYNAMIC)) == 0;
   for (uint32_t i = 0; i < c.n; i++) {
     InputSpec &s = c.in[i];
@@ -371,6 +387,13 @@ Case draw(Rng &g) {
     s.in_place = s.device && g.below(4) == 0;
     s.mis = g.below(3) == 0 ? s.elem * (uint32_t)g.below(16 / s.elem) : 0u;
     s.pad = g.next();
+  }
+  /* a third of the launches that may spread their read (fetch and advance
+   * from a ring slot, every input in it) take 2-6 stage blocks */
+  c.blocks = 1;
+  if (c.flags == (MDR_STAGE_FETCH | MDR_STAGE_ADVANCE) && c.n > 0 && (spread || g.below(3) == 0)) {
+    c.blocks = 2 + (uint32_t)g.below(5);
+    for (uint32_t i = 0; i < c.n; i++) c.in[i].device = c.in[i].in_place = false;
   }
   c.fill_seed = g.next();
   return c;
@@ -403,17 +426,20 @@ int compare(const Case &c, const World &dev, const World &twin, unsigned index) 
 int main(int argc, char **argv) {
   const unsigned cases = argc > 1 ? (unsigned)std::strtoul(argv[1], nullptr, 10) : 24u;
   Rng g{argc > 2 ? std::strtoull(argv[2], nullptr, 10) : 20261202ull};
-  unsigned failed = 0;
+  const bool spread_only = argc > 3 && std::strcmp(argv[3], "spread") == 0;
+  unsigned failed = 0, spread = 0;
   for (unsigned i = 0; i < cases; i++) {
-    const Case c = draw(g);
+    const Case c = draw(g, spread_only);
     World dev, twin;
     build(c, dev);
     build(c, twin);
+    spread += c.blocks > 1;
     run_device(c, dev);
     mdr_zero_fused_host_inline(nullptr, 0, c.copy, &twin.desc,
                                (const void *)(uintptr_t)inline_slot_of(c, twin));
     failed += (unsigned)compare(c, dev, twin, i);
   }
-  std::printf("stage_emulated: %u cases, %u mismatched\n", cases, failed);
+  std::printf("stage_emulated: %u cases (%u spread over several stage blocks), %u mismatched\n", cases, spread,
+              failed);
   return failed ? 1 : 0;
 }

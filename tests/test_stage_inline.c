@@ -1517,6 +1517,161 @@ ParameterizedTest(tb_kind *kind, stage_inline, queued_large_class_steps_each_lan
   mdr_backend_destroy(b);
 }
 
+/* ---- a large slot spread over several stage blocks (MDR_STAGE_SPREAD) ------------------- */
+
+/* Positions, sequence lengths and a 128-entry block table at up to 16
+ * sequences: a ring step past the counts with an inline layout reads up to
+ * 8.6 KiB of slot, spread over 3-4 stage blocks when the cache was created
+ * with MDR_STAGE_SPREAD=1. */
+enum { SP_S = 16, SP_W = 128, SP_IN = 3 };
+
+typedef struct sp_world {
+  world w;
+  mdr_dptr dst[SP_IN];
+  size_t bytes[SP_IN];
+  mdr_step_input in[SP_IN];
+} sp_world;
+
+typedef struct sp_values {
+  size_t t, s;
+  uint32_t ids[M], pos[M], seqlen[SP_S], table[SP_S * SP_W];
+} sp_values;
+
+static void sp_init(sp_world *x, mdr_backend *b, const char *spread) {
+  memset(x, 0, sizeof *x);
+  world_init(&x->w, b, 0);
+  const size_t rows[SP_IN] = {M, SP_S, SP_S}, width[SP_IN] = {1, 1, SP_W};
+  const mdr_step_input_shape shape[SP_IN] = {MDR_INPUT_PER_TOKEN, MDR_INPUT_PER_SEQUENCE, MDR_INPUT_PER_SEQUENCE};
+  const char *names[SP_IN] = {"positions", "seq_lens", "block_table"};
+  for (int i = 0; i < SP_IN; i++) {
+    x->bytes[i] = rows[i] * width[i] * 4;
+    cr_assert_eq(mdr_backend_alloc(b, x->bytes[i], &x->dst[i]), MDR_OK);
+    x->in[i] = (mdr_step_input){.name = names[i], .elem_bytes = 4, .shape = shape[i], .width = width[i],
+                                .pad = 0xFFFFFFF0u, .dest = MDR_INPUT_TO_DEVICE, .address = x->dst[i]};
+  }
+  mdr_graph_cache_options o = world_options(&x->w, MDR_GRAPH_EXACT, MDR_ZERO_FUSED);
+  o.max_sequences = SP_S;
+  o.inputs = x->in;
+  o.n_inputs = SP_IN;
+  setenv("MDR_STAGE_SPREAD", spread, 1);
+  world_cache(&x->w, &o, NULL);
+  unsetenv("MDR_STAGE_SPREAD");
+}
+
+static void sp_fini(sp_world *x) {
+  mdr_backend *b = x->w.b;
+  world_fini(&x->w);
+  for (int i = 0; i < SP_IN; i++) mdr_backend_free(b, x->dst[i]);
+}
+
+static mdr_status sp_step(sp_world *x, const sp_values *v) {
+  const void *vals[1 + SP_IN] = {v->ids, v->pos, v->seqlen, v->table};
+  return mdr_graph_cache_step_inputs(x->w.c, vals, 1 + SP_IN, v->t, v->s);
+}
+
+static void sp_poison(sp_world *x) {
+  for (int i = 0; i < SP_IN; i++) cr_assert_eq(mdr_backend_fill(x->w.b, x->dst[i], POISON, x->bytes[i]), MDR_OK);
+  cr_assert_eq(mdr_backend_fill(x->w.b, mdr_arena_token_ids(x->w.a), POISON, mdr_arena_token_ids_bytes(x->w.a)),
+               MDR_OK);
+}
+
+/* Every destination of x as v leaves it (its rows, the pad to the copy
+ * counts: g = t tokens, 16 sequences past 24 tokens; past them the poison
+ * when `poisoned`, else what earlier steps left) and as y holds it. */
+static void sp_expect(sp_world *x, sp_world *y, const sp_values *v, int poisoned, const char *what) {
+  static unsigned char gx[SP_S * SP_W * 4], gy[SP_S * SP_W * 4];
+  const void *want[SP_IN] = {v->pos, v->seqlen, v->table};
+  const size_t real[SP_IN] = {4 * v->t, 4 * v->s, 4 * SP_W * v->s}, copy[SP_IN] = {4 * v->t, 4 * SP_S, 4 * SP_W * SP_S};
+  for (int i = 0; i < SP_IN; i++) {
+    read_back(x->w.b, gx, x->dst[i], x->bytes[i]);
+    read_back(y->w.b, gy, y->dst[i], y->bytes[i]);
+    if (poisoned)
+      expect_bytes(gx, x->bytes[i], want[i], real[i], copy[i], 4, 0xFFFFFFF0u, x->in[i].name, what);
+    else
+      cr_assert_eq(memcmp(gx, want[i], real[i]), 0, "%s: %s rows", what, x->in[i].name);
+    cr_assert_eq(memcmp(gx, gy, x->bytes[i]), 0, "%s: %s differs from one stage block's", what, x->in[i].name);
+  }
+  const size_t idb = mdr_arena_token_ids_bytes(x->w.a);
+  read_back(x->w.b, gx, mdr_arena_token_ids(x->w.a), idb);
+  if (poisoned)
+    expect_bytes(gx, idb, v->ids, 4 * v->t, 4 * v->t, 4, PAD_ID, "token_ids", what);
+  else
+    cr_assert_eq(memcmp(gx, v->ids, 4 * v->t), 0, "%s: token_ids", what);
+}
+
+static void sp_make(uint64_t *rng, sp_values *v) {
+  memset(v, 0, sizeof *v);
+  v->t = INLINE_COUNTS + 1 + tb_rng_next(rng) % (M - INLINE_COUNTS); /* the ring */
+  v->s = SP_S / 2 + tb_rng_next(rng) % (SP_S / 2 + 1);
+  for (size_t i = 0; i < v->t; i++) {
+    v->ids[i] = random_id(rng);
+    v->pos[i] = (uint32_t)tb_rng_next(rng);
+  }
+  for (size_t i = 0; i < v->s; i++) v->seqlen[i] = (uint32_t)tb_rng_next(rng);
+  for (size_t i = 0; i < v->s * SP_W; i++) v->table[i] = (uint32_t)tb_rng_next(rng);
+}
+
+ParameterizedTestParameters(stage_inline, a_large_slot_spread_over_stage_blocks_lands_the_same_bytes) {
+  static tb_kind kinds[] = {TB_HOST, TB_CUDA};
+  return cr_make_param_array(tb_kind, kinds, 2);
+}
+
+/* The same ring steps (25-40 tokens, 8-16 sequences) through a cache with
+ * MDR_STAGE_SPREAD=1 and one without: every step lands its own values and
+ * pad, byte for byte as one stage block does, checked after each step and
+ * after runs of three rings' worth of steps queued back to back (the last
+ * stage block of each advances the ring; a wrong advance would stall the
+ * host or hand it a slot still being read). On the host backend the launch
+ * carries the spread in its flags (the host's twin reads the slot whole). */
+ParameterizedTest(tb_kind *kind, stage_inline, a_large_slot_spread_over_stage_blocks_lands_the_same_bytes,
+                  .timeout = 120) {
+  mdr_backend *host = tb_backend(*kind), *b = host, *fb = NULL;
+  if (*kind == TB_HOST) {
+    cr_assert_eq(fault_backend_create(host, &fb), MDR_OK);
+    b = fb;
+  }
+  static sp_world x, y;
+  sp_init(&x, b, "1");
+  sp_init(&y, b, "0");
+  uint64_t rng = 4242;
+  static sp_values v;
+  int captures = 0;
+  for (int k = 0; k < 3 * 40; k++) {
+    sp_make(&rng, &v);
+    const int queued = (k / 24) % 2 == 1; /* runs of 24 steps without a sync between them */
+    if (!queued) {
+      sp_poison(&x);
+      sp_poison(&y);
+    }
+    /* a step that captures its count passes the stage to the backend */
+    long fused = fb ? fault_backend_calls_of(fb, MDR_OP_ZERO_FUSED) : 0;
+    cr_assert_eq(sp_step(&x, &v), MDR_OK, "step %d: %s", k, mdr_backend_last_error(b));
+    if (fb && fault_backend_calls_of(fb, MDR_OP_ZERO_FUSED) != fused) {
+      captures++;
+      const uint32_t blocks = mdr_stage_blocks_of(fault_backend_last_fused_stage(fb).flags);
+      cr_assert_geq(blocks, 2, "step %d (t %zu, s %zu): spread", k, v.t, v.s);
+    }
+    fused = fb ? fault_backend_calls_of(fb, MDR_OP_ZERO_FUSED) : 0;
+    cr_assert_eq(sp_step(&y, &v), MDR_OK, "step %d: %s", k, mdr_backend_last_error(b));
+    if (fb && fault_backend_calls_of(fb, MDR_OP_ZERO_FUSED) != fused)
+      cr_assert_eq(mdr_stage_blocks_of(fault_backend_last_fused_stage(fb).flags), 1, "MDR_STAGE_SPREAD unset");
+    if (queued && (k + 1) % 24 != 0) continue;
+    cr_assert_eq(mdr_backend_synchronize(b, x.w.s), MDR_OK);
+    cr_assert_eq(mdr_backend_synchronize(b, y.w.s), MDR_OK);
+    char what[80];
+    snprintf(what, sizeof what, "%s step %d (t %zu, s %zu)", tb_kind_name(*kind), k, v.t, v.s);
+    sp_expect(&x, &y, &v, !queued, what);
+  }
+  sp_fini(&x);
+  sp_fini(&y);
+  if (fb) {
+    cr_assert_gt(captures, 5, "counts captured, their stage seen");
+    cr_assert_eq(fault_backend_live(fb), 0, "nothing leaked");
+    mdr_backend_destroy(fb);
+  }
+  mdr_backend_destroy(host);
+}
+
 /* ---- failures ----------------------------------------------------------------------------- */
 
 /* A failed node update refuses the step with the backend's text: nothing

@@ -134,3 +134,45 @@ Test(staging, a_failed_init_leaks_nothing) {
   mdr_backend_destroy(fb);
   mdr_backend_destroy(host);
 }
+
+/* The stage blocks a static ring launch's read is spread over: one per
+ * MDR_STAGE_SPREAD_VECS vectors of the slot (ids and every input's rows at
+ * the copy counts), at most MDR_STAGE_SPREAD_MAX; none (one block) without
+ * inputs, with an input already in device memory, or with device ids. */
+Test(staging, a_large_slot_read_is_spread_over_stage_blocks) {
+  mdr_backend *b = tb_backend(TB_HOST);
+  enum { SEQS = 64, WIDTH = 128 };
+  const uint64_t max_rows[2] = {MAX_TOKENS, SEQS};
+  mdr_dptr dst[2];
+  cr_assert_eq(mdr_backend_alloc(b, MAX_TOKENS * 4, &dst[0]), MDR_OK);
+  cr_assert_eq(mdr_backend_alloc(b, SEQS * WIDTH * 4, &dst[1]), MDR_OK);
+  mdr_stage_input in[2] = {
+      {.dst = dst[0], .row_bytes = 4, .rows = MDR_STAGE_ROWS_TOKENS, .max_rows = MAX_TOKENS, .elem_bytes = 4},
+      {.dst = dst[1], .row_bytes = WIDTH * 4, .rows = MDR_STAGE_ROWS_SEQUENCES, .max_rows = SEQS, .elem_bytes = 4}};
+  mdr_staging s;
+  cr_assert_eq(mdr_staging_init(&s, b, MAX_TOKENS, in, max_rows, 2), MDR_OK, "%s", mdr_backend_last_error(b));
+  for (size_t seqs = 1; seqs <= SEQS; seqs++) {
+    const size_t g = seqs < MAX_TOKENS ? seqs : MAX_TOKENS;
+    const uint64_t vecs = (g * 4 + g * 4 + seqs * WIDTH * 4 + 15) / 16;
+    const uint32_t f = mdr_staging_spread(&s, g, seqs, 1);
+    const uint64_t want = (vecs + MDR_STAGE_SPREAD_VECS - 1) / MDR_STAGE_SPREAD_VECS;
+    cr_assert_eq(mdr_stage_blocks_of(f), want < MDR_STAGE_SPREAD_MAX ? want : MDR_STAGE_SPREAD_MAX, "%zu sequences",
+                 seqs);
+    cr_assert_eq(f & ~(uint32_t)MDR_STAGE_SPREAD_MASK, 0, "spread bits only");
+    cr_assert_eq(mdr_staging_spread(&s, g, seqs, 0), 0, "device ids: one block");
+  }
+  cr_assert_eq(mdr_stage_blocks_of(mdr_staging_spread(&s, 1, 1, 1)), 1, "a small slot: one block");
+  cr_assert_gt(mdr_stage_blocks_of(mdr_staging_spread(&s, MAX_TOKENS, SEQS, 1)), 4, "32 KiB of block table");
+  cr_assert_eq(mdr_stage_blocks_of(mdr_stage_spread_of(1u << 20)), MDR_STAGE_SPREAD_MAX, "at most the cap");
+  mdr_staging_fini(&s);
+  in[0].src = dst[0]; /* positions already in device memory */
+  cr_assert_eq(mdr_staging_init(&s, b, MAX_TOKENS, in, max_rows, 2), MDR_OK);
+  cr_assert_eq(mdr_staging_spread(&s, MAX_TOKENS, SEQS, 1), 0, "a device-resident input: one block");
+  mdr_staging_fini(&s);
+  cr_assert_eq(mdr_staging_init(&s, b, MAX_TOKENS, NULL, NULL, 0), MDR_OK);
+  cr_assert_eq(mdr_staging_spread(&s, MAX_TOKENS, 1, 1), 0, "ids only: one block");
+  mdr_staging_fini(&s);
+  mdr_backend_free(b, dst[0]);
+  mdr_backend_free(b, dst[1]);
+  mdr_backend_destroy(b);
+}

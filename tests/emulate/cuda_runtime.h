@@ -37,5 +37,9 @@ unsigned int __ballot_sync(unsigned mask, int predicate);
 void __syncthreads(void);
 inline int __popc(unsigned int x) { return __builtin_popcount(x); }
 inline void __nanosleep(unsigned int) {}
+/* the emulated blocks of a launch run one after another: a fence orders
+ * nothing more, an atomic is a host atomic */
+inline void __threadfence(void) { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
+inline unsigned int atomicAdd(unsigned int *p, unsigned int v) { return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST); }
 
 #endif
