@@ -14,7 +14,10 @@
  * count, publishes the counts for the body, and advances the counter and
  * the ack once every read of the slot has completed. An inline launch
  * (MDR_STAGE_INLINE) carries its slot image in its own parameters: the same
- * code reads it there, and the counter and ack are left alone. */
+ * code reads it there, and the counter and ack are left alone. A static
+ * ring launch may spread a large slot over several stage blocks
+ * (MDR_STAGE_SPREAD_MASK in its flags), the last of them to finish
+ * advancing the counter and the ack. */
 #ifndef MDR_STAGING_CUH
 #define MDR_STAGING_CUH
 
@@ -289,10 +292,10 @@ __device__ __forceinline__ void mdr_stage_publish_counts(const mdr_stage_desc &s
  * (`blocks` > 1, mdr_stage_blocks_of its flags; blk this one's index: the
  * host sets it only for launches that fetch and advance with every input
  * in the slot, and only zero_static_kernel's ring form passes it, so the
- * other kernels' stage blocks compile with blocks = 1):
- * then each takes its share of the slot's vectors, block 0 the header and
- * the counts, and the last to finish advances. The ack is a plain posted write: the host only needs to learn,
- * eventually, that every read of the slot has completed, which holds once
+ * other kernels' stage blocks compile with blocks = 1): then each takes its
+ * share of the slot's vectors, block 0 the header and the counts, and the
+ * last to finish advances. The ack is a plain posted write: the host only
+ * needs to learn, eventually, that every read of the slot has completed, which holds once
  * the values read have been stored. With MDR_STAGE_INLINE the slot is at
  * `inline_slot` (the generic address of the launch's own parameter copy of
  * the slot image) and the counter is neither read nor advanced: the same
