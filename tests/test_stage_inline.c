@@ -1223,19 +1223,26 @@ static size_t bt_image_bytes(size_t g) {
   return up16(end) + 4 * BT_W * sb; /* block_table */
 }
 
+/* The three inputs' destinations and declarations: positions (M rows),
+ * sequence lengths and a block table of `width` entries (`seqs` rows
+ * each), with pads pad[i]. */
+static void bt_declare(bt_world *bw, mdr_backend *b, size_t seqs, size_t width, const uint64_t *pad) {
+  const size_t rows[BT_IN] = {M, seqs, seqs}, widths[BT_IN] = {1, 1, width};
+  const mdr_step_input_shape shape[BT_IN] = {MDR_INPUT_PER_TOKEN, MDR_INPUT_PER_SEQUENCE, MDR_INPUT_PER_SEQUENCE};
+  const char *names[BT_IN] = {"positions", "seq_lens", "block_table"};
+  for (int i = 0; i < BT_IN; i++) {
+    bw->bytes[i] = rows[i] * widths[i] * 4;
+    cr_assert_eq(mdr_backend_alloc(b, bw->bytes[i], &bw->dst[i]), MDR_OK);
+    bw->in[i] = (mdr_step_input){.name = names[i], .elem_bytes = 4, .shape = shape[i], .width = widths[i],
+                                 .pad = pad[i], .dest = MDR_INPUT_TO_DEVICE, .address = bw->dst[i]};
+  }
+}
+
 static void bt_init_sizes(bt_world *bw, mdr_backend *b, const mdr_sizes *sizes, mdr_graph_mode mode,
                           const char *route, mdr_capture_fn body, void *user) {
   memset(bw, 0, sizeof *bw);
   world_init_sizes(&bw->w, b, 0, sizes);
-  const size_t rows[BT_IN] = {M, S, S}, width[BT_IN] = {1, 1, BT_W};
-  const mdr_step_input_shape shape[BT_IN] = {MDR_INPUT_PER_TOKEN, MDR_INPUT_PER_SEQUENCE, MDR_INPUT_PER_SEQUENCE};
-  const char *names[BT_IN] = {"positions", "seq_lens", "block_table"};
-  for (int i = 0; i < BT_IN; i++) {
-    bw->bytes[i] = rows[i] * width[i] * 4;
-    cr_assert_eq(mdr_backend_alloc(b, bw->bytes[i], &bw->dst[i]), MDR_OK);
-    bw->in[i] = (mdr_step_input){.name = names[i], .elem_bytes = 4, .shape = shape[i], .width = width[i],
-                                 .pad = k_bt_pad[i], .dest = MDR_INPUT_TO_DEVICE, .address = bw->dst[i]};
-  }
+  bt_declare(bw, b, S, BT_W, k_bt_pad);
   mdr_graph_cache_options o = world_options(&bw->w, mode, MDR_ZERO_FUSED);
   o.inputs = bw->in;
   o.n_inputs = BT_IN;
@@ -1523,14 +1530,9 @@ ParameterizedTest(tb_kind *kind, stage_inline, queued_large_class_steps_each_lan
  * sequences: a ring step past the counts with an inline layout reads up to
  * 8.6 KiB of slot, spread over 3-4 stage blocks when the cache was created
  * with MDR_STAGE_SPREAD=1. */
-enum { SP_S = 16, SP_W = 128, SP_IN = 3 };
+enum { SP_S = 16, SP_W = 128, SP_IN = BT_IN };
 
-typedef struct sp_world {
-  world w;
-  mdr_dptr dst[SP_IN];
-  size_t bytes[SP_IN];
-  mdr_step_input in[SP_IN];
-} sp_world;
+typedef bt_world sp_world; /* its inputs sized for SP_S sequences of SP_W entries */
 
 typedef struct sp_values {
   size_t t, s;
@@ -1538,17 +1540,10 @@ typedef struct sp_values {
 } sp_values;
 
 static void sp_init(sp_world *x, mdr_backend *b, const char *spread) {
+  static const uint64_t pad[SP_IN] = {0xFFFFFFF0u, 0xFFFFFFF0u, 0xFFFFFFF0u};
   memset(x, 0, sizeof *x);
   world_init(&x->w, b, 0);
-  const size_t rows[SP_IN] = {M, SP_S, SP_S}, width[SP_IN] = {1, 1, SP_W};
-  const mdr_step_input_shape shape[SP_IN] = {MDR_INPUT_PER_TOKEN, MDR_INPUT_PER_SEQUENCE, MDR_INPUT_PER_SEQUENCE};
-  const char *names[SP_IN] = {"positions", "seq_lens", "block_table"};
-  for (int i = 0; i < SP_IN; i++) {
-    x->bytes[i] = rows[i] * width[i] * 4;
-    cr_assert_eq(mdr_backend_alloc(b, x->bytes[i], &x->dst[i]), MDR_OK);
-    x->in[i] = (mdr_step_input){.name = names[i], .elem_bytes = 4, .shape = shape[i], .width = width[i],
-                                .pad = 0xFFFFFFF0u, .dest = MDR_INPUT_TO_DEVICE, .address = x->dst[i]};
-  }
+  bt_declare(x, b, SP_S, SP_W, pad);
   mdr_graph_cache_options o = world_options(&x->w, MDR_GRAPH_EXACT, MDR_ZERO_FUSED);
   o.max_sequences = SP_S;
   o.inputs = x->in;
@@ -1556,12 +1551,6 @@ static void sp_init(sp_world *x, mdr_backend *b, const char *spread) {
   setenv("MDR_STAGE_SPREAD", spread, 1);
   world_cache(&x->w, &o, NULL);
   unsetenv("MDR_STAGE_SPREAD");
-}
-
-static void sp_fini(sp_world *x) {
-  mdr_backend *b = x->w.b;
-  world_fini(&x->w);
-  for (int i = 0; i < SP_IN; i++) mdr_backend_free(b, x->dst[i]);
 }
 
 static mdr_status sp_step(sp_world *x, const sp_values *v) {
@@ -1662,8 +1651,8 @@ ParameterizedTest(tb_kind *kind, stage_inline, a_large_slot_spread_over_stage_bl
     snprintf(what, sizeof what, "%s step %d (t %zu, s %zu)", tb_kind_name(*kind), k, v.t, v.s);
     sp_expect(&x, &y, &v, !queued, what);
   }
-  sp_fini(&x);
-  sp_fini(&y);
+  bt_fini(&x);
+  bt_fini(&y);
   if (fb) {
     cr_assert_gt(captures, 5, "counts captured, their stage seen");
     cr_assert_eq(fault_backend_live(fb), 0, "nothing leaked");
