@@ -33,6 +33,11 @@ Variants:
              __launch_bounds__(256, 1): 72 registers where ptxas holds them
              at 64
 
+Switch variants share base's build and run with an environment switch set,
+in validation and in the benches alike:
+  onestage   MDR_STAGE_SPREAD=0: a large ring slot read by one stage block
+             (as before the spread)
+
 A variant may also be a whole source tree, NAME=DIR (a branch archived with
 `git archive BRANCH | tar -x -C DIR`): built and validated from DIR as it
 is, no patches, and timed beside the rest.
@@ -170,6 +175,12 @@ VARIANTS = {
     "lb1": LB1,
 }
 
+# Switch variants: base's build, run with these variables set (validation,
+# host check and benches).
+SWITCHES = {
+    "onestage": {"MDR_STAGE_SPREAD": "0"},
+}
+
 # The suites that validate a variant (tests/CMakeLists.txt: the Criterion
 # suites by name, stage_emulated as staging_emulated), and what to build.
 SUITES = "^(stage_inline|staging|staging_emulated|step_inputs|graph_cache)$"
@@ -241,11 +252,14 @@ def check_patches():
     return 0 if ok else 1
 
 
-def run_logged(cmd, log, cwd=None):
+def run_logged(cmd, log, cwd=None, name=None):
+    """cmd with its output in log; a switch variant's variables set when
+    name is one."""
+    env = dict(os.environ, **SWITCHES.get(name, {}))
     with open(log, "a") as f:
-        f.write("$ " + " ".join(cmd) + "\n")
+        f.write("$ " + " ".join([f"{k}={v}" for k, v in SWITCHES.get(name, {}).items()] + cmd) + "\n")
         f.flush()
-        return subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, cwd=cwd).returncode
+        return subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, cwd=cwd, env=env).returncode
 
 
 def build(out, name, jobs):
@@ -274,7 +288,7 @@ def validate(out, name, bld):
     log = os.path.join(out, name, "ctest.log")
     open(log, "w").close()
     say(f"testing {name} (ctest -R '{SUITES}'; log {log})")
-    rc = run_logged(["ctest", "--output-on-failure", "--no-tests=error", "-R", SUITES], log, cwd=bld)
+    rc = run_logged(["ctest", "--output-on-failure", "--no-tests=error", "-R", SUITES], log, cwd=bld, name=name)
     if rc != 0:
         say(f"{name}: validation FAILED (rc {rc}): never timed; see {log}")
     return rc == 0
@@ -294,7 +308,7 @@ def host_inline(out, name, bld):
     d = os.path.join(out, name, "host-inline")
     say(f"host inline check {name} (mdr-bench --backend host; log {d}.log)")
     open(d + ".log", "w").close()
-    rc = run_logged([os.path.join(bld, "bench", "mdr-bench")] + HOST_INLINE_ARGS + ["--out", d], d + ".log")
+    rc = run_logged([os.path.join(bld, "bench", "mdr-bench")] + HOST_INLINE_ARGS + ["--out", d], d + ".log", name=name)
     if rc != 0:
         return [f"{name}: host inline check FAILED (rc {rc})"]
     marks = {}
@@ -419,8 +433,10 @@ def main():
             TREES[n] = tree
         names.append(n)
     for n in names:
-        if n not in VARIANTS and n not in TREES:
-            sys.exit(f"stage_lab: no variant {n!r} (have {', '.join(VARIANTS)})")
+        if n not in VARIANTS and n not in TREES and n not in SWITCHES:
+            sys.exit(f"stage_lab: no variant {n!r} (have {', '.join(list(VARIANTS) + list(SWITCHES))})")
+    if any(n in SWITCHES for n in names) and "base" not in names:
+        sys.exit("stage_lab: a switch variant runs on base's build: name base too")
     os.makedirs(out, exist_ok=True)
     if report_only:
         text = "\n".join(report(out, names)) + "\n"
@@ -428,10 +444,15 @@ def main():
         print(text)
         return 0
 
-    builds = min(builds, len(names))
+    built = [n for n in names if n not in SWITCHES]
+    builds = min(builds, len(built))
     jobs = max(1, (os.cpu_count() or 2) // builds)
     with concurrent.futures.ThreadPoolExecutor(max_workers=builds) as pool:
-        blds = dict(zip(names, pool.map(lambda n: build(out, n, jobs), names)))
+        blds = dict(zip(built, pool.map(lambda n: build(out, n, jobs), built)))
+    for n in names:
+        if n in SWITCHES:
+            os.makedirs(os.path.join(out, n), exist_ok=True)
+            blds[n] = blds["base"]
     status, inline_lines, good = {}, [], []
     for n in names:
         if blds[n] is None:
@@ -461,7 +482,7 @@ def main():
                 say(f"bench {n} run {r}/{runs} (--out {d})")
                 log = d + ".log"
                 open(log, "w").close()
-                rc = run_logged([os.path.join(blds[n], "bench", "mdr-bench")] + bargs + ["--out", d], log)
+                rc = run_logged([os.path.join(blds[n], "bench", "mdr-bench")] + bargs + ["--out", d], log, name=n)
                 if rc != 0:
                     head.append(f"bench {n} run {r}: FAILED rc {rc} (see {log})")
         head += report(out, good)

@@ -239,9 +239,10 @@ mdr_status mdr_graph_cache_create(mdr_arena *a, mdr_stream stream, const mdr_gra
   c->poison = mdr_env_switch(b, "MDR_POISON", "graph cache") || opt.poison;
   c->measure_memory = mdr_be_has_mem_used(b);
   c->count_nodes = mdr_be_has_graph_nodes(b);
-  /* MDR_STAGE_SPREAD=1: a large slot read by several stage blocks. Off by
-   * default until measured on a GPU (dev/step_params_route.md) */
-  c->spread = mdr_env_switch(b, "MDR_STAGE_SPREAD", "graph cache");
+  /* a large slot read by several stage blocks; MDR_STAGE_SPREAD=0 keeps
+   * one (on an H200 the spread step with inputs took 0.77-0.91x of one
+   * block's time at 16-64 sequences, docs/GRAPHS.md) */
+  c->spread = mdr_env_switch_or(b, "MDR_STAGE_SPREAD", "graph cache", 1);
   c->inline_route = mdr_env_switch_or(b, "MDR_STAGE_INLINE", "graph cache", 1) && !c->graphs_disabled &&
                     opt.mode != MDR_GRAPH_DYNAMIC && mdr_be_has_inline(b);
   st = build_ladder(c, o);

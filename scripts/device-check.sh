@@ -103,7 +103,7 @@ if has sanitize; then
   cs="compute-sanitizer --error-exitcode 1 --target-processes all"
   # backend and graph_cache provoke CUDA API errors on purpose (illegal
   # calls under capture): memory errors only there.
-  for suite in zero_fused arena; do
+  for suite in zero_fused arena stage_inline; do
     run "memcheck-$suite" $cs --tool memcheck $build/tests/test_$suite --jobs 1
   done
   for suite in backend graph_cache step_inputs; do
@@ -114,7 +114,7 @@ if has sanitize; then
   run memcheck-backend_cuda $cs --tool memcheck --report-api-errors no $build/tests/test_backend_cuda --jobs 1 \
     --filter 'backend_cuda/[at]*'
 
-  for suite in zero_fused graph_cache step_inputs; do
+  for suite in zero_fused graph_cache step_inputs stage_inline; do
     run "initcheck-$suite" $cs --tool initcheck $build/tests/test_$suite --jobs 1
     run "synccheck-$suite" $cs --tool synccheck $build/tests/test_$suite --jobs 1
   done

@@ -1529,7 +1529,7 @@ ParameterizedTest(tb_kind *kind, stage_inline, queued_large_class_steps_each_lan
 /* Positions, sequence lengths and a 128-entry block table at up to 16
  * sequences: a ring step past the counts with an inline layout reads up to
  * 8.6 KiB of slot, spread over 3-4 stage blocks when the cache was created
- * with MDR_STAGE_SPREAD=1. */
+ * unless the cache was created with MDR_STAGE_SPREAD=0. */
 enum { SP_S = 16, SP_W = 128, SP_IN = BT_IN };
 
 typedef bt_world sp_world; /* its inputs sized for SP_S sequences of SP_W entries */
@@ -1548,7 +1548,10 @@ static void sp_init(sp_world *x, mdr_backend *b, const char *spread) {
   o.max_sequences = SP_S;
   o.inputs = x->in;
   o.n_inputs = SP_IN;
-  setenv("MDR_STAGE_SPREAD", spread, 1);
+  if (spread)
+    setenv("MDR_STAGE_SPREAD", spread, 1);
+  else
+    unsetenv("MDR_STAGE_SPREAD"); /* the default */
   world_cache(&x->w, &o, NULL);
   unsetenv("MDR_STAGE_SPREAD");
 }
@@ -1606,7 +1609,8 @@ ParameterizedTestParameters(stage_inline, a_large_slot_spread_over_stage_blocks_
 }
 
 /* The same ring steps (25-40 tokens, 8-16 sequences) through a cache with
- * MDR_STAGE_SPREAD=1 and one without: every step lands its own values and
+ * MDR_STAGE_SPREAD unset (spread by default) and one with
+ * MDR_STAGE_SPREAD=0: every step lands its own values and
  * pad, byte for byte as one stage block does, checked after each step and
  * after runs of three rings' worth of steps queued back to back (the last
  * stage block of each advances the ring; a wrong advance would stall the
@@ -1620,7 +1624,7 @@ ParameterizedTest(tb_kind *kind, stage_inline, a_large_slot_spread_over_stage_bl
     b = fb;
   }
   static sp_world x, y;
-  sp_init(&x, b, "1");
+  sp_init(&x, b, NULL);
   sp_init(&y, b, "0");
   uint64_t rng = 4242;
   static sp_values v;
@@ -1638,12 +1642,12 @@ ParameterizedTest(tb_kind *kind, stage_inline, a_large_slot_spread_over_stage_bl
     if (fb && fault_backend_calls_of(fb, MDR_OP_ZERO_FUSED) != fused) {
       captures++;
       const uint32_t blocks = mdr_stage_blocks_of(fault_backend_last_fused_stage(fb).flags);
-      cr_assert_geq(blocks, 2, "step %d (t %zu, s %zu): spread", k, v.t, v.s);
+      cr_assert_geq(blocks, 2, "step %d (t %zu, s %zu): spread by default", k, v.t, v.s);
     }
     fused = fb ? fault_backend_calls_of(fb, MDR_OP_ZERO_FUSED) : 0;
     cr_assert_eq(sp_step(&y, &v), MDR_OK, "step %d: %s", k, mdr_backend_last_error(b));
     if (fb && fault_backend_calls_of(fb, MDR_OP_ZERO_FUSED) != fused)
-      cr_assert_eq(mdr_stage_blocks_of(fault_backend_last_fused_stage(fb).flags), 1, "MDR_STAGE_SPREAD unset");
+      cr_assert_eq(mdr_stage_blocks_of(fault_backend_last_fused_stage(fb).flags), 1, "MDR_STAGE_SPREAD=0");
     if (queued && (k + 1) % 24 != 0) continue;
     cr_assert_eq(mdr_backend_synchronize(b, x.w.s), MDR_OK);
     cr_assert_eq(mdr_backend_synchronize(b, y.w.s), MDR_OK);
