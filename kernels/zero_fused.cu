@@ -33,7 +33,11 @@
  *     zeroing, so its round trip to host memory overlaps the stores. Its
  *     inline form (ZF_STAGED_INLINE) carries a small step's slot image in
  *     its parameters, set per step by a node update: no ring, no round
- *     trip to host memory (the inline launch without a plan table);
+ *     trip to host memory (the inline launch without a plan table, when
+ *     the plan at the count exceeds the list form's chunks);
+ *   - zero_list_inline_kernel (graphs' small host steps without a plan
+ *     table, plans of at most ZF_LIST_INLINE chunks): the chunk list, then
+ *     the slot image, set per step by a node update;
  *   - zero_table_kernel (DYNAMIC by node update): the plan at t comes from
  *     a table of every count's plan in device memory; the parameters hold
  *     only t and the stage and the grid is fixed, so the host re-targets a
@@ -391,6 +395,34 @@ static_assert(MDR_STAGE_INLINE_BYTES < MDR_STAGE_INLINE_LARGE_BYTES &&
                   MDR_STAGE_INLINE_LARGE_BYTES < MDR_STAGE_INLINE_XL_BYTES,
               "the classes grow");
 
+/* The inline form of the chunk list (graphs' small-class host steps whose
+ * plan at the count has at most ZF_LIST_INLINE chunks, about 8.9 MB): the
+ * list parameters, then the small class's image, 4592 bytes in all. A
+ * block learns its chunk from one parameter load, as zero_list_kernel's
+ * do, where the static inline form searches prefix sums and the table
+ * form loads the plan from device memory first (on an H200 under
+ * MDR_ROWS_ALL, ids-only steps at 1-8 tokens took 0.85-0.93x of the static
+ * form's GPU time, docs/KERNELS.md). Block 0 serves the stage from the
+ * image. */
+#define ZF_LIST_INLINE MDR_ZERO_LIST_INLINE_MAX
+struct zf_list_inline_params {
+  zf_list_params_t<ZF_LIST_INLINE> p;
+  uint4 inline_slot[MDR_STAGE_INLINE_BYTES / 16];
+};
+static_assert(offsetof(zf_list_inline_params, inline_slot) % 16 == 0 &&
+                  sizeof(zf_list_inline_params) ==
+                      offsetof(zf_list_inline_params, inline_slot) + MDR_STAGE_INLINE_BYTES &&
+                  sizeof(zf_list_inline_params) <= MDR_STAGE_INLINE_PARAM_MAX,
+              "the list inline form's parameters: the image ends them, within mdr_stage_inline_launch");
+
+__global__ void __launch_bounds__(ZF_BLOCK) zero_list_inline_kernel(const __grid_constant__ zf_list_inline_params a) {
+  if (blockIdx.x == 0) {
+    mdr_stage_block(a.p.stage, a.p.flags, (uint32_t)a.p.tokens, (uint64_t)(uintptr_t)&a.inline_slot[0]);
+    return;
+  }
+  zf_clear_span(mdr_zero_list_span(a.p.chunk[blockIdx.x - 1]));
+}
+
 template <unsigned IMG>
 __global__ void __launch_bounds__(ZF_BLOCK)
     zero_table_inline_kernel(const __grid_constant__ zf_table_inline_params_t<IMG> a) {
@@ -706,6 +738,29 @@ static void zf_table_inline_build(const mdr_zero_seg *segs, size_t n, uint64_t t
   memcpy(out->param, &a, sizeof a);
 }
 
+/* The inline launch in the list form (zero_list_inline_kernel): the
+ * chunk list of the plan at `tokens` (k words), then the image zeroed; a
+ * block per chunk, +1 stage block. */
+static void zf_list_inline_build(const uint64_t *words, uint32_t k, uint64_t tokens, const mdr_stage_desc *stage,
+                                 mdr_stage_inline_launch *out) {
+  zf_list_inline_params a;
+  memset(&a, 0, sizeof a);
+  memcpy(a.p.chunk, words, k * sizeof *words);
+  a.p.n = k;
+  a.p.tokens = tokens;
+  a.p.flags = stage->flags & (MDR_STAGE_FETCH | MDR_STAGE_INLINE);
+  a.p.stage = *stage;
+  memset(out, 0, sizeof *out);
+  out->func = (const void *)zero_list_inline_kernel;
+  out->grid[0] = k + 1;
+  out->grid[1] = out->grid[2] = 1;
+  out->block[0] = ZF_BLOCK;
+  out->block[1] = out->block[2] = 1;
+  out->param_bytes = sizeof a;
+  out->slot_offset = offsetof(zf_list_inline_params, inline_slot);
+  memcpy(out->param, &a, sizeof a);
+}
+
 extern "C" int mdr_cuda_zero_inline_launch(const mdr_zero_seg *segs, size_t n, uint64_t tokens,
                                            const mdr_stage_desc *stage, int sm_count,
                                            mdr_stage_inline_launch *out) {
@@ -727,8 +782,21 @@ extern "C" int mdr_cuda_zero_inline_launch(const mdr_zero_seg *segs, size_t n, u
     }
     return 0;
   }
-  /* the static form carries the small class only */
-  if (n > ZF_SMALL_SEGS || stage->inline_bytes > MDR_STAGE_INLINE_BYTES) return (int)cudaErrorInvalidValue;
+  if (stage->inline_bytes > MDR_STAGE_INLINE_BYTES) return (int)cudaErrorInvalidValue;
+  /* the small class without a table: the chunk list when the plan at the
+   * count fits it (the cache passes a table for the larger classes only) */
+  if (n <= MDR_ZERO_MAX_SEGS) {
+    mdr_zero_seg fixed[MDR_ZERO_MAX_SEGS];
+    uint64_t words[ZF_LIST_INLINE];
+    const uint32_t m = (uint32_t)mdr_zero_plan_at(segs, n, tokens, fixed);
+    const uint32_t k = mdr_zero_list_build(fixed, m, words, ZF_LIST_INLINE);
+    if (k != MDR_ZERO_LIST_NONE) {
+      zf_list_inline_build(words, k, tokens, stage, out);
+      return 0;
+    }
+  }
+  /* else the static form, which carries the small class only */
+  if (n > ZF_SMALL_SEGS) return (int)cudaErrorInvalidValue;
   zf_inline_params_small a;
   memset(&a, 0, sizeof a);
   dim3 grid;
@@ -765,7 +833,7 @@ extern "C" int mdr_cuda_zero_preload(void) {
       (const void *)zero_static_kernel<ZF_SMALL_SEGS, ZF_STAGED_INLINE>,
       (const void *)zero_static_kernel<MDR_ZERO_MAX_SEGS, ZF_STAGED>,
       (const void *)zero_static_kernel<MDR_ZERO_MAX_SEGS, ZF_UNSTAGED>, (const void *)zero_table_kernel,
-      (const void *)zero_table_inline_kernel<MDR_STAGE_INLINE_BYTES>,
+      (const void *)zero_list_inline_kernel, (const void *)zero_table_inline_kernel<MDR_STAGE_INLINE_BYTES>,
       (const void *)zero_table_inline_kernel<MDR_STAGE_INLINE_LARGE_BYTES>,
       (const void *)zero_table_inline_kernel<MDR_STAGE_INLINE_XL_BYTES>,
       (const void *)zero_list_kernel<ZF_LIST_SMALL, true>, (const void *)zero_list_kernel<ZF_LIST_SMALL, false>,

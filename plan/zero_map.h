@@ -179,6 +179,10 @@ MDR_HD mdr_zero_span mdr_zero_chunk_span(uint64_t ptr, uint64_t seg_bytes, uint6
  * in the same order, as the prefix sums and mdr_zero_chunk_span give; the
  * kernel's list parameters stay within 8 KiB. */
 #define MDR_ZERO_LIST_MAX 1000
+/* The inline launch's list form (a small host step's graph node, its
+ * parameters updated every step) carries at most this many chunks (about
+ * 8.9 MB), so that its list and the slot image stay within 4.5 KiB. */
+#define MDR_ZERO_LIST_INLINE_MAX 544
 #define MDR_ZERO_LIST_ADDR_BITS 48
 #define MDR_ZERO_LIST_ADDR_MASK ((((uint64_t)1) << MDR_ZERO_LIST_ADDR_BITS) - 1u)
 #define MDR_ZERO_LIST_NONE UINT32_MAX

@@ -17,6 +17,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include <criterion/criterion.h>
 #include <criterion/parameterized.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -745,13 +746,17 @@ static uint32_t launch_alone(mdr_backend *b, mdr_stream s, void *x, void *node, 
   return c[1];
 }
 
-/* The inline launch captured as a node (zeroing a buffer's rows, and the
- * stage): each update's image is what the next launch copies, and counts
- * and rows follow it; the zeroing is the launch's own. Launches enqueued
- * before an update keep the image they were launched with (the host
- * backend held; on the GPU a sleeping kernel ahead). */
-ParameterizedTest(tb_kind *kind, stage_inline, an_inline_node_takes_each_update_and_launches_keep_their_own) {
-  enum { COPY = 6, BUF = 512, STEPS = 40 };
+/* The inline launch captured as a node (zeroing the rows of a buffer of
+ * buf_bytes, and the stage): each update's image is what the next launch
+ * copies, and counts and rows follow it; the zeroing is the launch's own.
+ * Launches enqueued before an update keep the image they were launched
+ * with (the host backend held; on the GPU a sleeping kernel ahead). On
+ * CUDA the launch takes the list form when the rows' chunks fit it, the
+ * static form (the plan by value, about 1.2 KiB) otherwise: `list` says
+ * which the caller expects. */
+static void inline_node_case(tb_kind *kind, size_t buf_bytes, int list) {
+  enum { COPY = 6, STEPS = 40 };
+  const size_t BUF = buf_bytes, ROWS = COPY * (buf_bytes / 8);
   mdr_backend *b = tb_backend(*kind);
   mdr_stream s = tb_stream(b);
   mdr_dptr ids = 0, counts = 0, buf = 0, acc = 0;
@@ -772,15 +777,24 @@ ParameterizedTest(tb_kind *kind, stage_inline, an_inline_node_takes_each_update_
   cr_assert_not_null(node);
   cr_assert_eq(l.slot_offset % 16, 0);
   cr_assert_leq(l.slot_offset + MDR_STAGE_INLINE_BYTES, l.param_bytes);
+  if (*kind == TB_CUDA) {
+    const size_t list_at = 8 * MDR_ZERO_LIST_INLINE_MAX + sizeof(mdr_stage_desc) + 16;
+    if (list)
+      cr_assert_eq(l.slot_offset, list_at, "%zu bytes of rows: the list form", ROWS);
+    else
+      cr_assert_lt(l.param_bytes, 2048, "%zu bytes of rows: the static form", ROWS);
+  }
   cr_assert_eq(mdr_be_graph_instantiate(b, g, NULL, &x), MDR_OK);
   /* one launch at a time: its ids, counts and rows */
+  unsigned char *z = malloc(BUF);
+  cr_assert_not_null(z);
   for (uint32_t t = 1; t <= COPY; t += 2) {
     cr_assert_eq(launch_alone(b, s, x, node, &l, ids, counts, buf, BUF, t, COPY), 1);
-    unsigned char z[BUF];
     read_back(b, z, buf, BUF);
-    cr_assert_eq(tb_first_not(z, COPY * BUF / 8, 0), COPY * BUF / 8, "the rows of %d tokens cleared", COPY);
-    cr_assert_eq(tb_first_not(z + COPY * BUF / 8, BUF - COPY * BUF / 8, POISON), BUF - COPY * BUF / 8);
+    cr_assert_eq(tb_first_not(z, ROWS, 0), ROWS, "the rows of %d tokens cleared", COPY);
+    cr_assert_eq(tb_first_not(z + ROWS, BUF - ROWS, POISON), BUF - ROWS, "nothing past them");
   }
+  free(z);
   /* queued launches: each keeps the image it was launched with */
   hold_stream(*kind, b, s);
   uint64_t want_sum = 0;
@@ -817,6 +831,33 @@ ParameterizedTest(tb_kind *kind, stage_inline, an_inline_node_takes_each_update_
   mdr_backend_free(b, ids);
   mdr_backend_stream_destroy(b, s);
   mdr_backend_destroy(b);
+}
+
+/* A small plan (one chunk of rows): on CUDA the list form. */
+ParameterizedTest(tb_kind *kind, stage_inline, an_inline_node_takes_each_update_and_launches_keep_their_own) {
+  inline_node_case(kind, 512, 1);
+}
+
+ParameterizedTestParameters(stage_inline, an_inline_node_past_the_list_form_keeps_the_static_form) {
+  static tb_kind kinds[] = {TB_HOST, TB_CUDA};
+  return cr_make_param_array(tb_kind, kinds, 2);
+}
+
+/* Rows of MDR_ZERO_LIST_INLINE_MAX chunks and a byte (the list form's
+ * limit passed by one): on CUDA the static form, the same bytes and ids. */
+ParameterizedTest(tb_kind *kind, stage_inline, an_inline_node_past_the_list_form_keeps_the_static_form) {
+  const size_t row = (MDR_ZERO_LIST_INLINE_MAX * MDR_ZERO_CHUNK + 6) / 6; /* 6 rows: past the limit */
+  inline_node_case(kind, 8 * row, 0);
+}
+
+ParameterizedTestParameters(stage_inline, an_inline_node_at_the_list_form_limit_takes_the_list) {
+  static tb_kind kinds[] = {TB_HOST, TB_CUDA};
+  return cr_make_param_array(tb_kind, kinds, 2);
+}
+
+/* Rows of exactly MDR_ZERO_LIST_INLINE_MAX chunks: on CUDA the list form. */
+ParameterizedTest(tb_kind *kind, stage_inline, an_inline_node_at_the_list_form_limit_takes_the_list) {
+  inline_node_case(kind, 8 * (MDR_ZERO_LIST_INLINE_MAX * MDR_ZERO_CHUNK / 6), 1); /* 6 rows: at most the limit */
 }
 
 /* ---- the table form: the plan from a plan table ----------------------------------------- */
@@ -930,14 +971,14 @@ static mdr_stage_desc desc_stage(void) {
  * launched): given a plan table that serves the count, the table form, its
  * parameters the table parameters (the stage first, table included) and
  * the image right after them, under 300 bytes; without one, or past the
- * table's counts, the static form with the plan by value (over 1 KiB).
- * TABLE itself is refused. */
+ * table's counts, the form without a table (for this plan of 3 chunks the
+ * list form, over 4 KiB). TABLE itself is refused. */
 Test(stage_inline, the_cuda_inline_launch_takes_the_table_form_given_a_table) {
   const mdr_zero_seg *rules = k_desc_rules;
   mdr_stage_desc st = desc_stage();
   mdr_stage_inline_launch plain, tab;
   cr_assert_eq(mdr_cuda_zero_inline_launch(rules, 2, 20, &st, 132, &plain), 0);
-  cr_assert_gt(plain.param_bytes, 1024, "the static form carries the plan");
+  cr_assert_gt(plain.param_bytes, 4096, "the list form carries the plan's chunks");
   cr_assert_eq(plain.slot_offset + MDR_STAGE_INLINE_BYTES, plain.param_bytes);
   st.table = 0x400000;
   st.table_max = 24;
@@ -959,13 +1000,74 @@ Test(stage_inline, the_cuda_inline_launch_takes_the_table_form_given_a_table) {
   mdr_stage_inline_launch past;
   st.table_max = 19;
   cr_assert_eq(mdr_cuda_zero_inline_launch(rules, 2, 20, &st, 132, &past), 0);
-  cr_assert_eq(past.param_bytes, plain.param_bytes, "a table that does not reach the count: the static form");
+  cr_assert_eq(past.param_bytes, plain.param_bytes, "a table that does not reach the count: the form without one");
   cr_assert_eq(past.func, plain.func);
   st.table_max = 24;
   st.flags |= MDR_STAGE_TABLE;
   cr_assert_neq(mdr_cuda_zero_inline_launch(rules, 2, 20, &st, 132, &past), 0, "TABLE is DYNAMIC's");
 }
 #endif
+
+/* The CUDA inline launch without a plan table (no device needed): a plan
+ * whose chunks at the count number at most MDR_ZERO_LIST_INLINE_MAX takes
+ * the list form: the words of mdr_zero_list_build in order, the rest of
+ * the list zero, then the stage, the count, the chunks and the flags
+ * (FETCH | INLINE), then the image, zeroed; a block per chunk and the stage
+ * block. One chunk more, or a chunk whose address does not encode, takes
+ * the static form (the plan by value, about 1.2 KiB) and another kernel. */
+Test(stage_inline, the_cuda_inline_launch_takes_the_list_form_for_a_small_plan) {
+  const mdr_stage_desc st = desc_stage();
+  const size_t list_at = 8 * MDR_ZERO_LIST_INLINE_MAX + sizeof(mdr_stage_desc) + 16;
+  static mdr_stage_inline_launch l, big, far;
+  memset(&l, 0xAB, sizeof l);
+  cr_assert_eq(mdr_cuda_zero_inline_launch(k_desc_rules, 2, 20, &st, 132, &l), 0);
+  cr_assert_eq(l.slot_offset, list_at);
+  cr_assert_eq(l.param_bytes, list_at + MDR_STAGE_INLINE_BYTES);
+  mdr_zero_seg fixed[2];
+  uint64_t words[8];
+  const uint32_t k = mdr_zero_list_build(fixed, (uint32_t)mdr_zero_plan_at(k_desc_rules, 2, 20, fixed), words, 8);
+  cr_assert_eq(k, mdr_zero_chunks(20 * 1000) + mdr_zero_chunks(5000), "the plan's chunks at 20");
+  const uint64_t *p = l.param;
+  for (uint32_t i = 0; i < MDR_ZERO_LIST_INLINE_MAX; i++)
+    cr_assert_eq(p[i], i < k ? words[i] : 0, "word %u", i);
+  mdr_stage_desc in;
+  memcpy(&in, p + MDR_ZERO_LIST_INLINE_MAX, sizeof in);
+  cr_assert_eq(memcmp(&in, &st, sizeof in), 0, "the stage as given");
+  const unsigned char *after = (const unsigned char *)(p + MDR_ZERO_LIST_INLINE_MAX) + sizeof in;
+  uint64_t tokens;
+  uint32_t n, flags;
+  memcpy(&tokens, after, 8);
+  memcpy(&n, after + 8, 4);
+  memcpy(&flags, after + 12, 4);
+  cr_assert_eq(tokens, 20);
+  cr_assert_eq(n, k);
+  cr_assert_eq(flags, MDR_STAGE_FETCH | MDR_STAGE_INLINE);
+  cr_assert_eq(tb_first_not((const unsigned char *)l.param + l.slot_offset, MDR_STAGE_INLINE_BYTES, 0),
+               MDR_STAGE_INLINE_BYTES, "image zeroed");
+  cr_assert_eq(l.grid[0], k + 1, "a block per chunk and the stage block");
+  cr_assert_eq(l.grid[1] * l.grid[2], 1);
+  cr_assert_eq(l.block[0], 256);
+  /* at the limit: the list; one chunk past it: the static form */
+  for (int past = 0; past < 2; past++) {
+    const uint64_t bytes = MDR_ZERO_LIST_INLINE_MAX * MDR_ZERO_CHUNK + (uint64_t)past;
+    const mdr_zero_seg one = {.ptr = 0x100000, .bytes = bytes, .rule = MDR_RULE_FIXED};
+    memset(&big, 0xAB, sizeof big);
+    cr_assert_eq(mdr_cuda_zero_inline_launch(&one, 1, 20, &st, 132, &big), 0);
+    if (!past) {
+      cr_assert_eq(big.func, l.func, "%" PRIu64 " bytes: the list form", bytes);
+      cr_assert_eq(big.grid[0], MDR_ZERO_LIST_INLINE_MAX + 1);
+    } else {
+      cr_assert_neq(big.func, l.func, "%" PRIu64 " bytes: not the list form", bytes);
+      cr_assert_lt(big.param_bytes, 2048, "the static form");
+      cr_assert_eq(big.slot_offset + MDR_STAGE_INLINE_BYTES, big.param_bytes);
+    }
+  }
+  /* an address past the list's 48 bits: the static form */
+  const mdr_zero_seg high = {.ptr = (uint64_t)1 << 50, .bytes = 4096, .rule = MDR_RULE_FIXED};
+  cr_assert_eq(mdr_cuda_zero_inline_launch(&high, 1, 20, &st, 132, &far), 0);
+  cr_assert_neq(far.func, l.func, "an address that does not encode: not the list form");
+  cr_assert_lt(far.param_bytes, 2048);
+}
 
 /* The cache's inline captures of a large-class count (fused zeroing) pass
  * its plan table, which reaches the largest such count, and each count's
@@ -1118,13 +1220,13 @@ Test(stage_inline, the_cuda_inline_launch_picks_the_smallest_image_class) {
   cr_assert_neq(mdr_cuda_zero_inline_launch(rules, 2, 20, &st, 132, &l), 0, "past the largest class: refused");
   st.inline_bytes = UINT32_MAX;
   cr_assert_neq(mdr_cuda_zero_inline_launch(rules, 2, 20, &st, 132, &l), 0);
-  /* the static form: the small class only */
+  /* without a table (the list or the static form): the small class only */
   for (int k = 0; k < 2; k++) {
     st.table = k ? 0x400000 : 0;
     st.table_max = k ? 19 : 0; /* k: a table short of the count */
     st.inline_bytes = MDR_STAGE_INLINE_BYTES;
     cr_assert_eq(mdr_cuda_zero_inline_launch(rules, 2, 20, &st, 132, &l), 0);
-    cr_assert_gt(l.param_bytes, 1024, "the static form");
+    cr_assert_gt(l.param_bytes, 1024, "the plan in the parameters");
     cr_assert_eq(l.slot_offset + MDR_STAGE_INLINE_BYTES, l.param_bytes);
     st.inline_bytes = MDR_STAGE_INLINE_BYTES + 1;
     cr_assert_neq(mdr_cuda_zero_inline_launch(rules, 2, 20, &st, 132, &l), 0, "no table form: no large class");
