@@ -1008,6 +1008,7 @@ Test(stage_inline, the_cuda_inline_launch_takes_the_table_form_given_a_table) {
 }
 #endif
 
+#if defined(MDR_HAVE_CUDA)
 /* The CUDA inline launch without a plan table (no device needed): a plan
  * whose chunks at the count number at most MDR_ZERO_LIST_INLINE_MAX takes
  * the list form: the words of mdr_zero_list_build in order, the rest of
@@ -1068,6 +1069,7 @@ Test(stage_inline, the_cuda_inline_launch_takes_the_list_form_for_a_small_plan) 
   cr_assert_neq(far.func, l.func, "an address that does not encode: not the list form");
   cr_assert_lt(far.param_bytes, 2048);
 }
+#endif
 
 /* The cache's inline captures of a large-class count (fused zeroing) pass
  * its plan table, which reaches the largest such count, and each count's
