@@ -234,6 +234,82 @@ __device__ __forceinline__ void mdr_stage_copy_slot(const mdr_stage_desc &st, co
   }
 }
 
+/* Up to 16 bytes of v (its first n) stored at `to`: one 16-byte store when
+ * whole and aligned, else byte by byte (a destination need not be 16-byte
+ * aligned, nor a piece a whole number of vectors). */
+__device__ __forceinline__ void mdr_stage_store_part(uint64_t to, const uint4 &v, uint32_t n) {
+  if (n == 16u && (to & 15u) == 0) {
+    *(uint4 *)to = v;
+    return;
+  }
+  for (uint32_t b = 0; b < n; b++) {
+    const uint32_t w = b < 4u ? v.x : b < 8u ? v.y : b < 12u ? v.z : v.w;
+    *(unsigned char *)(to + b) = (unsigned char)(w >> (8u * (b & 3u)));
+  }
+}
+
+/* An inline launch's image copied (FETCH | INLINE with the image's bytes in
+ * st.inline_bytes): every vector of the image is loaded first, from the
+ * launch's own parameters, which needs nothing else; only then does each
+ * thread wait for its lane's input-table entry (issued before, from device
+ * memory) and store its vectors where the pieces holding them go. So the
+ * table's load and the image's overlap, where mdr_stage_copy_slot places
+ * each load in the slot before issuing it (a slot over PCIe is read in
+ * rounds, and its loads need their pieces). The pieces (lane 0 the ids,
+ * lane 1 + i input i, as mdr_stage_lane_piece_of) start at 16-byte aligned
+ * offsets of the image (graphs/staging.c lays them out so), so a vector
+ * belongs to one piece at most; one past a piece's end, or in no piece (the
+ * header, the alignment gaps, a device-resident input), is not stored. The
+ * header is vector 0, into *hdr from thread 0. Every thread of the one
+ * stage block calls it (an inline launch has one); the ids are the image's
+ * (lane 0), so never with DEVICE_IDS (the cache's inline launches are
+ * FETCH | INLINE alone). */
+__device__ __forceinline__ void mdr_stage_copy_image(const mdr_stage_desc &st, const mdr_stage_input &e, bool have,
+                                                     uint64_t image, uint32_t copy_t, uint32_t copy_s, uint4 *hdr) {
+  constexpr uint32_t R = 2; /* vectors a thread loads a round: an extra-large image (272 vectors) in one */
+  const uint32_t tid = threadIdx.x, lane = tid & 31u;
+  const uint32_t nv = (st.inline_bytes + 15u) / 16u;
+  const uint32_t n = st.n_inputs < MDR_STAGE_INPUTS_MAX ? st.n_inputs : MDR_STAGE_INPUTS_MAX;
+  for (uint32_t base = 0; base < nv; base += R * MDR_STAGE_BLOCK) {
+    uint4 r[R];
+#pragma unroll
+    for (uint32_t u = 0; u < R; u++) {
+      const uint32_t j = base + u * MDR_STAGE_BLOCK + tid;
+      if (j < nv) r[u] = ((const uint4 *)image)[j];
+    }
+    if (base == 0 && hdr && tid == 0) *hdr = r[0];
+    /* this lane's piece: [off, off + len) of the image, to dst */
+    uint32_t off = 0, len = 0;
+    uint64_t dst = 0;
+    if (lane == 0) {
+      off = MDR_STAGE_HEADER_BYTES;
+      len = copy_t * 4u;
+      dst = st.token_ids;
+    } else if (have && !e.src) {
+      off = e.offset;
+      len = (uint32_t)(mdr_stage_input_rows(&e, copy_t, copy_s) * e.row_bytes);
+      dst = e.dst;
+    }
+    uint64_t to[R] = {};
+    uint32_t part[R] = {};
+    for (uint32_t k = 0; k <= n; k++) { /* uniform over the warp: each piece's bounds from its lane */
+      const uint32_t ko = __shfl_sync(0xffffffffu, off, (int)k), kl = __shfl_sync(0xffffffffu, len, (int)k);
+      const uint64_t kd = __shfl_sync(0xffffffffu, dst, (int)k);
+#pragma unroll
+      for (uint32_t u = 0; u < R; u++) {
+        const uint32_t o = 16u * (base + u * MDR_STAGE_BLOCK + tid);
+        if (o >= ko && o - ko < kl) {
+          to[u] = kd + (o - ko);
+          part[u] = kl - (o - ko) < 16u ? kl - (o - ko) : 16u;
+        }
+      }
+    }
+#pragma unroll
+    for (uint32_t u = 0; u < R; u++)
+      if (base + u * MDR_STAGE_BLOCK + tid < nv && part[u]) mdr_stage_store_part(to[u], r[u], part[u]);
+  }
+}
+
 /* Inputs already in device memory: copy each one's rows at the real counts
  * (t, s) from src to dst (nothing when they are the same), then its pad
  * value into the rows up to the copy counts (device to device: no round
@@ -345,7 +421,9 @@ __device__ __forceinline__ void mdr_stage_block(const mdr_stage_desc &st, uint32
      * memory, one request a field, that cannot merge with the plain loads
      * of the ids in the same sector */
     uint4 hv = make_uint4(copy, copy, copy_s, copy_s);
-    if (fetch)
+    if (fetch && inl && st.inline_bytes && !(flags & MDR_STAGE_DEVICE_IDS))
+      mdr_stage_copy_image(st, e, have, slot, copy, copy_s, &hv); /* one stage block: an inline launch's */
+    else if (fetch)
       mdr_stage_copy_slot(st, e, have, slot, !(flags & MDR_STAGE_DEVICE_IDS), copy, copy_s, blk == 0 ? &hv : nullptr,
                           blk, blocks);
     /* whether an input is already in device memory: every warp holds the

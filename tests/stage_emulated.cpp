@@ -22,7 +22,9 @@
  * shapes, element sizes, widths, slot or device values, destinations not
  * 16-byte aligned), the counts and their padding, the ring position and the
  * launch's flags (static, DEVICE_IDS, DYNAMIC, INLINE: the slot given as the
- * launch's parameters, the counter neither read nor advanced).
+ * launch's parameters, the counter neither read nor advanced; most INLINE
+ * cases with the image's bytes given, so that the image is loaded whole
+ * before the input table is waited for, the rest placed as a ring slot).
  *
  * A plain program (no Criterion): exit 0 when every case matches, 1 on a
  * mismatch; a fault aborts. Usage: stage_emulated [cases] [seed] [spread]
@@ -193,6 +195,8 @@ struct InputSpec {
 struct Case {
   uint32_t flags, n, max_tokens, max_seqs, slots; /* slots: the ring's length (3: not a power of two) */
   uint32_t blocks; /* stage blocks the launch spreads its slot's read over (1: one) */
+  uint32_t image;  /* INLINE: the image's bytes given (the cache's launches), so the block loads it whole
+                      before it waits for the input table (mdr_stage_copy_image); 0: placed as a slot is */
   uint32_t t, copy, s, copy_s, step, ids_mis, ids_src_kind; /* ids_src: 0 none, 1 token_ids, 2 its own */
   InputSpec in[MDR_STAGE_INPUTS_MAX];
   uint64_t fill_seed;
@@ -301,6 +305,9 @@ void build(const Case &c, World &w) {
   d.n_inputs = c.n;
   d.inputs = c.n ? base + w.table_off : 0;
   d.copy_sequences = c.copy_s;
+  /* the image's bytes, as the cache sets them: the layout's end (the pad
+   * rows to max_rows included) */
+  d.inline_bytes = (c.flags & MDR_STAGE_INLINE) && c.image ? (uint32_t)end : 0u;
 }
 
 /* The launch's stage work on the emulated device: the static stage block,
@@ -395,6 +402,7 @@ Case draw(Rng &g, bool spread) {
     c.blocks = 2 + (uint32_t)g.below(5);
     for (uint32_t i = 0; i < c.n; i++) c.in[i].device = c.in[i].in_place = false;
   }
+  c.image = (c.flags & MDR_STAGE_INLINE) && g.below(4) != 0;
   c.fill_seed = g.next();
   return c;
 }
