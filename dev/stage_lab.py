@@ -115,11 +115,12 @@ FINE_ROUND = (
 
 
 def fine_copy(twice):
-    call = ("    if (fetch)\n"
-            "      mdr_stage_copy_slot(st, e, have, slot, !(flags & MDR_STAGE_DEVICE_IDS), copy, copy_s, blk == 0 ? &hv : nullptr,\n"
+    head = "    else if (fetch)\n"
+    call = ("      mdr_stage_copy_slot(st, e, have, slot, !(flags & MDR_STAGE_DEVICE_IDS), copy, copy_s, blk == 0 ? &hv : nullptr,\n"
             "                          blk, blocks")
     again = (call + ", lab + 7);\n") if twice else ""
-    return (call + ");\n", call + ", lab + 4);\n" + "    lab[6] = MDR_LAB_CLOCK();\n" + again)
+    return (head + call + ");\n",
+            "    else if (fetch) {\n" + call + ", lab + 4);\n" + "      lab[6] = MDR_LAB_CLOCK();\n" + again + "    }\n")
 
 
 FINE_IDS = (
