@@ -395,27 +395,35 @@ static_assert(MDR_STAGE_INLINE_BYTES < MDR_STAGE_INLINE_LARGE_BYTES &&
                   MDR_STAGE_INLINE_LARGE_BYTES < MDR_STAGE_INLINE_XL_BYTES,
               "the classes grow");
 
-/* The inline form of the chunk list (graphs' small-class host steps whose
- * plan at the count has at most ZF_LIST_INLINE chunks, about 8.9 MB): the
- * list parameters, then the small class's image, 4592 bytes in all. A
- * block learns its chunk from one parameter load, as zero_list_kernel's
- * do, where the static inline form searches prefix sums and the table
- * form loads the plan from device memory first (on an H200 under
- * MDR_ROWS_ALL, ids-only steps at 1-8 tokens took 0.85-0.93x of the static
- * form's GPU time, docs/KERNELS.md). Block 0 serves the stage from the
- * image. */
+/* The inline form of the chunk list (graphs' host steps whose plan at the
+ * count has at most ZF_LIST_INLINE chunks, about 8.9 MB, in every image
+ * class): the list parameters (4480 bytes), then the image class's bytes,
+ * 4592 to 8832 in all. A block learns its chunk from one parameter load,
+ * as zero_list_kernel's do, where the static inline form searches prefix
+ * sums and the table form loads the plan from device memory first (on an
+ * H200 under MDR_ROWS_ALL, ids-only steps at 1-8 tokens took 0.85-0.93x
+ * of the static form's GPU time, steps with inputs at 2-8 sequences
+ * 0.90-0.97x of the table form's, docs/KERNELS.md). Block 0 serves the
+ * stage from the image. */
 #define ZF_LIST_INLINE MDR_ZERO_LIST_INLINE_MAX
-struct zf_list_inline_params {
+template <unsigned IMG>
+struct zf_list_inline_params_t {
   zf_list_params_t<ZF_LIST_INLINE> p;
-  uint4 inline_slot[MDR_STAGE_INLINE_BYTES / 16];
+  uint4 inline_slot[IMG / 16];
 };
-static_assert(offsetof(zf_list_inline_params, inline_slot) % 16 == 0 &&
-                  sizeof(zf_list_inline_params) ==
-                      offsetof(zf_list_inline_params, inline_slot) + MDR_STAGE_INLINE_BYTES &&
-                  sizeof(zf_list_inline_params) <= MDR_STAGE_INLINE_PARAM_MAX,
+template <unsigned IMG>
+constexpr bool zf_list_inline_ok() {
+  return offsetof(zf_list_inline_params_t<IMG>, inline_slot) % 16 == 0 &&
+         sizeof(zf_list_inline_params_t<IMG>) == offsetof(zf_list_inline_params_t<IMG>, inline_slot) + IMG &&
+         sizeof(zf_list_inline_params_t<IMG>) <= MDR_STAGE_INLINE_PARAM_MAX;
+}
+static_assert(zf_list_inline_ok<MDR_STAGE_INLINE_BYTES>() && zf_list_inline_ok<MDR_STAGE_INLINE_LARGE_BYTES>() &&
+                  zf_list_inline_ok<MDR_STAGE_INLINE_XL_BYTES>(),
               "the list inline form's parameters: the image ends them, within mdr_stage_inline_launch");
 
-__global__ void __launch_bounds__(ZF_BLOCK) zero_list_inline_kernel(const __grid_constant__ zf_list_inline_params a) {
+template <unsigned IMG>
+__global__ void __launch_bounds__(ZF_BLOCK)
+    zero_list_inline_kernel(const __grid_constant__ zf_list_inline_params_t<IMG> a) {
   if (blockIdx.x == 0) {
     mdr_stage_block(a.p.stage, a.p.flags, (uint32_t)a.p.tokens, (uint64_t)(uintptr_t)&a.inline_slot[0]);
     return;
@@ -738,12 +746,13 @@ static void zf_table_inline_build(const mdr_zero_seg *segs, size_t n, uint64_t t
   memcpy(out->param, &a, sizeof a);
 }
 
-/* The inline launch in the list form (zero_list_inline_kernel): the
- * chunk list of the plan at `tokens` (k words), then the image zeroed; a
- * block per chunk, +1 stage block. */
+/* The inline launch in the list form (zero_list_inline_kernel<IMG>): the
+ * chunk list of the plan at `tokens` (k words), then the image class's IMG
+ * bytes zeroed; a block per chunk, +1 stage block. */
+template <unsigned IMG>
 static void zf_list_inline_build(const uint64_t *words, uint32_t k, uint64_t tokens, const mdr_stage_desc *stage,
                                  mdr_stage_inline_launch *out) {
-  zf_list_inline_params a;
+  zf_list_inline_params_t<IMG> a;
   memset(&a, 0, sizeof a);
   memcpy(a.p.chunk, words, k * sizeof *words);
   a.p.n = k;
@@ -751,13 +760,13 @@ static void zf_list_inline_build(const uint64_t *words, uint32_t k, uint64_t tok
   a.p.flags = stage->flags & (MDR_STAGE_FETCH | MDR_STAGE_INLINE);
   a.p.stage = *stage;
   memset(out, 0, sizeof *out);
-  out->func = (const void *)zero_list_inline_kernel;
+  out->func = (const void *)zero_list_inline_kernel<IMG>;
   out->grid[0] = k + 1;
   out->grid[1] = out->grid[2] = 1;
   out->block[0] = ZF_BLOCK;
   out->block[1] = out->block[2] = 1;
   out->param_bytes = sizeof a;
-  out->slot_offset = offsetof(zf_list_inline_params, inline_slot);
+  out->slot_offset = offsetof(zf_list_inline_params_t<IMG>, inline_slot);
   memcpy(out->param, &a, sizeof a);
 }
 
@@ -768,32 +777,39 @@ extern "C" int mdr_cuda_zero_inline_launch(const mdr_zero_seg *segs, size_t n, u
   if (!stage || (stage->flags & (MDR_STAGE_FETCH | MDR_STAGE_INLINE)) != (MDR_STAGE_FETCH | MDR_STAGE_INLINE) ||
       (stage->flags & not_with) || (n && !segs) || sm_count <= 0)
     return (int)cudaErrorInvalidValue;
-  /* a plan table of these rules that serves `tokens`: the table form, in
-   * the smallest image class that holds the image */
-  if (mdr_stage_table_ok(stage, n, tokens)) {
-    if (stage->inline_bytes <= MDR_STAGE_INLINE_BYTES) {
-      zf_table_inline_build<MDR_STAGE_INLINE_BYTES>(segs, n, tokens, stage, sm_count, out);
-    } else if (stage->inline_bytes <= MDR_STAGE_INLINE_LARGE_BYTES) {
-      zf_table_inline_build<MDR_STAGE_INLINE_LARGE_BYTES>(segs, n, tokens, stage, sm_count, out);
-    } else if (stage->inline_bytes <= MDR_STAGE_INLINE_XL_BYTES) {
-      zf_table_inline_build<MDR_STAGE_INLINE_XL_BYTES>(segs, n, tokens, stage, sm_count, out);
-    } else {
-      return (int)cudaErrorInvalidValue;
-    }
-    return 0;
-  }
-  if (stage->inline_bytes > MDR_STAGE_INLINE_BYTES) return (int)cudaErrorInvalidValue;
-  /* the small class without a table: the chunk list when the plan at the
-   * count fits it (the cache passes a table for the larger classes only) */
+  /* the classes a launch may take, as the host backend's: the larger ones
+   * only with a plan table that serves the count (the graph cache passes
+   * one for them) */
+  const bool table = mdr_stage_table_ok(stage, n, tokens);
+  if (stage->inline_bytes > (table ? MDR_STAGE_INLINE_XL_BYTES : MDR_STAGE_INLINE_BYTES))
+    return (int)cudaErrorInvalidValue;
+  /* the chunk list when the plan at the count fits it, in the smallest
+   * class that holds the image */
   if (n <= MDR_ZERO_MAX_SEGS) {
     mdr_zero_seg fixed[MDR_ZERO_MAX_SEGS];
     uint64_t words[ZF_LIST_INLINE];
     const uint32_t m = (uint32_t)mdr_zero_plan_at(segs, n, tokens, fixed);
     const uint32_t k = mdr_zero_list_build(fixed, m, words, ZF_LIST_INLINE);
     if (k != MDR_ZERO_LIST_NONE) {
-      zf_list_inline_build(words, k, tokens, stage, out);
+      if (stage->inline_bytes <= MDR_STAGE_INLINE_BYTES)
+        zf_list_inline_build<MDR_STAGE_INLINE_BYTES>(words, k, tokens, stage, out);
+      else if (stage->inline_bytes <= MDR_STAGE_INLINE_LARGE_BYTES)
+        zf_list_inline_build<MDR_STAGE_INLINE_LARGE_BYTES>(words, k, tokens, stage, out);
+      else
+        zf_list_inline_build<MDR_STAGE_INLINE_XL_BYTES>(words, k, tokens, stage, out);
       return 0;
     }
+  }
+  /* a plan past the list and a table that serves the count: the table
+   * form, in the smallest class that holds the image */
+  if (table) {
+    if (stage->inline_bytes <= MDR_STAGE_INLINE_BYTES)
+      zf_table_inline_build<MDR_STAGE_INLINE_BYTES>(segs, n, tokens, stage, sm_count, out);
+    else if (stage->inline_bytes <= MDR_STAGE_INLINE_LARGE_BYTES)
+      zf_table_inline_build<MDR_STAGE_INLINE_LARGE_BYTES>(segs, n, tokens, stage, sm_count, out);
+    else
+      zf_table_inline_build<MDR_STAGE_INLINE_XL_BYTES>(segs, n, tokens, stage, sm_count, out);
+    return 0;
   }
   /* else the static form, which carries the small class only */
   if (n > ZF_SMALL_SEGS) return (int)cudaErrorInvalidValue;
@@ -833,7 +849,10 @@ extern "C" int mdr_cuda_zero_preload(void) {
       (const void *)zero_static_kernel<ZF_SMALL_SEGS, ZF_STAGED_INLINE>,
       (const void *)zero_static_kernel<MDR_ZERO_MAX_SEGS, ZF_STAGED>,
       (const void *)zero_static_kernel<MDR_ZERO_MAX_SEGS, ZF_UNSTAGED>, (const void *)zero_table_kernel,
-      (const void *)zero_list_inline_kernel, (const void *)zero_table_inline_kernel<MDR_STAGE_INLINE_BYTES>,
+      (const void *)zero_list_inline_kernel<MDR_STAGE_INLINE_BYTES>,
+      (const void *)zero_list_inline_kernel<MDR_STAGE_INLINE_LARGE_BYTES>,
+      (const void *)zero_list_inline_kernel<MDR_STAGE_INLINE_XL_BYTES>,
+      (const void *)zero_table_inline_kernel<MDR_STAGE_INLINE_BYTES>,
       (const void *)zero_table_inline_kernel<MDR_STAGE_INLINE_LARGE_BYTES>,
       (const void *)zero_table_inline_kernel<MDR_STAGE_INLINE_XL_BYTES>,
       (const void *)zero_list_kernel<ZF_LIST_SMALL, true>, (const void *)zero_list_kernel<ZF_LIST_SMALL, false>,

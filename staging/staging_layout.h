@@ -157,7 +157,7 @@ enum {
  * the argument, ending it). The host writes a step's image there and
  * updates the node with the whole argument; what else the argument holds is
  * the backend's own. */
-#define MDR_STAGE_INLINE_PARAM_MAX 4608u
+#define MDR_STAGE_INLINE_PARAM_MAX 8832u
 typedef struct mdr_stage_inline_launch {
   const void *func;
   uint32_t grid[3];

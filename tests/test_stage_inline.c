@@ -868,30 +868,38 @@ ParameterizedTestParameters(stage_inline, the_table_form_clears_exactly_the_plan
 }
 
 /* Three rules (rows at odd offsets and row sizes, a fixed range) inside one
- * poisoned buffer; their plan table up to count 8 in the stage; the inline
- * node captured at count 6. Each launch clears exactly the plan's bytes at
- * 6 (every byte around them keeps its poison) and copies its own image's
- * ids, one launch at a time and STEPS of them queued (the host backend
- * held, or a sleeping kernel ahead on the GPU). */
+ * poisoned buffer, and rows of 1.5 MiB in another (9 MiB at the count: a
+ * plan past the list form, so that the CUDA backend takes the table form);
+ * their plan table up to count 8 in the stage; the inline node captured at
+ * count 6. Each launch clears exactly the plan's bytes at 6 (every byte
+ * around them keeps its poison) and copies its own image's ids, one launch
+ * at a time and STEPS of them queued (the host backend held, or a sleeping
+ * kernel ahead on the GPU). */
 ParameterizedTest(tb_kind *kind, stage_inline, the_table_form_clears_exactly_the_plan_and_serves_each_image) {
-  enum { COPY = 6, TABLE_MAX = 8, BUF = 65536, STEPS = 48, NR = 3 };
+  enum { COPY = 6, TABLE_MAX = 8, BUF = 65536, STEPS = 48, NR = 4 };
+  const size_t ROW = (size_t)3 << 19, BIG = TABLE_MAX * ROW, BIG_ZERO = COPY * ROW;
   mdr_backend *b = tb_backend(*kind);
   mdr_stream s = tb_stream(b);
-  mdr_dptr ids = 0, counts = 0, buf = 0, acc = 0, table = 0;
+  mdr_dptr ids = 0, counts = 0, buf = 0, big = 0, acc = 0, table = 0;
   cr_assert_eq(mdr_backend_alloc(b, 256, &ids), MDR_OK);
   cr_assert_eq(mdr_backend_alloc(b, 256, &counts), MDR_OK);
   cr_assert_eq(mdr_backend_alloc(b, BUF, &buf), MDR_OK);
+  cr_assert_eq(mdr_backend_alloc(b, BIG, &big), MDR_OK);
   cr_assert_eq(mdr_backend_alloc(b, 16, &acc), MDR_OK);
   cr_assert_eq(mdr_backend_fill(b, acc, 0, 16), MDR_OK);
   const mdr_zero_seg rules[NR] = {
       {.ptr = buf + 3, .bytes = 1001 * 16, .a = 1001, .b = 16, .rule = MDR_RULE_ROWS},
       {.ptr = buf + 20005, .bytes = 4099 * 10, .a = 4099, .b = 10, .rule = MDR_RULE_ROWS},
       {.ptr = buf + 61001, .bytes = 777, .rule = MDR_RULE_FIXED},
+      {.ptr = big, .bytes = BIG, .a = ROW, .b = TABLE_MAX, .rule = MDR_RULE_ROWS},
   };
+  cr_assert_gt(mdr_zero_chunks(BIG_ZERO), MDR_ZERO_LIST_INLINE_MAX, "a plan past the list form");
   static unsigned char want[BUF];
   memset(want, POISON, BUF);
-  for (int i = 0; i < NR; i++)
+  for (int i = 0; i < NR - 1; i++)
     memset(want + (rules[i].ptr - buf), 0, (size_t)mdr_zero_seg_bytes(&rules[i], COPY));
+  unsigned char *got_big = malloc(BIG);
+  cr_assert_not_null(got_big);
   const size_t words = (size_t)mdr_plan_table_words(NR, TABLE_MAX);
   uint64_t *w = malloc(words * 8);
   cr_assert_not_null(w);
@@ -915,12 +923,18 @@ ParameterizedTest(tb_kind *kind, stage_inline, the_table_form_clears_exactly_the
   cr_assert_not_null(got_buf);
   /* one launch at a time */
   for (uint32_t t = 1; t <= COPY; t += 2) {
+    cr_assert_eq(mdr_backend_fill(b, big, POISON, BIG), MDR_OK);
     launch_alone(b, s, x, node, &l, ids, counts, buf, BUF, t, COPY);
     read_back(b, got_buf, buf, BUF);
     for (size_t i = 0; i < BUF; i++) cr_assert_eq(got_buf[i], want[i], "t %u: byte %zu", t, i);
+    read_back(b, got_big, big, BIG);
+    cr_assert_eq(tb_first_not(got_big, BIG_ZERO, 0), BIG_ZERO, "t %u: the large rows at the count cleared", t);
+    cr_assert_eq(tb_first_not(got_big + BIG_ZERO, BIG - BIG_ZERO, POISON), BIG - BIG_ZERO, "t %u: nothing past them",
+                 t);
   }
-  /* STEPS queued launches, the buffer poisoned before them */
+  /* STEPS queued launches, the buffers poisoned before them */
   cr_assert_eq(mdr_backend_fill(b, buf, POISON, BUF), MDR_OK);
+  cr_assert_eq(mdr_backend_fill(b, big, POISON, BIG), MDR_OK);
   hold_stream(*kind, b, s);
   uint64_t want_sum = 0;
   for (uint32_t k = 0; k < STEPS; k++) {
@@ -940,9 +954,14 @@ ParameterizedTest(tb_kind *kind, stage_inline, the_table_form_clears_exactly_the
   cr_assert_eq(sums[0], want_sum, "a queued launch read an image not its own");
   read_back(b, got_buf, buf, BUF);
   for (size_t i = 0; i < BUF; i++) cr_assert_eq(got_buf[i], want[i], "queued: byte %zu", i);
+  read_back(b, got_big, big, BIG);
+  cr_assert_eq(tb_first_not(got_big, BIG_ZERO, 0), BIG_ZERO, "queued: the large rows cleared");
+  cr_assert_eq(tb_first_not(got_big + BIG_ZERO, BIG - BIG_ZERO, POISON), BIG - BIG_ZERO, "queued: nothing past them");
   free(got_buf);
+  free(got_big);
   mdr_be_exec_destroy(b, x);
   mdr_be_graph_destroy(b, g);
+  mdr_backend_free(b, big);
   mdr_backend_free(b, table);
   mdr_backend_free(b, acc);
   mdr_backend_free(b, buf);
@@ -960,6 +979,13 @@ static const mdr_zero_seg k_desc_rules[2] = {
     {.ptr = 0x200003, .bytes = 5000, .rule = MDR_RULE_FIXED},
 };
 
+/* The same shape, its rows 512 KiB each: at count 20 a plan of 641
+ * chunks, past the list form's MDR_ZERO_LIST_INLINE_MAX. */
+static const mdr_zero_seg k_desc_long_rules[2] = {
+    {.ptr = 0x100000, .bytes = (uint64_t)524288 * 1000, .a = 524288, .b = 1000, .rule = MDR_RULE_ROWS},
+    {.ptr = (uint64_t)1 << 40, .bytes = 5000, .rule = MDR_RULE_FIXED},
+};
+
 static mdr_stage_desc desc_stage(void) {
   return (mdr_stage_desc){.token_ids = 0x300000, .count_out = 0x310000, .flags = MDR_STAGE_FETCH | MDR_STAGE_INLINE,
                           .copy_sequences = 1};
@@ -968,17 +994,18 @@ static mdr_stage_desc desc_stage(void) {
 
 #if defined(MDR_HAVE_CUDA)
 /* The CUDA inline launch as described (no device needed: nothing is
- * launched): given a plan table that serves the count, the table form, its
- * parameters the table parameters (the stage first, table included) and
- * the image right after them, under 300 bytes; without one, or past the
- * table's counts, the form without a table (for this plan of 3 chunks the
- * list form, over 4 KiB). TABLE itself is refused. */
+ * launched): for a plan past the list form, given a plan table that serves
+ * the count, the table form, its parameters the table parameters (the
+ * stage first, table included) and the image right after them, under 300
+ * bytes; without one, or past the table's counts, the static form (the
+ * plan by value, over 1 KiB). TABLE itself is refused. */
 Test(stage_inline, the_cuda_inline_launch_takes_the_table_form_given_a_table) {
-  const mdr_zero_seg *rules = k_desc_rules;
+  const mdr_zero_seg *rules = k_desc_long_rules;
   mdr_stage_desc st = desc_stage();
   mdr_stage_inline_launch plain, tab;
   cr_assert_eq(mdr_cuda_zero_inline_launch(rules, 2, 20, &st, 132, &plain), 0);
-  cr_assert_gt(plain.param_bytes, 4096, "the list form carries the plan's chunks");
+  cr_assert_gt(plain.param_bytes, 1024, "the static form carries the plan");
+  cr_assert_lt(plain.param_bytes, 2048, "the static form, not the list");
   cr_assert_eq(plain.slot_offset + MDR_STAGE_INLINE_BYTES, plain.param_bytes);
   st.table = 0x400000;
   st.table_max = 24;
@@ -993,7 +1020,8 @@ Test(stage_inline, the_cuda_inline_launch_takes_the_table_form_given_a_table) {
   cr_assert_eq(in.table, st.table);
   cr_assert_eq(in.table_max, st.table_max);
   cr_assert_eq(in.flags, MDR_STAGE_FETCH | MDR_STAGE_INLINE, "TABLE is not set");
-  const uint64_t chunks = mdr_zero_chunks(20 * 1000) + mdr_zero_chunks(5000);
+  const uint64_t chunks = mdr_zero_chunks((uint64_t)20 * 524288) + mdr_zero_chunks(5000);
+  cr_assert_gt(chunks, MDR_ZERO_LIST_INLINE_MAX, "a plan past the list form");
   cr_assert_eq(tab.grid[0], chunks + 1, "a block per chunk at the count, and the stage block");
   cr_assert_eq(tab.grid[1] * tab.grid[2], 1);
   cr_assert_eq(tab.block[0], 256, "one block of threads (MDR_STAGE_BLOCK)");
@@ -1192,14 +1220,16 @@ static void expect_table_class(const mdr_zero_seg *rules, mdr_stage_desc st, uin
   cr_assert_eq(memcmp(l->block, small->block, sizeof l->block), 0);
 }
 
-/* The CUDA table form picks the smallest class that holds the image
- * (stage->inline_bytes; no device needed): at most MDR_STAGE_INLINE_BYTES
- * (0 included) the small block, up to MDR_STAGE_INLINE_LARGE_BYTES the
- * large one, up to MDR_STAGE_INLINE_XL_BYTES the extra-large one, each the
- * table parameters (128 bytes) then the image, zeroed; past it refused. The static form (no table, or one short of the count)
- * takes the small class only: a larger image is refused. */
+/* The CUDA table form (a plan past the list form) picks the smallest
+ * class that holds the image (stage->inline_bytes; no device needed): at
+ * most MDR_STAGE_INLINE_BYTES (0 included) the small block, up to
+ * MDR_STAGE_INLINE_LARGE_BYTES the large one, up to
+ * MDR_STAGE_INLINE_XL_BYTES the extra-large one, each the table parameters
+ * (128 bytes) then the image, zeroed; past it refused. The static form (no
+ * table, or one short of the count) takes the small class only: a larger
+ * image is refused. */
 Test(stage_inline, the_cuda_inline_launch_picks_the_smallest_image_class) {
-  const mdr_zero_seg *rules = k_desc_rules;
+  const mdr_zero_seg *rules = k_desc_long_rules;
   mdr_stage_desc st = desc_stage();
   st.table = 0x400000;
   st.table_max = 24;
@@ -1232,6 +1262,73 @@ Test(stage_inline, the_cuda_inline_launch_picks_the_smallest_image_class) {
     cr_assert_eq(l.slot_offset + MDR_STAGE_INLINE_BYTES, l.param_bytes);
     st.inline_bytes = MDR_STAGE_INLINE_BYTES + 1;
     cr_assert_neq(mdr_cuda_zero_inline_launch(rules, 2, 20, &st, 132, &l), 0, "no table form: no large class");
+  }
+}
+
+/* The list form (a plan of at most MDR_ZERO_LIST_INLINE_MAX chunks at the
+ * count) in every class (no device needed): the same chunk list, stage
+ * (but for its image bytes), count and flags, then the class's bytes of
+ * image, zeroed, ending the parameters; a kernel of its own a class; past
+ * the extra-large class refused. The larger classes need a plan table
+ * that serves the count, as on the host backend (the graph cache passes
+ * one for them): without one, or one short of the count, they are refused
+ * though the list would hold the plan. */
+Test(stage_inline, the_cuda_inline_launch_takes_the_list_form_in_every_image_class) {
+  const mdr_zero_seg *rules = k_desc_rules;
+  const size_t list_at = 8 * MDR_ZERO_LIST_INLINE_MAX + sizeof(mdr_stage_desc) + 16;
+  mdr_stage_desc st = desc_stage();
+  st.table = 0x400000;
+  st.table_max = 24;
+  static mdr_stage_inline_launch small, l;
+  cr_assert_eq(mdr_cuda_zero_inline_launch(rules, 2, 20, &st, 132, &small), 0);
+  cr_assert_eq(small.slot_offset, list_at, "with a table too: the list form");
+  cr_assert_eq(small.param_bytes, list_at + MDR_STAGE_INLINE_BYTES);
+  const struct {
+    uint32_t bytes, cls;
+  } cases[] = {{1, MDR_STAGE_INLINE_BYTES},
+               {MDR_STAGE_INLINE_BYTES, MDR_STAGE_INLINE_BYTES},
+               {MDR_STAGE_INLINE_BYTES + 1, MDR_STAGE_INLINE_LARGE_BYTES},
+               {MDR_STAGE_INLINE_LARGE_BYTES, MDR_STAGE_INLINE_LARGE_BYTES},
+               {MDR_STAGE_INLINE_LARGE_BYTES + 1, MDR_STAGE_INLINE_XL_BYTES},
+               {MDR_STAGE_INLINE_XL_BYTES, MDR_STAGE_INLINE_XL_BYTES}};
+  const void *funcs[3] = {small.func, NULL, NULL};
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    st.inline_bytes = cases[i].bytes;
+    memset(&l, 0xAB, sizeof l);
+    cr_assert_eq(mdr_cuda_zero_inline_launch(rules, 2, 20, &st, 132, &l), 0, "%u bytes", cases[i].bytes);
+    cr_assert_eq(l.slot_offset, list_at, "%u bytes: the list form", cases[i].bytes);
+    cr_assert_eq(l.param_bytes, list_at + cases[i].cls, "%u bytes: the class of %u", cases[i].bytes, cases[i].cls);
+    cr_assert_leq(l.param_bytes, MDR_STAGE_INLINE_PARAM_MAX);
+    const int c = cases[i].cls == MDR_STAGE_INLINE_BYTES ? 0 : cases[i].cls == MDR_STAGE_INLINE_LARGE_BYTES ? 1 : 2;
+    if (!funcs[c]) funcs[c] = l.func;
+    cr_assert_eq(l.func, funcs[c], "%u bytes: the class's kernel", cases[i].bytes);
+    /* the list parameters as the small class's, but for the image bytes */
+    mdr_stage_desc in;
+    memcpy(&in, (const uint64_t *)l.param + MDR_ZERO_LIST_INLINE_MAX, sizeof in);
+    cr_assert_eq(in.inline_bytes, cases[i].bytes);
+    in.inline_bytes = st.inline_bytes = 0;
+    cr_assert_eq(memcmp(&in, &st, sizeof in), 0, "%u bytes: the stage as given", cases[i].bytes);
+    st.inline_bytes = cases[i].bytes;
+    cr_assert_eq(memcmp(l.param, small.param, 8 * MDR_ZERO_LIST_INLINE_MAX), 0, "the same chunk list");
+    cr_assert_eq(memcmp((const unsigned char *)l.param + list_at - 16, (const unsigned char *)small.param + list_at - 16,
+                        16),
+                 0, "the same count, chunks and flags");
+    cr_assert_eq(tb_first_not((const unsigned char *)l.param + l.slot_offset, cases[i].cls, 0), cases[i].cls,
+                 "image zeroed");
+    cr_assert_eq(memcmp(l.grid, small.grid, sizeof l.grid), 0, "the same grid");
+    cr_assert_eq(memcmp(l.block, small.block, sizeof l.block), 0);
+  }
+  cr_assert(funcs[0] != funcs[1] && funcs[1] != funcs[2] && funcs[0] != funcs[2], "a kernel a class");
+  st.inline_bytes = MDR_STAGE_INLINE_XL_BYTES + 1;
+  cr_assert_neq(mdr_cuda_zero_inline_launch(rules, 2, 20, &st, 132, &l), 0, "past the largest class: refused");
+  for (int k = 0; k < 2; k++) {
+    st.table = k ? 0x400000 : 0;
+    st.table_max = k ? 19 : 0; /* k: a table short of the count */
+    st.inline_bytes = MDR_STAGE_INLINE_BYTES + 1;
+    cr_assert_neq(mdr_cuda_zero_inline_launch(rules, 2, 20, &st, 132, &l), 0, "a larger class without a table");
+    st.inline_bytes = MDR_STAGE_INLINE_BYTES;
+    cr_assert_eq(mdr_cuda_zero_inline_launch(rules, 2, 20, &st, 132, &l), 0);
+    cr_assert_eq(l.slot_offset, list_at, "the small class without a table: the list form");
   }
 }
 #endif
