@@ -26,7 +26,7 @@
  *
  * Inline steps. A host step of an EXACT or LADDER count whose largest slot
  * image fits MDR_STAGE_INLINE_BYTES (or, with fused zeroing, whose plan the
- * inline plan table serves, MDR_STAGE_INLINE_XL_BYTES) carries the image
+ * inline plan table serves, MDR_STAGE_INLINE_XXL_BYTES) carries the image
  * in the fused launch's own parameters instead of a ring slot (staging.h):
  * such a count
  * is captured inline (per count, once, for its graph's life); each step
@@ -175,7 +175,7 @@ static uint64_t plan_bytes_at(const mdr_graph_cache *c, size_t g) {
  * zeroing only: the large class is the table form's. */
 static int large_inline(const mdr_graph_cache *c, size_t g, uint64_t image_bytes) {
   return c->o.zero == MDR_ZERO_FUSED && c->n_rules <= MDR_ZERO_MAX_SEGS && image_bytes > MDR_STAGE_INLINE_BYTES &&
-         image_bytes <= MDR_STAGE_INLINE_XL_BYTES && plan_bytes_at(c, g) <= LARGE_INLINE_ZERO_MAX;
+         image_bytes <= MDR_STAGE_INLINE_XXL_BYTES && plan_bytes_at(c, g) <= LARGE_INLINE_ZERO_MAX;
 }
 
 /* The inline route's plan table, for the large image class: the fused

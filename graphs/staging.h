@@ -58,7 +58,7 @@
 
 /* The counts with an inline layout: the most ids a small-class image
  * holds (behind its header). The table form's classes (up to
- * MDR_STAGE_INLINE_XL_BYTES) are for steps with step inputs at a few
+ * MDR_STAGE_INLINE_XXL_BYTES) are for steps with step inputs at a few
  * sequences, which are a few tokens, so they take the same counts rather
  * than the ids they could hold: the
  * per-count layouts and input tables stay this size. */
@@ -132,7 +132,7 @@ mdr_status mdr_staging_inline_init(mdr_staging *s, size_t max_tokens, size_t max
 
 /* The bytes of count g's inline image (its last piece's end), or 0 when g
  * has no inline layout (above the counts laid out). A count whose image
- * exceeds MDR_STAGE_INLINE_XL_BYTES is never inline, and one that
+ * exceeds MDR_STAGE_INLINE_XXL_BYTES is never inline, and one that
  * exceeds MDR_STAGE_INLINE_BYTES only in the table form. */
 uint64_t mdr_staging_inline_bytes(const mdr_staging *s, size_t g);
 

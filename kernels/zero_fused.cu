@@ -389,10 +389,11 @@ constexpr bool zf_inline_class_ok() {
          sizeof(zf_table_inline_params_t<IMG>) <= MDR_STAGE_INLINE_PARAM_MAX;
 }
 static_assert(zf_inline_class_ok<MDR_STAGE_INLINE_BYTES>() && zf_inline_class_ok<MDR_STAGE_INLINE_LARGE_BYTES>() &&
-                  zf_inline_class_ok<MDR_STAGE_INLINE_XL_BYTES>(),
+                  zf_inline_class_ok<MDR_STAGE_INLINE_XL_BYTES>() && zf_inline_class_ok<MDR_STAGE_INLINE_XXL_BYTES>(),
               "the image classes' parameter layouts");
 static_assert(MDR_STAGE_INLINE_BYTES < MDR_STAGE_INLINE_LARGE_BYTES &&
-                  MDR_STAGE_INLINE_LARGE_BYTES < MDR_STAGE_INLINE_XL_BYTES,
+                  MDR_STAGE_INLINE_LARGE_BYTES < MDR_STAGE_INLINE_XL_BYTES &&
+                  MDR_STAGE_INLINE_XL_BYTES < MDR_STAGE_INLINE_XXL_BYTES,
               "the classes grow");
 
 /* The inline form of the chunk list (graphs' host steps whose plan at the
@@ -781,11 +782,12 @@ extern "C" int mdr_cuda_zero_inline_launch(const mdr_zero_seg *segs, size_t n, u
    * only with a plan table that serves the count (the graph cache passes
    * one for them) */
   const bool table = mdr_stage_table_ok(stage, n, tokens);
-  if (stage->inline_bytes > (table ? MDR_STAGE_INLINE_XL_BYTES : MDR_STAGE_INLINE_BYTES))
+  if (stage->inline_bytes > (table ? MDR_STAGE_INLINE_XXL_BYTES : MDR_STAGE_INLINE_BYTES))
     return (int)cudaErrorInvalidValue;
   /* the chunk list when the plan at the count fits it, in the smallest
-   * class that holds the image */
-  if (n <= MDR_ZERO_MAX_SEGS) {
+   * class that holds the image (up to the extra-large one: the largest
+   * class's image and the list pass the parameter limit) */
+  if (n <= MDR_ZERO_MAX_SEGS && stage->inline_bytes <= MDR_STAGE_INLINE_XL_BYTES) {
     mdr_zero_seg fixed[MDR_ZERO_MAX_SEGS];
     uint64_t words[ZF_LIST_INLINE];
     const uint32_t m = (uint32_t)mdr_zero_plan_at(segs, n, tokens, fixed);
@@ -807,8 +809,10 @@ extern "C" int mdr_cuda_zero_inline_launch(const mdr_zero_seg *segs, size_t n, u
       zf_table_inline_build<MDR_STAGE_INLINE_BYTES>(segs, n, tokens, stage, sm_count, out);
     else if (stage->inline_bytes <= MDR_STAGE_INLINE_LARGE_BYTES)
       zf_table_inline_build<MDR_STAGE_INLINE_LARGE_BYTES>(segs, n, tokens, stage, sm_count, out);
-    else
+    else if (stage->inline_bytes <= MDR_STAGE_INLINE_XL_BYTES)
       zf_table_inline_build<MDR_STAGE_INLINE_XL_BYTES>(segs, n, tokens, stage, sm_count, out);
+    else
+      zf_table_inline_build<MDR_STAGE_INLINE_XXL_BYTES>(segs, n, tokens, stage, sm_count, out);
     return 0;
   }
   /* else the static form, which carries the small class only */
@@ -855,6 +859,7 @@ extern "C" int mdr_cuda_zero_preload(void) {
       (const void *)zero_table_inline_kernel<MDR_STAGE_INLINE_BYTES>,
       (const void *)zero_table_inline_kernel<MDR_STAGE_INLINE_LARGE_BYTES>,
       (const void *)zero_table_inline_kernel<MDR_STAGE_INLINE_XL_BYTES>,
+      (const void *)zero_table_inline_kernel<MDR_STAGE_INLINE_XXL_BYTES>,
       (const void *)zero_list_kernel<ZF_LIST_SMALL, true>, (const void *)zero_list_kernel<ZF_LIST_SMALL, false>,
       (const void *)zero_list_kernel<MDR_ZERO_LIST_MAX, true>,
       (const void *)zero_list_kernel<MDR_ZERO_LIST_MAX, false>,

@@ -63,15 +63,17 @@ int mdr_cuda_zero_table_launch(const mdr_zero_seg *rules, size_t n, uint64_t tok
  * stage (FETCH | INLINE, no ADVANCE, DYNAMIC, TABLE or DEVICE_IDS) is
  * served from the slot image in the kernel's own parameters
  * (staging_layout.h, MDR_STAGE_INLINE): the kernel, grid, block and
- * argument, with the image zeroed at out->slot_offset. When the stage's
- * table is a plan table of these n rules that serves `tokens`
- * (mdr_stage_table_ok; TABLE itself stays unset) the launch reads the plan
- * from it and the argument is the table parameters and the image, in the
- * smallest class that holds stage->inline_bytes: MDR_STAGE_INLINE_BYTES
- * (240 bytes in all), MDR_STAGE_INLINE_LARGE_BYTES (1280) or
- * MDR_STAGE_INLINE_XL_BYTES (4480); otherwise the
- * plan (at most MDR_ZERO_PLAN_MAX segments) travels by value with an image
- * of MDR_STAGE_INLINE_BYTES (about 1.2 KiB). A node of it takes a step's
+ * argument, with the image zeroed at out->slot_offset. The image class
+ * is the smallest that holds stage->inline_bytes: MDR_STAGE_INLINE_BYTES,
+ * or, when the stage's table is a plan table of these n rules that serves
+ * `tokens` (mdr_stage_table_ok; TABLE itself stays unset),
+ * MDR_STAGE_INLINE_LARGE_BYTES, MDR_STAGE_INLINE_XL_BYTES or
+ * MDR_STAGE_INLINE_XXL_BYTES. A plan of at most MDR_ZERO_LIST_INLINE_MAX
+ * chunks at `tokens` travels as its chunk list (4480 bytes, then the image;
+ * every class but the largest); else, given the table, the launch reads
+ * the plan from it (the table parameters, 128 bytes, then the image); else
+ * the plan (at most MDR_ZERO_PLAN_MAX segments) travels by value with an
+ * image of MDR_STAGE_INLINE_BYTES (about 1.2 KiB). A node of it takes a step's
  * image by a parameter update of the whole argument. 0, or
  * cudaErrorInvalidValue for another stage, a longer plan or an image that
  * no class of its form holds. */

@@ -117,7 +117,7 @@ enum {
                                  launch's tokens, read from no host memory at all), then pad_id up
                                  to the copy count; count_out gets t */
   MDR_STAGE_INLINE = 32u /* with FETCH: the slot is the launch's own parameters (its slot image, at
-                            most MDR_STAGE_INLINE_BYTES, or MDR_STAGE_INLINE_XL_BYTES with a
+                            most MDR_STAGE_INLINE_BYTES, or MDR_STAGE_INLINE_XXL_BYTES with a
                             plan table), not a ring slot; the ring's counter and
                             ack are neither read nor advanced (ADVANCE is never set with it) */
 };
@@ -148,12 +148,19 @@ enum {
  * keep its smaller block. Whole 16-byte vectors. */
 #define MDR_STAGE_INLINE_XL_BYTES 4352u
 
+/* The largest image class, in the table form only (its image and the
+ * list form's parameters would pass MDR_STAGE_INLINE_PARAM_MAX): up to 16
+ * sequences' worth (the same inputs at 16 tokens: 8400 bytes), where the
+ * ring's round trip to host memory, not the zeroing, bounds a short plan's
+ * step (docs/GRAPHS.md, "Small steps inline"). Whole 16-byte vectors. */
+#define MDR_STAGE_INLINE_XXL_BYTES 8448u
+
 /* An inline launch as a graph kernel node takes it, and as the graph cache
  * keeps it to re-target the node each step: the backend's kernel, its grid
  * and block, and the kernel's one by-value argument (param_bytes of param),
  * whose slot image starts at byte slot_offset (the image class's capacity,
- * MDR_STAGE_INLINE_BYTES, MDR_STAGE_INLINE_LARGE_BYTES or
- * MDR_STAGE_INLINE_XL_BYTES, 16-byte aligned in
+ * MDR_STAGE_INLINE_BYTES, MDR_STAGE_INLINE_LARGE_BYTES,
+ * MDR_STAGE_INLINE_XL_BYTES or MDR_STAGE_INLINE_XXL_BYTES, 16-byte aligned in
  * the argument, ending it). The host writes a step's image there and
  * updates the node with the whole argument; what else the argument holds is
  * the backend's own. */

@@ -267,11 +267,11 @@ enum { INLINE_COUNTS = (MDR_STAGE_INLINE_BYTES - MDR_STAGE_HEADER_BYTES) / 4 };
 
 /* Whether graph count g goes inline in a cache of fused zeroing or not: a
  * count with an inline layout whose image fits the small class, or with
- * fused zeroing (the table form, the only one with the larger classes) the
- * extra-large class. */
+ * fused zeroing (given a plan table, the only way to the larger classes)
+ * the largest class. */
 static int goes_inline(int inputs, size_t g, int fused) {
   const size_t bytes = image_bytes(inputs, g);
-  return g <= INLINE_COUNTS && (bytes <= MDR_STAGE_INLINE_BYTES || (fused && bytes <= MDR_STAGE_INLINE_XL_BYTES));
+  return g <= INLINE_COUNTS && (bytes <= MDR_STAGE_INLINE_BYTES || (fused && bytes <= MDR_STAGE_INLINE_XXL_BYTES));
 }
 
 /* The largest count that goes inline (fused zeroing or not). */
@@ -544,7 +544,8 @@ ParameterizedTestParameters(stage_inline, an_image_of_exactly_the_limit_is_inlin
 enum {
   FIXB = MDR_STAGE_INLINE_BYTES - MDR_STAGE_HEADER_BYTES - 32,
   FIXB_LARGE = MDR_STAGE_INLINE_LARGE_BYTES - MDR_STAGE_HEADER_BYTES - 32,
-  FIXB_XL = MDR_STAGE_INLINE_XL_BYTES - MDR_STAGE_HEADER_BYTES - 32
+  FIXB_XL = MDR_STAGE_INLINE_XL_BYTES - MDR_STAGE_HEADER_BYTES - 32,
+  FIXB_XXL = MDR_STAGE_INLINE_XXL_BYTES - MDR_STAGE_HEADER_BYTES - 32
 };
 
 /* Ids only: gi = (limit - 16) / 4 ids make an image of exactly the limit
@@ -556,8 +557,9 @@ enum {
  * then M itself is checked inline. LADDER: a count is inline by its rung's
  * image: rung 8 of exactly the small class's limit inline and rung 12 not
  * (memset zeroing: no table form, the small class only); both inline with
- * fused zeroing (rung 12 in the large class); rung 8 of exactly the large
- * class's limit inline and rung 12 not (fused). */
+ * fused zeroing (rung 12 in the next class) at the small, large and
+ * extra-large limits; rung 8 of exactly the largest class's limit inline
+ * and rung 12 not (fused). */
 ParameterizedTest(tb_kind *kind, stage_inline, an_image_of_exactly_the_limit_is_inline_one_vector_more_is_not) {
   const size_t gi = (MDR_STAGE_INLINE_BYTES - MDR_STAGE_HEADER_BYTES) / 4, gin = largest_inline(1);
   cr_assert_eq(largest_inline(0), gi);
@@ -606,11 +608,11 @@ ParameterizedTest(tb_kind *kind, stage_inline, an_image_of_exactly_the_limit_is_
   }
   world_fini(&w);
 
-  /* LADDER rungs 8 and 12 (ids and a FIXED input of fixb bytes: 64, 1104
-   * or 4304 at 112, 1152 and 4352): 5 tokens take rung 8 (16 + 32 + fixb = a
-   * class's limit, inline), 9 take rung 12 (16 + 48 + fixb, one vector
-   * more: the ring, or with fused zeroing and the small or large fixb the
-   * next class) */
+  /* LADDER rungs 8 and 12 (ids and a FIXED input of fixb bytes: 64, 1104,
+   * 4304 or 8400 at 112, 1152, 4352 and 8448): 5 tokens take rung 8 (16 +
+   * 32 + fixb = a class's limit, inline), 9 take rung 12 (16 + 48 + fixb,
+   * one vector more: the ring, or with fused zeroing and all but the
+   * largest fixb the next class) */
   static const struct {
     mdr_zero_strategy zero;
     size_t fixb;
@@ -618,7 +620,8 @@ ParameterizedTest(tb_kind *kind, stage_inline, an_image_of_exactly_the_limit_is_
   } lads[] = {{MDR_ZERO_MEMSET, FIXB, 0},
               {MDR_ZERO_FUSED, FIXB, 1},
               {MDR_ZERO_FUSED, FIXB_LARGE, 1},
-              {MDR_ZERO_FUSED, FIXB_XL, 0}};
+              {MDR_ZERO_FUSED, FIXB_XL, 1},
+              {MDR_ZERO_FUSED, FIXB_XXL, 0}};
   for (size_t li = 0; li < sizeof lads / sizeof lads[0]; li++) {
     const size_t fixb = lads[li].fixb;
     world_init(&w, b, 0);
@@ -633,7 +636,7 @@ ParameterizedTest(tb_kind *kind, stage_inline, an_image_of_exactly_the_limit_is_
     o.ladder = ladder;
     o.ladder_len = 2;
     world_cache(&w, &o, NULL);
-    static unsigned char fv[FIXB_XL], got[FIXB_XL];
+    static unsigned char fv[FIXB_XXL], got[FIXB_XXL];
     for (size_t i = 0; i < fixb; i++) fv[i] = (unsigned char)(3 * i + 1);
     const size_t ts[] = {5, 9, 8, 12, 1};
     const uint64_t inl[] = {1, lads[li].rung12, 1, lads[li].rung12, 1};
@@ -1224,8 +1227,9 @@ static void expect_table_class(const mdr_zero_seg *rules, mdr_stage_desc st, uin
  * class that holds the image (stage->inline_bytes; no device needed): at
  * most MDR_STAGE_INLINE_BYTES (0 included) the small block, up to
  * MDR_STAGE_INLINE_LARGE_BYTES the large one, up to
- * MDR_STAGE_INLINE_XL_BYTES the extra-large one, each the table parameters
- * (128 bytes) then the image, zeroed; past it refused. The static form (no
+ * MDR_STAGE_INLINE_XL_BYTES the extra-large one, up to
+ * MDR_STAGE_INLINE_XXL_BYTES the largest, each the table parameters (128
+ * bytes) then the image, zeroed; past it refused. The static form (no
  * table, or one short of the count) takes the small class only: a larger
  * image is refused. */
 Test(stage_inline, the_cuda_inline_launch_picks_the_smallest_image_class) {
@@ -1248,7 +1252,14 @@ Test(stage_inline, the_cuda_inline_launch_picks_the_smallest_image_class) {
   static mdr_stage_inline_launch xl;
   const uint32_t xls[] = {MDR_STAGE_INLINE_LARGE_BYTES + 1, 2048, MDR_STAGE_INLINE_XL_BYTES};
   for (size_t i = 0; i < 3; i++) expect_table_class(rules, st, xls[i], MDR_STAGE_INLINE_XL_BYTES, &small, large.func, &xl);
-  st.inline_bytes = MDR_STAGE_INLINE_XL_BYTES + 1;
+  static mdr_stage_inline_launch xxl;
+  const uint32_t xxls[] = {MDR_STAGE_INLINE_XL_BYTES + 1, 8400, MDR_STAGE_INLINE_XXL_BYTES};
+  for (size_t i = 0; i < 3; i++) {
+    expect_table_class(rules, st, xxls[i], MDR_STAGE_INLINE_XXL_BYTES, &small, xl.func, &xxl);
+    cr_assert_neq(xxl.func, large.func, "%u bytes: a kernel of its own", xxls[i]);
+    cr_assert_leq(xxl.param_bytes, MDR_STAGE_INLINE_PARAM_MAX);
+  }
+  st.inline_bytes = MDR_STAGE_INLINE_XXL_BYTES + 1;
   cr_assert_neq(mdr_cuda_zero_inline_launch(rules, 2, 20, &st, 132, &l), 0, "past the largest class: refused");
   st.inline_bytes = UINT32_MAX;
   cr_assert_neq(mdr_cuda_zero_inline_launch(rules, 2, 20, &st, 132, &l), 0);
@@ -1319,7 +1330,13 @@ Test(stage_inline, the_cuda_inline_launch_takes_the_list_form_in_every_image_cla
     cr_assert_eq(memcmp(l.block, small.block, sizeof l.block), 0);
   }
   cr_assert(funcs[0] != funcs[1] && funcs[1] != funcs[2] && funcs[0] != funcs[2], "a kernel a class");
+  /* past the extra-large class the list and the image would pass the
+   * parameter limit: the table form, though the list holds the plan */
   st.inline_bytes = MDR_STAGE_INLINE_XL_BYTES + 1;
+  cr_assert_eq(mdr_cuda_zero_inline_launch(rules, 2, 20, &st, 132, &l), 0);
+  cr_assert_eq(l.slot_offset, 128, "the largest class: the table form");
+  cr_assert_eq(l.param_bytes, 128 + MDR_STAGE_INLINE_XXL_BYTES);
+  st.inline_bytes = MDR_STAGE_INLINE_XXL_BYTES + 1;
   cr_assert_neq(mdr_cuda_zero_inline_launch(rules, 2, 20, &st, 132, &l), 0, "past the largest class: refused");
   for (int k = 0; k < 2; k++) {
     st.table = k ? 0x400000 : 0;
@@ -1369,8 +1386,15 @@ Test(stage_inline, the_host_inline_launch_takes_the_same_image_classes) {
   xst.inline_bytes = MDR_STAGE_INLINE_LARGE_BYTES + 1;
   cr_assert_eq(mdr_be_fused_inline_launch(b, &seg, 1, 6, &xst, s, NULL, &lx), MDR_OK, "%s", mdr_backend_last_error(b));
   cr_assert_eq(lx.param_bytes, MDR_STAGE_INLINE_XL_BYTES, "past the large class: the extra-large one");
+  static mdr_stage_inline_launch lxx;
+  xst.inline_bytes = MDR_STAGE_INLINE_XL_BYTES + 1;
+  cr_assert_eq(mdr_be_fused_inline_launch(b, &seg, 1, 6, &xst, s, NULL, &lxx), MDR_OK, "%s", mdr_backend_last_error(b));
+  cr_assert_eq(lxx.param_bytes, MDR_STAGE_INLINE_XXL_BYTES, "past the extra-large class: the largest");
+  xst.inline_bytes = MDR_STAGE_INLINE_XXL_BYTES;
+  cr_assert_eq(mdr_be_fused_inline_launch(b, &seg, 1, 6, &xst, s, NULL, &lxx), MDR_OK, "%s", mdr_backend_last_error(b));
+  cr_assert_eq(lxx.param_bytes, MDR_STAGE_INLINE_XXL_BYTES);
   mdr_stage_desc bad = st;
-  bad.inline_bytes = MDR_STAGE_INLINE_XL_BYTES + 1;
+  bad.inline_bytes = MDR_STAGE_INLINE_XXL_BYTES + 1;
   cr_assert_eq(mdr_be_fused_inline_launch(b, &seg, 1, 6, &bad, s, NULL, &l), MDR_ERR_INVALID_ARGUMENT);
   bad.inline_bytes = MDR_STAGE_INLINE_BYTES + 1;
   bad.table_max = 5; /* short of the count: the static form */
@@ -1597,7 +1621,7 @@ ParameterizedTest(mix_case *mc, stage_inline, block_table_steps_at_one_and_two_s
     }
     size_t g = 0;
     cr_assert_eq(mdr_graph_cache_graph_tokens(x.w.c, t, &g), MDR_OK);
-    const uint64_t inl = bt_image_bytes(g) <= MDR_STAGE_INLINE_XL_BYTES && g <= INLINE_COUNTS;
+    const uint64_t inl = bt_image_bytes(g) <= MDR_STAGE_INLINE_XXL_BYTES && g <= INLINE_COUNTS;
     cr_assert_eq(s1.inline_steps - s0.inline_steps, inl, "%s: graph count %zu inline %d", what, g, (int)inl);
     want_inline += inl;
     at[g <= 2 ? 0 : g <= INLINE_COUNTS ? 1 : 2] += 1;
@@ -1605,7 +1629,7 @@ ParameterizedTest(mix_case *mc, stage_inline, block_table_steps_at_one_and_two_s
   cr_assert_gt(at[0], 10, "steps at 1-2 tokens (the large class)");
   cr_assert_gt(at[1], 10, "steps at 3-24 tokens (the extra-large class)");
   cr_assert_gt(at[2], 5, "steps past 24 tokens (the ring)");
-  if (MDR_STAGE_INLINE_XL_BYTES == 4352) cr_assert_eq(want_inline, at[0] + at[1], "up to 24 tokens inline");
+  cr_assert_eq(want_inline, at[0] + at[1], "up to 24 tokens inline");
   mdr_graph_stats sx, sy;
   cr_assert_eq(mdr_graph_cache_stats(x.w.c, &sx), MDR_OK);
   cr_assert_eq(mdr_graph_cache_stats(y.w.c, &sy), MDR_OK);
