@@ -472,6 +472,11 @@ static mdr_status enqueue_step(mdr_graph_cache *c, size_t g, size_t seqs, step_i
       st = mdr_arena_run_rules(c->arena, c->stream, c->rules, c->n_rules, g, MDR_ZERO_MEMSET);
       if (st == MDR_OK) st = mdr_be_fused_inline_launch(c->b, NULL, 0, g, &stage, c->stream, inl_node, inl);
     }
+    /* the count's input table into the launch's own parameters, where it
+     * has room: every step's update carries it, so the stage block reads no
+     * device memory before its first store */
+    if (st == MDR_OK && inl->table_offset)
+      mdr_staging_inline_table(&c->staging, g, (unsigned char *)inl->param + inl->table_offset);
   } else if (node_update_of(&c->o)) {
     mdr_stage_desc stage = stage_of(c, ids, MDR_STAGE_TABLE, g, seqs);
     st = mdr_be_zero_fused(c->b, c->rules, c->n_rules, g, &stage, c->stream,

@@ -220,6 +220,15 @@ mdr_status mdr_staging_inline_init(mdr_staging *s, size_t max_tokens, size_t max
   return st;
 }
 
+void mdr_staging_inline_table(const mdr_staging *s, size_t g, unsigned char *out) {
+  memset(out, 0, MDR_STAGE_INLINE_TABLE * sizeof(mdr_stage_input));
+  for (size_t i = 0; i < s->n_inputs && i < MDR_STAGE_INLINE_TABLE; i++) {
+    mdr_stage_input e = s->inputs[i];
+    e.offset = s->inline_offset[g][i];
+    memcpy(out + i * sizeof e, &e, sizeof e);
+  }
+}
+
 uint64_t mdr_staging_inline_bytes(const mdr_staging *s, size_t g) {
   return g >= 1 && g <= s->inline_counts ? s->inline_bytes[g] : 0;
 }

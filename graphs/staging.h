@@ -136,6 +136,11 @@ mdr_status mdr_staging_inline_init(mdr_staging *s, size_t max_tokens, size_t max
  * exceeds MDR_STAGE_INLINE_BYTES only in the table form. */
 uint64_t mdr_staging_inline_bytes(const mdr_staging *s, size_t g);
 
+/* Write count g's input table (its n_inputs entries, the rest of
+ * MDR_STAGE_INLINE_TABLE zeroed) at `out`: what the inline launch's
+ * descriptor points to in device memory. g has an inline layout. */
+void mdr_staging_inline_table(const mdr_staging *s, size_t g, unsigned char *out);
+
 /* The descriptor of count g's inline launch writing token_ids: FETCH |
  * INLINE (no ring slot, no advance), count g's input table and image
  * bytes (inline_bytes, which pick the launch's image class). */

@@ -43,13 +43,14 @@
  *     only t and the stage and the grid is fixed, so the host re-targets a
  *     graph node of it with a parameter write. Its inline form,
  *     zero_table_inline_kernel<IMG> (graphs' small host steps, given a
- *     table), adds the slot image after those parameters, in three classes:
+ *     table), adds the slot image after those parameters, in four classes:
  *     about 240 bytes updated per step for a small image (where the static
- *     inline form takes about 1.2 KiB), 1280 for one up to
- *     MDR_STAGE_INLINE_LARGE_BYTES, 4480 for one up to
- *     MDR_STAGE_INLINE_XL_BYTES (steps with step inputs). The graph
- *     cache passes a table for the larger classes only: the small class
- *     ran no faster in the table form (docs/KERNELS.md).
+ *     inline form takes about 1.2 KiB), then, for steps with step inputs,
+ *     room for the count's input table (768 bytes) and an image of up to
+ *     MDR_STAGE_INLINE_LARGE_BYTES, MDR_STAGE_INLINE_XL_BYTES or
+ *     MDR_STAGE_INLINE_XXL_BYTES (2048, 5248 and 9344 bytes in all). The
+ *     graph cache passes a table for the larger classes only: the small
+ *     class ran no faster in the table form (docs/KERNELS.md).
  *   - zero_dynamic_kernel (DYNAMIC by device count): t is the slot header's
  *     count, known only on the device. One block (ticket 0) reads it and
  *     publishes it in device memory; all blocks first clear the floor every
@@ -366,20 +367,40 @@ __global__ void __launch_bounds__(ZF_BLOCK) zero_table_kernel(const __grid_const
 
 /* The inline form of the table kernel (graphs' small host steps: FETCH |
  * INLINE, the descriptor's table set, TABLE not): the table parameters,
- * then the slot image of IMG bytes. Three classes: IMG =
+ * then the slot image of IMG bytes. Four classes: IMG =
  * MDR_STAGE_INLINE_BYTES (240 bytes in all, where the static inline form
  * zf_inline_params_small carries the whole plan by value in about 1.2 KiB),
- * MDR_STAGE_INLINE_LARGE_BYTES (1280 bytes) and MDR_STAGE_INLINE_XL_BYTES
- * (4480 bytes), for steps with step inputs. A node of it is updated every step and each launch reads the
- * whole block, so a launch takes the smallest class that holds its image.
- * Block 0 serves the stage from the image, as
+ * MDR_STAGE_INLINE_LARGE_BYTES, MDR_STAGE_INLINE_XL_BYTES and
+ * MDR_STAGE_INLINE_XXL_BYTES (2048, 5248 and 9344 bytes), for steps with
+ * step inputs. A node of it is updated every step and each launch reads
+ * the whole block, so a launch takes the smallest class that holds its
+ * image. Block 0 serves the stage from the image, as
  * zero_static_kernel<..., ZF_STAGED_INLINE> does; the others clear count
- * t's plan from the table. */
-template <unsigned IMG>
+ * t's plan from the table.
+ *
+ * A larger class (IMG past the small one: steps with inputs), in this form
+ * and the list form, keeps room for the count's input table
+ * (MDR_STAGE_INLINE_TABLE entries) before its image, at the launch's
+ * table_offset. The graph cache writes the table there, so the stage block
+ * reads its entries from the parameters as it reads the image, not from
+ * device memory: a step whose zeroing is short waits for that load before
+ * its first store (on an H200 under MDR_ROWS_ALL the step with inputs at
+ * 1-2 sequences came within 0.06-0.13 us of the ids-only step, from
+ * 0.35-0.38; docs/GRAPHS.md). Left zeroed, the table in device memory
+ * serves. */
+#define ZF_TAB(IMG) ((IMG) > MDR_STAGE_INLINE_BYTES)
+template <unsigned IMG, bool TAB = ZF_TAB(IMG)>
 struct zf_table_inline_params_t {
   zf_table_params p;
   uint4 inline_slot[IMG / 16];
 };
+template <unsigned IMG>
+struct zf_table_inline_params_t<IMG, true> {
+  zf_table_params p;
+  mdr_stage_input table[MDR_STAGE_INLINE_TABLE];
+  uint4 inline_slot[IMG / 16];
+};
+
 /* Each class: whole 16-byte vectors, 16-byte aligned in the parameters,
  * ending them, the whole fitting mdr_stage_inline_launch. */
 template <unsigned IMG>
@@ -398,8 +419,9 @@ static_assert(MDR_STAGE_INLINE_BYTES < MDR_STAGE_INLINE_LARGE_BYTES &&
 
 /* The inline form of the chunk list (graphs' host steps whose plan at the
  * count has at most ZF_LIST_INLINE chunks, about 8.9 MB, in every image
- * class): the list parameters (4480 bytes), then the image class's bytes,
- * 4592 to 8832 in all. A block learns its chunk from one parameter load,
+ * class but the largest): the list parameters (4480 bytes), then (past
+ * the small class) room for the input table, then the image class's bytes:
+ * 4592, 6400 or 9600 in all. A block learns its chunk from one parameter load,
  * as zero_list_kernel's do, where the static inline form searches prefix
  * sums and the table form loads the plan from device memory first (on an
  * H200 under MDR_ROWS_ALL, ids-only steps at 1-8 tokens took 0.85-0.93x
@@ -407,11 +429,34 @@ static_assert(MDR_STAGE_INLINE_BYTES < MDR_STAGE_INLINE_LARGE_BYTES &&
  * 0.90-0.97x of the table form's, docs/KERNELS.md). Block 0 serves the
  * stage from the image. */
 #define ZF_LIST_INLINE MDR_ZERO_LIST_INLINE_MAX
-template <unsigned IMG>
+template <unsigned IMG, bool TAB = ZF_TAB(IMG)>
 struct zf_list_inline_params_t {
   zf_list_params_t<ZF_LIST_INLINE> p;
   uint4 inline_slot[IMG / 16];
 };
+template <unsigned IMG>
+struct zf_list_inline_params_t<IMG, true> {
+  zf_list_params_t<ZF_LIST_INLINE> p;
+  mdr_stage_input table[MDR_STAGE_INLINE_TABLE];
+  uint4 inline_slot[IMG / 16];
+};
+/* The parameters' input table: nullptr in a form without one. */
+template <unsigned IMG>
+__host__ __device__ inline const mdr_stage_input *zf_ptab(const zf_table_inline_params_t<IMG, false> &) {
+  return nullptr;
+}
+template <unsigned IMG>
+__host__ __device__ inline const mdr_stage_input *zf_ptab(const zf_table_inline_params_t<IMG, true> &a) {
+  return a.table;
+}
+template <unsigned IMG>
+__host__ __device__ inline const mdr_stage_input *zf_ptab(const zf_list_inline_params_t<IMG, false> &) {
+  return nullptr;
+}
+template <unsigned IMG>
+__host__ __device__ inline const mdr_stage_input *zf_ptab(const zf_list_inline_params_t<IMG, true> &a) {
+  return a.table;
+}
 template <unsigned IMG>
 constexpr bool zf_list_inline_ok() {
   return offsetof(zf_list_inline_params_t<IMG>, inline_slot) % 16 == 0 &&
@@ -426,7 +471,8 @@ template <unsigned IMG>
 __global__ void __launch_bounds__(ZF_BLOCK)
     zero_list_inline_kernel(const __grid_constant__ zf_list_inline_params_t<IMG> a) {
   if (blockIdx.x == 0) {
-    mdr_stage_block(a.p.stage, a.p.flags, (uint32_t)a.p.tokens, (uint64_t)(uintptr_t)&a.inline_slot[0]);
+    mdr_stage_block(a.p.stage, a.p.flags, (uint32_t)a.p.tokens, (uint64_t)(uintptr_t)&a.inline_slot[0], 0, 1,
+                    zf_ptab(a));
     return;
   }
   zf_clear_span(mdr_zero_list_span(a.p.chunk[blockIdx.x - 1]));
@@ -436,7 +482,8 @@ template <unsigned IMG>
 __global__ void __launch_bounds__(ZF_BLOCK)
     zero_table_inline_kernel(const __grid_constant__ zf_table_inline_params_t<IMG> a) {
   if (blockIdx.x == 0) {
-    mdr_stage_block(a.p.stage, a.p.flags, (uint32_t)a.p.tokens, (uint64_t)(uintptr_t)&a.inline_slot[0]);
+    mdr_stage_block(a.p.stage, a.p.flags, (uint32_t)a.p.tokens, (uint64_t)(uintptr_t)&a.inline_slot[0], 0, 1,
+                    zf_ptab(a));
     return;
   }
   zf_table_zero(a.p, 1u);
@@ -744,6 +791,8 @@ static void zf_table_inline_build(const mdr_zero_seg *segs, size_t n, uint64_t t
   out->block[1] = out->block[2] = 1;
   out->param_bytes = sizeof a;
   out->slot_offset = offsetof(zf_table_inline_params_t<IMG>, inline_slot);
+  const mdr_stage_input *t = zf_ptab(a);
+  out->table_offset = t ? (uint64_t)((const char *)t - (const char *)&a) : 0;
   memcpy(out->param, &a, sizeof a);
 }
 
@@ -768,6 +817,8 @@ static void zf_list_inline_build(const uint64_t *words, uint32_t k, uint64_t tok
   out->block[1] = out->block[2] = 1;
   out->param_bytes = sizeof a;
   out->slot_offset = offsetof(zf_list_inline_params_t<IMG>, inline_slot);
+  const mdr_stage_input *t = zf_ptab(a);
+  out->table_offset = t ? (uint64_t)((const char *)t - (const char *)&a) : 0;
   memcpy(out->param, &a, sizeof a);
 }
 

@@ -375,9 +375,14 @@ __device__ __forceinline__ void mdr_stage_publish_counts(const mdr_stage_desc &s
  * the values read have been stored. With MDR_STAGE_INLINE the slot is at
  * `inline_slot` (the generic address of the launch's own parameter copy of
  * the slot image) and the counter is neither read nor advanced: the same
- * loads, from the parameters instead of host memory. */
+ * loads, from the parameters instead of host memory. `ptable`: the
+ * launch's own copy of the input table (the generic address of its room in
+ * the parameters, MDR_STAGE_INLINE_TABLE entries), read in place of
+ * st.inputs when the caller wrote it there (an entry's destination is
+ * never 0); nullptr, or room left zeroed, reads st.inputs. */
 __device__ __forceinline__ void mdr_stage_block(const mdr_stage_desc &st, uint32_t flags, uint32_t copy,
-                                                uint64_t inline_slot = 0, uint32_t blk = 0, uint32_t blocks = 1) {
+                                                uint64_t inline_slot = 0, uint32_t blk = 0, uint32_t blocks = 1,
+                                                const mdr_stage_input *ptable = nullptr) {
   const uint32_t copy_s = st.copy_sequences;
   __shared__ mdr_stage_input s_in[MDR_STAGE_INPUTS_MAX];
   if ((flags & (MDR_STAGE_FETCH | MDR_STAGE_ADVANCE)) == 0) {
@@ -402,7 +407,15 @@ __device__ __forceinline__ void mdr_stage_block(const mdr_stage_desc &st, uint32
    * two device reads overlap and nothing (no shared-memory store, no
    * barrier) stands between them and the slot's loads */
   mdr_stage_input e = {};
-  const bool have = mdr_stage_lane_entry(st, (const mdr_stage_input *)st.inputs, e);
+  bool have;
+  if (ptable && st.n_inputs <= MDR_STAGE_INLINE_TABLE) {
+    /* the launch's own copy of the table, when its caller wrote one (an
+     * entry's destination is never 0); else the table in device memory */
+    have = mdr_stage_lane_entry(st, ptable, e);
+    if (have && e.dst == 0) e = ((const mdr_stage_input *)st.inputs)[(threadIdx.x & 31u) - 1u];
+  } else {
+    have = mdr_stage_lane_entry(st, (const mdr_stage_input *)st.inputs, e);
+  }
   const bool inl = (flags & MDR_STAGE_INLINE) != 0;
   const uint64_t step = inl ? 0 : *(volatile const uint64_t *)st.counter; /* one broadcast load */
   const uint64_t slot = inl ? inline_slot : mdr_stage_slot_of(st, step);

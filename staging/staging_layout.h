@@ -164,15 +164,22 @@ enum {
  * the argument, ending it). The host writes a step's image there and
  * updates the node with the whole argument; what else the argument holds is
  * the backend's own. */
-#define MDR_STAGE_INLINE_PARAM_MAX 8832u
+#define MDR_STAGE_INLINE_PARAM_MAX 9600u
 typedef struct mdr_stage_inline_launch {
   const void *func;
   uint32_t grid[3];
   uint32_t block[3];
   uint64_t param_bytes;
   uint64_t slot_offset;
+  uint64_t table_offset; /* 0, or where the argument has room for the count's input table
+                            (MDR_STAGE_INLINE_TABLE entries): the caller may write it there, and the
+                            launch then reads its entries from its own parameters */
   uint64_t param[MDR_STAGE_INLINE_PARAM_MAX / 8];
 } mdr_stage_inline_launch;
+
+/* The input-table entries a larger-class inline launch carries in its
+ * parameters (its table_offset). */
+#define MDR_STAGE_INLINE_TABLE 16u
 
 /* Whether a static launch with these stage flags may take the chunk list
  * (zero_map.h section 5): not when it fetches from host memory, where the

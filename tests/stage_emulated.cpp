@@ -24,11 +24,16 @@
  * launch's flags (static, DEVICE_IDS, DYNAMIC, INLINE: the slot given as the
  * launch's parameters, the counter neither read nor advanced; most INLINE
  * cases with the image's bytes given, so that the image is loaded whole
- * before the input table is waited for, the rest placed as a ring slot).
+ * before the input table is waited for, the rest placed as a ring slot;
+ * a third with the input table in the launch's parameters, the one in
+ * device memory cleared, and a third with that room left zeroed, so that
+ * the device table serves).
  *
  * A plain program (no Criterion): exit 0 when every case matches, 1 on a
- * mismatch; a fault aborts. Usage: stage_emulated [cases] [seed] [spread]
- * (spread: every case a launch whose stage is spread over 2-6 blocks, run
+ * mismatch; a fault aborts. Usage: stage_emulated [cases] [seed] [spread|inline]
+ * (inline: every case an INLINE launch with inputs, its table in its
+ * parameters or not;
+ * spread: every case a launch whose stage is spread over 2-6 blocks, run
  * one after another, the counter checked unadvanced until the last). */
 #include <chrono>
 #include <condition_variable>
@@ -197,6 +202,10 @@ struct Case {
   uint32_t blocks; /* stage blocks the launch spreads its slot's read over (1: one) */
   uint32_t image;  /* INLINE: the image's bytes given (the cache's launches), so the block loads it whole
                       before it waits for the input table (mdr_stage_copy_image); 0: placed as a slot is */
+  uint32_t ptable; /* INLINE: 0 no table in the launch's parameters; 1 the table written there (the
+                      cache's larger classes), the one in device memory then cleared, so that a block
+                      that read it would place nothing; 2 room for one left zeroed (the device table
+                      then serves) */
   uint32_t t, copy, s, copy_s, step, ids_mis, ids_src_kind; /* ids_src: 0 none, 1 token_ids, 2 its own */
   InputSpec in[MDR_STAGE_INPUTS_MAX];
   uint64_t fill_seed;
@@ -326,8 +335,16 @@ void run_device(const Case &c, World &w) {
     const uint32_t flags = c.flags | ((c.blocks - 1u) << MDR_STAGE_SPREAD_SHIFT);
     mdr_stage_sync *sync = (mdr_stage_sync *)(uintptr_t)st.done;
     const uint64_t counter = *(const uint64_t *)(uintptr_t)st.counter;
+    /* the launch's own copy of the input table (Case::ptable) */
+    mdr_stage_input ptab[MDR_STAGE_INLINE_TABLE];
+    std::memset(ptab, 0, sizeof ptab);
+    if (c.ptable == 1) {
+      std::memcpy(ptab, w.mem + w.table_off, c.n * sizeof(mdr_stage_input));
+      std::memset(w.mem + w.table_off, 0, w.table_len);
+    }
+    const mdr_stage_input *pt = c.ptable ? ptab : nullptr;
     for (uint32_t blk = 0; blk < c.blocks; blk++) { /* the stage blocks, one after another */
-      run_block([&] { mdr_stage_block(st, flags, c.copy, inl, blk, c.blocks); });
+      run_block([&] { mdr_stage_block(st, flags, c.copy, inl, blk, c.blocks, pt); });
       if (blk + 1u == c.blocks) break;
       /* before the last: counted, and nothing advanced */
       if (sync->done != blk + 1u) die("a stage block did not count itself done");
@@ -349,8 +366,9 @@ void run_device(const Case &c, World &w) {
 }
 
 /* A case; with `spread`, a launch that spreads its slot's read over 2-6
- * stage blocks (fetch and advance from a ring slot, every input in it). */
-Case draw(Rng &g, bool spread) {
+ * stage blocks (fetch and advance from a ring slot, every input in it);
+ * with `inl`, an INLINE launch with at least one input. */
+Case draw(Rng &g, bool spread, bool inl) {
   Case c;
   std::memset(&c, 0, sizeof c);
   static const uint32_t flag_sets[] = {
@@ -365,6 +383,7 @@ Case draw(Rng &g, bool spread) {
   };
   c.flags = flag_sets[g.below(sizeof flag_sets / sizeof flag_sets[0])];
   if (spread) c.flags = MDR_STAGE_FETCH | MDR_STAGE_ADVANCE;
+  if (inl) c.flags = MDR_STAGE_FETCH | MDR_STAGE_INLINE;
   /* mostly small steps; some whose read takes more than one round */
   c.max_tokens = g.below(6) == 0 ? 1024 + (uint32_t)g.below(4096) : 1 + (uint32_t)g.below(96);
   c.max_seqs = 1 + (uint32_t)g.below(12);
@@ -378,7 +397,7 @@ Case draw(Rng &g, bool spread) {
   c.ids_mis = g.below(4) == 0 ? 4u * (uint32_t)g.below(4) : 0u; /* ids stay 4-byte aligned */
   c.ids_src_kind = (uint32_t)g.below(3);
   c.n = (uint32_t)g.below(MDR_STAGE_INPUTS_MAX + 1);
-  if (spread && c.n == 0) c.n = 1;
+  if ((spread || inl) && c.n == 0) c.n = 1;
   const bool only_device = (c.flags & (MDR_STAGE_FETCH | MDR_STAGE_DYNAMIC)) == 0;
   for (uint32_t i = 0; i < c.n; i++) {
     InputSpec &s = c.in[i];
@@ -403,6 +422,7 @@ Case draw(Rng &g, bool spread) {
     for (uint32_t i = 0; i < c.n; i++) c.in[i].device = c.in[i].in_place = false;
   }
   c.image = (c.flags & MDR_STAGE_INLINE) && g.below(4) != 0;
+  c.ptable = (c.flags & MDR_STAGE_INLINE) ? (uint32_t)g.below(3) : 0u;
   c.fill_seed = g.next();
   return c;
 }
@@ -435,9 +455,10 @@ int main(int argc, char **argv) {
   const unsigned cases = argc > 1 ? (unsigned)std::strtoul(argv[1], nullptr, 10) : 24u;
   Rng g{argc > 2 ? std::strtoull(argv[2], nullptr, 10) : 20261202ull};
   const bool spread_only = argc > 3 && std::strcmp(argv[3], "spread") == 0;
+  const bool inline_only = argc > 3 && std::strcmp(argv[3], "inline") == 0;
   unsigned failed = 0, spread = 0;
   for (unsigned i = 0; i < cases; i++) {
-    const Case c = draw(g, spread_only);
+    const Case c = draw(g, spread_only, inline_only);
     World dev, twin;
     build(c, dev);
     build(c, twin);

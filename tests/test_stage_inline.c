@@ -265,6 +265,10 @@ static size_t largest_inline(int inputs) {
  * MDR_STAGING_INLINE_COUNTS): as many as a small image has ids for. */
 enum { INLINE_COUNTS = (MDR_STAGE_INLINE_BYTES - MDR_STAGE_HEADER_BYTES) / 4 };
 
+/* The room a larger-class CUDA inline launch keeps for the count's input
+ * table, before its image (mdr_stage_inline_launch.table_offset). */
+#define INLINE_TABLE_BYTES (MDR_STAGE_INLINE_TABLE * sizeof(mdr_stage_input))
+
 /* Whether graph count g goes inline in a cache of fused zeroing or not: a
  * count with an inline layout whose image fits the small class, or with
  * fused zeroing (given a plan table, the only way to the larger classes)
@@ -1195,8 +1199,8 @@ Test(stage_inline, the_host_inline_slots_refuse_what_they_cannot_serve) {
 
 #if defined(MDR_HAVE_CUDA)
 /* The CUDA table form's launch of an image of `bytes` (no device needed):
- * class `cls` (the table parameters, 128 bytes, then cls bytes of image,
- * zeroed), a kernel other than `other`'s and the small class's, and the
+ * class `cls` (the table parameters, 128 bytes, room for the input table,
+ * then cls bytes of image, both zeroed), a kernel other than `other`'s and the small class's, and the
  * small launch's stage (but for the image bytes), count, segments, flags,
  * grid and block. */
 static void expect_table_class(const mdr_zero_seg *rules, mdr_stage_desc st, uint32_t bytes, uint32_t cls,
@@ -1204,8 +1208,11 @@ static void expect_table_class(const mdr_zero_seg *rules, mdr_stage_desc st, uin
   st.inline_bytes = bytes;
   memset(l, 0xAB, sizeof *l);
   cr_assert_eq(mdr_cuda_zero_inline_launch(rules, 2, 20, &st, 132, l), 0, "%u bytes", bytes);
-  cr_assert_eq(l->slot_offset, 128);
-  cr_assert_eq(l->param_bytes, 128 + cls, "%u bytes: the class of %u", bytes, cls);
+  cr_assert_eq(l->slot_offset, 128 + INLINE_TABLE_BYTES);
+  cr_assert_eq(l->table_offset, 128, "%u bytes: room for the input table after the table parameters", bytes);
+  cr_assert_eq(tb_first_not((const unsigned char *)l->param + 128, INLINE_TABLE_BYTES, 0), INLINE_TABLE_BYTES,
+               "the table's room zeroed");
+  cr_assert_eq(l->param_bytes, 128 + INLINE_TABLE_BYTES + cls, "%u bytes: the class of %u", bytes, cls);
   cr_assert_neq(l->func, small->func, "%u bytes: not the small class's kernel", bytes);
   cr_assert_neq(l->func, other, "%u bytes: not the next smaller class's kernel", bytes);
   /* the same table parameters but for the stage's image bytes */
@@ -1229,7 +1236,8 @@ static void expect_table_class(const mdr_zero_seg *rules, mdr_stage_desc st, uin
  * MDR_STAGE_INLINE_LARGE_BYTES the large one, up to
  * MDR_STAGE_INLINE_XL_BYTES the extra-large one, up to
  * MDR_STAGE_INLINE_XXL_BYTES the largest, each the table parameters (128
- * bytes) then the image, zeroed; past it refused. The static form (no
+ * bytes), then (all but the small class) room for the input table, then
+ * the image, zeroed; past it refused. The static form (no
  * table, or one short of the count) takes the small class only: a larger
  * image is refused. */
 Test(stage_inline, the_cuda_inline_launch_picks_the_smallest_image_class) {
@@ -1245,6 +1253,7 @@ Test(stage_inline, the_cuda_inline_launch_picks_the_smallest_image_class) {
     cr_assert_eq(mdr_cuda_zero_inline_launch(rules, 2, 20, &st, 132, &small), 0);
     cr_assert_eq(small.slot_offset, 128, "the table parameters, then the image");
     cr_assert_eq(small.param_bytes, 128 + MDR_STAGE_INLINE_BYTES, "%u bytes: the small class", smalls[i]);
+    cr_assert_eq(small.table_offset, 0, "the small class: no room for an input table");
   }
   const uint32_t larges[] = {MDR_STAGE_INLINE_BYTES + 1, 576, 1088, MDR_STAGE_INLINE_LARGE_BYTES};
   for (size_t i = 0; i < 4; i++)
@@ -1271,6 +1280,7 @@ Test(stage_inline, the_cuda_inline_launch_picks_the_smallest_image_class) {
     cr_assert_eq(mdr_cuda_zero_inline_launch(rules, 2, 20, &st, 132, &l), 0);
     cr_assert_gt(l.param_bytes, 1024, "the plan in the parameters");
     cr_assert_eq(l.slot_offset + MDR_STAGE_INLINE_BYTES, l.param_bytes);
+    cr_assert_eq(l.table_offset, 0, "the static form: no room for an input table");
     st.inline_bytes = MDR_STAGE_INLINE_BYTES + 1;
     cr_assert_neq(mdr_cuda_zero_inline_launch(rules, 2, 20, &st, 132, &l), 0, "no table form: no large class");
   }
@@ -1278,8 +1288,9 @@ Test(stage_inline, the_cuda_inline_launch_picks_the_smallest_image_class) {
 
 /* The list form (a plan of at most MDR_ZERO_LIST_INLINE_MAX chunks at the
  * count) in every class (no device needed): the same chunk list, stage
- * (but for its image bytes), count and flags, then the class's bytes of
- * image, zeroed, ending the parameters; a kernel of its own a class; past
+ * (but for its image bytes), count and flags, then (past the small class)
+ * room for the input table, then the class's bytes of image, zeroed,
+ * ending the parameters; a kernel of its own a class; past
  * the extra-large class refused. The larger classes need a plan table
  * that serves the count, as on the host backend (the graph cache passes
  * one for them): without one, or one short of the count, they are refused
@@ -1307,8 +1318,11 @@ Test(stage_inline, the_cuda_inline_launch_takes_the_list_form_in_every_image_cla
     st.inline_bytes = cases[i].bytes;
     memset(&l, 0xAB, sizeof l);
     cr_assert_eq(mdr_cuda_zero_inline_launch(rules, 2, 20, &st, 132, &l), 0, "%u bytes", cases[i].bytes);
-    cr_assert_eq(l.slot_offset, list_at, "%u bytes: the list form", cases[i].bytes);
-    cr_assert_eq(l.param_bytes, list_at + cases[i].cls, "%u bytes: the class of %u", cases[i].bytes, cases[i].cls);
+    const size_t tab = cases[i].cls > MDR_STAGE_INLINE_BYTES ? INLINE_TABLE_BYTES : 0;
+    cr_assert_eq(l.table_offset, tab ? list_at : 0, "%u bytes: the table's room after the list", cases[i].bytes);
+    cr_assert_eq(tb_first_not((const unsigned char *)l.param + list_at, tab, 0), tab, "the table's room zeroed");
+    cr_assert_eq(l.slot_offset, list_at + tab, "%u bytes: the list form", cases[i].bytes);
+    cr_assert_eq(l.param_bytes, list_at + tab + cases[i].cls, "%u bytes: the class of %u", cases[i].bytes, cases[i].cls);
     cr_assert_leq(l.param_bytes, MDR_STAGE_INLINE_PARAM_MAX);
     const int c = cases[i].cls == MDR_STAGE_INLINE_BYTES ? 0 : cases[i].cls == MDR_STAGE_INLINE_LARGE_BYTES ? 1 : 2;
     if (!funcs[c]) funcs[c] = l.func;
@@ -1334,8 +1348,8 @@ Test(stage_inline, the_cuda_inline_launch_takes_the_list_form_in_every_image_cla
    * parameter limit: the table form, though the list holds the plan */
   st.inline_bytes = MDR_STAGE_INLINE_XL_BYTES + 1;
   cr_assert_eq(mdr_cuda_zero_inline_launch(rules, 2, 20, &st, 132, &l), 0);
-  cr_assert_eq(l.slot_offset, 128, "the largest class: the table form");
-  cr_assert_eq(l.param_bytes, 128 + MDR_STAGE_INLINE_XXL_BYTES);
+  cr_assert_eq(l.slot_offset, 128 + INLINE_TABLE_BYTES, "the largest class: the table form");
+  cr_assert_eq(l.param_bytes, 128 + INLINE_TABLE_BYTES + MDR_STAGE_INLINE_XXL_BYTES);
   st.inline_bytes = MDR_STAGE_INLINE_XXL_BYTES + 1;
   cr_assert_neq(mdr_cuda_zero_inline_launch(rules, 2, 20, &st, 132, &l), 0, "past the largest class: refused");
   for (int k = 0; k < 2; k++) {

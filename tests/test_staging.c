@@ -176,3 +176,48 @@ Test(staging, a_large_slot_read_is_spread_over_stage_blocks) {
   mdr_backend_free(b, dst[1]);
   mdr_backend_destroy(b);
 }
+
+/* The input table an inline launch may carry in its parameters
+ * (mdr_staging_inline_table): for every count with an inline layout, the
+ * same entries, byte for byte, as the count's table in device memory (the
+ * descriptor's `inputs`: each input with its offset in that count's
+ * image), then zeroes up to MDR_STAGE_INLINE_TABLE entries; every byte of
+ * the room written. */
+Test(staging, an_inline_launch_s_own_table_is_the_count_s_device_table) {
+  mdr_backend *b = tb_backend(TB_HOST);
+  enum { SEQS = 6, WIDTH = 128 };
+  const uint64_t max_rows[3] = {MAX_TOKENS, SEQS, SEQS};
+  mdr_dptr dst[3];
+  cr_assert_eq(mdr_backend_alloc(b, MAX_TOKENS * 4, &dst[0]), MDR_OK);
+  cr_assert_eq(mdr_backend_alloc(b, SEQS * 4, &dst[1]), MDR_OK);
+  cr_assert_eq(mdr_backend_alloc(b, SEQS * WIDTH * 4, &dst[2]), MDR_OK);
+  mdr_stage_input in[3] = {
+      {.dst = dst[0], .row_bytes = 4, .rows = MDR_STAGE_ROWS_TOKENS, .max_rows = MAX_TOKENS, .elem_bytes = 4},
+      {.dst = dst[1], .src = dst[1], .pad = 7, .row_bytes = 4, .rows = MDR_STAGE_ROWS_SEQUENCES, .max_rows = SEQS,
+       .elem_bytes = 4}, /* already in device memory */
+      {.dst = dst[2], .row_bytes = WIDTH * 4, .rows = MDR_STAGE_ROWS_SEQUENCES, .max_rows = SEQS, .elem_bytes = 4}};
+  mdr_staging s;
+  cr_assert_eq(mdr_staging_init(&s, b, MAX_TOKENS, in, max_rows, 3), MDR_OK, "%s", mdr_backend_last_error(b));
+  cr_assert_eq(mdr_staging_inline_init(&s, MAX_TOKENS, SEQS), MDR_OK, "%s", mdr_backend_last_error(b));
+  size_t counts = 0;
+  for (size_t g = 1; g <= MAX_TOKENS && mdr_staging_inline_bytes(&s, g); g++, counts++) {
+    static unsigned char room[MDR_STAGE_INLINE_TABLE * sizeof(mdr_stage_input)];
+    memset(room, 0xC3, sizeof room);
+    mdr_staging_inline_table(&s, g, room);
+    const mdr_stage_desc d = mdr_staging_inline_desc(&s, 0x1000, g);
+    cr_assert_eq(d.n_inputs, 3);
+    cr_assert_neq(d.inputs, 0);
+    mdr_stage_input dev[3];
+    cr_assert_eq(mdr_backend_copy_d2h(b, dev, d.inputs, sizeof dev), MDR_OK);
+    cr_assert_eq(memcmp(room, dev, sizeof dev), 0, "count %zu: the device table's entries", g);
+    mdr_stage_input e;
+    memcpy(&e, room + 2 * sizeof e, sizeof e);
+    cr_assert_eq(e.dst, dst[2], "count %zu: the block table's destination", g);
+    cr_assert_gt(e.offset, 0, "count %zu: its offset in the image", g);
+    for (size_t k = sizeof dev; k < sizeof room; k++) cr_assert_eq(room[k], 0, "count %zu: byte %zu zeroed", g, k);
+  }
+  cr_assert_geq(counts, 2, "counts with an inline layout");
+  mdr_staging_fini(&s);
+  for (int i = 0; i < 3; i++) mdr_backend_free(b, dst[i]);
+  mdr_backend_destroy(b);
+}
