@@ -440,22 +440,15 @@ struct zf_list_inline_params_t<IMG, true> {
   mdr_stage_input table[MDR_STAGE_INLINE_TABLE];
   uint4 inline_slot[IMG / 16];
 };
-/* The parameters' input table: nullptr in a form without one. */
-template <unsigned IMG>
-__host__ __device__ inline const mdr_stage_input *zf_ptab(const zf_table_inline_params_t<IMG, false> &) {
-  return nullptr;
-}
-template <unsigned IMG>
-__host__ __device__ inline const mdr_stage_input *zf_ptab(const zf_table_inline_params_t<IMG, true> &a) {
+/* The parameters' input table, in either inline form: nullptr in a
+ * class without one. */
+template <template <unsigned, bool> class P, unsigned IMG>
+__host__ __device__ inline const mdr_stage_input *zf_ptab(const P<IMG, true> &a) {
   return a.table;
 }
-template <unsigned IMG>
-__host__ __device__ inline const mdr_stage_input *zf_ptab(const zf_list_inline_params_t<IMG, false> &) {
+template <template <unsigned, bool> class P, unsigned IMG>
+__host__ __device__ inline const mdr_stage_input *zf_ptab(const P<IMG, false> &) {
   return nullptr;
-}
-template <unsigned IMG>
-__host__ __device__ inline const mdr_stage_input *zf_ptab(const zf_list_inline_params_t<IMG, true> &a) {
-  return a.table;
 }
 template <unsigned IMG>
 constexpr bool zf_list_inline_ok() {
