@@ -90,8 +90,10 @@ struct mdr_backend_ops {
    * plan table of segs in the stage that serves `tokens`) and at most
    * MDR_STAGE_INLINE_XXL_BYTES, else MDR_ERR_INVALID_ARGUMENT. *out is
    * set to the launch as made (its image zeroed, param_bytes and
-   * slot_offset those of the image class taken), which fused_inline_update takes back with a
-   * step's image written at out->slot_offset. Enqueued, capture-safe, no
+   * slot_offset those of the image class taken; table_offset, when not 0,
+   * zeroed room where the caller may write the count's input table for the
+   * launch to read in place of stage->inputs), which fused_inline_update
+   * takes back with a step's image written at out->slot_offset. Enqueued, capture-safe, no
    * allocation; with `node` non-NULL, s must be capturing and *node is set
    * to the graph node the launch became. */
   mdr_status (*fused_inline_launch)(mdr_backend *b, const mdr_zero_seg *segs, size_t n, uint64_t tokens,
