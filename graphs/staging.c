@@ -222,7 +222,8 @@ mdr_status mdr_staging_inline_init(mdr_staging *s, size_t max_tokens, size_t max
 
 void mdr_staging_inline_table(const mdr_staging *s, size_t g, unsigned char *out) {
   memset(out, 0, MDR_STAGE_INLINE_TABLE * sizeof(mdr_stage_input));
-  for (size_t i = 0; i < s->n_inputs && i < MDR_STAGE_INLINE_TABLE; i++) {
+  if (g == 0 || g > s->inline_counts) return; /* no layout: the room stays zeroed, the device table serves */
+  for (size_t i = 0; i < s->n_inputs; i++) {
     mdr_stage_input e = s->inputs[i];
     e.offset = s->inline_offset[g][i];
     memcpy(out + i * sizeof e, &e, sizeof e);

@@ -138,7 +138,9 @@ uint64_t mdr_staging_inline_bytes(const mdr_staging *s, size_t g);
 
 /* Write count g's input table (its n_inputs entries, the rest of
  * MDR_STAGE_INLINE_TABLE zeroed) at `out`: what the inline launch's
- * descriptor points to in device memory. g has an inline layout. */
+ * descriptor points to in device memory. A count without an inline layout
+ * (0, or past the counts laid out) gets the room zeroed, which a launch
+ * reads as "no table here". */
 void mdr_staging_inline_table(const mdr_staging *s, size_t g, unsigned char *out);
 
 /* The descriptor of count g's inline launch writing token_ids: FETCH |

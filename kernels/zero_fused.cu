@@ -401,13 +401,17 @@ struct zf_table_inline_params_t<IMG, true> {
   uint4 inline_slot[IMG / 16];
 };
 
-/* Each class: whole 16-byte vectors, 16-byte aligned in the parameters,
- * ending them, the whole fitting mdr_stage_inline_launch. */
+/* An inline form's parameters P with an image of IMG bytes: whole 16-byte
+ * vectors, 16-byte aligned in the parameters, ending them, the whole
+ * fitting mdr_stage_inline_launch. */
+template <class P, unsigned IMG>
+constexpr bool zf_inline_layout_ok() {
+  return IMG % 16 == 0 && offsetof(P, inline_slot) % 16 == 0 && sizeof(P) == offsetof(P, inline_slot) + IMG &&
+         sizeof(P) <= MDR_STAGE_INLINE_PARAM_MAX;
+}
 template <unsigned IMG>
 constexpr bool zf_inline_class_ok() {
-  return IMG % 16 == 0 && offsetof(zf_table_inline_params_t<IMG>, inline_slot) % 16 == 0 &&
-         sizeof(zf_table_inline_params_t<IMG>) == offsetof(zf_table_inline_params_t<IMG>, inline_slot) + IMG &&
-         sizeof(zf_table_inline_params_t<IMG>) <= MDR_STAGE_INLINE_PARAM_MAX;
+  return zf_inline_layout_ok<zf_table_inline_params_t<IMG>, IMG>();
 }
 static_assert(zf_inline_class_ok<MDR_STAGE_INLINE_BYTES>() && zf_inline_class_ok<MDR_STAGE_INLINE_LARGE_BYTES>() &&
                   zf_inline_class_ok<MDR_STAGE_INLINE_XL_BYTES>() && zf_inline_class_ok<MDR_STAGE_INLINE_XXL_BYTES>(),
@@ -452,9 +456,7 @@ __host__ __device__ inline const mdr_stage_input *zf_ptab(const P<IMG, false> &)
 }
 template <unsigned IMG>
 constexpr bool zf_list_inline_ok() {
-  return offsetof(zf_list_inline_params_t<IMG>, inline_slot) % 16 == 0 &&
-         sizeof(zf_list_inline_params_t<IMG>) == offsetof(zf_list_inline_params_t<IMG>, inline_slot) + IMG &&
-         sizeof(zf_list_inline_params_t<IMG>) <= MDR_STAGE_INLINE_PARAM_MAX;
+  return zf_inline_layout_ok<zf_list_inline_params_t<IMG>, IMG>();
 }
 static_assert(zf_list_inline_ok<MDR_STAGE_INLINE_BYTES>() && zf_list_inline_ok<MDR_STAGE_INLINE_LARGE_BYTES>() &&
                   zf_list_inline_ok<MDR_STAGE_INLINE_XL_BYTES>(),

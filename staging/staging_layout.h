@@ -177,9 +177,9 @@ typedef struct mdr_stage_inline_launch {
   uint64_t param[MDR_STAGE_INLINE_PARAM_MAX / 8];
 } mdr_stage_inline_launch;
 
-/* The input-table entries a larger-class inline launch carries in its
- * parameters (its table_offset). */
-#define MDR_STAGE_INLINE_TABLE 16u
+/* The input-table entries a larger-class inline launch has room for in
+ * its parameters (its table_offset): every input a cache may declare. */
+#define MDR_STAGE_INLINE_TABLE MDR_STAGE_INPUTS_MAX
 
 /* Whether a static launch with these stage flags may take the chunk list
  * (zero_map.h section 5): not when it fetches from host memory, where the

@@ -182,7 +182,7 @@ Test(staging, a_large_slot_read_is_spread_over_stage_blocks) {
  * same entries, byte for byte, as the count's table in device memory (the
  * descriptor's `inputs`: each input with its offset in that count's
  * image), then zeroes up to MDR_STAGE_INLINE_TABLE entries; every byte of
- * the room written. */
+ * the room written; a count without a layout gets the room zeroed. */
 Test(staging, an_inline_launch_s_own_table_is_the_count_s_device_table) {
   mdr_backend *b = tb_backend(TB_HOST);
   enum { SEQS = 6, WIDTH = 128 };
@@ -217,6 +217,14 @@ Test(staging, an_inline_launch_s_own_table_is_the_count_s_device_table) {
     for (size_t k = sizeof dev; k < sizeof room; k++) cr_assert_eq(room[k], 0, "count %zu: byte %zu zeroed", g, k);
   }
   cr_assert_geq(counts, 2, "counts with an inline layout");
+  /* a count without a layout: the room zeroed (the device table serves) */
+  const size_t none[] = {0, counts + 1};
+  for (int k = 0; k < 2; k++) {
+    static unsigned char room[MDR_STAGE_INLINE_TABLE * sizeof(mdr_stage_input)];
+    memset(room, 0xC3, sizeof room);
+    mdr_staging_inline_table(&s, none[k], room);
+    for (size_t j = 0; j < sizeof room; j++) cr_assert_eq(room[j], 0, "count %zu: byte %zu zeroed", none[k], j);
+  }
   mdr_staging_fini(&s);
   for (int i = 0; i < 3; i++) mdr_backend_free(b, dst[i]);
   mdr_backend_destroy(b);
