@@ -272,6 +272,11 @@ bool runner_begin(runner *r, strategy s, const size_t *prepare, size_t n_prepare
 void runner_activate(runner *r);
 void runner_end(runner *r);
 void runner_sync(runner *r);
+/* The copy floor of a graph-fused-inputs step at `tokens`: median CPU µs
+ * to memcpy its input values (positions, lengths, block-table rows; not
+ * the ids) from the same host arrays into MDR_GRAPH_STAGING_SLOTS pinned
+ * slots in turn, as the staged step writes its ring. */
+double input_copy_us(const runner *r, size_t tokens, size_t reps);
 /* Host µs to submit one step; the stream is drained every CPU_BATCH steps. */
 summary cpu_time_steps(runner *r, size_t tokens, size_t reps);
 /* The raw per-step figures behind cpu_time_steps: out gets reps µs. */
@@ -317,6 +322,9 @@ typedef struct bench_case {
   uint64_t eager_steps;   /* graph strategies: steps that ran eagerly */
   uint64_t inline_steps;  /* graph strategies: steps whose ids (and inputs) travelled in the fused launch's
                              parameters, not a staging slot (mdr_graph_stats.inline_steps) */
+  double copy_us;         /* graph-fused-inputs: CPU µs of a memcpy of the step's input values (not the ids) into
+                             pinned memory, the part of its +CPU over ids only that a copying step cannot avoid
+                             (input_copy_us); NAN for the other strategies */
 } bench_case;
 
 typedef struct sweep {

@@ -283,7 +283,11 @@ static void print_device_ids(const bench_env *e, const sweep *sw, const size_t *
  * only) at every count of the run, per preset and policy: medians and their
  * differences. On a GPU the difference is also given net of the 1-kernel
  * replay timed beside each case (what a drift between the two cases moved
- * alike), and the goal line takes the larger of the two. */
+ * alike), and the goal line takes the larger of the two. The CPU
+ * difference is given beside the copy floor (input_copy_us: a memcpy of the
+ * same input bytes into pinned memory, which a step that copies its inputs
+ * cannot avoid) and net of it; the goal line reads the difference itself
+ * and names the largest net figure beside it. */
 static void print_step_inputs(const bench_env *e, const sweep *sw) {
   const options *o = e->o;
   const bool gpu = e->gpu.on;
@@ -293,13 +297,13 @@ static void print_step_inputs(const bench_env *e, const sweep *sw) {
          INPUT_BLOCKS_PER_SEQ, INPUT_MAX_SEQS, gpu ? "GPU and CPU us, medians" : "CPU us medians (host backend)");
   printf("%-18s %-6s %6s", "", "policy", "tokens");
   if (gpu) printf("  %9s  %10s  %8s  %8s", "ids GPU", "inputs GPU", "+GPU", "+GPU net");
-  printf("  %9s  %10s  %8s\n", "ids CPU", "inputs CPU", "+CPU");
+  printf("  %9s  %10s  %8s  %6s  %8s\n", "ids CPU", "inputs CPU", "+CPU", "copy", "+CPU net");
   for (size_t p = 0; p < mdr_model_preset_count(); p++) {
     if (!o->preset_on[p]) continue;
     const char *preset = mdr_model_preset_name(p);
     for (int pol = 0; pol < MDR_ROWS_POLICY_COUNT; pol++) {
       if (!o->policy_on[pol]) continue;
-      double worst_gpu = -INFINITY, worst_cpu = -INFINITY;
+      double worst_gpu = -INFINITY, worst_cpu = -INFINITY, worst_net = -INFINITY;
       size_t n = 0;
       for (size_t t = 0; t < o->n_tokens; t++) {
         const bench_case *ids = find_case(sw, preset, (mdr_rows_policy)pol, o->tokens[t], STRAT_GRAPH_FUSED);
@@ -314,8 +318,9 @@ static void print_step_inputs(const bench_env *e, const sweep *sw) {
             worst_gpu = d > net ? d : net;
         }
         const double dc = in->cpu.med - ids->cpu.med;
-        printf("  %9.2f  %10.2f  %+8.2f\n", ids->cpu.med, in->cpu.med, dc);
+        printf("  %9.2f  %10.2f  %+8.2f  %6.2f  %+8.2f\n", ids->cpu.med, in->cpu.med, dc, in->copy_us, dc - in->copy_us);
         if (o->tokens[t] <= INPUTS_GOAL_MAX_TOKENS && dc > worst_cpu) worst_cpu = dc;
+        if (o->tokens[t] <= INPUTS_GOAL_MAX_TOKENS && dc - in->copy_us > worst_net) worst_net = dc - in->copy_us;
         n++;
       }
       if (!isfinite(worst_cpu)) {
@@ -325,11 +330,13 @@ static void print_step_inputs(const bench_env *e, const sweep *sw) {
       }
       if (gpu)
         printf("goal (step inputs, %s, policy %s, tokens <= %d): +GPU us max %.2f, +CPU us max %.2f (goal <= %.2f "
-               "each): %s\n", preset, k_policy_names[pol], INPUTS_GOAL_MAX_TOKENS, worst_gpu, worst_cpu,
-               INPUTS_GOAL_US, worst_gpu <= INPUTS_GOAL_US && worst_cpu <= INPUTS_GOAL_US ? "met" : "NOT met");
+               "each): %s; +CPU net of the copy max %.2f\n", preset, k_policy_names[pol], INPUTS_GOAL_MAX_TOKENS,
+               worst_gpu, worst_cpu, INPUTS_GOAL_US,
+               worst_gpu <= INPUTS_GOAL_US && worst_cpu <= INPUTS_GOAL_US ? "met" : "NOT met", worst_net);
       else
         printf("goal (step inputs, %s, policy %s, tokens <= %d): +CPU us max %.2f on the host backend (the goal "
-               "is read on a GPU)\n", preset, k_policy_names[pol], INPUTS_GOAL_MAX_TOKENS, worst_cpu);
+               "is read on a GPU); +CPU net of the copy max %.2f\n", preset, k_policy_names[pol],
+               INPUTS_GOAL_MAX_TOKENS, worst_cpu, worst_net);
     }
   }
 }

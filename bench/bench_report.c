@@ -266,7 +266,7 @@ static void write_case_json(FILE *f, const bench_case *c) {
       {"floor_replay_us", c->floor_replay_us}, {"x_floor", c->x_floor},      {"speedup", c->speedup},      {"cpu_speedup", c->cpu_speedup},
       {"cpu_vary_us_med", c->cpu_vary.med}, {"cpu_vary_us_p90", c->cpu_vary.p90},
       {"gpu_us_p99", c->gpu.p99},   {"gpu_us_max", c->gpu.max},   {"cpu_us_p99", c->cpu.p99},
-      {"cpu_us_max", c->cpu.max},
+      {"cpu_us_max", c->cpu.max},   {"copy_us", c->copy_us},
   };
   for (size_t i = 0; i < sizeof nums / sizeof nums[0]; i++) {
     fprintf(f, ", \"%s\": ", nums[i].key);
@@ -340,7 +340,7 @@ void write_results_csv(const bench_env *e, const sweep *sw) {
   FILE *f = open_out(e->o->out_dir, "results.csv");
   fprintf(f, "preset,policy,tokens,strategy,measured,bytes,segments,gpu_us_med,gpu_us_p10,gpu_us_p90,"
              "loop_us_mean,cold_us_med,cpu_us_med,gbps,floor_us,x_floor,speedup,cpu_speedup,cpu_vary_us_med,"
-             "eager_steps,cpu_us_p90,cpu_us_p99,cpu_us_max,gpu_us_p99,gpu_us_max,inline_steps\n");
+             "eager_steps,cpu_us_p90,cpu_us_p99,cpu_us_max,gpu_us_p99,gpu_us_max,inline_steps,copy_us\n");
   for (size_t i = 0; i < sw->n; i++) {
     const bench_case *c = &sw->cases[i];
     fprintf(f, "%s,%s,%zu,%s,%d,%zu,%zu", c->preset, k_policy_names[c->policy], c->tokens,
@@ -351,7 +351,9 @@ void write_results_csv(const bench_env *e, const sweep *sw) {
     fprintf(f, ",%llu", (unsigned long long)c->eager_steps);
     const double tails[] = {c->cpu.p90, c->cpu.p99, c->cpu.max, c->gpu.p99, c->gpu.max};
     for (size_t k = 0; k < sizeof tails / sizeof tails[0]; k++) fputc(',', f), csv_num(f, tails[k]);
-    fprintf(f, ",%llu\n", (unsigned long long)c->inline_steps);
+    fprintf(f, ",%llu,", (unsigned long long)c->inline_steps);
+    csv_num(f, c->copy_us);
+    fputc('\n', f);
   }
   fclose(f);
 }

@@ -82,7 +82,7 @@ static void measure_group(bench_env *e, runner *rs, bench_case **cases, size_t n
     bench_case *c = cases[i];
     if (!c) continue;
     c->gpu = c->cold = c->cpu_vary = k_no_summary;
-    c->loop_us = c->floor_replay_us = NAN;
+    c->loop_us = c->floor_replay_us = c->copy_us = NAN;
     for (int k = 0; k < ROUNDS; k++) c->round_gpu[k] = c->round_cpu[k] = NAN;
     gpu[i] = xmalloc(reps * sizeof **gpu);
     replay[i] = xmalloc(reps * sizeof **replay);
@@ -128,6 +128,7 @@ static void measure_group(bench_env *e, runner *rs, bench_case **cases, size_t n
       c->floor_replay_us = summarize(replay[i], reps).med;
     }
     c->cpu = summarize(cpu[i], cpu_reps);
+    if (r->strat == STRAT_GRAPH_FUSED_INPUTS) c->copy_us = input_copy_us(r, c->tokens, cpu_reps);
 #ifdef MDR_HAVE_CUDA
     if (e->gpu.on) {
       c->loop_us = gpu_time_loop(&e->gpu, runner_step, r, c->tokens, reps);

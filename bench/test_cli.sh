@@ -3,7 +3,8 @@
 # A small run succeeds and ends with the headline; a second run into the
 # same --out is refused without --force and accepted with it; runs without
 # --out get fresh folders; empty list items, unknown presets and strategies
-# are refused with the valid names; --version works.
+# are refused with the valid names; --version works; the step-inputs table
+# gives the copy floor and +CPU net of it.
 # Usage: bash bench/test_cli.sh PATH/TO/mdr-bench WORK_DIR
 set -u
 bench=${1:?usage: test_cli.sh MDR_BENCH WORK_DIR}
@@ -77,6 +78,29 @@ expect_refused flag-with-value 'takes no value' --quick=yes
 if "$bench" --version >"$work/version.out" 2>&1 && grep -Eq '^mdr-bench [0-9]+\.[0-9]+\.[0-9]+' "$work/version.out" \
   && grep -q 'git revision' "$work/version.out"; then pass "--version: $(head -1 "$work/version.out")"
 else fail "--version:"; cat "$work/version.out"; fi
+
+# 6. the step-inputs table: the copy floor beside +CPU, and +CPU net of it
+if "$bench" --backend host --m=64 --presets glm-5.3-flash-tp2 --tokens=1,32 --reps 3 --policies=all \
+     --strategies graph-fused,graph-fused-inputs --out "$work/inputs" >"$work/inputs.out" 2>"$work/inputs.err"; then
+  grep -Eq '^ +policy +tokens +ids CPU +inputs CPU +\+CPU +copy +\+CPU net$' "$work/inputs.out" \
+    || fail "step inputs: no copy and +CPU net columns"
+  grep -q 'net of the copy max' "$work/inputs.out" || fail "step inputs: the goal line does not give the net figure"
+  # every row: +CPU net = +CPU - copy, the copy positive and larger at 32 tokens than at 1
+  awk '/^step inputs:/ {on = 1; next} on && /^goal/ {on = 0} on && NF >= 6 && $(NF - 5) ~ /^[0-9]/ {
+         n++; d = $(NF - 2); c = $(NF - 1); net = $NF
+         if (c <= 0 || (d - c - net) > 0.011 || (net - d + c) > 0.011) bad = 1
+         copy[n] = c }
+       END { exit !(n == 2 && !bad && copy[2] > copy[1]) }' "$work/inputs.out" \
+    || { fail "step inputs: the copy column or its net figure is wrong:"; sed -n '/^step inputs/,/^goal/p' "$work/inputs.out"; }
+  head -1 "$work/inputs/results.csv" | grep -q ',copy_us$' || fail "results.csv: no copy_us column"
+  awk -F, 'NR > 1 && $4 == "graph-fused-inputs" && $NF + 0 > 0 {i++}
+           NR > 1 && $4 == "graph-fused" && $NF != "" {o++}
+           END {exit !(i == 2 && o == 0)}' "$work/inputs/results.csv" \
+    || fail "results.csv: copy_us not set for graph-fused-inputs alone"
+  pass "step inputs: the copy floor and +CPU net of it"
+else
+  fail "step inputs host run exited $?"; cat "$work/inputs.err"
+fi
 
 if [ "$failures" -ne 0 ]; then echo "$failures check(s) failed"; exit 1; fi
 echo "all mdr-bench command-line checks passed"

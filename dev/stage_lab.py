@@ -32,11 +32,17 @@ Variants:
   lb1        the staged static and table-inline kernels under
              __launch_bounds__(256, 1): 72 registers where ptxas holds them
              at 64
+  seedinline the larger image classes inline whatever the zero plan's
+             length (LARGE_INLINE_ZERO_MAX 1 GiB): steps with inputs at seed
+             policy inline, where the 16 MiB rule sends them to the ring
 
 Switch variants share base's build and run with an environment switch set,
 in validation and in the benches alike:
   onestage   MDR_STAGE_SPREAD=0: a large ring slot read by one stage block
              (as before the spread)
+  ring       MDR_STAGE_INLINE=0: every step through the ring (ids-only
+             steps too), so a ring step's cost can be read beside base's
+             inline one in the same run
 
 A variant may also be a whole source tree, NAME=DIR (a branch archived with
 `git archive BRANCH | tar -x -C DIR`): built and validated from DIR as it
@@ -174,12 +180,15 @@ VARIANTS = {
     "twice": FINE + [(CUH, fine_copy(True))],
     "devpass": DEVPASS,
     "lb1": LB1,
+    "seedinline": [("graphs/graph_cache.c", ("#define LARGE_INLINE_ZERO_MAX (16u << 20)\n",
+                                             "#define LARGE_INLINE_ZERO_MAX (1u << 30)\n"))],
 }
 
 # Switch variants: base's build, run with these variables set (validation,
 # host check and benches).
 SWITCHES = {
     "onestage": {"MDR_STAGE_SPREAD": "0"},
+    "ring": {"MDR_STAGE_INLINE": "0"},
 }
 
 # The suites that validate a variant (tests/CMakeLists.txt: the Criterion
@@ -359,7 +368,8 @@ def report(out, names):
             runs[n] += bool(rows)
             for r in rows:
                 k = (r["preset"], r["policy"], int(r["tokens"]), r["strategy"])
-                e = data.setdefault(k, {}).setdefault(n, {"gpu": [], "xf": [], "cpu": [], "inl": []})
+                e = data.setdefault(k, {}).setdefault(n, {"gpu": [], "xf": [], "cpu": [], "inl": [], "copy": []})
+                e["copy"].append(fnum(r.get("copy_us")))
                 e["gpu"].append(fnum(r.get("gpu_us_med")))
                 e["xf"].append(fnum(r.get("x_floor")))
                 e["cpu"].append(fnum(r.get("cpu_us_med")))
@@ -391,6 +401,42 @@ def report(out, names):
                 cell += f" [{rg},{rc}]"
             cells.append(f"{cell:>34s}")
         lines.append(f"{k[2]:6d} {k[3]:20s} " + " ".join(cells))
+    lines += inputs_over_ids(data, names)
+    return lines
+
+
+def inputs_over_ids(data, names):
+    """Per preset and policy, each variant's step with inputs over its
+    ids-only step (medians over its runs): +GPU, +CPU, the copy floor the
+    bench measured beside it (copy_us: a memcpy of the same input bytes
+    into pinned memory) and +CPU net of it."""
+    lines = []
+    groups = sorted({(k[0], k[1]) for k in data})
+    for pre, pol in groups:
+        toks = sorted({k[2] for k in data if k[:2] == (pre, pol)})
+        rows = []
+        for t in toks:
+            ids = data.get((pre, pol, t, "graph-fused"), {})
+            inp = data.get((pre, pol, t, "graph-fused-inputs"), {})
+            cells = []
+            for n in names:
+                a, b = ids.get(n), inp.get(n)
+                if not a or not b or med(a["cpu"]) is None or med(b["cpu"]) is None:
+                    cells.append(f"{'-':>34s}")
+                    continue
+                ga, gb = med(a["gpu"]), med(b["gpu"])
+                dg = f"{gb - ga:+.2f}" if ga is not None and gb is not None else "-"
+                dc = med(b["cpu"]) - med(a["cpu"])
+                cp = med(b["copy"])
+                net = f"{dc - cp:+.2f}" if cp is not None else "-"
+                cpt = f"{cp:.2f}" if cp is not None else "-"
+                cells.append(f"{dg + ' / ' + f'{dc:+.2f}' + ' ' + cpt + ' ' + net:>34s}")
+            if any(c.strip() != "-" for c in cells):
+                rows.append(f"{t:6d} {'':20s} " + " ".join(cells))
+        if rows:
+            lines.append(f"\n== {pre}, policy {pol}: with inputs over ids only, +GPU / +CPU, the copy floor, "
+                         "+CPU net of it (us)")
+            lines += rows
     return lines
 
 
