@@ -37,7 +37,7 @@ Variants:
              host-memory write a ring step makes; what that write costs
   seedinline the larger image classes inline whatever the zero plan's
              length (LARGE_INLINE_ZERO_MAX 1 GiB): steps with inputs at seed
-             policy inline, where the 16 MiB rule sends them to the ring
+             policy inline, where the 32 MiB rule sends them to the ring
 
 Switch variants share base's build and run with an environment switch set,
 in validation and in the benches alike:
@@ -186,10 +186,10 @@ VARIANTS = {
     "inlack": [(CUH, ("    if (last && (flags & MDR_STAGE_ADVANCE) && !inl) {\n",
                       "    if (inl && fetch) *(volatile uint64_t *)st.ack = *(volatile const uint64_t *)st.counter;\n"
                       "    if (last && (flags & MDR_STAGE_ADVANCE) && !inl) {\n"))],
-    # (and the test of the 16 MiB rule expects the long plan's steps inline)
-    "seedinline": [("graphs/graph_cache.c", ("#define LARGE_INLINE_ZERO_MAX (16u << 20)\n",
+    # (and the test of the 32 MiB rule expects the long plan's steps inline)
+    "seedinline": [("graphs/graph_cache.c", ("#define LARGE_INLINE_ZERO_MAX (32u << 20)\n",
                                              "#define LARGE_INLINE_ZERO_MAX (1u << 30)\n")),
-                   ("tests/test_stage_inline.c", ("s1.inline_steps - s0.inline_steps, big ? 0u : 1u,",
+                   ("tests/test_stage_inline.c", ("s1.inline_steps - s0.inline_steps, mib[k] > 32 ? 0u : 1u,",
                                                   "s1.inline_steps - s0.inline_steps, 1u,"))],
 }
 

@@ -26,7 +26,7 @@
  *
  * Inline steps. A host step of an EXACT or LADDER count whose largest slot
  * image fits MDR_STAGE_INLINE_BYTES (or, with fused zeroing, whose plan the
- * inline plan table serves, MDR_STAGE_INLINE_XXL_BYTES) carries the image
+ * inline plan table serves, MDR_STAGE_INLINE_XXXL_BYTES) carries the image
  * in the fused launch's own parameters instead of a ring slot (staging.h):
  * such a count
  * is captured inline (per count, once, for its graph's life); each step
@@ -151,15 +151,15 @@ static mdr_status build_table(mdr_graph_cache *c, size_t m, mdr_dptr *out) {
 }
 
 /* The zeroing under which a large-class image still goes inline: the
- * fused plan's bytes at count g at most this. The ring's stage block reads
- * a slot with a block table over PCIe in about 5 us; a plan that takes
- * longer than that to clear hides the read (on an H200 at seed policy,
- * 16 us of zeroing, an inline step of one or two sequences gained no GPU
- * time and cost 0.5 us more CPU), while a short plan waits for it (policy
- * all: the inline step took 0.67-0.71x the ring's GPU time). 16 MiB is
- * about 5 us of zeroing at the H200's write rate (docs/GRAPHS.md, "Small
- * steps inline"). */
-#define LARGE_INLINE_ZERO_MAX (16u << 20)
+ * fused plan's bytes at count g at most this. A long plan hides most of
+ * the ring's read of the slot, a short one waits for it. On an H200
+ * (GLM-5.3): at seed policy (52-58 MB of zeroing at 1-16 tokens) steps
+ * with a block table at 1-16 sequences inline cost the same GPU time as
+ * on the ring (within 0.1 us) and 0.4-1.0 us more CPU; under policy all
+ * the inline step took 0.67-0.71x of the ring's GPU time at 1-2 sequences
+ * (3-4 MB), 0.85x at 24 sequences (19 MB) and 0.92x at 32 (25 MB), for
+ * 1-1.4 us more CPU (docs/GRAPHS.md, "Small steps inline"). */
+#define LARGE_INLINE_ZERO_MAX (32u << 20)
 
 /* The bytes the cache's fused plan clears at count g. */
 static uint64_t plan_bytes_at(const mdr_graph_cache *c, size_t g) {
@@ -175,7 +175,7 @@ static uint64_t plan_bytes_at(const mdr_graph_cache *c, size_t g) {
  * zeroing only: the large class is the table form's. */
 static int large_inline(const mdr_graph_cache *c, size_t g, uint64_t image_bytes) {
   return c->o.zero == MDR_ZERO_FUSED && c->n_rules <= MDR_ZERO_MAX_SEGS && image_bytes > MDR_STAGE_INLINE_BYTES &&
-         image_bytes <= MDR_STAGE_INLINE_XXL_BYTES && plan_bytes_at(c, g) <= LARGE_INLINE_ZERO_MAX;
+         image_bytes <= MDR_STAGE_INLINE_XXXL_BYTES && plan_bytes_at(c, g) <= LARGE_INLINE_ZERO_MAX;
 }
 
 /* The inline route's plan table, for the large image class: the fused

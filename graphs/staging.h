@@ -56,13 +56,13 @@
 #include "staging_layout.h"
 #include "mdr/graph.h"
 
-/* The counts with an inline layout: the most ids a small-class image
- * holds (behind its header). The table form's classes (up to
- * MDR_STAGE_INLINE_XXL_BYTES) are for steps with step inputs at a few
- * sequences, which are a few tokens, so they take the same counts rather
- * than the ids they could hold: the
- * per-count layouts and input tables stay this size. */
-#define MDR_STAGING_INLINE_COUNTS ((MDR_STAGE_INLINE_BYTES - MDR_STAGE_HEADER_BYTES) / 4u)
+/* The counts with an inline layout: 1-32. A small-class image holds 24
+ * ids behind its header; the table form's classes (up to
+ * MDR_STAGE_INLINE_XXXL_BYTES) take steps with step inputs at up to 32
+ * sequences (at most one sequence a token, so 32 tokens), and ids-only
+ * steps of 25-32 tokens. The per-count layouts and input tables are this
+ * size. */
+#define MDR_STAGING_INLINE_COUNTS 32u
 
 typedef struct mdr_staging {
   mdr_backend *b;
@@ -132,7 +132,7 @@ mdr_status mdr_staging_inline_init(mdr_staging *s, size_t max_tokens, size_t max
 
 /* The bytes of count g's inline image (its last piece's end), or 0 when g
  * has no inline layout (above the counts laid out). A count whose image
- * exceeds MDR_STAGE_INLINE_XXL_BYTES is never inline, and one that
+ * exceeds MDR_STAGE_INLINE_XXXL_BYTES is never inline, and one that
  * exceeds MDR_STAGE_INLINE_BYTES only in the table form. */
 uint64_t mdr_staging_inline_bytes(const mdr_staging *s, size_t g);
 

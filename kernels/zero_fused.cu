@@ -43,12 +43,13 @@
  *     only t and the stage and the grid is fixed, so the host re-targets a
  *     graph node of it with a parameter write. Its inline form,
  *     zero_table_inline_kernel<IMG> (graphs' small host steps, given a
- *     table), adds the slot image after those parameters, in four classes:
+ *     table), adds the slot image after those parameters, in five classes:
  *     about 240 bytes updated per step for a small image (where the static
  *     inline form takes about 1.2 KiB), then, for steps with step inputs,
  *     room for the count's input table (768 bytes) and an image of up to
- *     MDR_STAGE_INLINE_LARGE_BYTES, MDR_STAGE_INLINE_XL_BYTES or
- *     MDR_STAGE_INLINE_XXL_BYTES (2048, 5248 and 9344 bytes in all). The
+ *     MDR_STAGE_INLINE_LARGE_BYTES, MDR_STAGE_INLINE_XL_BYTES,
+ *     MDR_STAGE_INLINE_XXL_BYTES or MDR_STAGE_INLINE_XXXL_BYTES (2048, 5248,
+ *     9344 and 17792 bytes in all). The
  *     graph cache passes a table for the larger classes only: the small
  *     class ran no faster in the table form (docs/KERNELS.md).
  *   - zero_dynamic_kernel (DYNAMIC by device count): t is the slot header's
@@ -367,11 +368,12 @@ __global__ void __launch_bounds__(ZF_BLOCK) zero_table_kernel(const __grid_const
 
 /* The inline form of the table kernel (graphs' small host steps: FETCH |
  * INLINE, the descriptor's table set, TABLE not): the table parameters,
- * then the slot image of IMG bytes. Four classes: IMG =
+ * then the slot image of IMG bytes. Five classes: IMG =
  * MDR_STAGE_INLINE_BYTES (240 bytes in all, where the static inline form
  * zf_inline_params_small carries the whole plan by value in about 1.2 KiB),
- * MDR_STAGE_INLINE_LARGE_BYTES, MDR_STAGE_INLINE_XL_BYTES and
- * MDR_STAGE_INLINE_XXL_BYTES (2048, 5248 and 9344 bytes), for steps with
+ * MDR_STAGE_INLINE_LARGE_BYTES, MDR_STAGE_INLINE_XL_BYTES,
+ * MDR_STAGE_INLINE_XXL_BYTES and MDR_STAGE_INLINE_XXXL_BYTES (2048, 5248,
+ * 9344 and 17792 bytes), for steps with
  * step inputs. A node of it is updated every step and each launch reads
  * the whole block, so a launch takes the smallest class that holds its
  * image. Block 0 serves the stage from the image, as
@@ -414,16 +416,18 @@ constexpr bool zf_inline_class_ok() {
   return zf_inline_layout_ok<zf_table_inline_params_t<IMG>, IMG>();
 }
 static_assert(zf_inline_class_ok<MDR_STAGE_INLINE_BYTES>() && zf_inline_class_ok<MDR_STAGE_INLINE_LARGE_BYTES>() &&
-                  zf_inline_class_ok<MDR_STAGE_INLINE_XL_BYTES>() && zf_inline_class_ok<MDR_STAGE_INLINE_XXL_BYTES>(),
+                  zf_inline_class_ok<MDR_STAGE_INLINE_XL_BYTES>() && zf_inline_class_ok<MDR_STAGE_INLINE_XXL_BYTES>() &&
+                  zf_inline_class_ok<MDR_STAGE_INLINE_XXXL_BYTES>(),
               "the image classes' parameter layouts");
 static_assert(MDR_STAGE_INLINE_BYTES < MDR_STAGE_INLINE_LARGE_BYTES &&
                   MDR_STAGE_INLINE_LARGE_BYTES < MDR_STAGE_INLINE_XL_BYTES &&
-                  MDR_STAGE_INLINE_XL_BYTES < MDR_STAGE_INLINE_XXL_BYTES,
+                  MDR_STAGE_INLINE_XL_BYTES < MDR_STAGE_INLINE_XXL_BYTES &&
+                  MDR_STAGE_INLINE_XXL_BYTES < MDR_STAGE_INLINE_XXXL_BYTES,
               "the classes grow");
 
 /* The inline form of the chunk list (graphs' host steps whose plan at the
- * count has at most ZF_LIST_INLINE chunks, about 8.9 MB, in every image
- * class but the largest): the list parameters (4480 bytes), then (past
+ * count has at most ZF_LIST_INLINE chunks, about 8.9 MB, in the small,
+ * large and extra-large image classes): the list parameters (4480 bytes), then (past
  * the small class) room for the input table, then the image class's bytes:
  * 4592, 6400 or 9600 in all. A block learns its chunk from one parameter load,
  * as zero_list_kernel's do, where the static inline form searches prefix
@@ -828,11 +832,11 @@ extern "C" int mdr_cuda_zero_inline_launch(const mdr_zero_seg *segs, size_t n, u
    * only with a plan table that serves the count (the graph cache passes
    * one for them) */
   const bool table = mdr_stage_table_ok(stage, n, tokens);
-  if (stage->inline_bytes > (table ? MDR_STAGE_INLINE_XXL_BYTES : MDR_STAGE_INLINE_BYTES))
+  if (stage->inline_bytes > (table ? MDR_STAGE_INLINE_XXXL_BYTES : MDR_STAGE_INLINE_BYTES))
     return (int)cudaErrorInvalidValue;
   /* the chunk list when the plan at the count fits it, in the smallest
-   * class that holds the image (up to the extra-large one: the largest
-   * class's image and the list pass the parameter limit) */
+   * class that holds the image, up to the extra-large one (the two larger
+   * classes take the table form, as measured) */
   if (n <= MDR_ZERO_MAX_SEGS && stage->inline_bytes <= MDR_STAGE_INLINE_XL_BYTES) {
     mdr_zero_seg fixed[MDR_ZERO_MAX_SEGS];
     uint64_t words[ZF_LIST_INLINE];
@@ -857,8 +861,10 @@ extern "C" int mdr_cuda_zero_inline_launch(const mdr_zero_seg *segs, size_t n, u
       zf_table_inline_build<MDR_STAGE_INLINE_LARGE_BYTES>(segs, n, tokens, stage, sm_count, out);
     else if (stage->inline_bytes <= MDR_STAGE_INLINE_XL_BYTES)
       zf_table_inline_build<MDR_STAGE_INLINE_XL_BYTES>(segs, n, tokens, stage, sm_count, out);
-    else
+    else if (stage->inline_bytes <= MDR_STAGE_INLINE_XXL_BYTES)
       zf_table_inline_build<MDR_STAGE_INLINE_XXL_BYTES>(segs, n, tokens, stage, sm_count, out);
+    else
+      zf_table_inline_build<MDR_STAGE_INLINE_XXXL_BYTES>(segs, n, tokens, stage, sm_count, out);
     return 0;
   }
   /* else the static form, which carries the small class only */
@@ -906,6 +912,7 @@ extern "C" int mdr_cuda_zero_preload(void) {
       (const void *)zero_table_inline_kernel<MDR_STAGE_INLINE_LARGE_BYTES>,
       (const void *)zero_table_inline_kernel<MDR_STAGE_INLINE_XL_BYTES>,
       (const void *)zero_table_inline_kernel<MDR_STAGE_INLINE_XXL_BYTES>,
+      (const void *)zero_table_inline_kernel<MDR_STAGE_INLINE_XXXL_BYTES>,
       (const void *)zero_list_kernel<ZF_LIST_SMALL, true>, (const void *)zero_list_kernel<ZF_LIST_SMALL, false>,
       (const void *)zero_list_kernel<MDR_ZERO_LIST_MAX, true>,
       (const void *)zero_list_kernel<MDR_ZERO_LIST_MAX, false>,

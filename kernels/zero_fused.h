@@ -67,10 +67,11 @@ int mdr_cuda_zero_table_launch(const mdr_zero_seg *rules, size_t n, uint64_t tok
  * is the smallest that holds stage->inline_bytes: MDR_STAGE_INLINE_BYTES,
  * or, when the stage's table is a plan table of these n rules that serves
  * `tokens` (mdr_stage_table_ok; TABLE itself stays unset),
- * MDR_STAGE_INLINE_LARGE_BYTES, MDR_STAGE_INLINE_XL_BYTES or
- * MDR_STAGE_INLINE_XXL_BYTES. A plan of at most MDR_ZERO_LIST_INLINE_MAX
- * chunks at `tokens` travels as its chunk list (4480 bytes, then the image;
- * every class but the largest); else, given the table, the launch reads
+ * MDR_STAGE_INLINE_LARGE_BYTES, MDR_STAGE_INLINE_XL_BYTES,
+ * MDR_STAGE_INLINE_XXL_BYTES or MDR_STAGE_INLINE_XXXL_BYTES. A plan of at
+ * most MDR_ZERO_LIST_INLINE_MAX chunks at `tokens` travels as its chunk
+ * list (4480 bytes, then the image; up to MDR_STAGE_INLINE_XL_BYTES); else,
+ * given the table, the launch reads
  * the plan from it (the table parameters, 128 bytes, then the image); else
  * the plan (at most MDR_ZERO_PLAN_MAX segments) travels by value with an
  * image of MDR_STAGE_INLINE_BYTES (about 1.2 KiB). A node of it takes a step's

@@ -36,7 +36,7 @@ typedef struct host_op {
   uint64_t tokens;
   int has_stage;
   mdr_stage_desc stage;
-  uint64_t inline_slot[MDR_STAGE_INLINE_XXL_BYTES / 8]; /* zero_fused with an INLINE stage: its slot image
+  uint64_t inline_slot[MDR_STAGE_INLINE_XXXL_BYTES / 8]; /* zero_fused with an INLINE stage: its slot image
                                                               (room for every class) */
   mdr_host_fn fn;      /* fn: called with an owned copy of its argument */
   void *arg;
@@ -384,6 +384,7 @@ static uint64_t host_inline_class(const mdr_stage_desc *st, size_t n, uint64_t t
   if (st->inline_bytes <= MDR_STAGE_INLINE_LARGE_BYTES) return MDR_STAGE_INLINE_LARGE_BYTES;
   if (st->inline_bytes <= MDR_STAGE_INLINE_XL_BYTES) return MDR_STAGE_INLINE_XL_BYTES;
   if (st->inline_bytes <= MDR_STAGE_INLINE_XXL_BYTES) return MDR_STAGE_INLINE_XXL_BYTES;
+  if (st->inline_bytes <= MDR_STAGE_INLINE_XXXL_BYTES) return MDR_STAGE_INLINE_XXXL_BYTES;
   return 0;
 }
 
@@ -404,7 +405,7 @@ static mdr_status host_fused_inline_launch(mdr_backend *b, const mdr_zero_seg *s
   if (img == 0)
     return mdr_backend_fail(b, MDR_ERR_INVALID_ARGUMENT,
                             "host: an inline image of %u bytes takes the table form and at most %u bytes",
-                            stage->inline_bytes, MDR_STAGE_INLINE_XXL_BYTES);
+                            stage->inline_bytes, MDR_STAGE_INLINE_XXXL_BYTES);
   host_op op = {.kind = HOST_OP_ZERO_FUSED,
                 .segs = (mdr_zero_seg *)segs,
                 .n = n,

@@ -88,7 +88,7 @@ struct mdr_backend_ops {
    * (staging_layout.h), not from the ring. The image is stage->inline_bytes
    * (0: small); one over MDR_STAGE_INLINE_BYTES needs the table form (a
    * plan table of segs in the stage that serves `tokens`) and at most
-   * MDR_STAGE_INLINE_XXL_BYTES, else MDR_ERR_INVALID_ARGUMENT. *out is
+   * MDR_STAGE_INLINE_XXXL_BYTES, else MDR_ERR_INVALID_ARGUMENT. *out is
    * set to the launch as made (its image zeroed, param_bytes and
    * slot_offset those of the image class taken; table_offset, when not 0,
    * zeroed room where the caller may write the count's input table for the

@@ -117,7 +117,7 @@ enum {
                                  launch's tokens, read from no host memory at all), then pad_id up
                                  to the copy count; count_out gets t */
   MDR_STAGE_INLINE = 32u /* with FETCH: the slot is the launch's own parameters (its slot image, at
-                            most MDR_STAGE_INLINE_BYTES, or MDR_STAGE_INLINE_XXL_BYTES with a
+                            most MDR_STAGE_INLINE_BYTES, or MDR_STAGE_INLINE_XXXL_BYTES with a
                             plan table), not a ring slot; the ring's counter and
                             ack are neither read nor advanced (ADVANCE is never set with it) */
 };
@@ -148,23 +148,30 @@ enum {
  * keep its smaller block. Whole 16-byte vectors. */
 #define MDR_STAGE_INLINE_XL_BYTES 4352u
 
-/* The largest image class, in the table form only (its image and the
- * list form's parameters would pass MDR_STAGE_INLINE_PARAM_MAX): up to 16
- * sequences' worth (the same inputs at 16 tokens: 8400 bytes), where the
- * ring's round trip to host memory, not the zeroing, bounds a short plan's
- * step (docs/GRAPHS.md, "Small steps inline"). Whole 16-byte vectors. */
+/* The fourth image class, in the table form only (as measured when it was
+ * the largest, when its image and the list's 4480 bytes would not fit the
+ * parameter block of that time): up to 16 sequences' worth (the same inputs at 16 tokens: 8400
+ * bytes), where the ring's round trip to host memory, not the zeroing,
+ * bounds a short plan's step (docs/GRAPHS.md, "Small steps inline").
+ * Whole 16-byte vectors. */
 #define MDR_STAGE_INLINE_XXL_BYTES 8448u
+
+/* The largest image class, in the table form only: up to 32 sequences'
+ * worth (the same inputs at 32 tokens: 16784 bytes; 17792 bytes of
+ * parameters with the table parameters and the input table's room, within
+ * the 32764 a kernel may take). Whole 16-byte vectors. */
+#define MDR_STAGE_INLINE_XXXL_BYTES 16896u
 
 /* An inline launch as a graph kernel node takes it, and as the graph cache
  * keeps it to re-target the node each step: the backend's kernel, its grid
  * and block, and the kernel's one by-value argument (param_bytes of param),
  * whose slot image starts at byte slot_offset (the image class's capacity,
  * MDR_STAGE_INLINE_BYTES, MDR_STAGE_INLINE_LARGE_BYTES,
- * MDR_STAGE_INLINE_XL_BYTES or MDR_STAGE_INLINE_XXL_BYTES, 16-byte aligned in
+ * MDR_STAGE_INLINE_XL_BYTES, MDR_STAGE_INLINE_XXL_BYTES or MDR_STAGE_INLINE_XXXL_BYTES, 16-byte aligned in
  * the argument, ending it). The host writes a step's image there and
  * updates the node with the whole argument; what else the argument holds is
  * the backend's own. */
-#define MDR_STAGE_INLINE_PARAM_MAX 9600u
+#define MDR_STAGE_INLINE_PARAM_MAX 17792u
 typedef struct mdr_stage_inline_launch {
   const void *func;
   uint32_t grid[3];

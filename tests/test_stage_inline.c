@@ -262,8 +262,8 @@ static size_t largest_inline(int inputs) {
 }
 
 /* The counts with an inline layout (graphs/staging.h,
- * MDR_STAGING_INLINE_COUNTS): as many as a small image has ids for. */
-enum { INLINE_COUNTS = (MDR_STAGE_INLINE_BYTES - MDR_STAGE_HEADER_BYTES) / 4 };
+ * MDR_STAGING_INLINE_COUNTS): 1-32, past the 24 ids a small image holds. */
+enum { INLINE_COUNTS = 32 };
 
 /* The room a larger-class CUDA inline launch keeps for the count's input
  * table, before its image (mdr_stage_inline_launch.table_offset). */
@@ -275,7 +275,7 @@ enum { INLINE_COUNTS = (MDR_STAGE_INLINE_BYTES - MDR_STAGE_HEADER_BYTES) / 4 };
  * the largest class. */
 static int goes_inline(int inputs, size_t g, int fused) {
   const size_t bytes = image_bytes(inputs, g);
-  return g <= INLINE_COUNTS && (bytes <= MDR_STAGE_INLINE_BYTES || (fused && bytes <= MDR_STAGE_INLINE_XXL_BYTES));
+  return g <= INLINE_COUNTS && (bytes <= MDR_STAGE_INLINE_BYTES || (fused && bytes <= MDR_STAGE_INLINE_XXXL_BYTES));
 }
 
 /* The largest count that goes inline (fused zeroing or not). */
@@ -325,8 +325,11 @@ ParameterizedTest(mix_case *mc, stage_inline, inline_and_ring_steps_leave_the_sa
   uint64_t want_inline = 0;
   const int steps = 4 * MDR_GRAPH_STAGING_SLOTS + 7;
   for (int k = 0; k < steps; k++) {
-    /* mostly small counts (the route's), some past it, ring wraps */
-    const size_t t = tb_rng_next(&rng) % 3 ? 1 + tb_rng_next(&rng) % 10 : 1 + tb_rng_next(&rng) % M;
+    /* mostly small counts (the route's), some anywhere, some past the
+     * inline layouts (the top eighth of M), ring wraps */
+    const uint64_t r = tb_rng_next(&rng) % 6;
+    const size_t t = r < 4 ? 1 + tb_rng_next(&rng) % 10 : r == 4 ? 1 + tb_rng_next(&rng) % M
+                                                                 : M - tb_rng_next(&rng) % (M / 8);
     const size_t s = 1 + tb_rng_next(&rng) % (t < S ? t : S);
     step_values v;
     make_values(&rng, &v, t, s);
@@ -549,21 +552,24 @@ enum {
   FIXB = MDR_STAGE_INLINE_BYTES - MDR_STAGE_HEADER_BYTES - 32,
   FIXB_LARGE = MDR_STAGE_INLINE_LARGE_BYTES - MDR_STAGE_HEADER_BYTES - 32,
   FIXB_XL = MDR_STAGE_INLINE_XL_BYTES - MDR_STAGE_HEADER_BYTES - 32,
-  FIXB_XXL = MDR_STAGE_INLINE_XXL_BYTES - MDR_STAGE_HEADER_BYTES - 32
+  FIXB_XXL = MDR_STAGE_INLINE_XXL_BYTES - MDR_STAGE_HEADER_BYTES - 32,
+  FIXB_XXXL = MDR_STAGE_INLINE_XXXL_BYTES - MDR_STAGE_HEADER_BYTES - 32
 };
 
 /* Ids only: gi = (limit - 16) / 4 ids make an image of exactly the limit
- * (24 at 112 bytes: inline), gi + 4 one vector more, gi + 1 a word more
- * (the ring). With the inputs: the largest count that fits the small class
+ * (24 at 112 bytes: inline), gi + 4 one vector more, gi + 1 a word more:
+ * the ring under memset zeroing (the small class only), the large class
+ * under fused zeroing, there up to the counts with an inline layout (32)
+ * and the ring past them. With the inputs: the largest count that fits the small class
  * is inline (8 at 112 bytes, exactly the limit), the next in the large
  * class (fused zeroing: the table form), and past the counts with an
  * inline layout the ring. A boundary past the arena's M is not reachable:
  * then M itself is checked inline. LADDER: a count is inline by its rung's
  * image: rung 8 of exactly the small class's limit inline and rung 12 not
  * (memset zeroing: no table form, the small class only); both inline with
- * fused zeroing (rung 12 in the next class) at the small, large and
- * extra-large limits; rung 8 of exactly the largest class's limit inline
- * and rung 12 not (fused). */
+ * fused zeroing (rung 12 in the next class) at the small, large,
+ * extra-large and fourth classes' limits; rung 8 of exactly the largest
+ * class's limit inline and rung 12 not (fused). */
 ParameterizedTest(tb_kind *kind, stage_inline, an_image_of_exactly_the_limit_is_inline_one_vector_more_is_not) {
   const size_t gi = (MDR_STAGE_INLINE_BYTES - MDR_STAGE_HEADER_BYTES) / 4, gin = largest_inline(1);
   cr_assert_eq(largest_inline(0), gi);
@@ -579,20 +585,30 @@ ParameterizedTest(tb_kind *kind, stage_inline, an_image_of_exactly_the_limit_is_
   mdr_backend *b = tb_backend(*kind);
   uint64_t rng = 7;
   world w;
-  world_init(&w, b, 0);
-  mdr_graph_cache_options o = world_options(&w, MDR_GRAPH_EXACT, MDR_ZERO_FUSED);
-  world_cache(&w, &o, NULL);
-  for (int rep = 0; rep < 2; rep++) { /* the capture, then a replay */
-    if (gi + 4 <= M) {
-      cr_assert_eq(step_counted(&w, &rng, gi, 4), 1, "%zu ids: exactly the limit, inline", gi);
-      cr_assert_eq(step_counted(&w, &rng, gi + 4, 4), 0, "%zu ids: one vector more, the ring", gi + 4);
-      cr_assert_eq(step_counted(&w, &rng, gi + 1, 4), 0, "%zu ids: past the limit, the ring", gi + 1);
-    } else {
-      cr_assert_eq(step_counted(&w, &rng, M, 4), 1, "%d ids: under a limit past M, inline", (int)M);
+  mdr_graph_cache_options o;
+  for (int fused = 0; fused < 2; fused++) {
+    world_init(&w, b, 0);
+    o = world_options(&w, MDR_GRAPH_EXACT, fused ? MDR_ZERO_FUSED : MDR_ZERO_MEMSET);
+    world_cache(&w, &o, NULL);
+    const char *z = fused ? "fused" : "memset";
+    for (int rep = 0; rep < 2; rep++) { /* the capture, then a replay */
+      if (gi + 4 <= M) {
+        cr_assert_eq(step_counted(&w, &rng, gi, 4), 1, "%s, %zu ids: exactly the limit, inline", z, gi);
+        cr_assert_eq(step_counted(&w, &rng, gi + 4, 4), fused, "%s, %zu ids: one vector more", z, gi + 4);
+        cr_assert_eq(step_counted(&w, &rng, gi + 1, 4), fused, "%s, %zu ids: a word more", z, gi + 1);
+      } else {
+        cr_assert_eq(step_counted(&w, &rng, M, 4), 1, "%s, %d ids: under a limit past M, inline", z, (int)M);
+      }
+      if (INLINE_COUNTS + 1 <= M) {
+        cr_assert_eq(step_counted(&w, &rng, INLINE_COUNTS, 4), fused, "%s, %d ids: the last inline layout", z,
+                     (int)INLINE_COUNTS);
+        cr_assert_eq(step_counted(&w, &rng, INLINE_COUNTS + 1, 4), 0, "%s, %d ids: no inline layout, the ring", z,
+                     (int)INLINE_COUNTS + 1);
+      }
+      cr_assert_eq(step_counted(&w, &rng, 1, 1), 1, "%s, 1 id: inline", z);
     }
-    cr_assert_eq(step_counted(&w, &rng, 1, 1), 1, "1 id: inline");
+    world_fini(&w);
   }
-  world_fini(&w);
 
   world_init(&w, b, 1);
   o = world_options(&w, MDR_GRAPH_EXACT, MDR_ZERO_FUSED);
@@ -613,7 +629,7 @@ ParameterizedTest(tb_kind *kind, stage_inline, an_image_of_exactly_the_limit_is_
   world_fini(&w);
 
   /* LADDER rungs 8 and 12 (ids and a FIXED input of fixb bytes: 64, 1104,
-   * 4304 or 8400 at 112, 1152, 4352 and 8448): 5 tokens take rung 8 (16 +
+   * 4304, 8400 or 16848 at 112, 1152, 4352, 8448 and 16896): 5 tokens take rung 8 (16 +
    * 32 + fixb = a class's limit, inline), 9 take rung 12 (16 + 48 + fixb,
    * one vector more: the ring, or with fused zeroing and all but the
    * largest fixb the next class) */
@@ -625,7 +641,8 @@ ParameterizedTest(tb_kind *kind, stage_inline, an_image_of_exactly_the_limit_is_
               {MDR_ZERO_FUSED, FIXB, 1},
               {MDR_ZERO_FUSED, FIXB_LARGE, 1},
               {MDR_ZERO_FUSED, FIXB_XL, 1},
-              {MDR_ZERO_FUSED, FIXB_XXL, 0}};
+              {MDR_ZERO_FUSED, FIXB_XXL, 1},
+              {MDR_ZERO_FUSED, FIXB_XXXL, 0}};
   for (size_t li = 0; li < sizeof lads / sizeof lads[0]; li++) {
     const size_t fixb = lads[li].fixb;
     world_init(&w, b, 0);
@@ -640,7 +657,7 @@ ParameterizedTest(tb_kind *kind, stage_inline, an_image_of_exactly_the_limit_is_
     o.ladder = ladder;
     o.ladder_len = 2;
     world_cache(&w, &o, NULL);
-    static unsigned char fv[FIXB_XXL], got[FIXB_XXL];
+    static unsigned char fv[FIXB_XXXL], got[FIXB_XXXL];
     for (size_t i = 0; i < fixb; i++) fv[i] = (unsigned char)(3 * i + 1);
     const size_t ts[] = {5, 9, 8, 12, 1};
     const uint64_t inl[] = {1, lads[li].rung12, 1, lads[li].rung12, 1};
@@ -1235,7 +1252,8 @@ static void expect_table_class(const mdr_zero_seg *rules, mdr_stage_desc st, uin
  * most MDR_STAGE_INLINE_BYTES (0 included) the small block, up to
  * MDR_STAGE_INLINE_LARGE_BYTES the large one, up to
  * MDR_STAGE_INLINE_XL_BYTES the extra-large one, up to
- * MDR_STAGE_INLINE_XXL_BYTES the largest, each the table parameters (128
+ * MDR_STAGE_INLINE_XXL_BYTES the fourth, up to MDR_STAGE_INLINE_XXXL_BYTES
+ * the largest, each the table parameters (128
  * bytes), then (all but the small class) room for the input table, then
  * the image, zeroed; past it refused. The static form (no
  * table, or one short of the count) takes the small class only: a larger
@@ -1268,7 +1286,16 @@ Test(stage_inline, the_cuda_inline_launch_picks_the_smallest_image_class) {
     cr_assert_neq(xxl.func, large.func, "%u bytes: a kernel of its own", xxls[i]);
     cr_assert_leq(xxl.param_bytes, MDR_STAGE_INLINE_PARAM_MAX);
   }
-  st.inline_bytes = MDR_STAGE_INLINE_XXL_BYTES + 1;
+  static mdr_stage_inline_launch xxxl;
+  const uint32_t xxxls[] = {MDR_STAGE_INLINE_XXL_BYTES + 1, 12592, 16784, MDR_STAGE_INLINE_XXXL_BYTES};
+  for (size_t i = 0; i < 4; i++) {
+    expect_table_class(rules, st, xxxls[i], MDR_STAGE_INLINE_XXXL_BYTES, &small, xxl.func, &xxxl);
+    cr_assert(xxxl.func != large.func && xxxl.func != xl.func, "%u bytes: a kernel of its own", xxxls[i]);
+    cr_assert_leq(xxxl.param_bytes, MDR_STAGE_INLINE_PARAM_MAX);
+  }
+  cr_assert_eq(xxxl.param_bytes, MDR_STAGE_INLINE_PARAM_MAX, "the largest class fills the parameter room");
+  cr_assert_leq(MDR_STAGE_INLINE_PARAM_MAX, 32764, "within the 32764 bytes a kernel may take");
+  st.inline_bytes = MDR_STAGE_INLINE_XXXL_BYTES + 1;
   cr_assert_neq(mdr_cuda_zero_inline_launch(rules, 2, 20, &st, 132, &l), 0, "past the largest class: refused");
   st.inline_bytes = UINT32_MAX;
   cr_assert_neq(mdr_cuda_zero_inline_launch(rules, 2, 20, &st, 132, &l), 0);
@@ -1290,8 +1317,9 @@ Test(stage_inline, the_cuda_inline_launch_picks_the_smallest_image_class) {
  * count) in every class (no device needed): the same chunk list, stage
  * (but for its image bytes), count and flags, then (past the small class)
  * room for the input table, then the class's bytes of image, zeroed,
- * ending the parameters; a kernel of its own a class; past
- * the extra-large class refused. The larger classes need a plan table
+ * ending the parameters; a kernel of its own a class; past the
+ * extra-large class the table form (the two largest classes), past the
+ * largest refused. The larger classes need a plan table
  * that serves the count, as on the host backend (the graph cache passes
  * one for them): without one, or one short of the count, they are refused
  * though the list would hold the plan. */
@@ -1344,13 +1372,17 @@ Test(stage_inline, the_cuda_inline_launch_takes_the_list_form_in_every_image_cla
     cr_assert_eq(memcmp(l.block, small.block, sizeof l.block), 0);
   }
   cr_assert(funcs[0] != funcs[1] && funcs[1] != funcs[2] && funcs[0] != funcs[2], "a kernel a class");
-  /* past the extra-large class the list and the image would pass the
-   * parameter limit: the table form, though the list holds the plan */
+  /* past the extra-large class the two largest classes take the table
+   * form, though the list holds the plan */
   st.inline_bytes = MDR_STAGE_INLINE_XL_BYTES + 1;
   cr_assert_eq(mdr_cuda_zero_inline_launch(rules, 2, 20, &st, 132, &l), 0);
-  cr_assert_eq(l.slot_offset, 128 + INLINE_TABLE_BYTES, "the largest class: the table form");
+  cr_assert_eq(l.slot_offset, 128 + INLINE_TABLE_BYTES, "the fourth class: the table form");
   cr_assert_eq(l.param_bytes, 128 + INLINE_TABLE_BYTES + MDR_STAGE_INLINE_XXL_BYTES);
   st.inline_bytes = MDR_STAGE_INLINE_XXL_BYTES + 1;
+  cr_assert_eq(mdr_cuda_zero_inline_launch(rules, 2, 20, &st, 132, &l), 0);
+  cr_assert_eq(l.slot_offset, 128 + INLINE_TABLE_BYTES, "the largest class: the table form");
+  cr_assert_eq(l.param_bytes, 128 + INLINE_TABLE_BYTES + MDR_STAGE_INLINE_XXXL_BYTES);
+  st.inline_bytes = MDR_STAGE_INLINE_XXXL_BYTES + 1;
   cr_assert_neq(mdr_cuda_zero_inline_launch(rules, 2, 20, &st, 132, &l), 0, "past the largest class: refused");
   for (int k = 0; k < 2; k++) {
     st.table = k ? 0x400000 : 0;
@@ -1403,12 +1435,18 @@ Test(stage_inline, the_host_inline_launch_takes_the_same_image_classes) {
   static mdr_stage_inline_launch lxx;
   xst.inline_bytes = MDR_STAGE_INLINE_XL_BYTES + 1;
   cr_assert_eq(mdr_be_fused_inline_launch(b, &seg, 1, 6, &xst, s, NULL, &lxx), MDR_OK, "%s", mdr_backend_last_error(b));
-  cr_assert_eq(lxx.param_bytes, MDR_STAGE_INLINE_XXL_BYTES, "past the extra-large class: the largest");
+  cr_assert_eq(lxx.param_bytes, MDR_STAGE_INLINE_XXL_BYTES, "past the extra-large class: the fourth");
   xst.inline_bytes = MDR_STAGE_INLINE_XXL_BYTES;
   cr_assert_eq(mdr_be_fused_inline_launch(b, &seg, 1, 6, &xst, s, NULL, &lxx), MDR_OK, "%s", mdr_backend_last_error(b));
   cr_assert_eq(lxx.param_bytes, MDR_STAGE_INLINE_XXL_BYTES);
+  xst.inline_bytes = MDR_STAGE_INLINE_XXL_BYTES + 1;
+  cr_assert_eq(mdr_be_fused_inline_launch(b, &seg, 1, 6, &xst, s, NULL, &lxx), MDR_OK, "%s", mdr_backend_last_error(b));
+  cr_assert_eq(lxx.param_bytes, MDR_STAGE_INLINE_XXXL_BYTES, "past the fourth class: the largest");
+  xst.inline_bytes = MDR_STAGE_INLINE_XXXL_BYTES;
+  cr_assert_eq(mdr_be_fused_inline_launch(b, &seg, 1, 6, &xst, s, NULL, &lxx), MDR_OK, "%s", mdr_backend_last_error(b));
+  cr_assert_eq(lxx.param_bytes, MDR_STAGE_INLINE_XXXL_BYTES);
   mdr_stage_desc bad = st;
-  bad.inline_bytes = MDR_STAGE_INLINE_XXL_BYTES + 1;
+  bad.inline_bytes = MDR_STAGE_INLINE_XXXL_BYTES + 1;
   cr_assert_eq(mdr_be_fused_inline_launch(b, &seg, 1, 6, &bad, s, NULL, &l), MDR_ERR_INVALID_ARGUMENT);
   bad.inline_bytes = MDR_STAGE_INLINE_BYTES + 1;
   bad.table_max = 5; /* short of the count: the static form */
@@ -1549,14 +1587,16 @@ static void bt_expect(bt_world *bw, const bt_values *v, const char *what) {
 }
 
 /* A large-class count goes inline only while its zeroing is short (at
- * most 16 MiB of plan): a longer plan hides the ring's read of the slot,
- * so the inline route would cost host time for nothing. The same
- * block-table steps take the ring once a buffer zeroed whole at every
- * count makes every plan longer, and land the same bytes either way. */
+ * most 32 MiB of plan): a longer plan hides most of the ring's read of the
+ * slot, so the inline route would cost host time for little. The same
+ * block-table steps go inline with a short plan and one of 31 MiB, take
+ * the ring once a buffer of 33 MiB zeroed whole at every count makes every
+ * plan longer, and land the same bytes either way. */
 Test(stage_inline, a_long_plan_keeps_large_class_steps_on_the_ring) {
-  for (int big = 0; big < 2; big++) {
+  const size_t mib[] = {0, 31, 33};
+  for (int k = 0; k < 3; k++) {
     mdr_sizes sizes = tb_small_sizes();
-    if (big) sizes.bytes[MDR_BUF_SSM_QKVZ] = (size_t)17 << 20; /* not a multiple of M or Mp: zeroed whole */
+    if (mib[k]) sizes.bytes[MDR_BUF_SSM_QKVZ] = (mib[k] << 20) + 8; /* not a multiple of M or Mp: zeroed whole */
     static bt_world bw;
     mdr_backend *b = tb_backend(TB_HOST);
     bt_init_sizes(&bw, b, &sizes, MDR_GRAPH_EXACT, NULL, NULL, NULL);
@@ -1571,9 +1611,9 @@ Test(stage_inline, a_long_plan_keeps_large_class_steps_on_the_ring) {
       cr_assert_eq(mdr_backend_synchronize(bw.w.b, bw.w.s), MDR_OK);
       cr_assert_eq(mdr_graph_cache_stats(bw.w.c, &s1), MDR_OK);
       char what[64];
-      snprintf(what, sizeof what, "%s plan, %zu sequence(s)", big ? "a 17 MiB" : "a short", t);
+      snprintf(what, sizeof what, "a plan with %zu MiB zeroed whole, %zu sequence(s)", mib[k], t);
       bt_expect(&bw, &v, what);
-      cr_assert_eq(s1.inline_steps - s0.inline_steps, big ? 0u : 1u, "%s: inline or ring", what);
+      cr_assert_eq(s1.inline_steps - s0.inline_steps, mib[k] > 32 ? 0u : 1u, "%s: inline or ring", what);
     }
     bt_fini(&bw);
     mdr_backend_destroy(b);
@@ -1592,7 +1632,7 @@ ParameterizedTestParameters(stage_inline, block_table_steps_at_one_and_two_seque
 /* The same random mix of steps (mostly decode steps of 1-4 sequences, some
  * longer) through a cache with the route and one with MDR_STAGE_INLINE=0:
  * counts whose image fits the large class (1 and 2 tokens: 576 and 1088
- * bytes) go inline in it, 3 up to the counts with an inline layout (24) in
+ * bytes) go inline in it, 3 up to the counts with an inline layout (32) in
  * the extra-large class (1600 bytes at 3, 2112 from 4 sequences on), past
  * them the ring; after every step both worlds hold the same bytes
  * everywhere and the step's values are where they belong. */
@@ -1608,8 +1648,8 @@ ParameterizedTest(mix_case *mc, stage_inline, block_table_steps_at_one_and_two_s
   const int steps = 240;
   for (int k = 0; k < steps; k++) {
     size_t t = 1 + tb_rng_next(&rng) % S, s = t; /* decode: a token per sequence */
-    if (k % 7 == 3) {                             /* a longer step */
-      t = 1 + tb_rng_next(&rng) % M;
+    if (k % 7 == 3) { /* a longer step: anywhere, or past the inline layouts */
+      t = k % 14 == 3 ? 1 + tb_rng_next(&rng) % M : INLINE_COUNTS + 1 + tb_rng_next(&rng) % (M - INLINE_COUNTS);
       s = 1 + tb_rng_next(&rng) % (t < S ? t : S);
     }
     static bt_values v;
@@ -1635,15 +1675,15 @@ ParameterizedTest(mix_case *mc, stage_inline, block_table_steps_at_one_and_two_s
     }
     size_t g = 0;
     cr_assert_eq(mdr_graph_cache_graph_tokens(x.w.c, t, &g), MDR_OK);
-    const uint64_t inl = bt_image_bytes(g) <= MDR_STAGE_INLINE_XXL_BYTES && g <= INLINE_COUNTS;
+    const uint64_t inl = bt_image_bytes(g) <= MDR_STAGE_INLINE_XXXL_BYTES && g <= INLINE_COUNTS;
     cr_assert_eq(s1.inline_steps - s0.inline_steps, inl, "%s: graph count %zu inline %d", what, g, (int)inl);
     want_inline += inl;
     at[g <= 2 ? 0 : g <= INLINE_COUNTS ? 1 : 2] += 1;
   }
   cr_assert_gt(at[0], 10, "steps at 1-2 tokens (the large class)");
-  cr_assert_gt(at[1], 10, "steps at 3-24 tokens (the extra-large class)");
-  cr_assert_gt(at[2], 5, "steps past 24 tokens (the ring)");
-  cr_assert_eq(want_inline, at[0] + at[1], "up to 24 tokens inline");
+  cr_assert_gt(at[1], 10, "steps at 3-32 tokens (the extra-large class)");
+  cr_assert_gt(at[2], 5, "steps past 32 tokens (the ring)");
+  cr_assert_eq(want_inline, at[0] + at[1], "up to 32 tokens inline");
   mdr_graph_stats sx, sy;
   cr_assert_eq(mdr_graph_cache_stats(x.w.c, &sx), MDR_OK);
   cr_assert_eq(mdr_graph_cache_stats(y.w.c, &sy), MDR_OK);
