@@ -32,9 +32,11 @@ Variants:
   lb1        the staged static and table-inline kernels under
              __launch_bounds__(256, 1): 72 registers where ptxas holds them
              at 64
-  inlack     a diagnostic: an inline launch also writes the ack word (the
-             value it holds: the counter's), so an inline step makes the
-             host-memory write a ring step makes; what that write costs
+  inlack     a diagnostic: on the device, an inline launch whose descriptor
+             has the ring's words (the graph cache's) also writes the ack
+             word (the value it holds: the counter's), so an inline step
+             makes the host-memory write a ring step makes; what that write
+             costs
   seedinline the larger image classes inline whatever the zero plan's
              length (LARGE_INLINE_ZERO_MAX 1 GiB): steps with inputs at seed
              policy inline, where the 32 MiB rule sends them to the ring
@@ -184,7 +186,10 @@ VARIANTS = {
     "devpass": DEVPASS,
     "lb1": LB1,
     "inlack": [(CUH, ("    if (last && (flags & MDR_STAGE_ADVANCE) && !inl) {\n",
-                      "    if (inl && fetch) *(volatile uint64_t *)st.ack = *(volatile const uint64_t *)st.counter;\n"
+                      "#if defined(__CUDA_ARCH__) /* the device only: the emulation checks the ack word */\n"
+                      "    if (inl && fetch && st.ack && st.counter)\n"
+                      "      *(volatile uint64_t *)st.ack = *(volatile const uint64_t *)st.counter;\n"
+                      "#endif\n"
                       "    if (last && (flags & MDR_STAGE_ADVANCE) && !inl) {\n"))],
     # (and the test of the 32 MiB rule expects the long plan's steps inline)
     "seedinline": [("graphs/graph_cache.c", ("#define LARGE_INLINE_ZERO_MAX (32u << 20)\n",
