@@ -18,6 +18,8 @@ timed against the model's own paths in one run (issue 26).
     ... --mdr-rows all            ((d) zeroes only the rows in use)
     ... --first d                 ((d) captured before (b): which path gets the
                                    process's first placement)
+    ... --first b2 --time b,b2,d  ((b2) captured before (b): whether the fast
+                                   capture is the process's first torch one)
     ... --trace                   (a line before each timed run)
     ... --profile 8               (8 steps of each timed graph path under torch's
                                    profiler: kernels per step, busy and span per step,
@@ -113,9 +115,9 @@ def parse():
                          "d0: an mdr cache whose body does nothing (mdr's own part of a step), b2: (b) "
                          "captured again into a pool of its own, and d2: (d) in a second cache and arena "
                          "(the spread placement alone gives)")
-    ap.add_argument("--first", default="b", choices=["b", "d"],
+    ap.add_argument("--first", default="b", choices=["b", "d", "b2"],
                     help="which graph path is captured first in the process (the first capture's "
-                         "placement differs from later ones')")
+                         "placement differs from later ones'); b2 needs b2 in --time")
     ap.add_argument("--mdr-rows", default="seed", choices=["seed", "all"],
                     help="(d)'s row policy: the seed's zeroing (logits whole), or only the rows in use")
     ap.add_argument("--compile-partition", default="default", choices=["default", "off"],
@@ -132,6 +134,8 @@ def parse():
     a.timed = [x.strip() for x in a.time.split(",") if x.strip()]
     if any(x not in ("b", "b2", "c", "d", "d0", "d2") for x in a.timed):
         ap.error("--time takes b, b2, c, d, d0 and d2, comma-separated, not %r" % a.time)
+    if a.first == "b2" and "b2" not in a.timed:
+        ap.error("--first b2 captures (b2) first: name b2 in --time too")
     if a.steps < 2 or a.prompt < 1 or a.reps < 1 or not a.batches or min(a.batches) < 1:
         ap.error("need --steps >= 2, --prompt >= 1, --reps >= 1 and batch sizes >= 1")
     if a.profile < 0 or a.profile > a.steps:
@@ -594,9 +598,11 @@ def run_batch(args, model, info, stepper, backend, save=None):
                 (gen_logits[0].float() - ref_pl.float()).abs().max())
             del gen_logits
 
-        # -- (b) torch.cuda.CUDAGraph; with --first d, (d) is captured before it,
-        # so that each can be timed as the process's first capture
+        # -- (b) torch.cuda.CUDAGraph; with --first d (or b2), (d) (or (b2)) is
+        # captured before it, so that each can be timed as the process's first
+        # capture (of all, or of torch's)
         pd_first = MdrPath(r) if args.first == "d" else None
+        pb2_first = CUDAGraphPath(r) if args.first == "b2" else None
         pb = CUDAGraphPath(r)
         bl, bt = r.buffers()
         r.drive(pb, (bl, bt))
@@ -604,8 +610,10 @@ def run_batch(args, model, info, stepper, backend, save=None):
         res["first_logits_difference"]["b"] = first_difference(bl, rl)
         res["checks"]["b_tokens_identical"] = bool(torch.equal(bt, rt))
         res["paths"]["b"] = {"capture_s": pb.capture_s}
-        res["capture_order"] = [n for _, n in sorted([(pb.captured_at, "b"), (
-            pd_first.captured_at if pd_first is not None else float("inf"), "d")])]
+        order = [(pb.captured_at, "b"), (pd_first.captured_at if pd_first is not None else float("inf"), "d")]
+        if pb2_first is not None:
+            order.append((pb2_first.captured_at, "b2"))
+        res["capture_order"] = [n for _, n in sorted(order)]
 
         # -- (d) mdr, and mdr with graphs disabled
         pd = pd_first if pd_first is not None else MdrPath(r)
@@ -678,12 +686,13 @@ def run_batch(args, model, info, stepper, backend, save=None):
         # -- timing, interleaved rounds
         fixed = [] if args.no_ref_timing else [("ref", ref)]
         p0 = MdrPath(r, empty=True) if "d0" in args.timed else None
-        def again(name, make, tokens):
+        def again(name, make, tokens, made=None):
             """A path captured a second time (its own pool, or cache and
-            arena), checked against the reference, timed beside the first."""
+            arena; made: already captured, with --first b2), checked against
+            the reference, timed beside the first."""
             if name not in args.timed:
                 return None
-            p = make(r)
+            p = made if made is not None else make(r)
             p.name = name
             l2, t2 = r.buffers()
             r.drive(p, (l2, t2))
@@ -691,7 +700,7 @@ def run_batch(args, model, info, stepper, backend, save=None):
             if tokens:
                 res["checks"][name + "_tokens_identical"] = bool(torch.equal(t2, rt))
             return p
-        pb2 = again("b2", CUDAGraphPath, tokens=False)
+        pb2 = again("b2", CUDAGraphPath, tokens=False, made=pb2_first)
         pd2 = again("d2", MdrPath, tokens=True)
         rotated = [(n, p) for n, p in [("b", pb), ("b2", pb2), ("c", pc), ("d", pd), ("d2", pd2),
                                        ("d0", p0)]

@@ -88,3 +88,22 @@ def test_hf_decode_tiny_placement_and_profile(tmp_path):
     assert prof["d"]["events_per_step"] == prof["d2"]["events_per_step"] > prof["d0"]["events_per_step"]
     assert any("zero_static" in n or "zero_" in n for n in prof["d0"]["by_name"]), prof["d0"]
     assert "vs_b" in prof["d"] and "vs_b" not in prof["b"]
+
+
+def test_hf_decode_tiny_b2_captured_first(tmp_path):
+    """--first b2: torch's second capture of (b) taken before (b), so that
+    whether the fast capture is the process's first torch capture can be
+    read; it is checked against the reference as when taken later."""
+    res, log = _run(tmp_path, ["--batch", "2", "--no-generate", "--no-ref-timing", "--time", "b,b2,d",
+                               "--first", "b2"])
+    b = res["batches"][0]
+    assert b["capture_order"] == ["b2", "b", "d"], (b["capture_order"], log)
+    assert b["checks"]["b2_logits_bit_identical"], log
+    for path in ("b", "b2", "d"):
+        assert b["paths"][path]["gpu_ms"] > 0, (path, log)
+
+
+def test_hf_decode_first_b2_needs_b2_timed():
+    """--first b2 without b2 in --time is refused before any model work."""
+    r = subprocess.run([sys.executable, SCRIPT, "--first", "b2", "--time", "b,d"], capture_output=True, text=True)
+    assert r.returncode == 2 and "name b2 in --time" in r.stderr, (r.returncode, r.stderr)
