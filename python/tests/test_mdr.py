@@ -251,13 +251,15 @@ def test_staged_ids_in_token_ids(host):
 @pytest.mark.parametrize("route", ["1", "0"])
 def test_inline_steps_counted(host, monkeypatch, route):
     # small host steps of an EXACT cache carry their ids in the launch's
-    # parameters (MDR_STAGE_INLINE, on by default); 28 ids do not fit
+    # parameters (MDR_STAGE_INLINE, on by default): up to 24 ids in the
+    # small class, 25-32 (fused zeroing, a short plan) in the large one;
+    # 36 ids have no inline layout, the ring
     b, s = host
     monkeypatch.setenv("MDR_STAGE_INLINE", route)
-    a = tiny_arena(b, 32)
+    a = tiny_arena(b, 40)
     tok = a["token_ids"].numpy()
     c = mdr.GraphCache(a, s, mode="exact", zero="fused")
-    for n in (1, 3, 3, 28, 24):
+    for n in (1, 3, 3, 28, 24, 36):
         ids = list(range(100 + n, 100 + 2 * n))
         tok[:] = 0xFFFFFFFF
         c.step(ids)
@@ -265,8 +267,8 @@ def test_inline_steps_counted(host, monkeypatch, route):
         assert tok[:n].tolist() == ids
         assert (tok[n:] == 0xFFFFFFFF).all()
     st = c.stats()
-    assert st.steps == 5 and st.eager_steps == 0
-    assert st.inline_steps == (4 if route == "1" else 0)
+    assert st.steps == 6 and st.eager_steps == 0
+    assert st.inline_steps == (5 if route == "1" else 0)
     c.close()
 
 

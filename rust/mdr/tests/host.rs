@@ -494,7 +494,8 @@ fn device_ids_and_ids_already_in_the_arena() {
 }
 
 /// Small host steps of an EXACT cache carry their ids in the fused launch's
-/// parameters: `inline_steps` counts them (28 ids do not fit, 24 do).
+/// parameters: `inline_steps` counts them (24 ids fit; 28 do not: the
+/// arena's memset zeroing takes the small class only).
 #[test]
 fn inline_steps_are_exposed_and_counted() {
     let b = Backend::host().unwrap();
