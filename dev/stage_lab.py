@@ -210,7 +210,7 @@ SWITCHES = {
 SUITES = "^(stage_inline|staging|staging_emulated|step_inputs|graph_cache)$"
 TARGETS = ["mdr-bench", "test_stage_inline", "test_staging", "stage_emulated", "test_step_inputs",
            "test_graph_cache"]
-BENCH_ARGS = ["--strategies", "graph-fused,graph-fused-inputs", "--tokens", "1,2,4,8,16,32,64",
+BENCH_ARGS = ["--strategies", "graph-fused,graph-fused-inputs", "--tokens", "1,2,4,8,16,24,32,64",
               "--presets", "glm-5.3-flash-tp2", "--cpu-reps", "4000", "--force"]
 # The host-backend run that shows which counts go inline (CPU only, a few reps).
 HOST_INLINE_ARGS = ["--backend", "host", "--strategies", "graph-fused,graph-fused-inputs",
