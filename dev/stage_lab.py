@@ -37,6 +37,10 @@ Variants:
              word (the value it holds: the counter's), so an inline step
              makes the host-memory write a ring step makes; what that write
              costs
+  drvupdate  an inline step's node update through the driver's
+             cuGraphExecKernelNodeSetParams (entry point and function looked
+             up once), not the runtime's: what the runtime's per-call
+             lookup costs the host
   seedinline the larger image classes inline whatever the zero plan's
              length (LARGE_INLINE_ZERO_MAX 1 GiB): steps with inputs at seed
              policy inline, where the 32 MiB rule sends them to the ring
@@ -177,6 +181,55 @@ LB1 = [(KFU, ("__global__ void __launch_bounds__(ZF_BLOCK)\n    zero_static_kern
        (KFU, ("__global__ void __launch_bounds__(ZF_BLOCK)\n    zero_table_inline_kernel(",
               "__global__ void __launch_bounds__(ZF_BLOCK, 1)\n    zero_table_inline_kernel("))]
 
+# drvupdate: an inline step's node update through the driver's
+# cuGraphExecKernelNodeSetParams (its entry point and the kernel's CUfunction
+# looked up once and kept), not the runtime's, which maps the kernel's host
+# symbol to its function at every call: what that lookup costs the host.
+BCU = "src/backend_cuda.c"
+DRVUPDATE = [
+    (BCU, ("#include <cuda_runtime.h>\n", "#include <cuda.h>\n#include <cuda_runtime.h>\n")),
+    (BCU, ("""  void *args[1] = {(void *)l->param};
+  struct cudaKernelNodeParams kp = {0};
+  kp.func = (void *)l->func;
+  kp.gridDim = (dim3){l->grid[0], l->grid[1], l->grid[2]};
+  kp.blockDim = (dim3){l->block[0], l->block[1], l->block[2]};
+  kp.kernelParams = args;
+  CU_HANDLE(cudaGraphExecKernelNodeSetParams((cudaGraphExec_t)exec, (cudaGraphNode_t)node, &kp),
+            "cudaGraphExecKernelNodeSetParams (inline slot)");
+  return MDR_OK;
+""", """  /* lab: one cache of the entry point and of the last kernel's function
+   * (one thread drives a cache; the lab's bench runs one at a time) */
+  typedef CUresult (*set_fn)(CUgraphExec, CUgraphNode, const CUDA_KERNEL_NODE_PARAMS *);
+  static set_fn set;
+  static const void *last;
+  static cudaFunction_t fn;
+  if (!set) {
+    enum cudaDriverEntryPointQueryResult q;
+    CU_HANDLE(cudaGetDriverEntryPointByVersion("cuGraphExecKernelNodeSetParams", (void **)&set, 12000,
+                                               cudaEnableDefault, &q),
+              "cudaGetDriverEntryPointByVersion");
+    if (!set || q != cudaDriverEntryPointSuccess) return cuda_fail(b, cudaErrorNotSupported, "entry point");
+  }
+  if (l->func != last) {
+    CU_HANDLE(cudaGetFuncBySymbol(&fn, l->func), "cudaGetFuncBySymbol");
+    last = l->func;
+  }
+  void *args[1] = {(void *)l->param};
+  CUDA_KERNEL_NODE_PARAMS kp = {0};
+  kp.func = (CUfunction)fn;
+  kp.gridDimX = l->grid[0];
+  kp.gridDimY = l->grid[1];
+  kp.gridDimZ = l->grid[2];
+  kp.blockDimX = l->block[0];
+  kp.blockDimY = l->block[1];
+  kp.blockDimZ = l->block[2];
+  kp.kernelParams = args;
+  if (set((CUgraphExec)exec, (CUgraphNode)node, &kp) != CUDA_SUCCESS)
+    return cuda_fail(b, cudaErrorInvalidValue, "cuGraphExecKernelNodeSetParams (inline slot)");
+  return MDR_OK;
+""")),
+]
+
 VARIANTS = {
     "base": [],
     "inline512": inline_bytes(512),
@@ -185,6 +238,7 @@ VARIANTS = {
     "twice": FINE + [(CUH, fine_copy(True))],
     "devpass": DEVPASS,
     "lb1": LB1,
+    "drvupdate": DRVUPDATE,
     "inlack": [(CUH, ("    if (last && (flags & MDR_STAGE_ADVANCE) && !inl) {\n",
                       "#if defined(__CUDA_ARCH__) /* the device only: the emulation checks the ack word */\n"
                       "    if (inl && fetch && st.ack && st.counter)\n"
