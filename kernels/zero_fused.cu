@@ -49,9 +49,9 @@
  *     room for the count's input table (768 bytes) and an image of up to
  *     MDR_STAGE_INLINE_LARGE_BYTES, MDR_STAGE_INLINE_XL_BYTES,
  *     MDR_STAGE_INLINE_XXL_BYTES or MDR_STAGE_INLINE_XXXL_BYTES (2048, 5248,
- *     9344 and 17792 bytes in all). The
- *     graph cache passes a table for the larger classes only: the small
- *     class ran no faster in the table form (docs/KERNELS.md).
+ *     9344 and 17792 bytes in all). The graph cache passes a table for the
+ *     larger classes only: the small class ran no faster in the table form
+ *     (docs/KERNELS.md).
  *   - zero_dynamic_kernel (DYNAMIC by device count): t is the slot header's
  *     count, known only on the device. One block (ticket 0) reads it and
  *     publishes it in device memory; all blocks first clear the floor every
@@ -373,10 +373,9 @@ __global__ void __launch_bounds__(ZF_BLOCK) zero_table_kernel(const __grid_const
  * zf_inline_params_small carries the whole plan by value in about 1.2 KiB),
  * MDR_STAGE_INLINE_LARGE_BYTES, MDR_STAGE_INLINE_XL_BYTES,
  * MDR_STAGE_INLINE_XXL_BYTES and MDR_STAGE_INLINE_XXXL_BYTES (2048, 5248,
- * 9344 and 17792 bytes), for steps with
- * step inputs. A node of it is updated every step and each launch reads
- * the whole block, so a launch takes the smallest class that holds its
- * image. Block 0 serves the stage from the image, as
+ * 9344 and 17792 bytes), for steps with step inputs. A node of it is
+ * updated every step and each launch reads the whole block, so a launch
+ * takes the smallest class that holds its image. Block 0 serves the stage from the image, as
  * zero_static_kernel<..., ZF_STAGED_INLINE> does; the others clear count
  * t's plan from the table.
  *
@@ -427,9 +426,9 @@ static_assert(MDR_STAGE_INLINE_BYTES < MDR_STAGE_INLINE_LARGE_BYTES &&
 
 /* The inline form of the chunk list (graphs' host steps whose plan at the
  * count has at most ZF_LIST_INLINE chunks, about 8.9 MB, in the small,
- * large and extra-large image classes): the list parameters (4480 bytes), then (past
- * the small class) room for the input table, then the image class's bytes:
- * 4592, 6400 or 9600 in all. A block learns its chunk from one parameter load,
+ * large and extra-large image classes): the list parameters (4480 bytes),
+ * then (past the small class) room for the input table, then the image
+ * class's bytes: 4592, 6400 or 9600 in all. A block learns its chunk from one parameter load,
  * as zero_list_kernel's do, where the static inline form searches prefix
  * sums and the table form loads the plan from device memory first (on an
  * H200 under MDR_ROWS_ALL, ids-only steps at 1-8 tokens took 0.85-0.93x

@@ -70,9 +70,9 @@ int mdr_cuda_zero_table_launch(const mdr_zero_seg *rules, size_t n, uint64_t tok
  * MDR_STAGE_INLINE_LARGE_BYTES, MDR_STAGE_INLINE_XL_BYTES,
  * MDR_STAGE_INLINE_XXL_BYTES or MDR_STAGE_INLINE_XXXL_BYTES. A plan of at
  * most MDR_ZERO_LIST_INLINE_MAX chunks at `tokens` travels as its chunk
- * list (4480 bytes, then the image; up to MDR_STAGE_INLINE_XL_BYTES); else,
- * given the table, the launch reads
- * the plan from it (the table parameters, 128 bytes, then the image); else
+ * list (4480 bytes, then the image; up to MDR_STAGE_INLINE_XL_BYTES);
+ * else, given the table, the launch reads the plan from it (the table
+ * parameters, 128 bytes, then the image); else
  * the plan (at most MDR_ZERO_PLAN_MAX segments) travels by value with an
  * image of MDR_STAGE_INLINE_BYTES (about 1.2 KiB). A node of it takes a step's
  * image by a parameter update of the whole argument. 0, or

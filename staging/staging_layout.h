@@ -148,12 +148,11 @@ enum {
  * keep its smaller block. Whole 16-byte vectors. */
 #define MDR_STAGE_INLINE_XL_BYTES 4352u
 
-/* The fourth image class, in the table form only (as measured when it was
- * the largest, when its image and the list's 4480 bytes would not fit the
- * parameter block of that time): up to 16 sequences' worth (the same inputs at 16 tokens: 8400
- * bytes), where the ring's round trip to host memory, not the zeroing,
- * bounds a short plan's step (docs/GRAPHS.md, "Small steps inline").
- * Whole 16-byte vectors. */
+/* The fourth image class, in the table form only (as it was measured):
+ * up to 16 sequences' worth (the same inputs at 16 tokens: 8400 bytes),
+ * where the ring's round trip to host memory, not the zeroing, bounds a
+ * short plan's step (docs/GRAPHS.md, "Small steps inline"). Whole 16-byte
+ * vectors. */
 #define MDR_STAGE_INLINE_XXL_BYTES 8448u
 
 /* The largest image class, in the table form only: up to 32 sequences'
@@ -167,8 +166,8 @@ enum {
  * and block, and the kernel's one by-value argument (param_bytes of param),
  * whose slot image starts at byte slot_offset (the image class's capacity,
  * MDR_STAGE_INLINE_BYTES, MDR_STAGE_INLINE_LARGE_BYTES,
- * MDR_STAGE_INLINE_XL_BYTES, MDR_STAGE_INLINE_XXL_BYTES or MDR_STAGE_INLINE_XXXL_BYTES, 16-byte aligned in
- * the argument, ending it). The host writes a step's image there and
+ * MDR_STAGE_INLINE_XL_BYTES, MDR_STAGE_INLINE_XXL_BYTES or
+ * MDR_STAGE_INLINE_XXXL_BYTES, 16-byte aligned in the argument, ending it). The host writes a step's image there and
  * updates the node with the whole argument; what else the argument holds is
  * the backend's own. */
 #define MDR_STAGE_INLINE_PARAM_MAX 17792u

@@ -1427,24 +1427,22 @@ Test(stage_inline, the_host_inline_launch_takes_the_same_image_classes) {
   cr_assert_eq(mdr_be_fused_inline_launch(b, &seg, 1, 6, &st, s, &node, &l), MDR_OK, "%s", mdr_backend_last_error(b));
   cr_assert_eq(l.param_bytes, MDR_STAGE_INLINE_LARGE_BYTES);
   cr_assert_eq(l.slot_offset, 0);
+  /* past the large class, each class's smallest and largest image */
+  static const struct {
+    uint32_t bytes, cls;
+  } classes[] = {{MDR_STAGE_INLINE_LARGE_BYTES + 1, MDR_STAGE_INLINE_XL_BYTES},
+                 {MDR_STAGE_INLINE_XL_BYTES + 1, MDR_STAGE_INLINE_XXL_BYTES},
+                 {MDR_STAGE_INLINE_XXL_BYTES, MDR_STAGE_INLINE_XXL_BYTES},
+                 {MDR_STAGE_INLINE_XXL_BYTES + 1, MDR_STAGE_INLINE_XXXL_BYTES},
+                 {MDR_STAGE_INLINE_XXXL_BYTES, MDR_STAGE_INLINE_XXXL_BYTES}};
   static mdr_stage_inline_launch lx;
   mdr_stage_desc xst = st;
-  xst.inline_bytes = MDR_STAGE_INLINE_LARGE_BYTES + 1;
-  cr_assert_eq(mdr_be_fused_inline_launch(b, &seg, 1, 6, &xst, s, NULL, &lx), MDR_OK, "%s", mdr_backend_last_error(b));
-  cr_assert_eq(lx.param_bytes, MDR_STAGE_INLINE_XL_BYTES, "past the large class: the extra-large one");
-  static mdr_stage_inline_launch lxx;
-  xst.inline_bytes = MDR_STAGE_INLINE_XL_BYTES + 1;
-  cr_assert_eq(mdr_be_fused_inline_launch(b, &seg, 1, 6, &xst, s, NULL, &lxx), MDR_OK, "%s", mdr_backend_last_error(b));
-  cr_assert_eq(lxx.param_bytes, MDR_STAGE_INLINE_XXL_BYTES, "past the extra-large class: the fourth");
-  xst.inline_bytes = MDR_STAGE_INLINE_XXL_BYTES;
-  cr_assert_eq(mdr_be_fused_inline_launch(b, &seg, 1, 6, &xst, s, NULL, &lxx), MDR_OK, "%s", mdr_backend_last_error(b));
-  cr_assert_eq(lxx.param_bytes, MDR_STAGE_INLINE_XXL_BYTES);
-  xst.inline_bytes = MDR_STAGE_INLINE_XXL_BYTES + 1;
-  cr_assert_eq(mdr_be_fused_inline_launch(b, &seg, 1, 6, &xst, s, NULL, &lxx), MDR_OK, "%s", mdr_backend_last_error(b));
-  cr_assert_eq(lxx.param_bytes, MDR_STAGE_INLINE_XXXL_BYTES, "past the fourth class: the largest");
-  xst.inline_bytes = MDR_STAGE_INLINE_XXXL_BYTES;
-  cr_assert_eq(mdr_be_fused_inline_launch(b, &seg, 1, 6, &xst, s, NULL, &lxx), MDR_OK, "%s", mdr_backend_last_error(b));
-  cr_assert_eq(lxx.param_bytes, MDR_STAGE_INLINE_XXXL_BYTES);
+  for (size_t i = 0; i < sizeof classes / sizeof classes[0]; i++) {
+    xst.inline_bytes = classes[i].bytes;
+    cr_assert_eq(mdr_be_fused_inline_launch(b, &seg, 1, 6, &xst, s, NULL, &lx), MDR_OK, "%s",
+                 mdr_backend_last_error(b));
+    cr_assert_eq(lx.param_bytes, classes[i].cls, "%u bytes: the class of %u", classes[i].bytes, classes[i].cls);
+  }
   mdr_stage_desc bad = st;
   bad.inline_bytes = MDR_STAGE_INLINE_XXXL_BYTES + 1;
   cr_assert_eq(mdr_be_fused_inline_launch(b, &seg, 1, 6, &bad, s, NULL, &l), MDR_ERR_INVALID_ARGUMENT);
