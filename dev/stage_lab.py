@@ -37,10 +37,6 @@ Variants:
              word (the value it holds: the counter's), so an inline step
              makes the host-memory write a ring step makes; what that write
              costs
-  drvupdate  an inline step's node update through the driver's
-             cuGraphExecKernelNodeSetParams (entry point and function looked
-             up once), not the runtime's: what the runtime's per-call
-             lookup costs the host
   seedinline the larger image classes inline whatever the zero plan's
              length (LARGE_INLINE_ZERO_MAX 1 GiB): steps with inputs at seed
              policy inline, where the 32 MiB rule sends them to the ring
@@ -52,20 +48,26 @@ in validation and in the benches alike:
   ring       MDR_STAGE_INLINE=0: every step through the ring (ids-only
              steps too), so a ring step's cost can be read beside base's
              inline one in the same run
+  rtupdate   MDR_NODE_UPDATE_DRIVER=0: graph node updates through the
+             runtime's cudaGraphExecKernelNodeSetParams, which maps the
+             kernel's symbol at every call, not the driver's entry point
 
 A variant may also be a whole source tree, NAME=DIR (a branch archived with
 `git archive BRANCH | tar -x -C DIR`): built and validated from DIR as it
 is, no patches, and timed beside the rest.
 
 Usage: dev/stage_lab.py OUT_DIR [names...] [--runs N] [--no-bench] [--builds P]
-                        [--report-only] [-- mdr-bench args]
+                        [--pin CPU] [--report-only] [-- mdr-bench args]
        dev/stage_lab.py --check-patches
 Writes OUT_DIR/<name>/{src,build} (the patched copy and its build),
 OUT_DIR/<name>/ctest.log, OUT_DIR/<name>/host-inline (a host-backend run of
 mdr-bench: which counts went inline), OUT_DIR/<name>/bench-<i> (mdr-bench
 --out) and OUT_DIR/stage_lab.txt (every variant's medians side by side, with
 ratios to base). --builds P builds P variants at once (default 1), each
-with nproc / P jobs. --report-only rewrites stage_lab.txt from the runs in
+with nproc / P jobs. --pin CPU runs every bench on that one CPU: the host
+CPU figures of one bench process can differ from another's by up to 2x,
+every row at once; pinned, every variant runs on the same CPU.
+--report-only rewrites stage_lab.txt from the runs in
 OUT_DIR. Without a GPU (nvidia-smi -L) it builds and validates, says that
 the benches are skipped, and exits 0."""
 import concurrent.futures
@@ -181,55 +183,6 @@ LB1 = [(KFU, ("__global__ void __launch_bounds__(ZF_BLOCK)\n    zero_static_kern
        (KFU, ("__global__ void __launch_bounds__(ZF_BLOCK)\n    zero_table_inline_kernel(",
               "__global__ void __launch_bounds__(ZF_BLOCK, 1)\n    zero_table_inline_kernel("))]
 
-# drvupdate: an inline step's node update through the driver's
-# cuGraphExecKernelNodeSetParams (its entry point and the kernel's CUfunction
-# looked up once and kept), not the runtime's, which maps the kernel's host
-# symbol to its function at every call: what that lookup costs the host.
-BCU = "src/backend_cuda.c"
-DRVUPDATE = [
-    (BCU, ("#include <cuda_runtime.h>\n", "#include <cuda.h>\n#include <cuda_runtime.h>\n")),
-    (BCU, ("""  void *args[1] = {(void *)l->param};
-  struct cudaKernelNodeParams kp = {0};
-  kp.func = (void *)l->func;
-  kp.gridDim = (dim3){l->grid[0], l->grid[1], l->grid[2]};
-  kp.blockDim = (dim3){l->block[0], l->block[1], l->block[2]};
-  kp.kernelParams = args;
-  CU_HANDLE(cudaGraphExecKernelNodeSetParams((cudaGraphExec_t)exec, (cudaGraphNode_t)node, &kp),
-            "cudaGraphExecKernelNodeSetParams (inline slot)");
-  return MDR_OK;
-""", """  /* lab: one cache of the entry point and of the last kernel's function
-   * (one thread drives a cache; the lab's bench runs one at a time) */
-  typedef CUresult (*set_fn)(CUgraphExec, CUgraphNode, const CUDA_KERNEL_NODE_PARAMS *);
-  static set_fn set;
-  static const void *last;
-  static cudaFunction_t fn;
-  if (!set) {
-    enum cudaDriverEntryPointQueryResult q;
-    CU_HANDLE(cudaGetDriverEntryPointByVersion("cuGraphExecKernelNodeSetParams", (void **)&set, 12000,
-                                               cudaEnableDefault, &q),
-              "cudaGetDriverEntryPointByVersion");
-    if (!set || q != cudaDriverEntryPointSuccess) return cuda_fail(b, cudaErrorNotSupported, "entry point");
-  }
-  if (l->func != last) {
-    CU_HANDLE(cudaGetFuncBySymbol(&fn, l->func), "cudaGetFuncBySymbol");
-    last = l->func;
-  }
-  void *args[1] = {(void *)l->param};
-  CUDA_KERNEL_NODE_PARAMS kp = {0};
-  kp.func = (CUfunction)fn;
-  kp.gridDimX = l->grid[0];
-  kp.gridDimY = l->grid[1];
-  kp.gridDimZ = l->grid[2];
-  kp.blockDimX = l->block[0];
-  kp.blockDimY = l->block[1];
-  kp.blockDimZ = l->block[2];
-  kp.kernelParams = args;
-  if (set((CUgraphExec)exec, (CUgraphNode)node, &kp) != CUDA_SUCCESS)
-    return cuda_fail(b, cudaErrorInvalidValue, "cuGraphExecKernelNodeSetParams (inline slot)");
-  return MDR_OK;
-""")),
-]
-
 VARIANTS = {
     "base": [],
     "inline512": inline_bytes(512),
@@ -238,7 +191,6 @@ VARIANTS = {
     "twice": FINE + [(CUH, fine_copy(True))],
     "devpass": DEVPASS,
     "lb1": LB1,
-    "drvupdate": DRVUPDATE,
     "inlack": [(CUH, ("    if (last && (flags & MDR_STAGE_ADVANCE) && !inl) {\n",
                       "#if defined(__CUDA_ARCH__) /* the device only: the emulation checks the ack word */\n"
                       "    if (inl && fetch && st.ack && st.counter)\n"
@@ -257,6 +209,7 @@ VARIANTS = {
 SWITCHES = {
     "onestage": {"MDR_STAGE_SPREAD": "0"},
     "ring": {"MDR_STAGE_INLINE": "0"},
+    "rtupdate": {"MDR_NODE_UPDATE_DRIVER": "0"},
 }
 
 # The suites that validate a variant (tests/CMakeLists.txt: the Criterion
@@ -330,14 +283,17 @@ def check_patches():
     return 0 if ok else 1
 
 
-def run_logged(cmd, log, cwd=None, name=None):
+def run_logged(cmd, log, cwd=None, name=None, cpu=None):
     """cmd with its output in log; a switch variant's variables set when
-    name is one."""
+    name is one; pinned to one CPU when cpu is not None."""
     env = dict(os.environ, **SWITCHES.get(name, {}))
+    pin = None if cpu is None else (lambda: os.sched_setaffinity(0, {cpu}))
     with open(log, "a") as f:
-        f.write("$ " + " ".join([f"{k}={v}" for k, v in SWITCHES.get(name, {}).items()] + cmd) + "\n")
+        f.write("$ " + ("" if cpu is None else f"(on CPU {cpu}) ") +
+                " ".join([f"{k}={v}" for k, v in SWITCHES.get(name, {}).items()] + cmd) + "\n")
         f.flush()
-        return subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, cwd=cwd, env=env).returncode
+        return subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, cwd=cwd, env=env,
+                              preexec_fn=pin).returncode
 
 
 def build(out, name, jobs):
@@ -516,7 +472,7 @@ def main():
     if "--" in args:
         extra = args[args.index("--") + 1:]
         args = args[:args.index("--")]
-    runs, bench, builds, report_only = 2, True, 1, False
+    runs, bench, builds, report_only, pin = 2, True, 1, False, None
     pos = []
     i = 0
     while i < len(args):
@@ -526,6 +482,9 @@ def main():
             i += 1
         elif a == "--builds":
             builds = max(1, int(args[i + 1]))
+            i += 1
+        elif a == "--pin":
+            pin = int(args[i + 1])
             i += 1
         elif a == "--no-bench":
             bench = False
@@ -597,7 +556,8 @@ def main():
                 say(f"bench {n} run {r}/{runs} (--out {d})")
                 log = d + ".log"
                 open(log, "w").close()
-                rc = run_logged([os.path.join(blds[n], "bench", "mdr-bench")] + bargs + ["--out", d], log, name=n)
+                rc = run_logged([os.path.join(blds[n], "bench", "mdr-bench")] + bargs + ["--out", d], log, name=n,
+                                cpu=pin)
                 if rc != 0:
                     head.append(f"bench {n} run {r}: FAILED rc {rc} (see {log})")
         head += report(out, good)

@@ -897,7 +897,7 @@ extern "C" int mdr_cuda_zero_inline(const mdr_zero_seg *segs, size_t n, uint64_t
   return (int)(e != cudaSuccess ? e : last);
 }
 
-extern "C" int mdr_cuda_zero_preload(void) {
+extern "C" int mdr_cuda_zero_preload(mdr_cuda_kernel_fn *out) {
   const void *kernels[] = {
       (const void *)zero_static_kernel<ZF_SMALL_SEGS, ZF_STAGED>,
       (const void *)zero_static_kernel<ZF_SMALL_SEGS, ZF_UNSTAGED>,
@@ -917,10 +917,17 @@ extern "C" int mdr_cuda_zero_preload(void) {
       (const void *)zero_list_kernel<MDR_ZERO_LIST_MAX, false>,
       (const void *)zero_dynamic_kernel,
   };
-  for (const void *k : kernels) {
+  static_assert(sizeof kernels / sizeof kernels[0] == MDR_CUDA_ZERO_KERNELS, "MDR_CUDA_ZERO_KERNELS");
+  for (size_t i = 0; i < MDR_CUDA_ZERO_KERNELS; i++) {
     cudaFuncAttributes at;
-    const cudaError_t e = cudaFuncGetAttributes(&at, k);
+    cudaError_t e = cudaFuncGetAttributes(&at, kernels[i]);
     if (e != cudaSuccess) return (int)e;
+    if (!out) continue;
+    cudaFunction_t f = NULL;
+    e = cudaGetFuncBySymbol(&f, kernels[i]);
+    if (e != cudaSuccess) return (int)e;
+    out[i].symbol = kernels[i];
+    out[i].function = (void *)f;
   }
   return 0;
 }

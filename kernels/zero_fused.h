@@ -34,11 +34,22 @@ extern "C" {
 int mdr_cuda_zero_and_stage(const mdr_zero_seg *segs, size_t n, uint64_t tokens,
                             const mdr_stage_desc *stage, void *stream, int sm_count);
 
+/* A kernel of this file: its host symbol (what the launch descriptors
+ * below carry as func) and its function in the context of the device that
+ * was current at mdr_cuda_zero_preload (a CUfunction, for updates of graph
+ * nodes through the driver). */
+typedef struct mdr_cuda_kernel_fn {
+  const void *symbol;
+  void *function;
+} mdr_cuda_kernel_fn;
+#define MDR_CUDA_ZERO_KERNELS 19
+
 /* Load every kernel of this file on the current device now (CUDA loads
  * modules lazily, at a kernel's first launch, and loading can wait for the
  * whole device: better at backend creation than in an engine's first
- * step). 0 or a cudaError_t. */
-int mdr_cuda_zero_preload(void);
+ * step) and, when out is not NULL, write each kernel's symbol and function
+ * into out[0..MDR_CUDA_ZERO_KERNELS). 0 or a cudaError_t. */
+int mdr_cuda_zero_preload(mdr_cuda_kernel_fn *out);
 
 /* A kernel launch as a graph kernel node takes it: the function, the grid
  * and block, and the kernel's one by-value argument. */

@@ -23,16 +23,30 @@
  * capture itself: right after the launch, cudaStreamGetCaptureInfo gives
  * the stream's capture dependencies, which are exactly the node the launch
  * became. An inline fused node (a small step's slot image in its
- * parameters) is named the same way and takes each step's image by
- * cudaGraphExecKernelNodeSetParams. */
+ * parameters) is named the same way and takes each step's image by a
+ * kernel node update.
+ *
+ * Node updates go through the driver's cuGraphExecKernelNodeSetParams,
+ * its entry point taken once at create (cudaGetDriverEntryPointByVersion)
+ * with the function of every zeroing kernel (cudaGetFuncBySymbol, in the
+ * backend's device's context): the runtime's own call maps the kernel's
+ * host symbol to its function at every call, which an inline step pays on
+ * every step. Without the entry point (a driver older than 12.0), or with
+ * MDR_NODE_UPDATE_DRIVER off, or for a kernel not in the table, the
+ * runtime's call does it; a failed driver update is done again by the
+ * runtime's call, which either succeeds or records the error's name. */
 #include "backend_impl.h"
 
 #if defined(MDR_HAVE_CUDA)
 
+#include <cuda.h> /* the driver's node-update types; the entry point comes from the runtime */
+#include <cudaTypedefs.h>
 #include <cuda_runtime.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "cuda_scope.h"
+#include "env.h"
 #include "zero_fused.h"
 
 typedef struct cuda_backend {
@@ -40,6 +54,9 @@ typedef struct cuda_backend {
   int device;
   int sm_count;
   cudaStream_t blocking; /* private stream of the blocking calls */
+  /* the driver's node update, or NULL: the runtime's */
+  PFN_cuGraphExecKernelNodeSetParams_v12000 node_set;
+  mdr_cuda_kernel_fn fns[MDR_CUDA_ZERO_KERNELS]; /* symbol -> function, on this device */
 } cuda_backend;
 
 static cuda_backend *cuda_of(mdr_backend *b) { return (cuda_backend *)b; }
@@ -334,18 +351,49 @@ static mdr_status cuda_fused_inline_launch(mdr_backend *b, const mdr_zero_seg *s
   DEVICE_RETURN(node ? captured_node(b, s, node) : MDR_OK);
 }
 
-/* A step's slot image into the inline node: the whole argument, copied by
- * the runtime at the call (launches already enqueued keep theirs). */
-static mdr_status cuda_fused_inline_update(mdr_backend *b, void *exec, void *node, const mdr_stage_inline_launch *l) {
-  void *args[1] = {(void *)l->param};
+/* The function of one of the zeroing kernels on the backend's device, or
+ * NULL (not in the table). */
+static CUfunction kernel_function(const cuda_backend *cb, const void *symbol) {
+  for (size_t i = 0; i < MDR_CUDA_ZERO_KERNELS; i++)
+    if (cb->fns[i].symbol == symbol) return (CUfunction)cb->fns[i].function;
+  return NULL;
+}
+
+/* Set a kernel node of exec to func<<<grid, block>>>(*param): the whole
+ * argument, copied at the call (launches already enqueued keep theirs).
+ * Through the driver when the backend has its entry point and the kernel's
+ * function, else (or when the driver's call fails: the runtime's then
+ * names the error) through the runtime. On failure the node is as it was. */
+static mdr_status node_set(mdr_backend *b, void *exec, void *node, const void *func, const unsigned grid[3],
+                           const unsigned block[3], void *param, const char *what) {
+  const cuda_backend *cb = cuda_of(b);
+  void *args[1] = {param};
+  CUfunction f = cb->node_set ? kernel_function(cb, func) : NULL;
+  if (f) {
+    CUDA_KERNEL_NODE_PARAMS_v2 kp = {0};
+    kp.func = f;
+    kp.gridDimX = grid[0];
+    kp.gridDimY = grid[1];
+    kp.gridDimZ = grid[2];
+    kp.blockDimX = block[0];
+    kp.blockDimY = block[1];
+    kp.blockDimZ = block[2];
+    kp.kernelParams = args;
+    if (cb->node_set((CUgraphExec)exec, (CUgraphNode)node, &kp) == CUDA_SUCCESS) return MDR_OK;
+  }
   struct cudaKernelNodeParams kp = {0};
-  kp.func = (void *)l->func;
-  kp.gridDim = (dim3){l->grid[0], l->grid[1], l->grid[2]};
-  kp.blockDim = (dim3){l->block[0], l->block[1], l->block[2]};
+  kp.func = (void *)func;
+  kp.gridDim = (dim3){grid[0], grid[1], grid[2]};
+  kp.blockDim = (dim3){block[0], block[1], block[2]};
   kp.kernelParams = args;
-  CU_HANDLE(cudaGraphExecKernelNodeSetParams((cudaGraphExec_t)exec, (cudaGraphNode_t)node, &kp),
-            "cudaGraphExecKernelNodeSetParams (inline slot)");
+  CU_HANDLE(cudaGraphExecKernelNodeSetParams((cudaGraphExec_t)exec, (cudaGraphNode_t)node, &kp), what);
   return MDR_OK;
+}
+
+/* A step's slot image into the inline node. */
+static mdr_status cuda_fused_inline_update(mdr_backend *b, void *exec, void *node, const mdr_stage_inline_launch *l) {
+  return node_set(b, exec, node, l->func, l->grid, l->block, (void *)l->param,
+                  "cudaGraphExecKernelNodeSetParams (inline slot)");
 }
 
 static mdr_status cuda_fused_node_update(mdr_backend *b, void *exec, void *node, const mdr_zero_seg *rules,
@@ -355,15 +403,7 @@ static mdr_status cuda_fused_node_update(mdr_backend *b, void *exec, void *node,
     return mdr_backend_fail(b, MDR_ERR_INVALID_ARGUMENT,
                             "cuda: plan table update of %zu rules to %llu tokens", n,
                             (unsigned long long)tokens);
-  void *args[1] = {l.param};
-  struct cudaKernelNodeParams kp = {0};
-  kp.func = (void *)l.func;
-  kp.gridDim = (dim3){l.grid[0], l.grid[1], l.grid[2]};
-  kp.blockDim = (dim3){l.block[0], l.block[1], l.block[2]};
-  kp.kernelParams = args;
-  CU_HANDLE(cudaGraphExecKernelNodeSetParams((cudaGraphExec_t)exec, (cudaGraphNode_t)node, &kp),
-            "cudaGraphExecKernelNodeSetParams (fused node)");
-  return MDR_OK;
+  return node_set(b, exec, node, l.func, l.grid, l.block, l.param, "cudaGraphExecKernelNodeSetParams (fused node)");
 }
 
 static mdr_status cuda_mem_used(mdr_backend *b, size_t *used) {
@@ -445,16 +485,30 @@ mdr_status mdr_backend_cuda_create(int device, mdr_backend **out) {
    * loading can wait for the whole device) */
   if (cudaDeviceGetAttribute(&cb->sm_count, cudaDevAttrMultiProcessorCount, device) != cudaSuccess ||
       cb->sm_count <= 0 || cudaStreamCreateWithFlags(&cb->blocking, cudaStreamNonBlocking) != cudaSuccess ||
-      mdr_cuda_zero_preload() != 0) {
+      mdr_cuda_zero_preload(cb->fns) != 0) {
     (void)cudaGetLastError();
     if (cb->blocking) (void)cudaStreamDestroy(cb->blocking);
     device_leave(&scope_);
     free(cb);
     return MDR_ERR_NO_DEVICE;
   }
+  /* the driver's node update (12.0's signature); without it, the runtime's */
+  if (mdr_env_switch_or(b, "MDR_NODE_UPDATE_DRIVER", "cuda backend", 1)) {
+    enum cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
+    void *fn = NULL;
+    if (cudaGetDriverEntryPointByVersion("cuGraphExecKernelNodeSetParams", &fn, 12000, cudaEnableDefault, &q) ==
+            cudaSuccess &&
+        q == cudaDriverEntryPointSuccess)
+      memcpy(&cb->node_set, &fn, sizeof fn); /* a data pointer to a function pointer, as with dlsym */
+    (void)cudaGetLastError();
+  }
   device_leave(&scope_);
   *out = b;
   return MDR_OK;
+}
+
+int mdr_be_cuda_driver_node_update(const mdr_backend *b) {
+  return b->ops == &cuda_ops && cuda_of((mdr_backend *)b)->node_set != NULL;
 }
 
 int mdr_be_cuda_device(const mdr_backend *b) { return b->ops == &cuda_ops ? cuda_of((mdr_backend *)b)->device : -1; }
@@ -464,6 +518,11 @@ int mdr_be_cuda_device(const mdr_backend *b) { return b->ops == &cuda_ops ? cuda
 int mdr_be_cuda_device(const mdr_backend *b) {
   (void)b;
   return -1;
+}
+
+int mdr_be_cuda_driver_node_update(const mdr_backend *b) {
+  (void)b;
+  return 0;
 }
 
 mdr_status mdr_backend_cuda_create(int device, mdr_backend **out) {

@@ -196,6 +196,10 @@ mdr_status mdr_be_take_pending_error(mdr_backend *b);
 mdr_status mdr_be_is_device_memory(mdr_backend *b, mdr_dptr p, size_t n, int *ok);
 /* The CUDA device of a CUDA backend, -1 for any other. */
 int mdr_be_cuda_device(const mdr_backend *b);
+/* 1 when a CUDA backend updates graph kernel nodes through the driver's
+ * entry point (src/backend_cuda.c), 0 when through the runtime's call or
+ * for any other backend. */
+int mdr_be_cuda_driver_node_update(const mdr_backend *b);
 
 /* Run the fused plan on the CPU through the shared mapping of zero_map.h:
  * what the host backend's zero_fused slot does. The stage's addresses are

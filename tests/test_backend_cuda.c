@@ -7,13 +7,17 @@
  *     whatever the calling thread's current device is, and leaves that
  *     current device as it found it; from one thread and from two;
  *   - an engine's own non-blocking cudaStream_t, cast to mdr_stream, works
- *     wherever an mdr_stream is taken (include/mdr/backend.h). */
+ *     wherever an mdr_stream is taken (include/mdr/backend.h);
+ *   - graph node updates go through the driver's entry point, or with
+ *     MDR_NODE_UPDATE_DRIVER off through the runtime's call, and stage the
+ *     same ids either way. */
 #define _POSIX_C_SOURCE 200809L
 #include <criterion/criterion.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend_impl.h" /* mdr_be_cuda_driver_node_update */
 #include "support.h"
 
 #if defined(MDR_HAVE_CUDA)
@@ -231,6 +235,72 @@ Test(backend_cuda, an_engines_own_non_blocking_stream_is_an_mdr_stream) {
   free(got);
   mdr_arena_destroy(a);
   mdr_backend_destroy(b);
+}
+
+/* Steps of counts 1..max_t in a shuffled order through a fused cache of
+ * mode m, each checked in the arena's token_ids; returns the inline steps. */
+static uint64_t node_update_steps(mdr_backend *b, mdr_graph_mode m) {
+  mdr_sizes sizes = tb_small_sizes();
+  mdr_arena *a = NULL;
+  cr_assert_eq(mdr_arena_create(b, &sizes, &a), MDR_OK, "%s", mdr_backend_last_error(b));
+  mdr_stream s = NULL;
+  cr_assert_eq(mdr_backend_stream_create(b, &s), MDR_OK);
+  mdr_graph_cache_options o;
+  mdr_graph_cache_options_default(&o);
+  o.zero = MDR_ZERO_FUSED;
+  o.mode = m;
+  o.dynamic_impl = MDR_DYNAMIC_NODE_UPDATE;
+  mdr_graph_cache *c = NULL;
+  cr_assert_eq(mdr_graph_cache_create(a, s, &o, &c), MDR_OK, "%s", mdr_backend_last_error(b));
+  const size_t max_t = sizes.max_batch_tokens < 24 ? sizes.max_batch_tokens : 24;
+  uint64_t rng = 77;
+  uint32_t ids[24], back[24];
+  for (int k = 0; k < 60; k++) {
+    const size_t t = 1 + tb_rng_next(&rng) % max_t;
+    for (size_t i = 0; i < t; i++) ids[i] = (uint32_t)(tb_rng_next(&rng) % 150000) + 1;
+    cr_assert_eq(mdr_graph_cache_step(c, ids, t), MDR_OK, "step %d: %s", k, mdr_backend_last_error(b));
+    cr_assert_eq(mdr_backend_synchronize(b, s), MDR_OK, "%s", mdr_backend_last_error(b));
+    cr_assert_eq(mdr_backend_copy_d2h(b, back, mdr_arena_token_ids(a), t * 4), MDR_OK);
+    cr_assert_eq(memcmp(back, ids, t * 4), 0, "step %d (%zu tokens, mode %d): the ids it staged", k, t, (int)m);
+  }
+  mdr_graph_stats st;
+  cr_assert_eq(mdr_graph_cache_stats(c, &st), MDR_OK);
+  cr_assert_eq(st.eager_steps, 0, "every step ran as a graph");
+  mdr_graph_cache_destroy(c);
+  mdr_backend_stream_destroy(b, s);
+  mdr_arena_destroy(a);
+  return st.inline_steps;
+}
+
+/* Graph node updates (an inline step's image, DYNAMIC's re-target) go
+ * through the driver's entry point by default; MDR_NODE_UPDATE_DRIVER=0 at
+ * create sends them through the runtime's call; a value that is not a
+ * switch is reported and taken as on. Either way the steps stage the right
+ * ids. */
+Test(backend_cuda, node_updates_go_through_the_driver_unless_switched_off) {
+  if (device_count() < 1) cr_skip_test("no CUDA device");
+  const struct {
+    const char *value; /* NULL: unset */
+    int driver;
+    int reported;
+  } cases[] = {{NULL, 1, 0}, {"0", 0, 0}, {"off", 0, 0}, {"1", 1, 0}, {"y", 1, 1}};
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    if (cases[i].value)
+      setenv("MDR_NODE_UPDATE_DRIVER", cases[i].value, 1);
+    else
+      unsetenv("MDR_NODE_UPDATE_DRIVER");
+    mdr_backend *b = NULL;
+    cr_assert_eq(mdr_backend_cuda_create(0, &b), MDR_OK);
+    unsetenv("MDR_NODE_UPDATE_DRIVER");
+    const char *v = cases[i].value ? cases[i].value : "(unset)";
+    cr_assert_eq(mdr_be_cuda_driver_node_update(b), cases[i].driver, "MDR_NODE_UPDATE_DRIVER=%s", v);
+    const char *err = mdr_backend_last_error(b);
+    cr_assert_eq(strstr(err, "MDR_NODE_UPDATE_DRIVER") != NULL, cases[i].reported, "MDR_NODE_UPDATE_DRIVER=%s: %s",
+                 v, err);
+    cr_assert_eq(node_update_steps(b, MDR_GRAPH_EXACT), 60, "MDR_NODE_UPDATE_DRIVER=%s: every step inline", v);
+    cr_assert_eq(node_update_steps(b, MDR_GRAPH_DYNAMIC), 0, "MDR_NODE_UPDATE_DRIVER=%s: DYNAMIC", v);
+    mdr_backend_destroy(b);
+  }
 }
 
 #else
