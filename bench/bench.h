@@ -90,6 +90,11 @@ extern const char *const k_policy_names[MDR_ROWS_POLICY_COUNT];
 #endif
 
 /* Print "mdr-bench: <message>" on stderr and exit 1. */
+/* Bind the process to CPU `cpu` (bench_pin.c); -1 leaves it free. Dies,
+ * naming the allowed CPUs, for a CPU it may not run on. */
+void pin_to_cpu(long cpu);
+/* The CPUs this process may run on now, as "0,3,5" (bench_pin.c). */
+void affinity_list(char *buf, size_t n);
 BENCH_NORETURN void die(const char *fmt, ...) BENCH_PRINTF(1, 2);
 void check_mdr(mdr_backend *b, mdr_status st, const char *call, const char *file, int line);
 #define CHECK(b, call) check_mdr((b), (call), #call, __FILE__, __LINE__)
@@ -166,6 +171,7 @@ typedef struct options {
   sweep_kind sweep;      /* set by resolve_defaults */
   backend_choice backend;
   int graph_costs; /* -1: default (on with a GPU) */
+  long pin_cpu;    /* --pin: the CPU the whole run is bound to; -1: none */
   bool set_tokens, set_presets, set_reps, set_cpu_reps;
   int argc;
   char **argv;

@@ -42,6 +42,8 @@ static void usage(FILE *f) {
           "  --out DIR         output folder; refused if it holds results, unless --force\n"
           "                    (default: a fresh bench-out/<UTC timestamp>/, bench-out/latest points to it)\n"
           "  --force           write into an --out folder that holds an earlier run's files\n"
+          "  --pin CPU         run on that one CPU (sched_setaffinity): CPU figures of separate runs\n"
+          "                    compare (unpinned, a whole run's CPU figures can move by up to 2x)\n"
           "  --quick           reps %d, tokens 1,8,64,512,4096, presets glm-5.3-flash-tp2,qwen3-next-80b\n"
           "  --full            the full sweep on the host backend too (default there: a short one,\n"
           "                    reps %d, tokens 1,8,64,256, presets glm-5.3-flash-tp2,qwen3-next-80b)\n"
@@ -71,6 +73,16 @@ static size_t parse_size(const char *opt, const char *s) {
   if (errno || !end || *end || v == 0 || s[0] == '-' || s[0] == '\0')
     die("%s: expected a positive integer, got '%s'", opt, s);
   return (size_t)v;
+}
+
+/* A CPU number: 0 or a positive decimal integer. */
+static long parse_cpu(const char *opt, const char *s) {
+  char *end = NULL;
+  errno = 0;
+  const unsigned long long v = strtoull(s, &end, 10);
+  if (errno || !end || *end || s[0] < '0' || s[0] > '9' || v > (1u << 20))
+    die("%s: expected a CPU number (0, 1, ...), got '%s'", opt, s);
+  return (long)v;
 }
 
 /* Hand each item of a comma list to fn; an empty item is refused. */
@@ -148,14 +160,14 @@ static void set_backend(options *o, const char *s) {
 
 typedef enum opt_id {
   OPT_M, OPT_SEQ, OPT_BLOCK, OPT_BATCH, OPT_TOKENS, OPT_PRESETS, OPT_STRATEGIES, OPT_POLICIES, OPT_REPS,
-  OPT_CPU_REPS, OPT_OUT, OPT_BACKEND, /* the options above take a value */
+  OPT_CPU_REPS, OPT_OUT, OPT_BACKEND, OPT_PIN, /* the options above take a value */
   OPT_FORCE, OPT_QUICK, OPT_FULL, OPT_GRAPH_COSTS, OPT_NO_GRAPH_COSTS, OPT_VERSION, OPT_HELP, OPT_COUNT
 } opt_id;
 static const char *const k_opt_names[OPT_COUNT] = {
     "--m", "--seq", "--block", "--batch", "--tokens", "--presets", "--strategies", "--policies", "--reps",
-    "--cpu-reps", "--out", "--backend", "--force", "--quick", "--full", "--graph-costs", "--no-graph-costs", "--version",
+    "--cpu-reps", "--out", "--backend", "--pin", "--force", "--quick", "--full", "--graph-costs", "--no-graph-costs", "--version",
     "--help"};
-static bool takes_value(opt_id id) { return id <= OPT_BACKEND; }
+static bool takes_value(opt_id id) { return id <= OPT_PIN; }
 
 void parse_options(int argc, char **argv, options *o) {
   memset(o, 0, sizeof *o);
@@ -164,6 +176,7 @@ void parse_options(int argc, char **argv, options *o) {
   o->batch = DEFAULT_BATCH;
   o->reps = DEFAULT_REPS;
   o->graph_costs = -1;
+  o->pin_cpu = -1;
   o->argc = argc;
   o->argv = argv;
   if (mdr_model_preset_count() > MAX_PRESETS) die("too many presets");
@@ -201,6 +214,7 @@ void parse_options(int argc, char **argv, options *o) {
       case OPT_STRATEGIES: for_each_item(name, value, add_strategy, o); break;
       case OPT_POLICIES: for_each_item(name, value, add_policy, o); break;
       case OPT_BACKEND: set_backend(o, value); break;
+      case OPT_PIN: o->pin_cpu = parse_cpu(name, value); break;
       case OPT_FORCE: o->force = true; break;
       case OPT_QUICK: o->quick = true; break;
       case OPT_FULL: o->full = true; break;

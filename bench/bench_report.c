@@ -296,6 +296,8 @@ void write_results_json(const bench_env *e, const sweep *sw, const graph_costs *
   fprintf(f,
           "  \"limits\": {\"M\": %zu, \"seq\": %zu, \"block\": %zu, \"batch\": %zu}, \"reps\": %zu, \"cpu_reps\": %zu,\n",
           o->m, o->seq, o->block, o->batch, o->reps, o->cpu_reps);
+  if (o->pin_cpu >= 0) fprintf(f, "  \"pinned_cpu\": %ld,\n", o->pin_cpu);
+  else fprintf(f, "  \"pinned_cpu\": null,\n");
   fprintf(f, "  \"floors\": ");
   if (e->gpu.on) {
     const floors *fl = &e->fl;

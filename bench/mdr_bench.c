@@ -363,6 +363,7 @@ int main(int argc, char **argv) {
   strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%SZ", &utc); /* the fresh output folder's name */
 
   parse_options(argc, argv, &o);
+  pin_to_cpu(o.pin_cpu); /* before the backend's threads (host) or driver threads (CUDA) exist */
   e.progress_in_place = isatty(STDERR_FILENO) && isatty(STDOUT_FILENO);
   create_backend(&o, &e.b);
   e.gpu.on = strcmp(mdr_backend_name(e.b), "cuda") == 0;
@@ -388,6 +389,11 @@ int main(int argc, char **argv) {
     printf("note: host figures are CPU work of the host emulation; they do not predict the GPU ranking\n");
   printf("limits: M %zu, seq %zu, block %zu, batch %zu; reps %zu (CPU figures: %zu)\n", o.m, o.seq, o.block,
          o.batch, o.reps, o.cpu_reps);
+  if (o.pin_cpu >= 0) {
+    char cpus[256];
+    affinity_list(cpus, sizeof cpus); /* read back: what the kernel holds the process to */
+    printf("pinned: CPU %ld (--pin); runs on CPUs %s\n", o.pin_cpu, cpus);
+  }
   prepare_out_dir(&o, &run, stamp);
   printf("output: %s/\n", o.out_dir);
   CHECK(e.b, mdr_backend_stream_create(e.b, &e.stream));

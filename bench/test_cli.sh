@@ -4,7 +4,9 @@
 # same --out is refused without --force and accepted with it; runs without
 # --out get fresh folders; empty list items, unknown presets and strategies
 # are refused with the valid names; --version works; the step-inputs table
-# gives the copy floor and +CPU net of it.
+# gives the copy floor and +CPU net of it; --pin binds the run to one CPU
+# (read back from the kernel, recorded in results.json) and refuses a CPU
+# the process may not run on.
 # Usage: bash bench/test_cli.sh PATH/TO/mdr-bench WORK_DIR
 set -u
 bench=${1:?usage: test_cli.sh MDR_BENCH WORK_DIR}
@@ -101,6 +103,22 @@ if "$bench" --backend host --m=64 --presets glm-5.3-flash-tp2 --tokens=1,32 --re
 else
   fail "step inputs host run exited $?"; cat "$work/inputs.err"
 fi
+
+# 7. --pin: the first CPU this shell may run on, then refusals
+cpu=$(awk '/^Cpus_allowed_list:/ {split($2, a, /[-,]/); print a[1]}' /proc/self/status)
+if "$bench" "${small[@]}" --pin "$cpu" --out "$work/pinned" >"$work/pinned.out" 2>"$work/pinned.err"; then
+  grep -Eq "^pinned: CPU $cpu \(--pin\); runs on CPUs $cpu\$" "$work/pinned.out" \
+    || { fail "--pin $cpu: the process does not run on CPU $cpu alone:"; grep '^pinned' "$work/pinned.out"; }
+  grep -Eq "\"pinned_cpu\": $cpu," "$work/pinned/results.json" || fail "--pin $cpu: results.json has no pinned_cpu $cpu"
+  grep -Eq '"pinned_cpu": null,' "$work/run/results.json" || fail "unpinned run: results.json has no pinned_cpu null"
+  grep -q '^pinned' "$work/run.out" && fail "unpinned run says pinned"
+  pass "--pin $cpu"
+else
+  fail "--pin $cpu run exited $?"; cat "$work/pinned.err"
+fi
+expect_refused pin-word 'expected a CPU number' "${small[@]}" --pin x --out "$work/x5"
+expect_refused pin-negative 'expected a CPU number' "${small[@]}" --pin=-1 --out "$work/x6"
+expect_refused pin-not-allowed 'not a CPU this process may run on \(allowed: [0-9]' "${small[@]}" --pin 1048575 --out "$work/x7"
 
 if [ "$failures" -ne 0 ]; then echo "$failures check(s) failed"; exit 1; fi
 echo "all mdr-bench command-line checks passed"
