@@ -923,9 +923,13 @@ extern "C" int mdr_cuda_zero_preload(mdr_cuda_kernel_fn *out) {
     cudaError_t e = cudaFuncGetAttributes(&at, kernels[i]);
     if (e != cudaSuccess) return (int)e;
     if (!out) continue;
+    /* the function for the driver's node update; without it (NULL) the
+     * runtime's update serves this kernel, so a failed lookup fails nothing */
     cudaFunction_t f = NULL;
-    e = cudaGetFuncBySymbol(&f, kernels[i]);
-    if (e != cudaSuccess) return (int)e;
+    if (cudaGetFuncBySymbol(&f, kernels[i]) != cudaSuccess) {
+      (void)cudaGetLastError();
+      f = NULL;
+    }
     out[i].symbol = kernels[i];
     out[i].function = (void *)f;
   }

@@ -48,7 +48,8 @@ typedef struct mdr_cuda_kernel_fn {
  * modules lazily, at a kernel's first launch, and loading can wait for the
  * whole device: better at backend creation than in an engine's first
  * step) and, when out is not NULL, write each kernel's symbol and function
- * into out[0..MDR_CUDA_ZERO_KERNELS). 0 or a cudaError_t. */
+ * into out[0..MDR_CUDA_ZERO_KERNELS) (function NULL where the runtime
+ * could not give it). 0 or the cudaError_t of a kernel that did not load. */
 int mdr_cuda_zero_preload(mdr_cuda_kernel_fn *out);
 
 /* A kernel launch as a graph kernel node takes it: the function, the grid

@@ -354,7 +354,7 @@ static mdr_status cuda_fused_inline_launch(mdr_backend *b, const mdr_zero_seg *s
 /* The function of one of the zeroing kernels on the backend's device, or
  * NULL (not in the table). */
 static CUfunction kernel_function(const cuda_backend *cb, const void *symbol) {
-  for (size_t i = 0; i < MDR_CUDA_ZERO_KERNELS; i++)
+  for (size_t i = 0; i < MDR_CUDA_ZERO_KERNELS; i++) /* a NULL function: the runtime's update */
     if (cb->fns[i].symbol == symbol) return (CUfunction)cb->fns[i].function;
   return NULL;
 }
@@ -492,7 +492,9 @@ mdr_status mdr_backend_cuda_create(int device, mdr_backend **out) {
     free(cb);
     return MDR_ERR_NO_DEVICE;
   }
-  /* the driver's node update (12.0's signature); without it, the runtime's */
+  /* the driver's node update (12.0's signature); without it, the runtime's
+   * (cudaGetDriverEntryPointByVersion is the runtime's from 12.5 on) */
+#if CUDART_VERSION >= 12050
   if (mdr_env_switch_or(b, "MDR_NODE_UPDATE_DRIVER", "cuda backend", 1)) {
     enum cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
     void *fn = NULL;
@@ -502,6 +504,7 @@ mdr_status mdr_backend_cuda_create(int device, mdr_backend **out) {
       memcpy(&cb->node_set, &fn, sizeof fn); /* a data pointer to a function pointer, as with dlsym */
     (void)cudaGetLastError();
   }
+#endif
   device_leave(&scope_);
   *out = b;
   return MDR_OK;
