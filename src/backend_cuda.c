@@ -31,9 +31,9 @@
  * with the function of every zeroing kernel (cudaGetFuncBySymbol, in the
  * backend's device's context): the runtime's own call maps the kernel's
  * host symbol to its function at every call, which an inline step pays on
- * every step. Without the entry point (a driver older than 12.0), or with
- * MDR_NODE_UPDATE_DRIVER off, or for a kernel not in the table, the
- * runtime's call does it; a failed driver update is done again by the
+ * every step. Without the entry point (a driver older than 12.0, a runtime
+ * older than 12.5), with MDR_NODE_UPDATE_DRIVER off, or for a kernel whose
+ * function the table lacks, the runtime's call does it; a failed driver update is done again by the
  * runtime's call, which either succeeds or records the error's name. */
 #include "backend_impl.h"
 
