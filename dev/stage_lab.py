@@ -42,7 +42,8 @@ Variants:
              policy inline, where the 32 MiB rule sends them to the ring
 
 Switch variants share base's build and run with an environment switch set,
-in validation and in the benches alike:
+in validation and in the benches alike (VARIANT+SWITCH runs a switch on
+another variant's build, e.g. fine+ring, with VARIANT named too):
   onestage   MDR_STAGE_SPREAD=0: a large ring slot read by one stage block
              (as before the spread)
   ring       MDR_STAGE_INLINE=0: every step through the ring (ids-only
@@ -205,12 +206,30 @@ VARIANTS = {
 }
 
 # Switch variants: base's build, run with these variables set (validation,
-# host check and benches).
+# host check and benches). V+S runs switch S on variant V's build.
 SWITCHES = {
     "onestage": {"MDR_STAGE_SPREAD": "0"},
     "ring": {"MDR_STAGE_INLINE": "0"},
     "rtupdate": {"MDR_NODE_UPDATE_DRIVER": "0"},
 }
+
+
+def switch_of(name):
+    """The environment a variant runs with: a switch's, V+S's switch's, or none."""
+    if name is None:
+        return {}
+    if name in SWITCHES:
+        return SWITCHES[name]
+    _, plus, s = name.partition("+")
+    return SWITCHES.get(s, {}) if plus else {}
+
+
+def build_owner(name):
+    """The variant whose build a name runs on: base for a switch, V for V+S."""
+    if name in SWITCHES:
+        return "base"
+    v, plus, _ = name.partition("+")
+    return v if plus else name
 
 # The suites that validate a variant (tests/CMakeLists.txt: the Criterion
 # suites by name, stage_emulated as staging_emulated), and what to build.
@@ -286,11 +305,11 @@ def check_patches():
 def run_logged(cmd, log, cwd=None, name=None, cpu=None):
     """cmd with its output in log; a switch variant's variables set when
     name is one; pinned to one CPU when cpu is not None."""
-    env = dict(os.environ, **SWITCHES.get(name, {}))
+    env = dict(os.environ, **switch_of(name))
     pin = None if cpu is None else (lambda: os.sched_setaffinity(0, {cpu}))
     with open(log, "a") as f:
         f.write("$ " + ("" if cpu is None else f"(on CPU {cpu}) ") +
-                " ".join([f"{k}={v}" for k, v in SWITCHES.get(name, {}).items()] + cmd) + "\n")
+                " ".join([f"{k}={v}" for k, v in switch_of(name).items()] + cmd) + "\n")
         f.flush()
         return subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, cwd=cwd, env=env,
                               preexec_fn=pin).returncode
@@ -507,7 +526,13 @@ def main():
             TREES[n] = tree
         names.append(n)
     for n in names:
-        if n not in VARIANTS and n not in TREES and n not in SWITCHES:
+        v, plus, s = n.partition("+")
+        if plus:
+            if (v not in VARIANTS and v not in TREES) or s not in SWITCHES:
+                sys.exit(f"stage_lab: {n!r}: want VARIANT+SWITCH (switches: {', '.join(SWITCHES)})")
+            if v not in names:
+                sys.exit(f"stage_lab: {n!r} runs on {v}'s build: name {v} too")
+        elif n not in VARIANTS and n not in TREES and n not in SWITCHES:
             sys.exit(f"stage_lab: no variant {n!r} (have {', '.join(list(VARIANTS) + list(SWITCHES))})")
     if any(n in SWITCHES for n in names) and "base" not in names:
         sys.exit("stage_lab: a switch variant runs on base's build: name base too")
@@ -518,15 +543,15 @@ def main():
         print(text)
         return 0
 
-    built = [n for n in names if n not in SWITCHES]
+    built = [n for n in names if build_owner(n) == n]
     builds = min(builds, len(built))
     jobs = max(1, (os.cpu_count() or 2) // builds)
     with concurrent.futures.ThreadPoolExecutor(max_workers=builds) as pool:
         blds = dict(zip(built, pool.map(lambda n: build(out, n, jobs), built)))
     for n in names:
-        if n in SWITCHES:
+        if build_owner(n) != n:
             os.makedirs(os.path.join(out, n), exist_ok=True)
-            blds[n] = blds["base"]
+            blds[n] = blds[build_owner(n)]
     status, inline_lines, good = {}, [], []
     for n in names:
         if blds[n] is None:
