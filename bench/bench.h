@@ -89,12 +89,12 @@ extern const char *const k_policy_names[MDR_ROWS_POLICY_COUNT];
 #define BENCH_PRINTF(f, a)
 #endif
 
-/* Print "mdr-bench: <message>" on stderr and exit 1. */
 /* Bind the process to CPU `cpu` (bench_pin.c); -1 leaves it free. Dies,
  * naming the allowed CPUs, for a CPU it may not run on. */
 void pin_to_cpu(long cpu);
 /* The CPUs this process may run on now, as "0,3,5" (bench_pin.c). */
 void affinity_list(char *buf, size_t n);
+/* Print "mdr-bench: <message>" on stderr and exit 1. */
 BENCH_NORETURN void die(const char *fmt, ...) BENCH_PRINTF(1, 2);
 void check_mdr(mdr_backend *b, mdr_status st, const char *call, const char *file, int line);
 #define CHECK(b, call) check_mdr((b), (call), #call, __FILE__, __LINE__)
