@@ -61,8 +61,9 @@
  * (at most MDR_ZERO_LIST_MAX, +1 stage block), parameters of 4 KiB up to
  * ZF_LIST_SMALL chunks, 8 KiB above. Static: min(chunks, sm_count *
  * ZF_STATIC_BLOCKS_PER_SM) blocks, flat or in rows (+1 stage block or row);
- * table and dynamic: min(chunks at the largest t, sm_count *
- * ZF_BLOCKS_PER_SM) (+1 stage block for the table kernel), at least 1. At
+ * dynamic: min(chunks at the largest t, sm_count * ZF_BLOCKS_PER_SM); table:
+ * min(chunks at the largest t, sm_count * the blocks of it a SM holds,
+ * mdr_cuda_zero_table_blocks_per_sm) +1 stage block; at least 1. At
  * most MDR_ZERO_MAX_SEGS segments per launch: the static and dynamic
  * launchers split longer plans (FETCH on the first launch, ADVANCE on the
  * last, DYNAMIC on all). No allocation, no synchronisation, no host-side
@@ -92,7 +93,9 @@
 #define ZF_ROWS_MAX_BLOCKS 65536
 #define ZF_ROWS_SLACK 1024
 /* DYNAMIC plans: the grid is fixed at capture for the largest count, so it
- * is sized to stay resident (this many blocks per SM) and strides. */
+ * is sized to stay resident (this many blocks per SM) and strides. The
+ * table kernel's grid takes the fewer that fit with its registers
+ * (mdr_cuda_zero_table_blocks_per_sm). */
 #define ZF_BLOCKS_PER_SM 6
 /* 16-byte stores each thread issues back to back. */
 /* (The lab in dev/ may build this file with another value to sweep it.) */
@@ -724,6 +727,21 @@ static cudaError_t zf_launch_dynamic(const mdr_zero_seg *segs, size_t n, const m
 
 static_assert(sizeof(zf_table_params) <= MDR_CUDA_LAUNCH_PARAM_BYTES, "table parameters fit mdr_cuda_launch");
 
+/* Blocks of zero_table_kernel one SM holds at once, as the runtime said at
+ * mdr_cuda_zero_preload (the fewest over the devices preloaded), at most
+ * ZF_BLOCKS_PER_SM; 0 before any preload. The table kernel's grid strides
+ * and is sized to stay resident, but ptxas gives the kernel its stage
+ * code's registers (64 on sm_90), so fewer than ZF_BLOCKS_PER_SM fit: a
+ * grid of ZF_BLOCKS_PER_SM a SM ran in one and a half waves (on an H200,
+ * sized to what fits, DYNAMIC steps took 0.94-0.98x the GPU time at seed
+ * policy; docs/KERNELS.md). */
+static int zf_table_per_sm;
+
+extern "C" int mdr_cuda_zero_table_blocks_per_sm(void) {
+  const int n = __atomic_load_n(&zf_table_per_sm, __ATOMIC_RELAXED);
+  return n > 0 ? n : ZF_BLOCKS_PER_SM;
+}
+
 extern "C" int mdr_cuda_zero_table_launch(const mdr_zero_seg *rules, size_t n, uint64_t tokens,
                                           const mdr_stage_desc *stage, int sm_count, mdr_cuda_launch *out) {
   if (!stage || !mdr_stage_table_ok(stage, n, tokens) || sm_count <= 0) return (int)cudaErrorInvalidValue;
@@ -737,7 +755,7 @@ extern "C" int mdr_cuda_zero_table_launch(const mdr_zero_seg *rules, size_t n, u
    * not on t: re-targeting the node then changes parameters only. */
   uint64_t chunks = 0;
   for (size_t i = 0; i < n; i++) chunks += mdr_zero_chunks(mdr_zero_seg_bytes(&rules[i], stage->table_max));
-  const uint64_t max_grid = (uint64_t)sm_count * ZF_BLOCKS_PER_SM;
+  const uint64_t max_grid = (uint64_t)sm_count * (uint64_t)mdr_cuda_zero_table_blocks_per_sm();
   uint64_t g = chunks < max_grid ? chunks : max_grid;
   if (p.flags) g += 1;
   memset(out, 0, sizeof *out);
@@ -932,6 +950,16 @@ extern "C" int mdr_cuda_zero_preload(mdr_cuda_kernel_fn *out) {
     }
     out[i].symbol = kernels[i];
     out[i].function = (void *)f;
+  }
+  /* the table kernel's resident blocks a SM on this device (its grid's
+   * size), kept as the fewest over the devices preloaded */
+  int fit = 0;
+  const cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&fit, zero_table_kernel, ZF_BLOCK, 0);
+  if (e != cudaSuccess) return (int)e;
+  fit = fit < 1 ? 1 : fit > ZF_BLOCKS_PER_SM ? ZF_BLOCKS_PER_SM : fit;
+  int seen = __atomic_load_n(&zf_table_per_sm, __ATOMIC_RELAXED);
+  while ((seen == 0 || fit < seen) &&
+         !__atomic_compare_exchange_n(&zf_table_per_sm, &seen, fit, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
   }
   return 0;
 }

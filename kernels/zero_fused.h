@@ -52,6 +52,14 @@ typedef struct mdr_cuda_kernel_fn {
  * could not give it). 0 or the cudaError_t of a kernel that did not load. */
 int mdr_cuda_zero_preload(mdr_cuda_kernel_fn *out);
 
+/* The blocks a SM of the table launch's grid (mdr_cuda_zero_table_launch:
+ * min(the table's largest plan's chunks, sm_count times this), +1 stage
+ * block): as many as fit on one SM at once, so that the grid, which
+ * strides over the plan, is resident. The runtime's occupancy figure for
+ * the table kernel, asked at mdr_cuda_zero_preload (the fewest over the
+ * devices preloaded), at most 6; 6 before any preload. */
+int mdr_cuda_zero_table_blocks_per_sm(void);
+
 /* A kernel launch as a graph kernel node takes it: the function, the grid
  * and block, and the kernel's one by-value argument. */
 #define MDR_CUDA_LAUNCH_PARAM_BYTES 128

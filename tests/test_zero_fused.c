@@ -627,6 +627,33 @@ Test(zero_fused, table_launch_clears_count_t_s_plan_from_the_table) {
 #endif
 }
 
+Test(zero_fused, table_launch_grid_is_resident_at_the_blocks_a_sm_holds) {
+  REQUIRE_DEVICE();
+#ifdef MDR_HAVE_CUDA
+  cr_assert_eq(mdr_cuda_zero_preload(NULL), 0);
+  const int sms = sm_count(), per = mdr_cuda_zero_table_blocks_per_sm();
+  /* described, never launched: the addresses are not touched */
+  mdr_zero_seg big = {.ptr = 0x10000000u, .bytes = (uint64_t)1 << 30, .rule = MDR_RULE_FIXED};
+  mdr_stage_desc st = {.flags = MDR_STAGE_FETCH | MDR_STAGE_ADVANCE | MDR_STAGE_TABLE, .table = 0x20000000u,
+                       .table_max = 8};
+  mdr_cuda_launch l;
+  cr_assert_eq(mdr_cuda_zero_table_launch(&big, 1, 4, &st, sms, &l), 0);
+  int fit = 0;
+  CU(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&fit, l.func, (int)l.block[0], 0));
+  cr_assert_geq(fit, 1);
+  cr_assert_eq(per, fit < 6 ? fit : 6, "blocks a SM %d, the runtime fits %d", per, fit);
+  /* a plan of 65536 chunks: the grid is every SM's resident blocks, all
+   * at once, and the stage block */
+  cr_assert_eq(l.grid[0], (unsigned)(sms * per) + 1u, "grid %u on %d SMs at %d a SM", l.grid[0], sms, per);
+  cr_assert_leq(l.grid[0] - 1u, (unsigned)(sms * fit), "the zeroing blocks fit at once");
+  cr_assert_eq(l.grid[1] * l.grid[2], 1u);
+  /* a plan of fewer chunks than that: a block a chunk */
+  big.bytes = 3 * MDR_ZERO_CHUNK;
+  cr_assert_eq(mdr_cuda_zero_table_launch(&big, 1, 4, &st, sms, &l), 0);
+  cr_assert_eq(l.grid[0], 3u + 1u);
+#endif
+}
+
 Test(zero_fused, captured_launch_replays_the_same_image_twice) {
   REQUIRE_DEVICE();
 #ifdef MDR_HAVE_CUDA
