@@ -20,6 +20,10 @@ Variants:
              ids only to 508 tokens)
              (MDR_STAGE_INLINE_PARAM_MAX holds the fused kernel's parameter
              block, plan and image, at either size)
+  span       a diagnostic: every block of a staged zero_static_kernel
+             launch stamps its start and end (%globaltimer); one launch
+             in 64 prints where the stage blocks ran against the zeroing
+             blocks ("span ..." lines; the report's medians)
   fine       a diagnostic: SM clock stamps of a ring step's stage block
              (thread 1, one step in 32, in mdr-bench's log; time it with
              MDR_STAGE_INLINE=0): counter, table entry, slot address, pieces,
@@ -29,6 +33,16 @@ Variants:
   devpass    a step with inputs runs the device-input pass and its
              barrier even with no device-resident input (as before the
              warp vote that skips them)
+  lb8, lb6   every zeroing kernel that can stage under
+             __launch_bounds__(ZF_BLOCK, 8 or 6): 32 or 40 registers where
+             ptxas gives the staged ones 64 (the stage code's), so eight or
+             six zeroing blocks a SM instead of four; the stage code spills
+  tablelb6   the table kernel (DYNAMIC's node update) under
+             __launch_bounds__(ZF_BLOCK, 6), 40 registers, where main sizes
+             its grid at the blocks of its 64 registers that fit a SM
+  drvlaunch  graph launches through the driver's cuGraphLaunch (entry
+             point taken once), where main calls cudaGraphLaunch: the
+             runtime wrapper's host cost a step
   lb1        the staged static and table-inline kernels under
              __launch_bounds__(256, 1): 72 registers where ptxas holds them
              at 64
@@ -184,8 +198,136 @@ LB1 = [(KFU, ("__global__ void __launch_bounds__(ZF_BLOCK)\n    zero_static_kern
        (KFU, ("__global__ void __launch_bounds__(ZF_BLOCK)\n    zero_table_inline_kernel(",
               "__global__ void __launch_bounds__(ZF_BLOCK, 1)\n    zero_table_inline_kernel("))]
 
+# span: a diagnostic. Every block of a staged zero_static_kernel launch
+# (ring or inline) stamps its start and end (%globaltimer, ns); the last
+# block to finish prints, one launch in 64, where the stage blocks ran
+# against the zeroing blocks, all relative to the launch's first block:
+# stage0/stage1 the stage blocks' first start and last end, z0 the first
+# zeroing block's start, zlast the last zeroing block's start (a later
+# wave), zend the last zeroing block's end, kernel the launch's span, gap
+# the time from the previous stamped launch's end to this one's start.
+# "span ..." lines in the bench logs; the report takes their medians. Does
+# a ring step's stage block finish last, or hold a zeroing block back?
+SPAN_KERNEL_HEAD = (
+    "template <int CAP, int STAGED>\n__global__ void __launch_bounds__(ZF_BLOCK)\n    zero_static_kernel(",
+    "#include <stdio.h>\n"
+    "__device__ __forceinline__ unsigned long long zf_lab_now() {\n"
+    "  unsigned long long t;\n"
+    "  asm volatile(\"mov.u64 %0, %%globaltimer;\" : \"=l\"(t));\n"
+    "  return t;\n"
+    "}\n"
+    "struct zf_lab_acc {\n"
+    "  unsigned long long t0, s0, s1, z0, zl, ze, prev_end, launches;\n"
+    "  unsigned done;\n"
+    "};\n"
+    "__device__ zf_lab_acc zf_lab = {~0ull, ~0ull, 0ull, ~0ull, 0ull, 0ull, 0ull, 0ull, 0u};\n"
+    "struct zf_lab_span {\n"
+    "  unsigned long long t;\n"
+    "  int role, kind;\n"
+    "  unsigned tokens, inputs;\n"
+    "  __device__ zf_lab_span(int staged, unsigned first, unsigned tok, unsigned n)\n"
+    "      : t(0), role(0), kind(staged), tokens(tok), inputs(n) {\n"
+    "    if (staged && (gridDim.y > 1 ? blockIdx.y == 0 : blockIdx.x < first))\n"
+    "      role = gridDim.y > 1 && blockIdx.x >= first ? 2 : 1; /* 1 stage, 2 an idle block of row 0 */\n"
+    "    if (threadIdx.x == 0) t = zf_lab_now();\n"
+    "  }\n"
+    "  __device__ ~zf_lab_span() {\n"
+    "    if (!kind) return;\n"
+    "    __syncthreads();\n"
+    "    if (threadIdx.x) return;\n"
+    "    const unsigned long long e = zf_lab_now();\n"
+    "    atomicMin(&zf_lab.t0, t);\n"
+    "    if (role == 1) {\n"
+    "      atomicMin(&zf_lab.s0, t);\n"
+    "      atomicMax(&zf_lab.s1, e);\n"
+    "    } else if (role == 0) {\n"
+    "      atomicMin(&zf_lab.z0, t);\n"
+    "      atomicMax(&zf_lab.zl, t);\n"
+    "      atomicMax(&zf_lab.ze, e);\n"
+    "    }\n"
+    "    __threadfence();\n"
+    "    if (atomicAdd(&zf_lab.done, 1u) != gridDim.x * gridDim.y - 1u) return;\n"
+    "    __threadfence();\n"
+    "    volatile zf_lab_acc *v = &zf_lab;\n"
+    "    const unsigned long long t0 = v->t0, s0 = v->s0, s1 = v->s1, z0 = v->z0, zl = v->zl, ze = v->ze;\n"
+    "    const unsigned long long end = ze > s1 ? ze : s1;\n"
+    "    if ((v->launches & 63u) == 20u)\n"
+    "      printf(\"span kind=%s tokens=%u inputs=%u gx=%u gy=%u stage0=%lld stage1=%lld z0=%lld zlast=%lld \"\n"
+    "             \"zend=%lld kernel=%lld gap=%lld\\n\", kind == 2 ? \"inline\" : \"ring\", tokens, inputs,\n"
+    "             gridDim.x, gridDim.y, s0 == ~0ull ? -1ll : (long long)(s0 - t0),\n"
+    "             s0 == ~0ull ? -1ll : (long long)(s1 - t0), z0 == ~0ull ? -1ll : (long long)(z0 - t0),\n"
+    "             z0 == ~0ull ? -1ll : (long long)(zl - t0), z0 == ~0ull ? -1ll : (long long)(ze - t0),\n"
+    "             (long long)(end - t0), v->prev_end ? (long long)(t0 - v->prev_end) : -1ll);\n"
+    "    v->launches = v->launches + 1;\n"
+    "    v->prev_end = end;\n"
+    "    v->t0 = ~0ull;\n"
+    "    v->s0 = ~0ull;\n"
+    "    v->s1 = 0;\n"
+    "    v->z0 = ~0ull;\n"
+    "    v->zl = 0;\n"
+    "    v->ze = 0;\n"
+    "    __threadfence();\n"
+    "    v->done = 0;\n"
+    "  }\n"
+    "};\n"
+    "template <int CAP, int STAGED>\n__global__ void __launch_bounds__(ZF_BLOCK)\n    zero_static_kernel(")
+SPAN_GUARD = (
+    "  const unsigned first = STAGED == ZF_STAGED ? mdr_stage_blocks_of(p.flags) : STAGED ? 1u : 0u;\n",
+    "  const unsigned first = STAGED == ZF_STAGED ? mdr_stage_blocks_of(p.flags) : STAGED ? 1u : 0u;\n"
+    "  zf_lab_span lab_span(STAGED, first, (unsigned)p.tokens, p.stage.n_inputs);\n")
+
+# drvlaunch: the graph launch through the driver's cuGraphLaunch (its entry
+# point taken once, at the first launch) where main calls the runtime's
+# cudaGraphLaunch, as node updates already go: what the runtime's wrapper
+# costs a step on the host. A failed driver launch launched nothing, and
+# the runtime's call is tried.
+DRVLAUNCH = [("src/backend_cuda.c", (
+    "static mdr_status cuda_graph_launch(mdr_backend *b, void *exec, mdr_stream s) {\n"
+    "  CU_HANDLE(cudaGraphLaunch((cudaGraphExec_t)exec, (cudaStream_t)s), \"cudaGraphLaunch\");\n",
+    "static mdr_status cuda_graph_launch(mdr_backend *b, void *exec, mdr_stream s) {\n"
+    "  static PFN_cuGraphLaunch_v10000 lab_launch;\n"
+    "  static int lab_looked;\n"
+    "  if (!lab_looked) {\n"
+    "    enum cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;\n"
+    "    void *fn = NULL;\n"
+    "    lab_looked = 1;\n"
+    "    if (cudaGetDriverEntryPointByVersion(\"cuGraphLaunch\", &fn, 10000, cudaEnableDefault, &q) == cudaSuccess &&\n"
+    "        q == cudaDriverEntryPointSuccess)\n"
+    "      memcpy(&lab_launch, &fn, sizeof fn);\n"
+    "    (void)cudaGetLastError();\n"
+    "  }\n"
+    "  if (lab_launch && lab_launch((CUgraphExec)exec, (CUstream)s) == CUDA_SUCCESS) return MDR_OK;\n"
+    "  CU_HANDLE(cudaGraphLaunch((cudaGraphExec_t)exec, (cudaStream_t)s), \"cudaGraphLaunch\");\n"))]
+
+# lbN: every zeroing kernel that can carry a stage block under
+# __launch_bounds__(ZF_BLOCK, N). ptxas gives the staged kernels 64
+# registers (the stage code's), where the unstaged static kernel takes 32:
+# four resident blocks a SM for the zeroing instead of eight. N = 8 holds
+# them at 32 (the stage code spills, in its one block), N = 6 at 40: whether
+# the zeroing blocks' occupancy is worth the stage block's spills.
+def launch_bounds(n):
+    heads = ["__global__ void __launch_bounds__(ZF_BLOCK)\n    zero_static_kernel(",
+             "__global__ void __launch_bounds__(ZF_BLOCK) zero_list_kernel(",
+             "__global__ void __launch_bounds__(ZF_BLOCK) zero_table_kernel(",
+             "__global__ void __launch_bounds__(ZF_BLOCK)\n    zero_list_inline_kernel(",
+             "__global__ void __launch_bounds__(ZF_BLOCK)\n    zero_table_inline_kernel("]
+    return [(KFU, (h, h.replace("(ZF_BLOCK)", f"(ZF_BLOCK, {n})"))) for h in heads]
+
+# tablelb6: the table kernel (DYNAMIC's node update) under
+# __launch_bounds__(ZF_BLOCK, ZF_BLOCKS_PER_SM): 40 registers, its stage
+# code spilling, so that six blocks a SM fit. Main instead sizes its grid
+# at the blocks a SM that fit with its 64 registers (the occupancy API, at
+# preload); before that, a grid of six a SM ran in one and a half waves.
+TABLELB6 = [(KFU, ("__global__ void __launch_bounds__(ZF_BLOCK) zero_table_kernel(",
+                   "__global__ void __launch_bounds__(ZF_BLOCK, ZF_BLOCKS_PER_SM) zero_table_kernel("))]
+
 VARIANTS = {
     "base": [],
+    "tablelb6": TABLELB6,
+    "lb8": launch_bounds(8),
+    "lb6": launch_bounds(6),
+    "drvlaunch": DRVLAUNCH,
+    "span": [(KFU, SPAN_KERNEL_HEAD), (KFU, SPAN_GUARD)],
     "inline512": inline_bytes(512),
     "inline2k": inline_bytes(2048),
     "fine": FINE + [(CUH, fine_copy(False))],
@@ -445,6 +587,43 @@ def report(out, names):
             cells.append(f"{cell:>34s}")
         lines.append(f"{k[2]:6d} {k[3]:20s} " + " ".join(cells))
     lines += inputs_over_ids(data, names)
+    lines += span_report(out, names)
+    return lines
+
+
+SPAN_FIELDS = ("stage0", "stage1", "z0", "zlast", "zend", "kernel", "gap")
+
+
+def span_report(out, names):
+    """The span variant's stamps ("span ..." lines of the bench logs): per
+    variant, launch kind, tokens and inputs, the medians of each field (ns
+    from the launch's first block) and how many launches they cover."""
+    groups = {}
+    for n in names:
+        vdir = os.path.join(out, n)
+        logs = sorted(f for f in os.listdir(vdir) if f.startswith("bench-") and f.endswith(".log")) \
+            if os.path.isdir(vdir) else []
+        for f in logs:
+            for line in open(os.path.join(vdir, f), errors="replace"):
+                if not line.startswith("span "):
+                    continue
+                kv = dict(x.split("=", 1) for x in line.split()[1:] if "=" in x)
+                try:
+                    k = (n, kv["kind"], int(kv["tokens"]), int(kv["inputs"]), kv["gx"] + "x" + kv["gy"])
+                    vals = [int(kv[x]) for x in SPAN_FIELDS]
+                except (KeyError, ValueError):
+                    continue
+                groups.setdefault(k, []).append(vals)
+    if not groups:
+        return []
+    lines = ["\n== span stamps (ns from the launch's first block; medians over n launches)",
+             f"{'variant':>14s} {'kind':>6s} {'tokens':>6s} {'inputs':>6s} {'grid':>9s} {'n':>5s} " +
+             " ".join(f"{x:>7s}" for x in SPAN_FIELDS)]
+    for k in sorted(groups):
+        v = groups[k]
+        cols = [statistics.median(r[i] for r in v) for i in range(len(SPAN_FIELDS))]
+        lines.append(f"{k[0]:>14s} {k[1]:>6s} {k[2]:6d} {k[3]:6d} {k[4]:>9s} {len(v):5d} " +
+                     " ".join(f"{c:7.0f}" for c in cols))
     return lines
 
 
