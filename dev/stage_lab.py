@@ -40,6 +40,11 @@ Variants:
   tablelb6   the table kernel (DYNAMIC's node update) under
              __launch_bounds__(ZF_BLOCK, 6), 40 registers, where main sizes
              its grid at the blocks of its 64 registers that fit a SM
+  xltable    the extra-large image class (inputs at 3-8 sequences) in the
+             table form (about 5 KiB of parameters) instead of the chunk
+             list's (about 9.4 KiB): host CPU against GPU time
+  largetable the large class (1-2 sequences) in the table form too (about
+             2 KiB against 6.2): the chunk list for ids-only steps alone
   drvlaunch  graph launches through the driver's cuGraphLaunch (entry
              point taken once), where main calls cudaGraphLaunch: the
              runtime wrapper's host cost a step
@@ -321,8 +326,31 @@ def launch_bounds(n):
 TABLELB6 = [(KFU, ("__global__ void __launch_bounds__(ZF_BLOCK) zero_table_kernel(",
                    "__global__ void __launch_bounds__(ZF_BLOCK, ZF_BLOCKS_PER_SM) zero_table_kernel("))]
 
+# xltable: the extra-large class (steps with inputs at 3-8 sequences) in
+# the table form (about 5 KiB of parameters) instead of the chunk list's
+# (about 9.4 KiB): the node update's host cost against the list form's GPU
+# gain (0.93-0.97x of the table form at 2-8 sequences, session 16).
+XLTABLE = [(KFU, ("  if (n <= MDR_ZERO_MAX_SEGS && stage->inline_bytes <= MDR_STAGE_INLINE_XL_BYTES) {\n",
+                  "  if (n <= MDR_ZERO_MAX_SEGS && stage->inline_bytes <= MDR_STAGE_INLINE_LARGE_BYTES) {\n"))]
+# largetable: the large class (1-2 sequences) in the table form too (about
+# 2 KiB against 6.2 KiB): the list form for ids-only steps alone.
+LARGETABLE = [(KFU, (XLTABLE[0][1][0], XLTABLE[0][1][0].replace("MDR_STAGE_INLINE_XL_BYTES", "MDR_STAGE_INLINE_BYTES")))]
+# (and the test of the list form in every class expects it where it stays)
+LIST_CASES = ("               {MDR_STAGE_INLINE_BYTES, MDR_STAGE_INLINE_BYTES},\n"
+              "               {MDR_STAGE_INLINE_BYTES + 1, MDR_STAGE_INLINE_LARGE_BYTES},\n"
+              "               {MDR_STAGE_INLINE_LARGE_BYTES, MDR_STAGE_INLINE_LARGE_BYTES},\n"
+              "               {MDR_STAGE_INLINE_LARGE_BYTES + 1, MDR_STAGE_INLINE_XL_BYTES},\n"
+              "               {MDR_STAGE_INLINE_XL_BYTES, MDR_STAGE_INLINE_XL_BYTES}};\n")
+XLTABLE.append(("tests/test_stage_inline.c", (LIST_CASES, LIST_CASES.split("\n               {MDR_STAGE_INLINE_LARGE_BYTES + 1")[0] + "};\n")))
+LARGETABLE.append(("tests/test_stage_inline.c", (LIST_CASES, LIST_CASES.split("\n               {MDR_STAGE_INLINE_BYTES + 1")[0] + "};\n")))
+LARGETABLE.append(("tests/test_stage_inline.c", (
+    "  cr_assert(funcs[0] != funcs[1] && funcs[1] != funcs[2] && funcs[0] != funcs[2], \"a kernel a class\");\n",
+    "  cr_assert(funcs[0] != NULL, \"the small class's kernel\");\n")))
+
 VARIANTS = {
     "base": [],
+    "xltable": XLTABLE,
+    "largetable": LARGETABLE,
     "tablelb6": TABLELB6,
     "lb8": launch_bounds(8),
     "lb6": launch_bounds(6),
