@@ -20,6 +20,11 @@ timed against the model's own paths in one run (issue 26).
                                    process's first placement)
     ... --first b2 --time b,b2,d  ((b2) captured before (b): whether the fast
                                    capture is the process's first torch one)
+    ... --share-pool              ((b) and (d) captured on one stream into one torch
+                                   graph pool, as an engine shares one pool across its
+                                   graphs: (d)'s temporaries reuse (b)'s memory, so the
+                                   two differ in how a step is launched, not in where
+                                   its temporaries lie; b2 and d2 keep pools of their own)
     ... --trace                   (a line before each timed run)
     ... --profile 8               (8 steps of each timed graph path under torch's
                                    profiler: kernels per step, busy and span per step,
@@ -118,6 +123,9 @@ def parse():
     ap.add_argument("--first", default="b", choices=["b", "d", "b2"],
                     help="which graph path is captured first in the process (the first capture's "
                          "placement differs from later ones'); b2 needs b2 in --time")
+    ap.add_argument("--share-pool", action="store_true",
+                    help="(b) and (d) capture on one stream into one graph pool (mdr.torch.GraphCache's "
+                         "pool=), so their temporaries lie at the same addresses")
     ap.add_argument("--mdr-rows", default="seed", choices=["seed", "all"],
                     help="(d)'s row policy: the seed's zeroing (logits whole), or only the rows in use")
     ap.add_argument("--compile-partition", default="default", choices=["default", "off"],
@@ -191,7 +199,9 @@ class CUDAGraphPath(Path):
     """(b): torch.cuda.CUDAGraph captured by hand, gpt-fast style."""
     name = "b"
 
-    def __init__(self, run):
+    def __init__(self, run, shared=False):
+        """shared: capture on the run's shared stream into its shared pool
+        (--share-pool), else torch's capture stream and a pool of its own."""
         super().__init__(run)
         import torch
         r = run
@@ -209,7 +219,8 @@ class CUDAGraphPath(Path):
         torch.cuda.synchronize()
         t = time.perf_counter()
         self.graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self.graph):
+        where = dict(stream=r.shared[0], pool=r.shared[1]) if shared and r.shared else {}
+        with torch.cuda.graph(self.graph, **where):
             lg = r.stepper(self.kv, self.ids, self.pos)
             self.logits.copy_(lg)
             self.ids.copy_(self.logits.argmax(-1, keepdim=True))
@@ -298,10 +309,12 @@ class MdrPath(Path):
     """(d): the forward as the body of an mdr.torch.GraphCache."""
     name = "d"
 
-    def __init__(self, run, disable_graphs=False, empty=False):
+    def __init__(self, run, disable_graphs=False, empty=False, shared=False):
         """empty: a body that does nothing (path d0), so that a step times
         mdr's own part alone: the fused zero-and-stage kernel with the
-        positions, in a graph of its own."""
+        positions, in a graph of its own. shared: the cache runs on the
+        run's shared stream and captures into its shared pool
+        (--share-pool)."""
         super().__init__(run)
         import torch
         import mdr
@@ -316,7 +329,8 @@ class MdrPath(Path):
         self.arena = mdr.Arena(r.backend, acfg, max_batch_tokens=r.M,
                                max_seq_len=max(256, r.max_len), kv_block_size=16,
                                max_batch_size=r.M)
-        self.mstream = r.backend.stream()
+        share = shared and r.shared is not None
+        self.mstream = mdr.Stream.wrap(r.backend, r.shared[0].cuda_stream) if share else r.backend.stream()
         self.tok = torch.from_dlpack(self.arena["token_ids"])[:r.M].view(torch.int32)
         lb = torch.from_dlpack(self.arena["logits"])
         if lb.dtype == r.logits_dtype and lb.dim() == 2 and lb.shape[0] >= r.b \
@@ -355,7 +369,7 @@ class MdrPath(Path):
         try:
             self.cache = mt.GraphCache(self.arena, self.mstream, mode="exact", zero="fused",
                                        rows=r.args.mdr_rows, body=body, inputs=inputs,
-                                       max_sequences=r.M)
+                                       max_sequences=r.M, pool=r.shared[1] if share else None)
         finally:
             if disable_graphs:
                 if old is None:
@@ -430,6 +444,18 @@ class Run:
         self.logits_dtype = None
         self.cache_api = None
         self._kv = None
+        # --share-pool: the one capture stream and graph pool of (b) and (d)
+        self.shared = (torch.cuda.Stream(self.dev), torch.cuda.graph_pool_handle()) \
+            if args.share_pool else None
+
+    def shared_pool_bytes(self):
+        """Bytes of device memory the shared pool holds (its segments), or
+        None without --share-pool."""
+        if self.shared is None:
+            return None
+        pid = tuple(self.shared[1])
+        return sum(seg["total_size"] for seg in self.torch.cuda.memory_snapshot()
+                   if tuple(seg.get("segment_pool_id", (0, 0))) == pid)
 
     def static_cache(self):
         """The one static cache every path of this batch size decodes into
@@ -601,9 +627,14 @@ def run_batch(args, model, info, stepper, backend, save=None):
         # -- (b) torch.cuda.CUDAGraph; with --first d (or b2), (d) (or (b2)) is
         # captured before it, so that each can be timed as the process's first
         # capture (of all, or of torch's)
-        pd_first = MdrPath(r) if args.first == "d" else None
+        pool_bytes = {}  # --share-pool: the shared pool's bytes after each capture into it
+        pd_first = MdrPath(r, shared=True) if args.first == "d" else None
+        if pd_first is not None and r.shared:
+            pool_bytes["after_d"] = r.shared_pool_bytes()
         pb2_first = CUDAGraphPath(r) if args.first == "b2" else None
-        pb = CUDAGraphPath(r)
+        pb = CUDAGraphPath(r, shared=True)
+        if r.shared:
+            pool_bytes["after_b"] = r.shared_pool_bytes()
         bl, bt = r.buffers()
         r.drive(pb, (bl, bt))
         res["checks"]["b_logits_bit_identical"] = bool(torch.equal(bl, rl))
@@ -614,9 +645,15 @@ def run_batch(args, model, info, stepper, backend, save=None):
         if pb2_first is not None:
             order.append((pb2_first.captured_at, "b2"))
         res["capture_order"] = [n for _, n in sorted(order)]
+        res["pool"] = ("(b) and (d): one capture stream, one graph pool (--share-pool)" if r.shared
+                       else "each graph path a pool of its own")
 
         # -- (d) mdr, and mdr with graphs disabled
-        pd = pd_first if pd_first is not None else MdrPath(r)
+        pd = pd_first if pd_first is not None else MdrPath(r, shared=True)
+        if r.shared and "after_d" not in pool_bytes:
+            pool_bytes["after_d"] = r.shared_pool_bytes()
+        if pool_bytes:
+            res["shared_pool_bytes"] = pool_bytes
         res["logits_buffer"] = pd.logits_where
         res["d_ids"] = "token_ids as int32" if pd.ids_int32 else "token_ids cast to int64 per step"
         res["capture_warnings"] = pd.capture_warnings
@@ -889,6 +926,10 @@ def report(res):
         if k == "c":
             extra = "  compile %.1f s" % p["compile_s"]
         print("%-42s %12.3f %13.3f %16s%s" % (label, p["gpu_ms"], p["wall_ms"], cpu, extra))
+    print("capture order %s; pools: %s%s" % (
+        ", ".join(res.get("capture_order", [])), res.get("pool", "?"),
+        "" if "shared_pool_bytes" not in res else " (its bytes after each capture: %s)" % ", ".join(
+            "%s %.1f MiB" % (k, v / 2 ** 20) for k, v in res["shared_pool_bytes"].items())))
     print("checks: " + ", ".join("%s %s" % (k, "PASS" if v else "FAIL")
                                  for k, v in res["checks"].items()))
     if "generate_agreement" in res:

@@ -79,10 +79,31 @@ def pool_api():
     }
 
 
-class _Pool:
-    """One private pool for the graphs of one cache."""
+def _pool_id(pool):
+    """A torch graph pool handle as torch's allocator takes it: a pair of
+    ints (torch.cuda.graph_pool_handle(), CUDAGraph.pool()); ValueError for
+    anything else."""
+    try:
+        pair = tuple(pool)
+    except TypeError:
+        pair = ()
+    if len(pair) != 2 or not all(isinstance(x, int) and not isinstance(x, bool) for x in pair) \
+            or pair == (0, 0):
+        raise _mdr.InvalidArgumentError(
+            "pool must be a torch graph pool handle (torch.cuda.graph_pool_handle() or a "
+            "CUDAGraph's pool()), a pair of ints other than (0, 0), not %r" % (pool,),
+            "mdr.torch.GraphCache")
+    return pair
 
-    def __init__(self, device):
+
+class _Pool:
+    """The pool the graphs of one cache capture into: a private one, or a
+    handle shared with other graphs (`pool`). Each capture holds one use of
+    it in torch's allocator (as a torch graph's capture does); release()
+    gives back this cache's uses only, so a shared pool lives on while any
+    other graph holds it."""
+
+    def __init__(self, device, pool=None):
         api = pool_api()
         missing = [k for k, (n, f) in api.items() if f is None]
         if missing:
@@ -92,7 +113,8 @@ class _Pool:
                 % (_torch.__version__, ", ".join(missing)), "mdr.torch")
         self.api = api
         self.device = device
-        self.id = api["handle"][1]()
+        self.shared = pool is not None
+        self.id = tuple(pool) if self.shared else api["handle"][1]()
         self.begins = 0
         self.routing = False
 
@@ -169,19 +191,36 @@ class GraphCache(_GraphCache):
     torch's allocator routed to the cache's private pool. `stream` may be
     None (a new stream of the arena's backend). Call warmup(counts) before
     the first steps when the body has lazy initialisation (cuBLAS
-    workspaces, autotuning), as with torch.cuda.graph."""
+    workspaces, autotuning), as with torch.cuda.graph.
+
+    `pool`: a torch graph pool handle (torch.cuda.graph_pool_handle(), or a
+    torch.cuda.CUDAGraph's pool()) to capture into instead of a pool of the
+    cache's own, as torch.cuda.graph(g, pool=...) shares one: the body's
+    temporaries reuse the memory other graphs of that pool freed at the end
+    of their captures, so the graphs of several caches (and torch's own)
+    take the memory of the largest, not the sum. Torch's allocator reuses a
+    freed block only on the stream that freed it, so capture the graphs that
+    share on one stream: torch.cuda.graph(g, pool=cache.pool,
+    stream=cache.torch_stream), or a cache made on torch's capture stream
+    (mdr.torch.current_stream). The rule is torch's: graphs
+    that share a pool must never run at the same time (one stream, or
+    synchronised); a tensor a capture leaves alive keeps its memory (torch
+    does not hand it to a later capture). `cache.pool` is the handle either
+    way, so a torch graph can share the cache's."""
 
     def __init__(self, arena, stream=None, mode="exact", zero=None, body=None, *,
-                 body_dynamic=None, check_leaks=True, **kw):
+                 body_dynamic=None, check_leaks=True, pool=None, **kw):
         backend = arena.backend
         if not backend.is_cuda:
             raise _mdr.UnsupportedError("mdr.torch needs a CUDA backend", "mdr.torch.GraphCache")
+        pool_id = _pool_id(pool) if pool is not None else None
         if stream is None:
             stream = backend.stream()
         dev = backend.device
         self._tstream = external_stream(stream if isinstance(stream, _Stream)
                                         else _Stream.wrap(backend, stream), dev)
         self._pool = None
+        self._pool_shared = pool_id
         self._dev = dev
         self._check_leaks = check_leaks
         self.torch_body = body if body is not None else body_dynamic
@@ -210,6 +249,20 @@ class GraphCache(_GraphCache):
     def torch_stream(self):
         return self._tstream
 
+    @property
+    def pool(self):
+        """The torch graph pool handle this cache captures into (the one
+        given as `pool`, or the cache's own, made here if no capture made it
+        yet): pass it to torch.cuda.graph(g, pool=cache.pool) to share it.
+        mdr.ClosedError once the cache is closed."""
+        self._ptr()  # refuses a closed cache
+        return self._take_pool().id
+
+    def _take_pool(self):
+        if self._pool is None:
+            self._pool = _Pool(self._dev, self._pool_shared)
+        return self._pool
+
     def _wrap(self, fn):
         tstream = self._tstream
         dev = self._dev
@@ -218,9 +271,7 @@ class GraphCache(_GraphCache):
             with _torch.cuda.device(dev), _torch.cuda.stream(tstream):
                 if not _torch.cuda.is_current_stream_capturing():
                     return fn(stream, *args)
-                if self._pool is None:
-                    self._pool = _Pool(dev)
-                pool = self._pool
+                pool = self._take_pool()
                 pool.begin()
                 _clear_blas_workspaces()  # the body's workspace comes from the pool
                 try:

@@ -193,6 +193,104 @@ def test_temporaries_memory_stable_and_no_alias(backend):
     assert c._pool is None  # released with the cache
 
 
+def _pool_reserved(pool_id):
+    return sum(hi - lo for lo, hi in _pool_segments(pool_id))
+
+
+def test_a_shared_pool_holds_the_cache_and_a_torch_graph(backend):
+    """pool=: the cache captures into a handle a torch graph shares; the
+    torch graph, captured on the cache's stream, reuses the memory the
+    cache's body freed (the pool does not grow, where a pool of the torch
+    graph's own does), both
+    replay correctly in turn, and closing the cache leaves the pool to the
+    torch graph."""
+    a = arena_of(backend)
+    s = backend.stream()
+    model = Model(a)
+    h = torch.cuda.graph_pool_handle()
+    c = mdr_torch.GraphCache(a, s, mode="exact", zero="fused", body=model, pool=h)
+    assert tuple(c.pool) == tuple(h)
+    n = 32
+    c.warmup([n])
+    c.prepare([n])
+    s.synchronize()
+    shared0 = _pool_reserved(h)
+    assert shared0 > 0, "the cache's capture did not allocate from the shared pool"
+
+    ids = torch.zeros(M, dtype=torch.int32, device=torch.device("cuda", DEV))
+    out_hs = torch.empty_like(model.hs[:n])
+    out_res = torch.empty_like(model.res[:n])
+
+    def torch_body():
+        x = model.emb[ids[:n].long()]
+        y = torch.nn.functional.silu(x @ model.w1) @ model.w2
+        out_hs.copy_(x)
+        out_res.copy_(y + x)
+
+    side = torch.cuda.Stream(DEV)
+    side.wait_stream(torch.cuda.current_stream(DEV))
+    with torch.cuda.stream(side):
+        torch_body()  # warm-up off the capture
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g, pool=c.pool, stream=c.torch_stream):  # the stream that freed them
+        torch_body()
+    torch.cuda.synchronize()
+    assert _pool_reserved(h) == shared0, "the torch graph's temporaries did not reuse the shared pool"
+    g_own = torch.cuda.CUDAGraph()  # the control: a pool of its own grows
+    own0 = torch.cuda.memory_reserved(DEV)
+    with torch.cuda.graph(g_own, stream=c.torch_stream):
+        torch_body()
+    torch.cuda.synchronize()
+    assert torch.cuda.memory_reserved(DEV) > own0
+    del g_own
+
+    def expected():
+        x = model.emb[ids[:n].long()]
+        return x, torch.nn.functional.silu(x @ model.w1) @ model.w2 + x
+
+    gen = torch.Generator(device="cpu").manual_seed(5)
+    for k in range(20):  # in turn, never overlapping: the shared pool's rule
+        ids.copy_(torch.randint(0, CFG["vocab_size"], (M,), generator=gen, dtype=torch.int32))
+        torch.cuda.synchronize()
+        c.step(ids[:n].cpu())  # staged: the body reads the arena's token_ids
+        s.synchronize()
+        out_hs.fill_(-1.0)
+        out_res.fill_(-1.0)
+        g.replay()            # reads `ids`, the tensor it captured
+        torch.cuda.synchronize()
+        x, ref = expected()
+        assert torch.equal(model.hs[:n], x) and torch.equal(out_hs, x), "round %d" % k
+        torch.testing.assert_close(model.res[:n], ref, rtol=2e-2, atol=2e-2)
+        torch.testing.assert_close(out_res, ref, rtol=2e-2, atol=2e-2)
+    st = c.stats()
+    assert st.captures == 1 and st.hits == 20 and st.eager_steps == 0
+    c.close()
+    with pytest.raises(mdr.ClosedError):
+        c.pool
+    assert _pool_reserved(h) == shared0, "closing the cache freed a pool the torch graph still holds"
+    ids.copy_(torch.randint(0, CFG["vocab_size"], (M,), generator=gen, dtype=torch.int32))
+    out_res.fill_(-1.0)
+    g.replay()
+    torch.cuda.synchronize()
+    torch.testing.assert_close(out_res, expected()[1], rtol=2e-2, atol=2e-2)
+    del g
+    a.close()
+
+
+@pytest.mark.parametrize("bad", [(0, 0), "pool", (1, 2, 3), (1.0, 2), (True, 1), 7])
+def test_a_pool_that_is_not_a_handle_is_refused(backend, bad):
+    a = arena_of(backend)
+    s = backend.stream()
+    with pytest.raises(mdr.InvalidArgumentError, match="pool"):
+        mdr_torch.GraphCache(a, s, mode="exact", zero="fused", body=Model(a), pool=bad)
+    c = mdr_torch.GraphCache(a, s, mode="exact", zero="fused", body=Model(a))  # the arena is untouched
+    c.step([1, 2, 3])
+    s.synchronize()
+    c.close()
+    a.close()
+
+
 def _active_default_blocks():
     """(address, size) of every allocated block of torch's default pool on DEV."""
     out = set()

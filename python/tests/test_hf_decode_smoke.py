@@ -103,6 +103,23 @@ def test_hf_decode_tiny_b2_captured_first(tmp_path):
         assert b["paths"][path]["gpu_ms"] > 0, (path, log)
 
 
+def test_hf_decode_tiny_share_pool(tmp_path):
+    """--share-pool: (b) and (d) capture on one stream into one graph pool
+    (mdr.torch.GraphCache's pool=); (d), captured second, takes no memory
+    the pool did not already hold for (b), and every check still passes."""
+    res, log = _run(tmp_path, ["--batch", "2", "--no-generate", "--no-ref-timing", "--time", "b,b2,d",
+                               "--share-pool"])
+    assert res["all_checks_pass"], log
+    b = res["batches"][0]
+    assert b["capture_order"] == ["b", "d"], (b["capture_order"], log)
+    assert "one graph pool" in b["pool"], b["pool"]
+    pb = b["shared_pool_bytes"]
+    assert pb["after_b"] > 0 and pb["after_d"] == pb["after_b"], (pb, log)
+    for k in ("b_logits_bit_identical", "d_logits_bit_identical", "d_tokens_identical",
+              "d_disable_graphs_identical", "b2_logits_bit_identical"):
+        assert b["checks"][k], (k, log)
+
+
 def test_hf_decode_first_b2_needs_b2_timed():
     """--first b2 without b2 in --time is refused before any model work."""
     r = subprocess.run([sys.executable, SCRIPT, "--first", "b2", "--time", "b,d"], capture_output=True, text=True)
