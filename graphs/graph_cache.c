@@ -412,15 +412,17 @@ static int uses_slot(const mdr_graph_cache *c, step_ids ids) {
   return ids.kind == IDS_HOST || device_needs_header(c);
 }
 
-/* Whether graph count g of this kind is captured inline: a host step of an
- * EXACT or LADDER cache (inline_route) whose slot image at g (its most
- * sequences) fits MDR_STAGE_INLINE_BYTES, or goes in the large class
- * (large_inline) and the inline plan table covers g (the launch's table
- * form, the only one that carries the large class). The same answer for
- * the cache's life, so a count's graph is inline or ring from its capture
- * on. */
+/* Whether graph count g of this kind is captured inline: a step of an
+ * EXACT or LADDER cache (inline_route) that takes a slot (a host step, or
+ * a device-id step with host inputs or a count to read: its image is the
+ * header and the host inputs, the ids copied on the device) whose slot
+ * image at g (its most sequences) fits MDR_STAGE_INLINE_BYTES, or goes in
+ * the large class (large_inline) and the inline plan table covers g (the
+ * launch's table form, the only one that carries the large class). The
+ * same answer for the cache's life, so a count's graph is inline or ring
+ * from its capture on. */
 static int inline_count(const mdr_graph_cache *c, size_t g, step_ids ids) {
-  if (!c->inline_route || ids.kind != IDS_HOST) return 0;
+  if (!c->inline_route || !uses_slot(c, ids)) return 0;
   const uint64_t bytes = mdr_staging_inline_bytes(&c->staging, g);
   if (bytes == 0) return 0;
   return bytes <= MDR_STAGE_INLINE_BYTES || large_count(c, g);
@@ -462,6 +464,11 @@ static mdr_status enqueue_step(mdr_graph_cache *c, size_t g, size_t seqs, step_i
   mdr_status st;
   if (inl) {
     mdr_stage_desc stage = mdr_staging_inline_desc(&c->staging, mdr_arena_token_ids(c->arena), g);
+    if (ids.kind == IDS_DEVICE) { /* the image holds no ids: they come from the device, pad after them */
+      stage.flags |= MDR_STAGE_DEVICE_IDS;
+      stage.ids_src = ids.src;
+      stage.pad_id = c->o.pad_token_id;
+    }
     if (c->o.zero == MDR_ZERO_FUSED) {
       if (large_count(c, g)) { /* the table form, the plan from the table */
         stage.table = c->inline_table;

@@ -795,7 +795,7 @@ static void zf_table_inline_build(const mdr_zero_seg *segs, size_t n, uint64_t t
   a.p.stage = *stage;
   a.p.tokens = tokens;
   a.p.n = (uint32_t)n;
-  a.p.flags = stage->flags & (MDR_STAGE_FETCH | MDR_STAGE_INLINE);
+  a.p.flags = stage->flags & (MDR_STAGE_FETCH | MDR_STAGE_INLINE | MDR_STAGE_DEVICE_IDS);
   uint64_t chunks = 0;
   for (size_t i = 0; i < n; i++) chunks += mdr_zero_chunks(mdr_zero_seg_bytes(&segs[i], tokens));
   const uint64_t max_grid = (uint64_t)sm_count * ZF_STATIC_BLOCKS_PER_SM;
@@ -823,7 +823,7 @@ static void zf_list_inline_build(const uint64_t *words, uint32_t k, uint64_t tok
   memcpy(a.p.chunk, words, k * sizeof *words);
   a.p.n = k;
   a.p.tokens = tokens;
-  a.p.flags = stage->flags & (MDR_STAGE_FETCH | MDR_STAGE_INLINE);
+  a.p.flags = stage->flags & (MDR_STAGE_FETCH | MDR_STAGE_INLINE | MDR_STAGE_DEVICE_IDS);
   a.p.stage = *stage;
   memset(out, 0, sizeof *out);
   out->func = (const void *)zero_list_inline_kernel<IMG>;
@@ -841,7 +841,7 @@ static void zf_list_inline_build(const uint64_t *words, uint32_t k, uint64_t tok
 extern "C" int mdr_cuda_zero_inline_launch(const mdr_zero_seg *segs, size_t n, uint64_t tokens,
                                            const mdr_stage_desc *stage, int sm_count,
                                            mdr_stage_inline_launch *out) {
-  const uint32_t not_with = MDR_STAGE_ADVANCE | MDR_STAGE_DYNAMIC | MDR_STAGE_TABLE | MDR_STAGE_DEVICE_IDS;
+  const uint32_t not_with = MDR_STAGE_ADVANCE | MDR_STAGE_DYNAMIC | MDR_STAGE_TABLE; /* DEVICE_IDS may join */
   if (!stage || (stage->flags & (MDR_STAGE_FETCH | MDR_STAGE_INLINE)) != (MDR_STAGE_FETCH | MDR_STAGE_INLINE) ||
       (stage->flags & not_with) || (n && !segs) || sm_count <= 0)
     return (int)cudaErrorInvalidValue;

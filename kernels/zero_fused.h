@@ -80,8 +80,9 @@ int mdr_cuda_zero_table_launch(const mdr_zero_seg *rules, size_t n, uint64_t tok
                                const mdr_stage_desc *stage, int sm_count, mdr_cuda_launch *out);
 
 /* Describe (not enqueue) the inline launch of a plan at `tokens` whose
- * stage (FETCH | INLINE, no ADVANCE, DYNAMIC, TABLE or DEVICE_IDS) is
- * served from the slot image in the kernel's own parameters
+ * stage (FETCH | INLINE, DEVICE_IDS or not; no ADVANCE, DYNAMIC or TABLE)
+ * is served from the slot image in the kernel's own parameters (with
+ * DEVICE_IDS the image's header and inputs, the ids from stage->ids_src)
  * (staging_layout.h, MDR_STAGE_INLINE): the kernel, grid, block and
  * argument, with the image zeroed at out->slot_offset. The image class
  * is the smallest that holds stage->inline_bytes: MDR_STAGE_INLINE_BYTES,

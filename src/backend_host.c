@@ -392,13 +392,13 @@ static mdr_status host_fused_inline_launch(mdr_backend *b, const mdr_zero_seg *s
                                            const mdr_stage_desc *stage, mdr_stream s, void **node,
                                            mdr_stage_inline_launch *out) {
   host_stream *hs = s;
-  const uint32_t not_with = MDR_STAGE_ADVANCE | MDR_STAGE_DYNAMIC | MDR_STAGE_TABLE | MDR_STAGE_DEVICE_IDS;
+  const uint32_t not_with = MDR_STAGE_ADVANCE | MDR_STAGE_DYNAMIC | MDR_STAGE_TABLE; /* DEVICE_IDS may join */
   if (node && !(hs && hs->capturing))
     return mdr_backend_fail(b, MDR_ERR_CAPTURE, "host: the inline launch's node asked outside a capture");
   if (!stage || (stage->flags & (MDR_STAGE_FETCH | MDR_STAGE_INLINE)) != (MDR_STAGE_FETCH | MDR_STAGE_INLINE) ||
       (stage->flags & not_with) || n > MDR_ZERO_PLAN_MAX)
     return mdr_backend_fail(b, MDR_ERR_INVALID_ARGUMENT,
-                            "host: an inline launch takes FETCH | INLINE alone and at most %d segments (flags %#x, "
+                            "host: an inline launch takes FETCH | INLINE (and DEVICE_IDS) alone and at most %d segments (flags %#x, "
                             "%zu segments)",
                             MDR_ZERO_PLAN_MAX, stage ? stage->flags : 0u, n);
   const uint64_t img = host_inline_class(stage, n, tokens);

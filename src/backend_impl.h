@@ -84,7 +84,7 @@ struct mdr_backend_ops {
                                   size_t n, uint64_t tokens, const mdr_stage_desc *stage);
   /* optional: the inline form of a fused launch: one launch clearing every
    * entry of segs (at most MDR_ZERO_PLAN_MAX) at `tokens` and serving a
-   * staged step (FETCH | INLINE) from the slot image in its own parameters
+   * staged step (FETCH | INLINE, DEVICE_IDS or not) from the slot image in its own parameters
    * (staging_layout.h), not from the ring. The image is stage->inline_bytes
    * (0: small); one over MDR_STAGE_INLINE_BYTES needs the table form (a
    * plan table of segs in the stage that serves `tokens`) and at most

@@ -261,11 +261,13 @@ __device__ __forceinline__ void mdr_stage_store_part(uint64_t to, const uint4 &v
  * belongs to one piece at most; one past a piece's end, or in no piece (the
  * header, the alignment gaps, a device-resident input), is not stored. The
  * header is vector 0, into *hdr from thread 0. Every thread of the one
- * stage block calls it (an inline launch has one); the ids are the image's
- * (lane 0), so never with DEVICE_IDS (the cache's inline launches are
- * FETCH | INLINE alone). */
+ * stage block calls it (an inline launch has one). The ids are the image's
+ * (lane 0) when `ids`; a device-id step's image (DEVICE_IDS) carries the
+ * header and the host inputs only, its ids room unused, and its ids are
+ * copied from the device after. */
 __device__ __forceinline__ void mdr_stage_copy_image(const mdr_stage_desc &st, const mdr_stage_input &e, bool have,
-                                                     uint64_t image, uint32_t copy_t, uint32_t copy_s, uint4 *hdr) {
+                                                     uint64_t image, bool ids, uint32_t copy_t, uint32_t copy_s,
+                                                     uint4 *hdr) {
   constexpr uint32_t R = 2; /* vectors a thread loads a round: an extra-large image (272 vectors) in one */
   const uint32_t tid = threadIdx.x, lane = tid & 31u;
   const uint32_t nv = (st.inline_bytes + 15u) / 16u;
@@ -283,7 +285,7 @@ __device__ __forceinline__ void mdr_stage_copy_image(const mdr_stage_desc &st, c
     uint64_t dst = 0;
     if (lane == 0) {
       off = MDR_STAGE_HEADER_BYTES;
-      len = copy_t * 4u;
+      len = ids ? copy_t * 4u : 0u;
       dst = st.token_ids;
     } else if (have && !e.src) {
       off = e.offset;
@@ -434,8 +436,8 @@ __device__ __forceinline__ void mdr_stage_block(const mdr_stage_desc &st, uint32
      * memory, one request a field, that cannot merge with the plain loads
      * of the ids in the same sector */
     uint4 hv = make_uint4(copy, copy, copy_s, copy_s);
-    if (fetch && inl && st.inline_bytes && !(flags & MDR_STAGE_DEVICE_IDS))
-      mdr_stage_copy_image(st, e, have, slot, copy, copy_s, &hv); /* one stage block: an inline launch's */
+    if (fetch && inl && st.inline_bytes) /* one stage block: an inline launch's */
+      mdr_stage_copy_image(st, e, have, slot, !(flags & MDR_STAGE_DEVICE_IDS), copy, copy_s, &hv);
     else if (fetch)
       mdr_stage_copy_slot(st, e, have, slot, !(flags & MDR_STAGE_DEVICE_IDS), copy, copy_s, blk == 0 ? &hv : nullptr,
                           blk, blocks);

@@ -22,7 +22,8 @@
  * shapes, element sizes, widths, slot or device values, destinations not
  * 16-byte aligned), the counts and their padding, the ring position and the
  * launch's flags (static, DEVICE_IDS, DYNAMIC, INLINE: the slot given as the
- * launch's parameters, the counter neither read nor advanced; most INLINE
+ * launch's parameters, the counter neither read nor advanced, with host or
+ * device ids; most INLINE
  * cases with the image's bytes given, so that the image is loaded whole
  * before the input table is waited for, the rest placed as a ring slot;
  * a third with the input table in the launch's parameters, the one in
@@ -32,7 +33,7 @@
  * A plain program (no Criterion): exit 0 when every case matches, 1 on a
  * mismatch; a fault aborts. Usage: stage_emulated [cases] [seed] [spread|inline]
  * (inline: every case an INLINE launch with inputs, its table in its
- * parameters or not;
+ * parameters or not, half of them with device ids;
  * spread: every case a launch whose stage is spread over 2-6 blocks, run
  * one after another, the counter checked unadvanced until the last). */
 #include <chrono>
@@ -380,10 +381,11 @@ Case draw(Rng &g, bool spread, bool inl) {
       MDR_STAGE_DYNAMIC | MDR_STAGE_FETCH | MDR_STAGE_ADVANCE,
       MDR_STAGE_DYNAMIC | MDR_STAGE_FETCH | MDR_STAGE_ADVANCE | MDR_STAGE_DEVICE_IDS,
       MDR_STAGE_FETCH | MDR_STAGE_INLINE, /* the slot image in the launch's parameters: counter and ack untouched */
+      MDR_STAGE_FETCH | MDR_STAGE_INLINE | MDR_STAGE_DEVICE_IDS, /* the same, the ids from the device */
   };
   c.flags = flag_sets[g.below(sizeof flag_sets / sizeof flag_sets[0])];
   if (spread) c.flags = MDR_STAGE_FETCH | MDR_STAGE_ADVANCE;
-  if (inl) c.flags = MDR_STAGE_FETCH | MDR_STAGE_INLINE;
+  if (inl) c.flags = MDR_STAGE_FETCH | MDR_STAGE_INLINE | (g.below(2) ? (uint32_t)MDR_STAGE_DEVICE_IDS : 0u);
   /* mostly small steps; some whose read takes more than one round */
   c.max_tokens = g.below(6) == 0 ? 1024 + (uint32_t)g.below(4096) : 1 + (uint32_t)g.below(96);
   c.max_seqs = 1 + (uint32_t)g.below(12);

@@ -365,6 +365,89 @@ ParameterizedTest(mix_case *mc, stage_inline, inline_and_ring_steps_leave_the_sa
   mdr_backend_destroy(b);
 }
 
+ParameterizedTestParameters(stage_inline, device_id_steps_with_host_inputs_go_inline_and_match_the_ring) {
+  static mix_case cases[TB_KIND_COUNT * 2 * 2];
+  size_t n = 0;
+  for (int k = 0; k < TB_KIND_COUNT; k++)
+    for (int m = 0; m < 2; m++)
+      for (int z = 0; z < 2; z++)
+        cases[n++] = (mix_case){(tb_kind)k, m ? MDR_GRAPH_LADDER : MDR_GRAPH_EXACT,
+                                z ? MDR_ZERO_MEMSET : MDR_ZERO_FUSED, 1, 0};
+  return cr_make_param_array(mix_case, cases, n);
+}
+
+/* A step with its ids in device memory (`ids`, this step's copied there
+ * first) and the rest of its inputs from the host. */
+static mdr_status world_step_device(world *w, const step_values *v, mdr_dptr ids) {
+  cr_assert_eq(mdr_backend_copy_h2d(w->b, ids, v->ids, v->t * sizeof v->ids[0]), MDR_OK);
+  const void *vals[1 + N_IN] = {NULL, v->pos, v->seqlen, v->half, NULL};
+  return mdr_graph_cache_step_inputs_device(w->c, ids, vals, 1 + N_IN, v->t, v->s);
+}
+
+/* Device-id steps with host inputs, mixed with host steps, through a cache
+ * with the route and one with MDR_STAGE_INLINE=0: a small device step goes
+ * inline too (its image the header and the host inputs, the ids copied on
+ * the device and padded with the pad id), and leaves every byte as the ring
+ * step does; host and device graphs of one count live side by side. */
+ParameterizedTest(mix_case *mc, stage_inline, device_id_steps_with_host_inputs_go_inline_and_match_the_ring) {
+  mdr_backend *b = tb_backend(mc->kind);
+  world x, y;
+  world_init(&x, b, 1);
+  world_init(&y, b, 1);
+  mdr_graph_cache_options o = world_options(&x, mc->mode, mc->zero);
+  world_cache(&x, &o, NULL);
+  o = world_options(&y, mc->mode, mc->zero);
+  world_cache(&y, &o, "0");
+  mdr_dptr idx = 0, idy = 0;
+  cr_assert_eq(mdr_backend_alloc(b, M * 4, &idx), MDR_OK);
+  cr_assert_eq(mdr_backend_alloc(b, M * 4, &idy), MDR_OK);
+  uint64_t rng = 7 + (uint64_t)mc->mode * 5 + (uint64_t)mc->zero * 3;
+  uint64_t want_inline = 0, device_inline = 0;
+  const int steps = 4 * MDR_GRAPH_STAGING_SLOTS + 9;
+  for (int k = 0; k < steps; k++) {
+    const uint64_t r = tb_rng_next(&rng) % 6;
+    const size_t t = r < 4 ? 1 + tb_rng_next(&rng) % 10 : 1 + tb_rng_next(&rng) % M;
+    const size_t s = 1 + tb_rng_next(&rng) % (t < S ? t : S);
+    const int device = k % 3 != 2; /* two device steps in three */
+    step_values v;
+    make_values(&rng, &v, t, s);
+    world_poison(&x, &v);
+    world_poison(&y, &v);
+    cr_assert_eq(device ? world_step_device(&x, &v, idx) : world_step(&x, &v), MDR_OK, "step %d: %s", k,
+                 mdr_backend_last_error(b));
+    cr_assert_eq(device ? world_step_device(&y, &v, idy) : world_step(&y, &v), MDR_OK, "step %d: %s", k,
+                 mdr_backend_last_error(b));
+    cr_assert_eq(mdr_backend_synchronize(b, x.s), MDR_OK);
+    cr_assert_eq(mdr_backend_synchronize(b, y.s), MDR_OK);
+    char what[96];
+    snprintf(what, sizeof what, "%s %s step %d (t %zu, s %zu)", tb_kind_name(mc->kind), device ? "device" : "host",
+             k, t, s);
+    world_expect(&x, &v, what);
+    world_expect(&y, &v, what);
+    expect_same(&x, &y, what);
+    size_t g = 0;
+    cr_assert_eq(mdr_graph_cache_graph_tokens(x.c, t, &g), MDR_OK);
+    const int inl = goes_inline(1, g, mc->zero == MDR_ZERO_FUSED);
+    want_inline += inl;
+    device_inline += inl && device;
+  }
+  mdr_graph_stats sx, sy;
+  cr_assert_eq(mdr_graph_cache_stats(x.c, &sx), MDR_OK);
+  cr_assert_eq(mdr_graph_cache_stats(y.c, &sy), MDR_OK);
+  cr_assert_gt(device_inline, 8, "the mix has inline device steps");
+  cr_assert_eq(sx.inline_steps, want_inline, "inline steps counted: %llu of %llu",
+               (unsigned long long)sx.inline_steps, (unsigned long long)want_inline);
+  cr_assert_eq(sy.inline_steps, 0, "MDR_STAGE_INLINE=0: no inline step");
+  cr_assert_eq(sx.device_steps, sy.device_steps);
+  cr_assert_eq(sx.eager_steps + sy.eager_steps, 0);
+  mdr_backend_free(b, idx);
+  mdr_backend_free(b, idy);
+  world_fini(&x);
+  world_fini(&y);
+  mdr_backend_destroy(b);
+}
+
+static uint64_t step_counted(world *w, uint64_t *rng, size_t t, size_t s);
 static uint64_t step_counted(world *w, uint64_t *rng, size_t t, size_t s);
 
 /* ---- a queue of steps behind a stalled device ---------------------------------------- */
@@ -1177,7 +1260,8 @@ Test(stage_inline, the_host_inline_slots_refuse_what_they_cannot_serve) {
   mdr_stage_inline_launch l;
   void *g = NULL, *x = NULL, *node = NULL;
   const uint32_t bad_flags[] = {MDR_STAGE_FETCH, MDR_STAGE_INLINE, MDR_STAGE_FETCH | MDR_STAGE_INLINE | MDR_STAGE_ADVANCE,
-                                MDR_STAGE_FETCH | MDR_STAGE_INLINE | MDR_STAGE_DEVICE_IDS,
+                                MDR_STAGE_FETCH | MDR_STAGE_INLINE | MDR_STAGE_TABLE,
+                                MDR_STAGE_INLINE | MDR_STAGE_DEVICE_IDS,
                                 MDR_STAGE_FETCH | MDR_STAGE_INLINE | MDR_STAGE_DYNAMIC};
   for (size_t i = 0; i < sizeof bad_flags / sizeof bad_flags[0]; i++) {
     mdr_stage_desc bad = st;
@@ -2013,8 +2097,8 @@ Test(stage_inline, a_failed_inline_capture_runs_the_step_eagerly_through_the_rin
 
 /* ---- which steps never go inline ----------------------------------------------------------- */
 
-/* MDR_STAGE_INLINE=0, graphs disabled, device ids and DYNAMIC: no step
- * inline, every step correct. An unrecognised value is reported and taken
+/* MDR_STAGE_INLINE=0, graphs disabled, device ids with nothing to stage
+ * and DYNAMIC: no step inline, every step correct. An unrecognised value is reported and taken
  * as on. */
 Test(stage_inline, the_opt_out_eager_device_and_dynamic_steps_take_no_inline_route) {
   mdr_backend *b = tb_backend(TB_HOST);
@@ -2041,7 +2125,8 @@ Test(stage_inline, the_opt_out_eager_device_and_dynamic_steps_take_no_inline_rou
     cr_assert_eq(st.inline_steps, 0, "variant %d", variant);
     world_fini(&w);
   }
-  /* device ids on an inline-capable cache: no inline step; host steps are */
+  /* device ids with nothing to stage (no inputs, EXACT: no slot) on an
+   * inline-capable cache: no inline step; host steps are */
   world_init(&w, b, 0);
   mdr_graph_cache_options o = world_options(&w, MDR_GRAPH_EXACT, MDR_ZERO_FUSED);
   world_cache(&w, &o, "maybe");

@@ -17,11 +17,11 @@
  * served and reports them in pinned memory. `step` writes a slot only after
  * the launch that read it last has finished, so the host can run ahead of
  * the GPU by up to the ring length without ever overwriting ids not yet read;
- * past that, `step` waits. A small host step of an EXACT or LADDER graph
- * takes no slot: its ids and inputs travel in the fused kernel node's own
- * parameters, set per step (docs/GRAPHS.md, "Small steps inline"). The
- * stats count such steps in inline_steps, and MDR_STAGE_INLINE=0 turns
- * this off.
+ * past that, `step` waits. A small step of an EXACT or LADDER graph
+ * takes no slot: its host ids and inputs (a device-id step: its host inputs
+ * and counts) travel in the fused kernel node's own parameters, set per
+ * step (docs/GRAPHS.md, "Small steps inline"). The stats count such steps
+ * in inline_steps, and MDR_STAGE_INLINE=0 turns this off.
  *
  * Capture: step and prepare are not capture-safe. They refuse (with
  * MDR_ERR_STATE, changing nothing) when the cache's stream is being
@@ -381,7 +381,9 @@ MDR_API mdr_status mdr_graph_cache_step_inputs(mdr_graph_cache *c, const void *c
 /* mdr_graph_cache_step_inputs with the ids in device memory, as
  * mdr_graph_cache_step_device takes them (`token_ids`, 0: already in the
  * arena's token_ids); values[0] is ignored. With step inputs declared, a
- * device step reads the counts (and any host inputs) from a staging slot. */
+ * device step reads the counts (and any host inputs) from a staging slot,
+ * or, for a small step, from the fused launch's parameters (inline, as a
+ * host step's). */
 MDR_API mdr_status mdr_graph_cache_step_inputs_device(mdr_graph_cache *c, mdr_dptr token_ids,
                                                       const void *const *values, size_t n_values, size_t tokens,
                                                       size_t sequences);
@@ -454,9 +456,10 @@ typedef struct mdr_graph_stats {
   size_t graph_nodes;       /* nodes of the live graphs */
   int poison;               /* 1: poison mode is on */
   int memory_measured;      /* 1: the backend can measure graph memory (else graph_bytes is 0) */
-  uint64_t inline_steps;    /* steps whose ids and inputs travelled in the fused launch's parameters
-                               (a graph replay of a small host step: docs/GRAPHS.md, "Small steps
-                               inline"), not in a staging slot; counted in steps too */
+  uint64_t inline_steps;    /* steps whose host ids, inputs and counts travelled in the fused
+                               launch's parameters (a graph replay of a small step, host or device
+                               ids: docs/GRAPHS.md, "Small steps inline"), not in a staging slot;
+                               counted in steps too */
 } mdr_graph_stats;
 
 /* What the graph serving `tokens` holds. Memory is measured as the
