@@ -2,7 +2,7 @@
 # Call 5: device-id steps with host inputs inline (the launch's parameters, no slot read over PCIe). The whole tree
 # built; the staging, inline, cache and input suites and the decode examples on the GPU; memcheck of stage_inline;
 # then Qwen3-0.6B (hf_decode, (b) and (d) in one pool, d0: mdr's own part) with the route (default) and with
-# MDR_STAGE_INLINE=0 (device steps on the ring, as before), one process each, interleaved twice.
+# MDR_STAGE_INLINE=0 (device steps on the ring, as before), one process each.
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
 mkdir -p /tmp/crit && for f in .device-deps/criterion/*.deb; do dpkg -x "$f" /tmp/crit; done
 export LD_LIBRARY_PATH=/tmp/crit/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
@@ -18,7 +18,7 @@ timeout 60 compute-sanitizer --error-exitcode 1 --tool memcheck --report-api-err
   --filter 'stage_inline/device_id*' > $d/memcheck-stage_inline-device.log 2>&1
 echo "memcheck stage_inline device rc $? $((SECONDS - t1)) s" >> $d/checks.txt
 export MDR_LIBRARY=$b/libmdr.so PYTHONPATH=$PWD/python
-for k in 1 2; do
+for k in 1; do
   for route in on off; do
     t1=$SECONDS
     env $([ $route = off ] && echo MDR_STAGE_INLINE=0) timeout 110 python3 examples/python/hf_decode.py --model 0.6b --batch 1,4,16 \
