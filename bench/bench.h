@@ -74,6 +74,9 @@ typedef enum strategy {
   STRAT_GRAPH_DYNAMIC_COUNT, /* DYNAMIC, count read on the device from the slot */
   STRAT_GRAPH_FUSED_INPUTS, /* graph-fused with a decode step's inputs staged beside the ids:
                                positions, sequence lengths and a block table (step inputs) */
+  STRAT_GRAPH_FUSED_DEV_INPUTS, /* graph-fused-dev with the same inputs from the host
+                                   (mdr_graph_cache_step_inputs_device): a decode step whose ids
+                                   the previous step's sampling left on the device */
   STRAT_COUNT
 } strategy;
 extern const char *const k_strategy_names[STRAT_COUNT];

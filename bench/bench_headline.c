@@ -288,13 +288,18 @@ static void print_device_ids(const bench_env *e, const sweep *sw, const size_t *
  * same input bytes into pinned memory, which a step that copies its inputs
  * cannot avoid) and net of it; the goal line reads the difference itself
  * and names the largest net figure beside it. */
-static void print_step_inputs(const bench_env *e, const sweep *sw) {
+/* The same for ids_s (ids only) and in_s (with the inputs): graph-fused
+ * and graph-fused-inputs, or graph-fused-dev and graph-fused-dev-inputs
+ * (`dev`: the ids on the device, the goal lines say so). */
+static void print_step_inputs_pair(const bench_env *e, const sweep *sw, strategy ids_s, strategy in_s, bool dev) {
   const options *o = e->o;
   const bool gpu = e->gpu.on;
-  if (!o->strategy_on[STRAT_GRAPH_FUSED_INPUTS] || !o->strategy_on[STRAT_GRAPH_FUSED]) return;
-  printf("\nstep inputs: graph-fused-inputs (ids + positions + seq lens + a %d-entry block table per sequence, "
-         "min(tokens, %d) sequences, mdr_graph_cache_step_inputs) beside graph-fused (ids only); %s\n",
-         INPUT_BLOCKS_PER_SEQ, INPUT_MAX_SEQS, gpu ? "GPU and CPU us, medians" : "CPU us medians (host backend)");
+  if (!o->strategy_on[in_s] || !o->strategy_on[ids_s]) return;
+  printf("\nstep inputs: %s (ids + positions + seq lens + a %d-entry block table per sequence, "
+         "min(tokens, %d) sequences, %s) beside %s (ids only); %s\n",
+         k_strategy_names[in_s], INPUT_BLOCKS_PER_SEQ, INPUT_MAX_SEQS,
+         dev ? "mdr_graph_cache_step_inputs_device" : "mdr_graph_cache_step_inputs", k_strategy_names[ids_s],
+         gpu ? "GPU and CPU us, medians" : "CPU us medians (host backend)");
   printf("%-18s %-6s %6s", "", "policy", "tokens");
   if (gpu) printf("  %9s  %10s  %8s  %8s", "ids GPU", "inputs GPU", "+GPU", "+GPU net");
   printf("  %9s  %10s  %8s  %6s  %8s\n", "ids CPU", "inputs CPU", "+CPU", "copy", "+CPU net");
@@ -306,8 +311,8 @@ static void print_step_inputs(const bench_env *e, const sweep *sw) {
       double worst_gpu = -INFINITY, worst_cpu = -INFINITY, worst_net = -INFINITY;
       size_t n = 0;
       for (size_t t = 0; t < o->n_tokens; t++) {
-        const bench_case *ids = find_case(sw, preset, (mdr_rows_policy)pol, o->tokens[t], STRAT_GRAPH_FUSED);
-        const bench_case *in = find_case(sw, preset, (mdr_rows_policy)pol, o->tokens[t], STRAT_GRAPH_FUSED_INPUTS);
+        const bench_case *ids = find_case(sw, preset, (mdr_rows_policy)pol, o->tokens[t], ids_s);
+        const bench_case *in = find_case(sw, preset, (mdr_rows_policy)pol, o->tokens[t], in_s);
         if (!ids || !in || !ids->measured || !in->measured) continue;
         printf("%-18s %-6s %6zu", n ? "" : preset, k_policy_names[pol], o->tokens[t]);
         if (gpu) {
@@ -324,18 +329,20 @@ static void print_step_inputs(const bench_env *e, const sweep *sw) {
         n++;
       }
       if (!isfinite(worst_cpu)) {
-        printf("goal (step inputs, %s, policy %s): not measured at counts <= %d\n", preset, k_policy_names[pol],
-               INPUTS_GOAL_MAX_TOKENS);
+        printf("goal (step inputs%s, %s, policy %s): not measured at counts <= %d\n", dev ? ", device ids" : "",
+               preset, k_policy_names[pol], INPUTS_GOAL_MAX_TOKENS);
         continue;
       }
       if (gpu)
-        printf("goal (step inputs, %s, policy %s, tokens <= %d): +GPU us max %.2f, +CPU us max %.2f (goal <= %.2f "
-               "each): %s; +CPU net of the copy max %.2f\n", preset, k_policy_names[pol], INPUTS_GOAL_MAX_TOKENS,
+        printf("goal (step inputs%s, %s, policy %s, tokens <= %d): +GPU us max %.2f, +CPU us max %.2f (goal <= %.2f "
+               "each): %s; +CPU net of the copy max %.2f\n", dev ? ", device ids" : "", preset, k_policy_names[pol],
+               INPUTS_GOAL_MAX_TOKENS,
                worst_gpu, worst_cpu, INPUTS_GOAL_US,
                worst_gpu <= INPUTS_GOAL_US && worst_cpu <= INPUTS_GOAL_US ? "met" : "NOT met", worst_net);
       else
-        printf("goal (step inputs, %s, policy %s, tokens <= %d): +CPU us max %.2f on the host backend (the goal "
-               "is read on a GPU); +CPU net of the copy max %.2f\n", preset, k_policy_names[pol],
+        printf("goal (step inputs%s, %s, policy %s, tokens <= %d): +CPU us max %.2f on the host backend (the goal "
+               "is read on a GPU); +CPU net of the copy max %.2f\n", dev ? ", device ids" : "", preset,
+               k_policy_names[pol],
                INPUTS_GOAL_MAX_TOKENS, worst_cpu, worst_net);
     }
   }
@@ -376,7 +383,8 @@ void print_headline(const bench_env *e, const sweep *sw) {
     }
   }
   print_device_ids(e, sw, counts, n_counts);
-  print_step_inputs(e, sw);
+  print_step_inputs_pair(e, sw, STRAT_GRAPH_FUSED, STRAT_GRAPH_FUSED_INPUTS, false);
+  print_step_inputs_pair(e, sw, STRAT_GRAPH_FUSED_DEV, STRAT_GRAPH_FUSED_DEV_INPUTS, true);
   size_t n_presets = count_on(o->preset_on, mdr_model_preset_count());
   size_t n_policies = count_on(o->policy_on, MDR_ROWS_POLICY_COUNT);
   if (gpu)

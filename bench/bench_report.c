@@ -60,6 +60,8 @@ void print_legend(bool gpu) {
   printf("  graph-fused-inputs is graph-fused with positions, sequence lengths and a %d-entry block table per\n"
          "            sequence staged in the same slot as the ids (mdr_graph_cache_step_inputs)\n",
          INPUT_BLOCKS_PER_SEQ);
+  printf("  graph-fused-dev-inputs is graph-fused-dev with the same inputs from the host\n"
+         "            (mdr_graph_cache_step_inputs_device): the ids on the device, the inputs staged\n");
   printf("  inline    (after a row) some of its steps carried their slot image in the fused launch's\n"
          "            parameters instead of a staging slot (small counts; mdr_graph_stats.inline_steps, in\n"
          "            results.json and results.csv; MDR_STAGE_INLINE=0 turns it off)\n");

@@ -7,7 +7,10 @@
  * graph-fused with a decode step's inputs declared beside the ids
  * (positions per token, a sequence length and INPUT_BLOCKS_PER_SEQ
  * block-table entries per sequence, each to a device buffer of its own) and
- * staged with them in the one slot by mdr_graph_cache_step_inputs. */
+ * staged with them in the one slot by mdr_graph_cache_step_inputs.
+ * graph-fused-dev-inputs is graph-fused-dev with the same inputs from the
+ * host (mdr_graph_cache_step_inputs_device): the ids on the device, the
+ * inputs and counts staged (inline for small counts). */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
 #include <stdlib.h>
@@ -33,11 +36,17 @@ static void upload_ids_eager(runner *r, size_t tokens) {
 
 size_t input_sequences(const runner *r, size_t tokens) { return tokens < r->max_seqs ? tokens : r->max_seqs; }
 
+/* The strategies that declare step inputs. */
+static bool has_inputs(strategy s) { return s == STRAT_GRAPH_FUSED_INPUTS || s == STRAT_GRAPH_FUSED_DEV_INPUTS; }
+
 void runner_step(void *arg, size_t tokens) {
   runner *r = arg;
   if (r->strat == STRAT_GRAPH_FUSED_INPUTS) {
     CHECK(r->b, mdr_graph_cache_step_inputs(r->cache, r->values, 1 + N_STEP_INPUTS, tokens,
                                             input_sequences(r, tokens)));
+  } else if (r->strat == STRAT_GRAPH_FUSED_DEV_INPUTS) {
+    CHECK(r->b, mdr_graph_cache_step_inputs_device(r->cache, r->ids_dev, r->values, 1 + N_STEP_INPUTS, tokens,
+                                                   input_sequences(r, tokens)));
   } else if (r->strat == STRAT_GRAPH_FUSED_DEV) {
     CHECK(r->b, mdr_graph_cache_step_device(r->cache, r->ids_dev, tokens));
   } else if (is_graph(r->strat)) {
@@ -83,7 +92,7 @@ static void inputs_end(runner *r) {
 }
 
 void validate_inputs(runner *r, size_t tokens, const char *label) {
-  if (r->strat != STRAT_GRAPH_FUSED_INPUTS) return;
+  if (!has_inputs(r->strat)) return;
   const size_t seqs = input_sequences(r, tokens);
   const size_t n[N_STEP_INPUTS] = {tokens, seqs, seqs * INPUT_BLOCKS_PER_SEQ};
   uint32_t *got = xmalloc(n[2] > n[0] ? n[2] * sizeof *got : n[0] * sizeof *got);
@@ -113,7 +122,7 @@ bool runner_begin(runner *r, strategy s, const size_t *prepare, size_t n_prepare
   o.mode = dynamic ? MDR_GRAPH_DYNAMIC : MDR_GRAPH_EXACT;
   o.dynamic_impl = s == STRAT_GRAPH_DYNAMIC_COUNT ? MDR_DYNAMIC_DEVICE_COUNT : MDR_DYNAMIC_NODE_UPDATE;
   o.zero = s == STRAT_GRAPH_MEMSET ? MDR_ZERO_MEMSET : MDR_ZERO_FUSED;
-  if (s == STRAT_GRAPH_FUSED_INPUTS) inputs_begin(r, &o);
+  if (has_inputs(s)) inputs_begin(r, &o);
   mdr_status st = mdr_graph_cache_create(r->arena, r->stream, &o, &r->cache);
   if (st != MDR_OK) {
     if (dynamic || st == MDR_ERR_UNSUPPORTED) {
@@ -126,7 +135,7 @@ bool runner_begin(runner *r, strategy s, const size_t *prepare, size_t n_prepare
     CHECK(r->b, st);
   }
   /* device steps have graphs of their own: prepare those (at this address) */
-  if (s == STRAT_GRAPH_FUSED_DEV)
+  if (s == STRAT_GRAPH_FUSED_DEV || s == STRAT_GRAPH_FUSED_DEV_INPUTS)
     CHECK(r->b, mdr_graph_cache_prepare_device(r->cache, r->ids_dev, prepare, n_prepare));
   else
     CHECK(r->b, mdr_graph_cache_prepare(r->cache, prepare, n_prepare));

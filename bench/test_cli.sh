@@ -104,6 +104,21 @@ else
   fail "step inputs host run exited $?"; cat "$work/inputs.err"
 fi
 
+# 7. the device-id step with host inputs: validated (the run dies on a wrong
+# destination), its own table beside graph-fused-dev, copy_us set for it
+if "$bench" --backend host --m=64 --presets glm-5.3-flash-tp2 --tokens=1,32 --reps 3 --policies=all \
+     --strategies graph-fused-dev,graph-fused-dev-inputs --out "$work/devin" >"$work/devin.out" 2>"$work/devin.err"; then
+  grep -q '^step inputs: graph-fused-dev-inputs .*mdr_graph_cache_step_inputs_device) beside graph-fused-dev' \
+    "$work/devin.out" || fail "device step inputs: no table beside graph-fused-dev"
+  grep -q '^goal (step inputs, device ids, ' "$work/devin.out" || fail "device step inputs: no goal line"
+  awk -F, 'NR > 1 && $4 == "graph-fused-dev-inputs" && $NF + 0 > 0 {i++}
+           END {exit !(i == 2)}' "$work/devin/results.csv" \
+    || fail "results.csv: copy_us not set for graph-fused-dev-inputs"
+  pass "device step inputs: validated, their own table and goal line"
+else
+  fail "device step inputs host run exited $?"; cat "$work/devin.err"
+fi
+
 # 7. --pin: the first CPU this shell may run on, then refusals
 cpu=$(awk '/^Cpus_allowed_list:/ {split($2, a, /[-,]/); print a[1]}' /proc/self/status)
 if "$bench" "${small[@]}" --pin "$cpu" --out "$work/pinned" >"$work/pinned.out" 2>"$work/pinned.err"; then
