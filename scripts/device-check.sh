@@ -32,7 +32,10 @@
 #     steps (default 128) after a 32-token prompt, JSON in OUT/hf_<model>.json;
 #     attention pinned to SDPA's HF_SDPA backend (default math: with torch's
 #     own choice the eager loop does not repeat itself at batch 16);
-#     HF_ARGS adds arguments (default --no-compile --no-ref-timing: path (c)
+#     HF_ARGS adds arguments (default --no-compile --no-ref-timing --share-pool
+#     --time b,b2,d: (b) and (d) in one graph pool, so that their placement is
+#     the same, and (b2), torch's second capture in a pool of its own, for
+#     the spread placement gives; path (c)
 #     compiles for ~50 s per batch size, so both models with it do not fit
 #     one call, and the eager reference takes ~40 ms a step; HF_ARGS=" "
 #     runs every path), HF_TIMEOUT bounds each run (default 600 s)
@@ -300,7 +303,8 @@ if has hf; then
   hb=$(echo ${HF_BATCHES:-1 4 16} | tr ' ' ',')
   for m in ${HF_MODELS:-0.6b 1.7b}; do
     STEP_TIMEOUT=${HF_TIMEOUT:-600} run "hf-$m" "${hfenv[@]}" python3 examples/python/hf_decode.py \
-      --model "$m" --batch "$hb" --prompt 32 --steps "${HF_STEPS:-128}" --sdpa "${HF_SDPA:-math}" ${HF_ARGS:---no-compile --no-ref-timing} \
+      --model "$m" --batch "$hb" --prompt 32 --steps "${HF_STEPS:-128}" --sdpa "${HF_SDPA:-math}" \
+      ${HF_ARGS:---no-compile --no-ref-timing --share-pool --time b,b2,d} \
       --json "$out/hf_$m.json"
   done
 fi
