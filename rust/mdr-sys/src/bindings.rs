@@ -932,7 +932,7 @@ pub struct mdr_graph_stats {
     pub poison: c_int,
     /// Field `memory_measured`. 1: the backend can measure graph memory (else graph_bytes is 0)
     pub memory_measured: c_int,
-    /// Field `inline_steps`. steps whose ids and inputs travelled in the fused launch's parameters (a graph replay of a small host step: docs/GRAPHS.md, "Small steps inline"), not in a staging slot; counted in steps too
+    /// Field `inline_steps`. steps whose host ids, inputs and counts travelled in the fused launch's parameters (a graph replay of a small step, host or device ids: docs/GRAPHS.md, "Small steps inline"), not in a staging slot; counted in steps too
     pub inline_steps: u64,
 }
 
@@ -1588,7 +1588,9 @@ extern "C" {
     /// mdr_graph_cache_step_inputs with the ids in device memory, as
     /// mdr_graph_cache_step_device takes them (`token_ids`, 0: already in the
     /// arena's token_ids); values[0] is ignored. With step inputs declared, a
-    /// device step reads the counts (and any host inputs) from a staging slot.
+    /// device step reads the counts (and any host inputs) from a staging slot,
+    /// or, for a small step, from the fused launch's parameters (inline, as a
+    /// host step's).
     /// ```
     pub fn mdr_graph_cache_step_inputs_device(c: *mut mdr_graph_cache, token_ids: mdr_dptr, values: *const *const c_void, n_values: usize, tokens: usize, sequences: usize) -> mdr_status;
     /// `mdr_graph_cache_step_input_count` (graph.h).
