@@ -81,8 +81,8 @@ def pool_api():
 
 def _pool_id(pool):
     """A torch graph pool handle as torch's allocator takes it: a pair of
-    ints (torch.cuda.graph_pool_handle(), CUDAGraph.pool()); ValueError for
-    anything else."""
+    ints (torch.cuda.graph_pool_handle(), CUDAGraph.pool());
+    mdr.InvalidArgumentError (a ValueError) for anything else."""
     try:
         pair = tuple(pool)
     except TypeError:
