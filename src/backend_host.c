@@ -398,8 +398,8 @@ static mdr_status host_fused_inline_launch(mdr_backend *b, const mdr_zero_seg *s
   if (!stage || (stage->flags & (MDR_STAGE_FETCH | MDR_STAGE_INLINE)) != (MDR_STAGE_FETCH | MDR_STAGE_INLINE) ||
       (stage->flags & not_with) || n > MDR_ZERO_PLAN_MAX)
     return mdr_backend_fail(b, MDR_ERR_INVALID_ARGUMENT,
-                            "host: an inline launch takes FETCH | INLINE (and DEVICE_IDS) alone and at most %d segments (flags %#x, "
-                            "%zu segments)",
+                            "host: an inline launch takes FETCH | INLINE (and DEVICE_IDS) alone and at most %d "
+                            "segments (flags %#x, %zu segments)",
                             MDR_ZERO_PLAN_MAX, stage ? stage->flags : 0u, n);
   const uint64_t img = host_inline_class(stage, n, tokens);
   if (img == 0)
