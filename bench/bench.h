@@ -272,6 +272,8 @@ typedef struct runner {
 } runner;
 
 bool is_graph(strategy s);
+/* Whether strategy s declares step inputs (graph-fused-inputs, graph-fused-dev-inputs). */
+bool has_inputs(strategy s);
 void runner_step(void *arg, size_t tokens); /* a step_fn; arg is a runner */
 /* Set the runner up for strategy s; false (and *why) when s is unsupported. */
 bool runner_begin(runner *r, strategy s, const size_t *prepare, size_t n_prepare, const char **why);

@@ -36,8 +36,7 @@ static void upload_ids_eager(runner *r, size_t tokens) {
 
 size_t input_sequences(const runner *r, size_t tokens) { return tokens < r->max_seqs ? tokens : r->max_seqs; }
 
-/* The strategies that declare step inputs. */
-static bool has_inputs(strategy s) { return s == STRAT_GRAPH_FUSED_INPUTS || s == STRAT_GRAPH_FUSED_DEV_INPUTS; }
+bool has_inputs(strategy s) { return s == STRAT_GRAPH_FUSED_INPUTS || s == STRAT_GRAPH_FUSED_DEV_INPUTS; }
 
 void runner_step(void *arg, size_t tokens) {
   runner *r = arg;

@@ -128,8 +128,7 @@ static void measure_group(bench_env *e, runner *rs, bench_case **cases, size_t n
       c->floor_replay_us = summarize(replay[i], reps).med;
     }
     c->cpu = summarize(cpu[i], cpu_reps);
-    if (r->strat == STRAT_GRAPH_FUSED_INPUTS || r->strat == STRAT_GRAPH_FUSED_DEV_INPUTS)
-      c->copy_us = input_copy_us(r, c->tokens, cpu_reps);
+    if (has_inputs(r->strat)) c->copy_us = input_copy_us(r, c->tokens, cpu_reps);
 #ifdef MDR_HAVE_CUDA
     if (e->gpu.on) {
       c->loop_us = gpu_time_loop(&e->gpu, runner_step, r, c->tokens, reps);
