@@ -260,8 +260,8 @@ mdr_stage_desc mdr_staging_desc(const mdr_staging *s, mdr_dptr token_ids, uint32
 }
 
 uint32_t mdr_staging_spread(const mdr_staging *s, size_t g, size_t copy_s, int host_ids) {
-  if (!host_ids || s->n_inputs == 0) return 0;
-  uint64_t bytes = (uint64_t)g * 4u;
+  if (s->n_inputs == 0) return 0;
+  uint64_t bytes = host_ids ? (uint64_t)g * 4u : 0u;
   for (size_t i = 0; i < s->n_inputs; i++) {
     if (s->inputs[i].src) return 0; /* a device-resident input: its pass is one block's */
     bytes += mdr_stage_input_rows(&s->inputs[i], g, copy_s) * s->inputs[i].row_bytes;

@@ -172,8 +172,9 @@ mdr_stage_desc mdr_staging_desc(const mdr_staging *s, mdr_dptr token_ids, uint32
 /* The flags bits (MDR_STAGE_SPREAD_MASK) that spread a static ring launch's
  * stage of count g at copy sequences copy_s over several blocks, a block a
  * MDR_STAGE_SPREAD_VECS vectors of its slot's read: 0 (one block) unless
- * the cache declares inputs, every one with host values, and the launch
- * reads its ids from the slot (`host_ids`). */
+ * the cache declares inputs, every one with host values. `host_ids`: the
+ * launch reads its ids from the slot too (else from the device, and the
+ * slot's ids room is not read). */
 uint32_t mdr_staging_spread(const mdr_staging *s, size_t g, size_t copy_s, int host_ids);
 
 /* Device address of the uint32 count words: the step's tokens, then its

@@ -573,9 +573,10 @@ static int zf_build(const mdr_zero_seg *segs, size_t n, uint64_t tokens, const m
   if (j == 0) flags |= stage_flags & (MDR_STAGE_FETCH | MDR_STAGE_DEVICE_IDS | MDR_STAGE_INLINE);
   if (j == launches - 1) flags |= stage_flags & MDR_STAGE_ADVANCE;
   /* a stage spread over several blocks: one launch that fetches and
-   * advances, ids and inputs from a ring slot */
+   * advances, its inputs from a ring slot (its ids from the slot too, or
+   * from the device by the first stage block) */
   if ((flags & (MDR_STAGE_FETCH | MDR_STAGE_ADVANCE)) == (MDR_STAGE_FETCH | MDR_STAGE_ADVANCE) &&
-      !(flags & (MDR_STAGE_DEVICE_IDS | MDR_STAGE_INLINE | MDR_STAGE_DYNAMIC)))
+      !(flags & (MDR_STAGE_INLINE | MDR_STAGE_DYNAMIC)))
     flags |= stage->flags & MDR_STAGE_SPREAD_MASK;
   if (flags) p->stage = *stage;
   p->flags = flags;

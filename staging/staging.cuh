@@ -81,6 +81,20 @@ __device__ __forceinline__ void mdr_stage_device_ids(const mdr_stage_desc &st, u
   for (uint32_t i = t + threadIdx.x; i < copy; i += MDR_STAGE_BLOCK) dst[i] = st.pad_id;
 }
 
+/* Device ids copied before the rest of a stage block's work, by the
+ * block's last threads (thread MDR_STAGE_BLOCK - 1 - i: id i, then its
+ * pad): an inline image's vectors are the first threads'
+ * (mdr_stage_copy_image), so the ids' round trip to device memory runs
+ * beside the image's copy instead of after it, and nothing is held in
+ * registers across the copy. Then pad_id up to `copy`. */
+__device__ __forceinline__ void mdr_stage_device_ids_ahead(const mdr_stage_desc &st, uint32_t t, uint32_t copy) {
+  uint32_t *dst = (uint32_t *)st.token_ids;
+  const uint32_t r = MDR_STAGE_BLOCK - 1u - threadIdx.x;
+  if (st.ids_src && st.ids_src != st.token_ids)
+    for (uint32_t i = r; i < t; i += MDR_STAGE_BLOCK) dst[i] = ((const uint32_t *)st.ids_src)[i];
+  for (uint32_t i = t + r; i < copy; i += MDR_STAGE_BLOCK) dst[i] = st.pad_id;
+}
+
 /* The input table into shared memory, one entry a thread (the
  * device-resident inputs and the DYNAMIC stager read it there). The caller
  * synchronises the block before reading s_in. */
@@ -429,6 +443,12 @@ __device__ __forceinline__ void mdr_stage_block(const mdr_stage_desc &st, uint32
    * plan split over several launches has its later ones only advance (a
    * copy there would write the sources' rows over the first launch's pad) */
   if (st.n_inputs && (flags & (MDR_STAGE_FETCH | MDR_STAGE_DEVICE_IDS))) {
+    /* an inline device-id step: the real count is in the image's header
+     * (the launch's own parameters, no round trip), so its ids are copied
+     * first, beside the image's copy, where they would otherwise follow it
+     * and a barrier on the step's critical path */
+    const bool pre = inl && fetch && (flags & MDR_STAGE_DEVICE_IDS);
+    if (pre) mdr_stage_device_ids_ahead(st, ((const mdr_stage_header *)slot)->tokens, copy);
     /* the header's load is issued with the slot's, and waited for after:
      * one plain 16-byte load, as the ids-only path reads it. The slot is
      * written before the launch is enqueued, so no stronger load is needed;
@@ -446,14 +466,18 @@ __device__ __forceinline__ void mdr_stage_block(const mdr_stage_desc &st, uint32
      * with no barrier; without one (and without device ids) the step is
      * done once the slot's loads are stored */
     const bool device_inputs = __ballot_sync(0xffffffffu, have && e.src != 0) != 0u;
-    if (device_inputs || (flags & MDR_STAGE_DEVICE_IDS)) {
+    /* device ids are the first stage block's alone: a launch that spreads
+     * its slot's read has the real count in that block only (the others'
+     * hv is the copy count) */
+    const bool ids_here = (flags & MDR_STAGE_DEVICE_IDS) && !pre && blk == 0;
+    if (device_inputs || ids_here) {
       if (threadIdx.x < 32u && have) s_in[threadIdx.x - 1u] = e;
       if (threadIdx.x == 0) {
         s_tokens = hv.x; /* mdr_stage_header: tokens, copy_tokens, sequences, copy_sequences */
         s_seqs = hv.z;
       }
       __syncthreads();
-      if (flags & MDR_STAGE_DEVICE_IDS) mdr_stage_device_ids(st, s_tokens, copy);
+      if (ids_here) mdr_stage_device_ids(st, s_tokens, copy);
       mdr_stage_device_inputs(st, s_in, s_tokens, s_seqs, copy, copy_s);
     }
     tokens = hv.x;

@@ -59,9 +59,10 @@ enum {
  * vectors: one block keeps at most MDR_STAGE_BLOCK * 4 16-byte loads of
  * host memory in flight, so a large slot (a block table of many sequences)
  * takes several round trips from one. The host sets it
- * (mdr_stage_spread_of) only for launches whose ids and inputs all come
- * from the slot; the last stage block to finish advances the counter and
- * the ack (mdr_stage_sync.done counts them). */
+ * (mdr_stage_spread_of) only for launches whose inputs all come from the
+ * slot (their ids from the slot too, or from the device: the first stage
+ * block copies those); the last stage block to finish advances the counter
+ * and the ack (mdr_stage_sync.done counts them). */
 #define MDR_STAGE_SPREAD_SHIFT 8u
 #define MDR_STAGE_SPREAD_MAX 16u
 #define MDR_STAGE_SPREAD_MASK ((MDR_STAGE_SPREAD_MAX - 1u) << MDR_STAGE_SPREAD_SHIFT)

@@ -33,9 +33,11 @@
  * A plain program (no Criterion): exit 0 when every case matches, 1 on a
  * mismatch; a fault aborts. Usage: stage_emulated [cases] [seed] [spread|inline]
  * (inline: every case an INLINE launch with inputs, its table in its
- * parameters or not, half of them with device ids;
+ * parameters or not, half of them with device ids, a third of them with
+ * over a thousand tokens;
  * spread: every case a launch whose stage is spread over 2-6 blocks, run
- * one after another, the counter checked unadvanced until the last). */
+ * one after another, the counter checked unadvanced until the last; half
+ * of them with device ids, which the first block alone copies). */
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
@@ -384,13 +386,15 @@ Case draw(Rng &g, bool spread, bool inl) {
       MDR_STAGE_FETCH | MDR_STAGE_INLINE | MDR_STAGE_DEVICE_IDS, /* the same, the ids from the device */
   };
   c.flags = flag_sets[g.below(sizeof flag_sets / sizeof flag_sets[0])];
-  if (spread) c.flags = MDR_STAGE_FETCH | MDR_STAGE_ADVANCE;
+  if (spread) c.flags = MDR_STAGE_FETCH | MDR_STAGE_ADVANCE | (g.below(2) ? (uint32_t)MDR_STAGE_DEVICE_IDS : 0u);
   if (inl) c.flags = MDR_STAGE_FETCH | MDR_STAGE_INLINE | (g.below(2) ? (uint32_t)MDR_STAGE_DEVICE_IDS : 0u);
   /* mostly small steps; some whose read takes more than one round */
-  c.max_tokens = g.below(6) == 0 ? 1024 + (uint32_t)g.below(4096) : 1 + (uint32_t)g.below(96);
+  c.max_tokens = g.below(inl ? 3 : 6) == 0 ? 1024 + (uint32_t)g.below(4096) : 1 + (uint32_t)g.below(96);
   c.max_seqs = 1 + (uint32_t)g.below(12);
   c.t = 1 + (uint32_t)g.below(c.max_tokens);
   c.copy = c.t + (uint32_t)g.below(c.max_tokens - c.t + 1);
+  /* ... and padded past the real count */
+  if (spread && (c.flags & MDR_STAGE_DEVICE_IDS) && c.t > 1 && c.copy == c.t) c.t -= 1 + (uint32_t)g.below(c.t - 1);
   const uint32_t smax = c.t < c.max_seqs ? c.t : c.max_seqs;
   c.s = 1 + (uint32_t)g.below(smax);
   c.copy_s = c.s + (uint32_t)g.below(c.max_seqs - c.s + 1);
@@ -398,6 +402,12 @@ Case draw(Rng &g, bool spread, bool inl) {
   c.step = (uint32_t)g.below(3 * c.slots);
   c.ids_mis = g.below(4) == 0 ? 4u * (uint32_t)g.below(4) : 0u; /* ids stay 4-byte aligned */
   c.ids_src_kind = (uint32_t)g.below(3);
+  /* spread device-id launches: ids from a buffer of their own (what only
+   * the first stage block, which knows the real count, may copy) */
+  if (spread && (c.flags & MDR_STAGE_DEVICE_IDS)) c.ids_src_kind = 2;
+  /* inline device-id launches: mostly from a buffer of their own (copied
+   * ahead of the image by the block's last threads, strided past a block) */
+  if (inl && (c.flags & MDR_STAGE_DEVICE_IDS) && g.below(4) != 0) c.ids_src_kind = 2;
   c.n = (uint32_t)g.below(MDR_STAGE_INPUTS_MAX + 1);
   if ((spread || inl) && c.n == 0) c.n = 1;
   const bool only_device = (c.flags & (MDR_STAGE_FETCH | MDR_STAGE_DYNAMIC)) == 0;
@@ -417,9 +427,11 @@ Case draw(Rng &g, bool spread, bool inl) {
     s.pad = g.next();
   }
   /* a third of the launches that may spread their read (fetch and advance
-   * from a ring slot, every input in it) take 2-6 stage blocks */
+   * from a ring slot, every input in it; the ids from it or from the
+   * device) take 2-6 stage blocks */
   c.blocks = 1;
-  if (c.flags == (MDR_STAGE_FETCH | MDR_STAGE_ADVANCE) && c.n > 0 && (spread || g.below(3) == 0)) {
+  if ((c.flags & ~(uint32_t)MDR_STAGE_DEVICE_IDS) == (MDR_STAGE_FETCH | MDR_STAGE_ADVANCE) && c.n > 0 &&
+      (spread || g.below(3) == 0)) {
     c.blocks = 2 + (uint32_t)g.below(5);
     for (uint32_t i = 0; i < c.n; i++) c.in[i].device = c.in[i].in_place = false;
   }

@@ -1917,9 +1917,14 @@ static void sp_init(sp_world *x, mdr_backend *b, const char *spread) {
   unsetenv("MDR_STAGE_SPREAD");
 }
 
-static mdr_status sp_step(sp_world *x, const sp_values *v) {
+/* A step of v: from the host, or (`ids_dev`, a device buffer) with its ids
+ * written there first and taken from the device. */
+static mdr_status sp_step(sp_world *x, const sp_values *v, mdr_dptr ids_dev) {
   const void *vals[1 + SP_IN] = {v->ids, v->pos, v->seqlen, v->table};
-  return mdr_graph_cache_step_inputs(x->w.c, vals, 1 + SP_IN, v->t, v->s);
+  if (!ids_dev) return mdr_graph_cache_step_inputs(x->w.c, vals, 1 + SP_IN, v->t, v->s);
+  cr_assert_eq(mdr_backend_copy_h2d(x->w.b, ids_dev, v->ids, 4 * v->t), MDR_OK);
+  vals[0] = NULL;
+  return mdr_graph_cache_step_inputs_device(x->w.c, ids_dev, vals, 1 + SP_IN, v->t, v->s);
 }
 
 static void sp_poison(sp_world *x) {
@@ -1975,8 +1980,11 @@ ParameterizedTestParameters(stage_inline, a_large_slot_spread_over_stage_blocks_
  * pad, byte for byte as one stage block does, checked after each step and
  * after runs of three rings' worth of steps queued back to back (the last
  * stage block of each advances the ring; a wrong advance would stall the
- * host or hand it a slot still being read). On the host backend the launch
- * carries the spread in its flags (the host's twin reads the slot whole). */
+ * host or hand it a slot still being read). Every other checked step takes
+ * its ids from a device buffer (the slot holds the inputs; the first stage
+ * block copies the ids). On the host backend the launch carries the spread
+ * in its flags, device-id steps' too (the host's twin reads the slot
+ * whole). */
 ParameterizedTest(tb_kind *kind, stage_inline, a_large_slot_spread_over_stage_blocks_lands_the_same_bytes,
                   .timeout = 120) {
   mdr_backend *host = tb_backend(*kind), *b = host, *fb = NULL;
@@ -1989,24 +1997,33 @@ ParameterizedTest(tb_kind *kind, stage_inline, a_large_slot_spread_over_stage_bl
   sp_init(&y, b, "0");
   uint64_t rng = 4242;
   static sp_values v;
-  int captures = 0;
+  mdr_dptr ids_x = 0, ids_y = 0;
+  cr_assert_eq(mdr_backend_alloc(b, 4 * M, &ids_x), MDR_OK);
+  cr_assert_eq(mdr_backend_alloc(b, 4 * M, &ids_y), MDR_OK);
+  int captures = 0, device_captures = 0;
   for (int k = 0; k < 3 * 40; k++) {
     sp_make(&rng, &v);
     const int queued = (k / 24) % 2 == 1; /* runs of 24 steps without a sync between them */
+    /* device ids on checked steps only: a queued step's buffer would be
+     * rewritten before the step ran */
+    const int dev = !queued && k % 2 == 1;
     if (!queued) {
       sp_poison(&x);
       sp_poison(&y);
     }
     /* a step that captures its count passes the stage to the backend */
     long fused = fb ? fault_backend_calls_of(fb, MDR_OP_ZERO_FUSED) : 0;
-    cr_assert_eq(sp_step(&x, &v), MDR_OK, "step %d: %s", k, mdr_backend_last_error(b));
+    cr_assert_eq(sp_step(&x, &v, dev ? ids_x : 0), MDR_OK, "step %d: %s", k, mdr_backend_last_error(b));
     if (fb && fault_backend_calls_of(fb, MDR_OP_ZERO_FUSED) != fused) {
       captures++;
-      const uint32_t blocks = mdr_stage_blocks_of(fault_backend_last_fused_stage(fb).flags);
-      cr_assert_geq(blocks, 2, "step %d (t %zu, s %zu): spread by default", k, v.t, v.s);
+      device_captures += dev;
+      const mdr_stage_desc st = fault_backend_last_fused_stage(fb);
+      cr_assert_eq(!!(st.flags & MDR_STAGE_DEVICE_IDS), dev, "step %d: the ids' source", k);
+      cr_assert_geq(mdr_stage_blocks_of(st.flags), 2, "step %d (t %zu, s %zu, %s ids): spread by default", k, v.t,
+                    v.s, dev ? "device" : "host");
     }
     fused = fb ? fault_backend_calls_of(fb, MDR_OP_ZERO_FUSED) : 0;
-    cr_assert_eq(sp_step(&y, &v), MDR_OK, "step %d: %s", k, mdr_backend_last_error(b));
+    cr_assert_eq(sp_step(&y, &v, dev ? ids_y : 0), MDR_OK, "step %d: %s", k, mdr_backend_last_error(b));
     if (fb && fault_backend_calls_of(fb, MDR_OP_ZERO_FUSED) != fused)
       cr_assert_eq(mdr_stage_blocks_of(fault_backend_last_fused_stage(fb).flags), 1, "MDR_STAGE_SPREAD=0");
     if (queued && (k + 1) % 24 != 0) continue;
@@ -2018,8 +2035,11 @@ ParameterizedTest(tb_kind *kind, stage_inline, a_large_slot_spread_over_stage_bl
   }
   bt_fini(&x);
   bt_fini(&y);
+  mdr_backend_free(b, ids_x);
+  mdr_backend_free(b, ids_y);
   if (fb) {
     cr_assert_gt(captures, 5, "counts captured, their stage seen");
+    cr_assert_gt(device_captures, 3, "device-id counts captured, their stage seen");
     cr_assert_eq(fault_backend_live(fb), 0, "nothing leaked");
     mdr_backend_destroy(fb);
   }
