@@ -70,6 +70,14 @@ def test_hf_decode_tiny(tmp_path):
         for path in ("a", "ref", "b", "d"):
             assert b["paths"][path]["gpu_ms"] > 0, (b["batch"], path)
         assert "unavailable" in b["paths"]["c"]
+        # host time paired step by step against (b), for every graph path
+        # driven beside it; the CPU target reads the paired figure
+        assert "cpu_us_minus_b" not in b["paths"]["b"]
+        for path in ("ref", "d"):
+            q = b["paths"][path]
+            assert q["cpu_us_minus_b_p10"] <= q["cpu_us_minus_b"] <= q["cpu_us_minus_b_p90"], (path, q)
+        assert b["targets"]["d_cpu_le_b_plus_3us"] == (b["paths"]["d"]["cpu_us_minus_b"] <= 3.0)
+    assert "CPU - (b) paired" in log, log
 
 
 def test_hf_decode_tiny_placement_and_profile(tmp_path):
