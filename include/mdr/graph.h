@@ -383,7 +383,8 @@ MDR_API mdr_status mdr_graph_cache_step_inputs(mdr_graph_cache *c, const void *c
  * arena's token_ids); values[0] is ignored. With step inputs declared, a
  * device step reads the counts (and any host inputs) from a staging slot,
  * or, for a small step, from the fused launch's parameters (inline, as a
- * host step's). */
+ * host step's). The launch copies the ids and the inputs in no set order:
+ * `token_ids` must not overlap an input's destination. */
 MDR_API mdr_status mdr_graph_cache_step_inputs_device(mdr_graph_cache *c, mdr_dptr token_ids,
                                                       const void *const *values, size_t n_values, size_t tokens,
                                                       size_t sequences);

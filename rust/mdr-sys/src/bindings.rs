@@ -1590,7 +1590,8 @@ extern "C" {
     /// arena's token_ids); values[0] is ignored. With step inputs declared, a
     /// device step reads the counts (and any host inputs) from a staging slot,
     /// or, for a small step, from the fused launch's parameters (inline, as a
-    /// host step's).
+    /// host step's). The launch copies the ids and the inputs in no set order:
+    /// `token_ids` must not overlap an input's destination.
     /// ```
     pub fn mdr_graph_cache_step_inputs_device(c: *mut mdr_graph_cache, token_ids: mdr_dptr, values: *const *const c_void, n_values: usize, tokens: usize, sequences: usize) -> mdr_status;
     /// `mdr_graph_cache_step_input_count` (graph.h).

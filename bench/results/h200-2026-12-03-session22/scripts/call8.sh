@@ -1,6 +1,7 @@
 #!/bin/bash
-# Call 8: as call 9, with hf_decode host-time loop interleaving the paths step by step (commit d3f89b4 before its
-# amendment): the paths share one static cache, so it overran the cache (device-side assert in index_copy_).
+# Call 8: as call 9, with hf_decode's host-time loop interleaving the paths step by step (the first form of
+# commit 03b9044, amended before it reached main): the paths share one static cache, so it overran the cache
+# (device-side assert in index_copy_).
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
 d=/tmp/s22c8; b=/tmp/b22c8; rm -rf $d; mkdir -p $d; t0=$SECONDS; nvidia-smi -L > $d/checks.txt
 ( cmake -S . -B $b -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CUDA_ARCHITECTURES=90 -DMDR_BUILD_TESTS=OFF \
