@@ -1688,7 +1688,9 @@ class GraphCache(_Object):
 
         ids: as for step() (a CUDA int32 tensor, a device address given as
         mdr.DeviceMemory, or None for ids already in token_ids, take the
-        device-id path; `tokens` is then required unless a tensor says it).
+        device-id path; `tokens` is then required unless a tensor says it;
+        the step copies device ids and the inputs in no set order, so such
+        ids must not overlap an input's destination).
         values: {name: values} (or a sequence in declaration order) for every
         input that takes host values; each a list, a numpy array or a CPU
         tensor, flat or (rows, width), converted to the input's dtype (ints

@@ -505,7 +505,9 @@ impl<'a> GraphCache<'a> {
 
     /// [`step_inputs`](Self::step_inputs) with the ids in device memory
     /// (`mdr_graph_cache_step_inputs_device`): the first `tokens` uint32 of
-    /// `ids`, or `None` when they are in the arena's token_ids already.
+    /// `ids`, or `None` when they are in the arena's token_ids already. The
+    /// step copies the ids and the inputs in no set order, so `ids` must not
+    /// overlap an input's destination.
     pub fn step_inputs_device(&mut self, ids: Option<&'a DeviceBuffer<'_>>, tokens: usize, sequences: usize, values: &[Values<'_>]) -> Result<()> {
         if let Some(b) = ids {
             if tokens.checked_mul(4).map_or(true, |n| n > b.len()) {
