@@ -128,11 +128,22 @@ mdr_status mdr_staging_wait(mdr_staging *s, mdr_stream stream) {
   return st;
 }
 
-/* Fill `rows` elements of elem_bytes bytes at dst with the low bytes of v. */
+/* Fill n elements of elem_bytes bytes at dst with the low bytes of v. A
+ * padded block table is hundreds of elements: past a few, the filled
+ * prefix is copied onto the rest, doubling (log n copies, not n). */
 static void fill_elems(unsigned char *dst, size_t n, size_t elem_bytes, uint64_t v) {
-  unsigned char e[8];
-  for (size_t k = 0; k < elem_bytes; k++) e[k] = (unsigned char)(v >> (8 * k)); /* little-endian, as the device */
-  for (size_t i = 0; i < n; i++) memcpy(dst + i * elem_bytes, e, elem_bytes);
+  if (n == 0) return;
+  for (size_t k = 0; k < elem_bytes; k++) dst[k] = (unsigned char)(v >> (8 * k)); /* little-endian, as the device */
+  const size_t total = n * elem_bytes;
+  if (n <= 16) {
+    for (size_t at = elem_bytes; at < total; at += elem_bytes) memcpy(dst + at, dst, elem_bytes);
+    return;
+  }
+  for (size_t done = elem_bytes; done < total;) {
+    const size_t c = done < total - done ? done : total - done;
+    memcpy(dst + done, dst, c);
+    done += c;
+  }
 }
 
 /* The writer of a slot or an inline image: the header, the ids, each host

@@ -74,6 +74,61 @@ Test(staging, a_slot_holds_the_header_the_ids_and_the_pad) {
   mdr_backend_destroy(b);
 }
 
+/* Every host input's rows past the step's counts, up to the copy counts,
+ * hold its pad value (its low elem_bytes bytes, little-endian), for each
+ * element size and for pads of 1 to a few hundred elements (the filler
+ * copies in doubling runs past 16); the real rows hold the values, and the
+ * slot past the copied rows is not written. */
+Test(staging, host_inputs_pad_rows_past_the_count_with_their_pad_value) {
+  mdr_backend *b = tb_backend(TB_HOST);
+  enum { SEQS = 12, N_IN = 4 };
+  static const uint32_t elem[N_IN] = {1, 2, 4, 8}, width[N_IN] = {1, 3, 37, 129};
+  static const uint64_t pad[N_IN] = {0xA1, 0xB2C3, 0xD4E5F607u, 0x0102030405060708ull};
+  mdr_dptr dst[N_IN];
+  mdr_stage_input in[N_IN];
+  uint64_t max_rows[N_IN];
+  memset(in, 0, sizeof in);
+  for (int i = 0; i < N_IN; i++) {
+    cr_assert_eq(mdr_backend_alloc(b, SEQS * width[i] * elem[i], &dst[i]), MDR_OK);
+    in[i] = (mdr_stage_input){.dst = dst[i], .pad = pad[i], .row_bytes = width[i] * elem[i],
+                              .rows = MDR_STAGE_ROWS_SEQUENCES, .max_rows = SEQS, .elem_bytes = elem[i]};
+    max_rows[i] = SEQS;
+  }
+  mdr_staging s;
+  cr_assert_eq(mdr_staging_init(&s, b, MAX_TOKENS, in, max_rows, N_IN), MDR_OK, "%s", mdr_backend_last_error(b));
+  static unsigned char vals[N_IN][SEQS * 129 * 8];
+  for (int i = 0; i < N_IN; i++)
+    for (size_t k = 0; k < sizeof vals[i]; k++) vals[i][k] = (unsigned char)(k * 7 + i + 1);
+  const void *values[N_IN] = {vals[0], vals[1], vals[2], vals[3]};
+  const uint32_t ids[MAX_TOKENS] = {5};
+  static const size_t cases[][2] = {{1, 2}, {3, 3}, {1, 12}, {5, 8}, {11, 12}, {2, 6}};
+  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+    const size_t real = cases[c][0], copy = cases[c][1];
+    unsigned char *slot = s.ring_host + (s.host_step % MDR_GRAPH_STAGING_SLOTS) * s.slot_bytes;
+    memset(slot, 0x5A, s.slot_bytes);
+    const mdr_staging_step w = {.ids = ids, .values = values, .tokens = SEQS, .copy_tokens = SEQS,
+                                .sequences = real, .copy_sequences = copy};
+    mdr_staging_write(&s, &w);
+    for (int i = 0; i < N_IN; i++) {
+      const unsigned char *at = slot + s.inputs[i].offset;
+      const size_t rb = in[i].row_bytes;
+      cr_assert_eq(memcmp(at, vals[i], real * rb), 0, "input %d, case %zu: the real rows", i, c);
+      for (size_t e = 0; e < (copy - real) * width[i]; e++)
+        for (uint32_t k = 0; k < elem[i]; k++)
+          cr_assert_eq(at[real * rb + e * elem[i] + k], (unsigned char)(pad[i] >> (8 * k)),
+                       "input %d (%u-byte elements), case %zu (%zu of %zu rows): pad element %zu, byte %u", i,
+                       elem[i], c, real, copy, e, k);
+      if (copy < SEQS)
+        cr_assert_eq(at[copy * rb], 0x5A, "input %d, case %zu: the slot past the copied rows untouched", i, c);
+    }
+    s.host_step++;
+    *s.ack_host = s.host_step;
+  }
+  mdr_staging_fini(&s);
+  for (int i = 0; i < N_IN; i++) mdr_backend_free(b, dst[i]);
+  mdr_backend_destroy(b);
+}
+
 /* The host backend's streams are always idle: a ring full of slots the
  * device never released is reported, with the launch's true number. */
 Test(staging, an_idle_stream_with_the_slot_still_held_is_a_clear_error) {
