@@ -21,7 +21,8 @@ Variants:
              (MDR_STAGE_INLINE_PARAM_MAX holds the fused kernel's parameter
              block, plan and image, at either size)
   span       a diagnostic: every block of a staged zero_static_kernel
-             launch stamps its start and end (%globaltimer); one launch
+             launch, and of an inline list or table kernel launch,
+             stamps its start and end (%globaltimer); one launch
              in 64 prints where the stage blocks ran against the zeroing
              blocks ("span ..." lines; the report's medians)
   fine       a diagnostic: SM clock stamps of a ring step's stage block
@@ -204,15 +205,19 @@ LB1 = [(KFU, ("__global__ void __launch_bounds__(ZF_BLOCK)\n    zero_static_kern
               "__global__ void __launch_bounds__(ZF_BLOCK, 1)\n    zero_table_inline_kernel("))]
 
 # span: a diagnostic. Every block of a staged zero_static_kernel launch
-# (ring or inline) stamps its start and end (%globaltimer, ns); the last
+# (ring or inline), and of the inline list and table kernels
+# (zero_list_inline_kernel, zero_table_inline_kernel: small steps under
+# MDR_ROWS_ALL), stamps its start and end (%globaltimer, ns); the last
 # block to finish prints, one launch in 64, where the stage blocks ran
 # against the zeroing blocks, all relative to the launch's first block:
 # stage0/stage1 the stage blocks' first start and last end, z0 the first
 # zeroing block's start, zlast the last zeroing block's start (a later
 # wave), zend the last zeroing block's end, kernel the launch's span, gap
-# the time from the previous stamped launch's end to this one's start.
+# the time from the previous stamped launch's end to this one's start;
+# dev=1 for a launch whose ids come from the device (DEVICE_IDS).
 # "span ..." lines in the bench logs; the report takes their medians. Does
-# a ring step's stage block finish last, or hold a zeroing block back?
+# a ring step's stage block finish last, or hold a zeroing block back? Does
+# an inline device-id step's?
 SPAN_KERNEL_HEAD = (
     "template <int CAP, int STAGED>\n__global__ void __launch_bounds__(ZF_BLOCK)\n    zero_static_kernel(",
     "#include <stdio.h>\n"
@@ -229,9 +234,9 @@ SPAN_KERNEL_HEAD = (
     "struct zf_lab_span {\n"
     "  unsigned long long t;\n"
     "  int role, kind;\n"
-    "  unsigned tokens, inputs;\n"
-    "  __device__ zf_lab_span(int staged, unsigned first, unsigned tok, unsigned n)\n"
-    "      : t(0), role(0), kind(staged), tokens(tok), inputs(n) {\n"
+    "  unsigned tokens, inputs, dev;\n"
+    "  __device__ zf_lab_span(int staged, unsigned first, unsigned tok, unsigned n, unsigned d)\n"
+    "      : t(0), role(0), kind(staged), tokens(tok), inputs(n), dev(d) {\n"
     "    if (staged && (gridDim.y > 1 ? blockIdx.y == 0 : blockIdx.x < first))\n"
     "      role = gridDim.y > 1 && blockIdx.x >= first ? 2 : 1; /* 1 stage, 2 an idle block of row 0 */\n"
     "    if (threadIdx.x == 0) t = zf_lab_now();\n"
@@ -257,8 +262,8 @@ SPAN_KERNEL_HEAD = (
     "    const unsigned long long t0 = v->t0, s0 = v->s0, s1 = v->s1, z0 = v->z0, zl = v->zl, ze = v->ze;\n"
     "    const unsigned long long end = ze > s1 ? ze : s1;\n"
     "    if ((v->launches & 63u) == 20u)\n"
-    "      printf(\"span kind=%s tokens=%u inputs=%u gx=%u gy=%u stage0=%lld stage1=%lld z0=%lld zlast=%lld \"\n"
-    "             \"zend=%lld kernel=%lld gap=%lld\\n\", kind == 2 ? \"inline\" : \"ring\", tokens, inputs,\n"
+    "      printf(\"span kind=%s tokens=%u inputs=%u dev=%u gx=%u gy=%u stage0=%lld stage1=%lld z0=%lld \"\n"
+    "             \"zlast=%lld zend=%lld kernel=%lld gap=%lld\\n\", kind == 2 ? \"inline\" : \"ring\", tokens, inputs, dev,\n"
     "             gridDim.x, gridDim.y, s0 == ~0ull ? -1ll : (long long)(s0 - t0),\n"
     "             s0 == ~0ull ? -1ll : (long long)(s1 - t0), z0 == ~0ull ? -1ll : (long long)(z0 - t0),\n"
     "             z0 == ~0ull ? -1ll : (long long)(zl - t0), z0 == ~0ull ? -1ll : (long long)(ze - t0),\n"
@@ -279,7 +284,15 @@ SPAN_KERNEL_HEAD = (
 SPAN_GUARD = (
     "  const unsigned first = STAGED == ZF_STAGED ? mdr_stage_blocks_of(p.flags) : STAGED ? 1u : 0u;\n",
     "  const unsigned first = STAGED == ZF_STAGED ? mdr_stage_blocks_of(p.flags) : STAGED ? 1u : 0u;\n"
-    "  zf_lab_span lab_span(STAGED, first, (unsigned)p.tokens, p.stage.n_inputs);\n")
+    "  zf_lab_span lab_span(STAGED, first, (unsigned)p.tokens, p.stage.n_inputs,\n"
+    "                       (p.flags & MDR_STAGE_DEVICE_IDS) != 0u);\n")
+
+
+def span_inline(kernel, params):
+    """The span stamps in an inline kernel (its block 0 the stage block)."""
+    head = f"    {kernel}(const __grid_constant__ {params}<IMG> a) {{\n"
+    return (KFU, (head, head + "  zf_lab_span lab_span(2, 1u, (unsigned)a.p.tokens, a.p.stage.n_inputs,\n"
+                                "                       (a.p.flags & MDR_STAGE_DEVICE_IDS) != 0u);\n"))
 
 # drvlaunch: the graph launch through the driver's cuGraphLaunch (its entry
 # point taken once, at the first launch) where main calls the runtime's
@@ -355,7 +368,9 @@ VARIANTS = {
     "lb8": launch_bounds(8),
     "lb6": launch_bounds(6),
     "drvlaunch": DRVLAUNCH,
-    "span": [(KFU, SPAN_KERNEL_HEAD), (KFU, SPAN_GUARD)],
+    "span": [(KFU, SPAN_KERNEL_HEAD), (KFU, SPAN_GUARD),
+             span_inline("zero_list_inline_kernel", "zf_list_inline_params_t"),
+             span_inline("zero_table_inline_kernel", "zf_table_inline_params_t")],
     "inline512": inline_bytes(512),
     "inline2k": inline_bytes(2048),
     "fine": FINE + [(CUH, fine_copy(False))],
@@ -637,7 +652,8 @@ def span_report(out, names):
                     continue
                 kv = dict(x.split("=", 1) for x in line.split()[1:] if "=" in x)
                 try:
-                    k = (n, kv["kind"], int(kv["tokens"]), int(kv["inputs"]), kv["gx"] + "x" + kv["gy"])
+                    k = (n, kv["kind"] + ("/dev" if kv.get("dev") == "1" else ""), int(kv["tokens"]),
+                         int(kv["inputs"]), kv["gx"] + "x" + kv["gy"])
                     vals = [int(kv[x]) for x in SPAN_FIELDS]
                 except (KeyError, ValueError):
                     continue
@@ -645,12 +661,12 @@ def span_report(out, names):
     if not groups:
         return []
     lines = ["\n== span stamps (ns from the launch's first block; medians over n launches)",
-             f"{'variant':>14s} {'kind':>6s} {'tokens':>6s} {'inputs':>6s} {'grid':>9s} {'n':>5s} " +
+             f"{'variant':>14s} {'kind':>10s} {'tokens':>6s} {'inputs':>6s} {'grid':>9s} {'n':>5s} " +
              " ".join(f"{x:>7s}" for x in SPAN_FIELDS)]
     for k in sorted(groups):
         v = groups[k]
         cols = [statistics.median(r[i] for r in v) for i in range(len(SPAN_FIELDS))]
-        lines.append(f"{k[0]:>14s} {k[1]:>6s} {k[2]:6d} {k[3]:6d} {k[4]:>9s} {len(v):5d} " +
+        lines.append(f"{k[0]:>14s} {k[1]:>10s} {k[2]:6d} {k[3]:6d} {k[4]:>9s} {len(v):5d} " +
                      " ".join(f"{c:7.0f}" for c in cols))
     return lines
 
