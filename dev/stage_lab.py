@@ -34,6 +34,9 @@ Variants:
   devpass    a step with inputs runs the device-input pass and its
              barrier even with no device-resident input (as before the
              warp vote that skips them)
+  idswarp    an inline device-id step's last warp (the one that copies
+             the ids) takes no part in the image's copy when the image's
+             vectors do not reach it
   lb8, lb6   every zeroing kernel that can stage under
              __launch_bounds__(ZF_BLOCK, 8 or 6): 32 or 40 registers where
              ptxas gives the staged ones 64 (the stage code's), so eight or
@@ -193,6 +196,21 @@ FINE = [(CUH, STAMP_INC), (CUH, FINE_SIG), (CUH, FINE_ROUND), (CUH, FINE_START),
 # vote's effect alone.
 DEVPASS = [(CUH, ("    const bool device_inputs = __ballot_sync(0xffffffffu, have && e.src != 0) != 0u;\n",
                   "    const bool device_inputs = __ballot_sync(0xffffffffu, have && e.src != 0) != 0u || st.n_inputs != 0u;\n"))]
+
+# idswarp: an inline device-id step's last warp, which copies the ids
+# (mdr_stage_device_ids_ahead), takes no part in the image's copy when the
+# image's vectors do not reach it (images to 3.5 KiB), so the ids' round
+# trip no longer delays that warp's share of the copy: span (call 10 of
+# bench/results/h200-2026-12-03-session22/) has the device-id step's stage
+# block ending 0.26-0.64 us after the host-id step's, the stage block being
+# the inline kernel's critical path at 1-8 tokens.
+IDSWARP = [(CUH, (
+    "    if (fetch && inl && st.inline_bytes) /* one stage block: an inline launch's */\n"
+    "      mdr_stage_copy_image(st, e, have, slot, !(flags & MDR_STAGE_DEVICE_IDS), copy, copy_s, &hv);\n",
+    "    if (fetch && inl && st.inline_bytes) { /* one stage block: an inline launch's */\n"
+    "      if (!(pre && threadIdx.x >= MDR_STAGE_BLOCK - 32u && (st.inline_bytes + 15u) / 16u <= MDR_STAGE_BLOCK - 32u))\n"
+    "        mdr_stage_copy_image(st, e, have, slot, !(flags & MDR_STAGE_DEVICE_IDS), copy, copy_s, &hv);\n"
+    "    }\n"))]
 
 # lb1: the staged kernels' static and table-inline forms under
 # __launch_bounds__(256, 1): ptxas then gives them 72 registers where it
@@ -376,6 +394,7 @@ VARIANTS = {
     "fine": FINE + [(CUH, fine_copy(False))],
     "twice": FINE + [(CUH, fine_copy(True))],
     "devpass": DEVPASS,
+    "idswarp": IDSWARP,
     "lb1": LB1,
     "inlack": [(CUH, ("    if (last && (flags & MDR_STAGE_ADVANCE) && !inl) {\n",
                       "#if defined(__CUDA_ARCH__) /* the device only: the emulation checks the ack word */\n"
