@@ -65,12 +65,15 @@
 # scripts/fetch-criterion-debs.sh (docs/GPU-MACHINE.md).
 set -uo pipefail
 # NVLink multicast stays off on the shared GPU machines, for this script and
-# every child (docs/GPU-MACHINE.md).
+# every child (docs/GPU-MACHINE.md); scripts/device-env.sh sets it again,
+# with Criterion's paths.
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 out=${1:?usage: device-check.sh OUT [phase...]}
 shift
 phases=${*:-build tests sanitize variants decode bench peer}
 cd "$(dirname "$0")/.."
+# shellcheck source=scripts/device-env.sh
+. scripts/device-env.sh
 mkdir -p "$out"
 log="$out/device-check.log"
 summary="$out/summary.txt"
@@ -85,12 +88,6 @@ run() { # name, command...: run, log, record pass/fail
   else note "FAIL $name (rc $?, $((SECONDS - t0)) s) — see $name.log"; tail -20 "$out/$name.log"; fi
 }
 
-if [ -d .device-deps/criterion ] && ! pkg-config --exists criterion 2>/dev/null; then
-  mkdir -p /tmp/crit && for f in .device-deps/criterion/*.deb; do dpkg -x "$f" /tmp/crit; done
-  export CMAKE_PREFIX_PATH=/tmp/crit/usr
-  export LD_LIBRARY_PATH=/tmp/crit/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
-  export PKG_CONFIG_PATH=/tmp/crit/usr/lib/x86_64-linux-gnu/pkgconfig PKG_CONFIG_SYSROOT_DIR=/tmp/crit
-fi
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv >"$out/gpu.txt" 2>&1
 nvcc --version | tail -1 >>"$out/gpu.txt"
 

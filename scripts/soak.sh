@@ -16,6 +16,11 @@
 set -uo pipefail
 out=${1:-soak-out}
 cd "$(dirname "$0")/.."
+# Criterion (needed to configure tests/) from .device-deps when not
+# installed, and NVLink multicast off for every child, as
+# scripts/device-check.sh does.
+# shellcheck source=scripts/device-env.sh
+. scripts/device-env.sh
 mkdir -p "$out"
 build=${BUILD:-build-soak}
 steps=${STEPS:-100000}
@@ -35,14 +40,6 @@ run() { # name, command...: run, log, record pass/fail with the soak's last line
   else summary+=("FAIL $name (rc $rc, $((SECONDS - t0)) s): ${last:-no final line}; see $out/$name.log"); failed=1; fi
 }
 
-# Criterion (needed to configure tests/) from .device-deps when not installed,
-# as scripts/device-check.sh does.
-if [ -d .device-deps/criterion ] && ! pkg-config --exists criterion 2>/dev/null; then
-  mkdir -p /tmp/crit && for f in .device-deps/criterion/*.deb; do dpkg -x "$f" /tmp/crit; done
-  export CMAKE_PREFIX_PATH=/tmp/crit/usr
-  export LD_LIBRARY_PATH=/tmp/crit/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
-  export PKG_CONFIG_PATH=/tmp/crit/usr/lib/x86_64-linux-gnu/pkgconfig PKG_CONFIG_SYSROOT_DIR=/tmp/crit
-fi
 if ! { cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CUDA_ARCHITECTURES=90 \
          -DMDR_BUILD_BENCH=OFF -DMDR_BUILD_EXAMPLES=OFF >"$out/configure.log" 2>&1 &&
        cmake --build "$build" -j "$(nproc)" --target mdr_soak >"$out/build.log" 2>&1; }; then

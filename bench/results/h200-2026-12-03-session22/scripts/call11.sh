@@ -3,10 +3,7 @@
 # device-id step's last warp, which copies the ids, takes no part in the image's copy) against main, GLM-5.3,
 # 1-16 sequences, both policies, host-id and device-id steps with and without inputs, three interleaved runs
 # pinned to CPU 3.
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-mkdir -p /tmp/crit && for f in .device-deps/criterion/*.deb; do dpkg -x "$f" /tmp/crit; done
-export LD_LIBRARY_PATH=/tmp/crit/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
-export CMAKE_PREFIX_PATH=/tmp/crit/usr PKG_CONFIG_PATH=/tmp/crit/usr/lib/x86_64-linux-gnu/pkgconfig PKG_CONFIG_SYSROOT_DIR=/tmp/crit
+. scripts/device-env.sh  # multicast off (NCCL_NVLS_ENABLE=0, children too), Criterion's paths
 d=/tmp/c11; rm -rf $d; mkdir -p $d; nvidia-smi -L > $d/checks.txt
 t1=$SECONDS
 timeout 470 python3 dev/stage_lab.py $d base idswarp --runs 3 --builds 2 --pin 3 -- \
