@@ -279,18 +279,18 @@ static void print_device_ids(const bench_env *e, const sweep *sw, const size_t *
 #define INPUTS_GOAL_MAX_TOKENS 64
 #define INPUTS_GOAL_US 0.3
 
-/* graph-fused-inputs beside graph-fused (the same EXACT fused graph, ids
- * only) at every count of the run, per preset and policy: medians and their
- * differences. On a GPU the difference is also given net of the 1-kernel
+/* A step with inputs beside the same step with ids only (the same EXACT
+ * fused graph): in_s beside ids_s, graph-fused-inputs beside graph-fused,
+ * or graph-fused-dev-inputs beside graph-fused-dev (`dev`: the ids on the
+ * device, the goal lines say so), at every count of the run, per preset
+ * and policy: medians and their differences. On a GPU the difference is
+ * also given net of the 1-kernel
  * replay timed beside each case (what a drift between the two cases moved
  * alike), and the goal line takes the larger of the two. The CPU
  * difference is given beside the copy floor (input_copy_us: a memcpy of the
  * same input bytes into pinned memory, which a step that copies its inputs
  * cannot avoid) and net of it; the goal line reads the difference itself
  * and names the largest net figure beside it. */
-/* The same for ids_s (ids only) and in_s (with the inputs): graph-fused
- * and graph-fused-inputs, or graph-fused-dev and graph-fused-dev-inputs
- * (`dev`: the ids on the device, the goal lines say so). */
 static void print_step_inputs_pair(const bench_env *e, const sweep *sw, strategy ids_s, strategy in_s, bool dev) {
   const options *o = e->o;
   const bool gpu = e->gpu.on;

@@ -119,7 +119,7 @@ else
   fail "device step inputs host run exited $?"; cat "$work/devin.err"
 fi
 
-# 7. --pin: the first CPU this shell may run on, then refusals
+# 8. --pin: the first CPU this shell may run on, then refusals
 cpu=$(awk '/^Cpus_allowed_list:/ {split($2, a, /[-,]/); print a[1]}' /proc/self/status)
 if "$bench" "${small[@]}" --pin "$cpu" --out "$work/pinned" >"$work/pinned.out" 2>"$work/pinned.err"; then
   grep -Eq "^pinned: CPU $cpu \(--pin\); runs on CPUs $cpu\$" "$work/pinned.out" \
