@@ -36,7 +36,8 @@ Variants:
              warp vote that skips them)
   idswarp    an inline device-id step's last warp (the one that copies
              the ids) takes no part in the image's copy when the image's
-             vectors do not reach it
+             vectors do not reach it (measured, not kept:
+             bench/results/h200-2026-12-04-session23/)
   lb8, lb6   every zeroing kernel that can stage under
              __launch_bounds__(ZF_BLOCK, 8 or 6): 32 or 40 registers where
              ptxas gives the staged ones 64 (the stage code's), so eight or
