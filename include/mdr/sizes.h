@@ -106,6 +106,8 @@ typedef struct mdr_sizes_options {
   bool glm_trim;           /* apply §7 when the family is MDR_FAMILY_GLM5_NEXT */
   size_t splitk_sm_count;  /* §5.6 Legacy slots; 0 is rejected */
 } mdr_sizes_options;
+/* Fill *o with those defaults (glm_trim false, splitk_sm_count 48). NULL o:
+ * nothing happens. */
 MDR_API void mdr_sizes_options_default(mdr_sizes_options *o);
 
 /* Every formula of SIZES.md with default options (untrimmed). Returns:

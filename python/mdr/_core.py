@@ -97,6 +97,8 @@ class _Object:
 
     @property
     def closed(self):
+        """True once close() was called (the native object may live on while
+        objects made from it do)."""
         return self._h is None or self._h.closed
 
     def __enter__(self):
@@ -322,6 +324,9 @@ class Sizes:
         return cls(s, mla=cfg.kv_lora_rank > 0)
 
     def total_bytes(self):
+        """The seed's total_bytes: the sum of every entry but o_latent and
+        norm_unit_w (mdr_sizes_total_bytes). mdr.SizeOverflowError when the sum
+        overflows."""
         n = c_size_t()
         _check(lib.mdr_sizes_total_bytes(byref(self._c), byref(n)), "mdr_sizes_total_bytes")
         return n.value
@@ -346,6 +351,9 @@ class Backend(_Object):
 
     @classmethod
     def cuda(cls, device=0):
+        """The CUDA backend on `device` (mdr_backend_cuda_create): every call
+        through it runs on that device. mdr.NoDeviceError without a driver or
+        that device, mdr.UnsupportedError in a build without CUDA."""
         d = _as_int(device, "device")
         p = c_void_p()
         st = lib.mdr_backend_cuda_create(d, byref(p))
@@ -357,18 +365,23 @@ class Backend(_Object):
 
     @classmethod
     def host(cls):
+        """The host backend: the CPU runs what the GPU would, graphs
+        included, so everything above the backend runs without a GPU."""
         p = c_void_p()
         _check(lib.mdr_backend_host_create(byref(p)), "mdr_backend_host_create")
         return cls._make(p.value, -1)
 
     @classmethod
     def default(cls):
+        """The CUDA backend on device 0 when one is present, else the host
+        backend (mdr_backend_create_default). Never fails for lack of a GPU."""
         p = c_void_p()
         _check(lib.mdr_backend_create_default(byref(p)), "mdr_backend_create_default")
         return cls._make(p.value, 0)
 
     @property
     def is_cuda(self):
+        """True for the CUDA backend, False for the host backend."""
         return self.name == "cuda"
 
     @property
@@ -388,6 +401,9 @@ class Backend(_Object):
         return Stream._make(self, s.value, owned=True)
 
     def synchronize(self, stream):
+        """Block until everything enqueued on `stream` has run: an mdr.Stream
+        of this backend, or on the CUDA backend an engine's own stream (a
+        torch stream or a cudaStream_t as an int). Not capture-safe."""
         b = self._ptr()
         self._check(lib.mdr_backend_synchronize(b, _stream_ptr(stream, self)),
                     "mdr_backend_synchronize")
@@ -413,6 +429,9 @@ class Backend(_Object):
         return buf.raw
 
     def fill(self, dst, value, nbytes):
+        """Set `nbytes` bytes at device address `dst` (an int, a BufferView
+        or a DeviceMemory) to the byte `value` (its low 8 bits), blocking: for
+        tests, tools and setup, not capture-safe. nbytes == 0 does nothing."""
         b = self._ptr()
         self._check(lib.mdr_backend_fill(b, _addr(dst), _as_int(value, "value") & 0xFF,
                                          _as_size(nbytes, "nbytes")), "mdr_backend_fill")
@@ -452,6 +471,9 @@ class DeviceMemory(_Object):
                           what="device memory")
 
     def view(self, dtype="uint8", shape=None):
+        """A BufferView of this memory as `dtype` (one of mdr.DTYPES), shaped
+        `shape` (default: 1-D, every whole element), for DLPack and
+        __cuda_array_interface__ consumers."""
         return BufferView._raw(self, "device_memory", self.ptr, self.nbytes, self.backend,
                                dtype, shape)
 
@@ -488,6 +510,8 @@ class Stream(_Object):
 
     @property
     def ptr(self):
+        """The native stream (a cudaStream_t on the CUDA backend) as an int.
+        mdr.ClosedError once the stream is closed."""
         return self._ptr()
 
     def synchronize(self):
@@ -706,6 +730,7 @@ class Arena(_Object):
 
     # -- buffers
     def names(self):
+        """The seed's buffer names, in the arena's order (mdr.BUFFER_NAMES)."""
         return list(BUFFER_NAMES)
 
     def buffer(self, name):
@@ -731,6 +756,7 @@ class Arena(_Object):
         return iter(BUFFER_NAMES)
 
     def buffers(self):
+        """Every buffer's BufferView, by name."""
         return {n: self.buffer(n) for n in BUFFER_NAMES}
 
     # -- zeroing
@@ -739,17 +765,26 @@ class Arena(_Object):
             raise error_for(st, _text(lib.mdr_backend_last_error(self.backend._h.ptr)), call)
 
     def zero_all(self, stream):
+        """Enqueue the seed's zero_all on `stream`: 18 buffers, whole, as
+        per-buffer memsets or one fused kernel (zero_strategy). Asynchronous
+        and capture-safe."""
         a = self._ptr()
         self._chk(lib.mdr_arena_zero_all(a, _stream_ptr(stream, self.backend)),
                   "mdr_arena_zero_all")
 
     def zero_all_rows(self, stream, tokens):
+        """Enqueue the seed's zero_all_rows(tokens) on `stream`: splitk_workspace,
+        logits and scratch whole, the other 15 buffers for the rows of `tokens`
+        tokens (under rows_policy "all", logits too only for its first
+        min(tokens, logits_rows) rows). Asynchronous and capture-safe."""
         a = self._ptr()
         self._chk(lib.mdr_arena_zero_all_rows(a, _stream_ptr(stream, self.backend),
                                               _as_size(tokens, "tokens")),
                   "mdr_arena_zero_all_rows")
 
     def zero_prefill_essentials(self, stream):
+        """Enqueue the seed's zero_prefill_essentials on `stream`: 7 buffers,
+        whole. Asynchronous and capture-safe."""
         a = self._ptr()
         self._chk(lib.mdr_arena_zero_prefill_essentials(a, _stream_ptr(stream, self.backend)),
                   "mdr_arena_zero_prefill_essentials")
@@ -766,6 +801,10 @@ class Arena(_Object):
 
     @property
     def zero_strategy(self):
+        """How the zeroing helpers clear memory: "memset" (one per buffer,
+        the default) or "fused" (one kernel); settable. Setting "fused" on a
+        backend without the fused kernel raises mdr.UnsupportedError and
+        leaves it unchanged."""
         return {0: "memset", 1: "fused"}.get(lib.mdr_arena_zero_strategy(self._ptr()))
 
     @zero_strategy.setter
@@ -777,6 +816,8 @@ class Arena(_Object):
 
     @property
     def rows_policy(self):
+        """The row policy of zero_all_rows: "seed" (the seed's coverage, the
+        default) or "all" (logits too only for the rows in use); settable."""
         return {0: "seed", 1: "all"}.get(lib.mdr_arena_rows_policy(self._ptr()))
 
     @rows_policy.setter
@@ -788,6 +829,10 @@ class Arena(_Object):
 
     @property
     def poison(self):
+        """Poison mode (settable; default off, MDR_POISON=1 at create turns it
+        on): zero_all_rows also fills what it leaves of each row-trimmed
+        buffer with 0xFF bytes (a NaN in bf16, fp16 and fp32), so a kernel
+        that reads rows it never wrote shows up. A debugging aid."""
         return bool(lib.mdr_arena_poison(self._ptr()))
 
     @poison.setter
@@ -797,6 +842,9 @@ class Arena(_Object):
     # -- tensor parallelism
     @property
     def window(self):
+        """The arena's window kind on its communicator: "none" (not on one),
+        "symmetric" (an NCCL symmetric window, registered once), "plain"
+        (device memory, no window) or "host" (a host communicator)."""
         if not has("mdr_arena_window"):
             return "none"
         return _text(lib.mdr_window_name(lib.mdr_arena_window(self._ptr())))
@@ -859,6 +907,10 @@ class Arena(_Object):
 
     @property
     def all_reduce_kernels(self):
+        """True when mdr's own all-reduce kernels can run on this arena (a
+        symmetric window, ranks in one NVLink domain, the NCCL mdr was built
+        with; a host communicator: True). Else its all-reduce goes through
+        NCCL."""
         return bool(lib.mdr_all_reduce_kernels(self._ptr()))
 
     def __repr__(self):
@@ -921,10 +973,12 @@ class BufferView:
 
     @property
     def itemsize(self):
+        """Bytes per element of the view's dtype."""
         return ITEMSIZE[self.dtype]
 
     @property
     def size(self):
+        """Elements in the view (the product of its shape)."""
         n = 1
         for d in self.shape:
             n *= d
@@ -1844,6 +1898,9 @@ class GraphCache(_Object):
             self._fail(st, "mdr_graph_cache_prepare")
 
     def stats(self):
+        """The cache's counters as a GraphStats (steps, hits, misses,
+        captures, evictions, eager steps and fallbacks, inline and device-id
+        steps, graph bytes and nodes, ...), copied now."""
         c = self._c()
         s = GraphStatsC()
         _check(lib.mdr_graph_cache_stats(c, byref(s)), "mdr_graph_cache_stats")
@@ -1853,6 +1910,9 @@ class GraphCache(_Object):
                           bool(s.poison), bool(s.memory_measured), s.inline_steps)
 
     def graph_tokens(self, tokens):
+        """The graph token count that serves a step of `tokens` tokens (EXACT:
+        tokens; LADDER: its rung; DYNAMIC: max_batch_tokens).
+        mdr.OutOfRangeError past max_batch_tokens or at 0."""
         c = self._c()
         out = c_size_t()
         self._fail(lib.mdr_graph_cache_graph_tokens(c, _as_size(tokens, "tokens"), byref(out)),
@@ -1860,6 +1920,9 @@ class GraphCache(_Object):
         return out.value
 
     def graph_info(self, tokens):
+        """A GraphInfo for the graph serving `tokens`: its token count,
+        whether it is cached (host-id and device-id graphs apart), its bytes
+        and nodes. Reads the cache only; errors as graph_tokens."""
         c = self._c()
         i = GraphInfoC()
         self._fail(lib.mdr_graph_cache_graph_info(c, _as_size(tokens, "tokens"), byref(i)),
@@ -1869,10 +1932,14 @@ class GraphCache(_Object):
 
     @property
     def zero_strategy(self):
+        """The zero strategy the cache's graphs use ("memset" or "fused"),
+        resolved at create."""
         return {0: "memset", 1: "fused"}.get(lib.mdr_graph_cache_zero_strategy(self._c()))
 
     @property
     def rows_policy(self):
+        """The row policy the cache's graphs use ("seed" or "all"), resolved
+        at create."""
         return {0: "seed", 1: "all"}.get(lib.mdr_graph_cache_rows_policy(self._c()))
 
     def close(self):
@@ -1922,14 +1989,25 @@ class Comm(_Object):
 
     @classmethod
     def host(cls, backends):
+        """Host communicators, one rank per host backend of `backends` (ranks
+        as threads of this process): their all-reduce runs the protocol of
+        mdr's kernels through shared host memory. A list of Comm, rank i on
+        backends[i]."""
         return cls._many(lib.mdr_comm_create_host, "mdr_comm_create_host", backends)
 
     @classmethod
     def local(cls, backends):
+        """The NCCL communicators of the local GPUs of `backends` (CUDA
+        backends on distinct devices, one process driving them all), made
+        and owned by mdr. A list of Comm, rank i on backends[i].
+        mdr.UnsupportedError without NCCL."""
         return cls._many(lib.mdr_comm_create_local, "mdr_comm_create_local", backends)
 
     @classmethod
     def adopt_nccl(cls, backend, nccl_comm):
+        """Adopt an engine's NCCL communicator (`nccl_comm`: its ncclComm_t as
+        an int) for the rank on CUDA backend `backend`. Borrowed: it must
+        outlive the Comm, and closing the Comm leaves it alone."""
         p = c_void_p()
         st = lib.mdr_comm_adopt_nccl(backend._ptr(), c_void_p(_as_size(nccl_comm, "nccl_comm")),
                                      byref(p))
@@ -1938,9 +2016,15 @@ class Comm(_Object):
 
     @staticmethod
     def nccl_available():
+        """True when this build of libmdr has NCCL."""
         return bool(lib.mdr_comm_nccl_available())
 
     def abort(self):
+        """Mark the communicator failed on every rank of this process:
+        collectives waiting on it, and every later one, fail with
+        mdr.StateError; mdr's spinning all-reduce kernels leave at once and
+        the streams stay usable. A communicator mdr made over NCCL is
+        aborted too; an adopted one is the engine's to abort. Thread-safe."""
         lib.mdr_comm_abort(self._ptr())
 
     def __repr__(self):

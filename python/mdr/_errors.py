@@ -17,6 +17,7 @@ STATUS_NAMES = ("OK", "INVALID_ARGUMENT", "OUT_OF_RANGE", "OVERFLOW", "OUT_OF_ME
 
 
 def status_string(status):
+    """The text of an mdr_status (an int), as mdr_status_string gives it."""
     s = _lib.lib.mdr_status_string(int(status))
     return s.decode() if s else "unknown status"
 
@@ -41,43 +42,58 @@ class Error(Exception):
 
     @property
     def status_name(self):
+        """The status's name ("INVALID_ARGUMENT", ...; mdr.STATUS_NAMES)."""
         s = self.status
         return STATUS_NAMES[s] if s is not None and 0 <= s < len(STATUS_NAMES) else str(s)
 
 
 class InvalidArgumentError(Error, ValueError, TypeError):
+    """MDR_ERR_INVALID_ARGUMENT: an argument mdr refuses (the text names it)."""
     status = INVALID_ARGUMENT
 
 
 class OutOfRangeError(Error, ValueError):
+    """MDR_ERR_OUT_OF_RANGE: a count past its limit (tokens past
+    max_batch_tokens, sequences past max_sequences, ...)."""
     status = OUT_OF_RANGE
 
 
 class SizeOverflowError(Error, OverflowError):
+    """MDR_ERR_OVERFLOW: a size computation overflowed size_t."""
     status = OVERFLOW
 
 
 class OutOfMemoryError(Error, MemoryError):
+    """MDR_ERR_OUT_OF_MEMORY: an allocation failed (host or device)."""
     status = OUT_OF_MEMORY
 
 
 class NoDeviceError(Error):
+    """MDR_ERR_NO_DEVICE: no CUDA driver, or no such device."""
     status = NO_DEVICE
 
 
 class BackendError(Error):
+    """MDR_ERR_BACKEND: the backend (CUDA, NCCL) failed; the text has its
+    own error."""
     status = BACKEND
 
 
 class CaptureError(Error):
+    """MDR_ERR_CAPTURE: a stream capture or a graph instantiation failed (a
+    body's failure included; the text names it)."""
     status = CAPTURE
 
 
 class UnsupportedError(Error):
+    """MDR_ERR_UNSUPPORTED: the backend or build lacks what the call needs."""
     status = UNSUPPORTED
 
 
 class StateError(Error):
+    """MDR_ERR_STATE: the call is not valid in the object's current state (a
+    cache's step called from its own body or from a second thread, an
+    aborted communicator, ...)."""
     status = STATE
 
 
@@ -92,6 +108,7 @@ _BY_STATUS = {INVALID_ARGUMENT: InvalidArgumentError, OUT_OF_RANGE: OutOfRangeEr
 
 
 def error_for(status, text="", call=None):
+    """The Error subclass instance for `status`, with `text` and `call`."""
     cls = _BY_STATUS.get(int(status))
     if cls is None:
         return Error(text, call, status=int(status))

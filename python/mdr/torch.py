@@ -247,6 +247,8 @@ class GraphCache(_GraphCache):
 
     @property
     def torch_stream(self):
+        """The torch.cuda.Stream over the cache's stream: the one bodies run
+        on, to make torch work wait for or follow the cache's steps."""
         return self._tstream
 
     @property

@@ -1180,7 +1180,8 @@ extern "C" {
     /// `mdr_sizes_options_default` (sizes.h).
     ///
     /// ```text
-    /// §5.6 Legacy slots; 0 is rejected
+    /// Fill *o with those defaults (glm_trim false, splitk_sm_count 48). NULL o:
+    /// nothing happens.
     /// ```
     pub fn mdr_sizes_options_default(o: *mut mdr_sizes_options);
     /// `mdr_sizes_from_config` (sizes.h).
