@@ -5,7 +5,7 @@
 # benchmark, and print a short table last. Everything is logged under OUT.
 #
 # Usage: bash scripts/device-check.sh OUT [phase...]
-#   phases: build tests sanitize variants sweep probe ncu decode soak bench peer compare variant tp tpsan arproto overhead floor params python rust hf
+#   phases: build tests sanitize variants sweep probe ncu decode soak bench peer compare variant tp tpsan arproto overhead floor paramload params python rust hf
 #   python: the Python package's pytest suite (GPU cases with torch) and python/bench_step.py
 #   rust: rust/gpu-out/run.sh, the Rust GPU bundle built elsewhere and carried (rust/gpu-tests.sh)
 #   arproto: mdr's all-reduce protocol on one GPU: the ar_gpu suite (AR_GPU_CALLS,
@@ -21,6 +21,9 @@
 #   overhead: the host's cost of a step, piece by piece, and its tails (dev/step_overhead_probe)
 #   floor: where a small device-id step's GPU time goes (dev/step_floor_probe,
 #     FLOOR_REPS reps per case)
+#   paramload: what the inline stage block pays to read its image from the
+#     kernel's parameters, beside ld.param and L2 (dev/param_load_probe,
+#     PARAMLOAD_REPS graph replays per case, default 200)
 #   params: issue 22 item 8, a small step's inputs in the kernel's parameters
 #     (node update per step) beside the staging slot, device-resident inputs
 #     and zeroing alone (dev/step_params_probe, PARAMS_REPS reps per case,
@@ -267,6 +270,9 @@ if has overhead; then
 fi
 if has floor; then
   run floor $build/dev/step_floor_probe --reps "${FLOOR_REPS:-300}" --csv "$out/step_floor.csv"
+fi
+if has paramload; then
+  run paramload $build/dev/param_load_probe --reps "${PARAMLOAD_REPS:-200}" --csv "$out/param_load.csv"
 fi
 if has params; then
   run params $build/dev/step_params_probe --reps "${PARAMS_REPS:-2000}" --csv "$out/step_params.csv" ${PARAMS_ARGS:-}
