@@ -60,7 +60,8 @@ Variants:
              those of its graph's last node update skips the update
              (mdr-bench stages the same ids every step): does a graph
              launched with no update since its last launch, as a ring
-             step's always is, take longer on the GPU?
+             step's always is, take longer on the GPU? (No:
+             bench/results/h200-2026-12-04-session23/, call 5)
   inlack     a diagnostic: on the device, an inline launch whose descriptor
              has the ring's words (the graph cache's) also writes the ack
              word (the value it holds: the counter's), so an inline step
