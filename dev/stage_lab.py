@@ -435,8 +435,8 @@ VARIANTS = {
                       "    if (last && (flags & MDR_STAGE_ADVANCE) && !inl) {\n"))],
     "inlsame": INLSAME,
     # (and the test of the 32 MiB rule expects the long plan's steps inline)
-    "seedinline": [("graphs/graph_cache.c", ("#define LARGE_INLINE_ZERO_MAX (32u << 20)\n",
-                                             "#define LARGE_INLINE_ZERO_MAX (1u << 30)\n")),
+    "seedinline": [(GC, ("#define LARGE_INLINE_ZERO_MAX (32u << 20)\n",
+                          "#define LARGE_INLINE_ZERO_MAX (1u << 30)\n")),
                    ("tests/test_stage_inline.c", ("s1.inline_steps - s0.inline_steps, mib[k] > 32 ? 0u : 1u,",
                                                   "s1.inline_steps - s0.inline_steps, 1u,"))],
 }
