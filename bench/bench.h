@@ -77,6 +77,9 @@ typedef enum strategy {
   STRAT_GRAPH_FUSED_DEV_INPUTS, /* graph-fused-dev with the same inputs from the host
                                    (mdr_graph_cache_step_inputs_device): a decode step whose ids
                                    the previous step's sampling left on the device */
+  STRAT_GRAPH_FUSED_INPUTS_DEVTABLE, /* graph-fused-inputs with the block table kept in device memory by
+                                        the engine (device_src at its destination): the step stages
+                                        the ids, positions and lengths; the table is not copied */
   STRAT_COUNT
 } strategy;
 extern const char *const k_strategy_names[STRAT_COUNT];

@@ -281,25 +281,28 @@ static void print_device_ids(const bench_env *e, const sweep *sw, const size_t *
 
 /* A step with inputs beside the same step with ids only (the same EXACT
  * fused graph): in_s beside ids_s, graph-fused-inputs beside graph-fused,
- * or graph-fused-dev-inputs beside graph-fused-dev (`dev`: the ids on the
- * device, the goal lines say so), at every count of the run, per preset
- * and policy: medians and their differences. On a GPU the difference is
- * also given net of the 1-kernel
+ * graph-fused-dev-inputs beside graph-fused-dev (the ids on the device),
+ * or graph-fused-inputs-devtable beside graph-fused (the block table in
+ * device memory, not staged); the goal lines name the variant. At every
+ * count of the run, per preset and policy: medians and their differences.
+ * On a GPU the difference is also given net of the 1-kernel
  * replay timed beside each case (what a drift between the two cases moved
  * alike), and the goal line takes the larger of the two. The CPU
  * difference is given beside the copy floor (input_copy_us: a memcpy of the
  * same input bytes into pinned memory, which a step that copies its inputs
  * cannot avoid) and net of it; the goal line reads the difference itself
  * and names the largest net figure beside it. */
-static void print_step_inputs_pair(const bench_env *e, const sweep *sw, strategy ids_s, strategy in_s, bool dev) {
+static void print_step_inputs_pair(const bench_env *e, const sweep *sw, strategy ids_s, strategy in_s) {
   const options *o = e->o;
   const bool gpu = e->gpu.on;
   if (!o->strategy_on[in_s] || !o->strategy_on[ids_s]) return;
-  printf("\nstep inputs: %s (ids + positions + seq lens + a %d-entry block table per sequence, "
+  const bool dev = in_s == STRAT_GRAPH_FUSED_DEV_INPUTS, table_dev = in_s == STRAT_GRAPH_FUSED_INPUTS_DEVTABLE;
+  const char *tag = dev ? ", device ids" : table_dev ? ", table on the device" : "";
+  printf("\nstep inputs: %s (ids + positions + seq lens + a %d-entry block table per sequence%s, "
          "min(tokens, %d) sequences, %s) beside %s (ids only); %s\n",
-         k_strategy_names[in_s], INPUT_BLOCKS_PER_SEQ, INPUT_MAX_SEQS,
-         dev ? "mdr_graph_cache_step_inputs_device" : "mdr_graph_cache_step_inputs", k_strategy_names[ids_s],
-         gpu ? "GPU and CPU us, medians" : "CPU us medians (host backend)");
+         k_strategy_names[in_s], INPUT_BLOCKS_PER_SEQ, table_dev ? " in device memory, not staged" : "",
+         INPUT_MAX_SEQS, dev ? "mdr_graph_cache_step_inputs_device" : "mdr_graph_cache_step_inputs",
+         k_strategy_names[ids_s], gpu ? "GPU and CPU us, medians" : "CPU us medians (host backend)");
   printf("%-18s %-6s %6s", "", "policy", "tokens");
   if (gpu) printf("  %9s  %10s  %8s  %8s", "ids GPU", "inputs GPU", "+GPU", "+GPU net");
   printf("  %9s  %10s  %8s  %6s  %8s\n", "ids CPU", "inputs CPU", "+CPU", "copy", "+CPU net");
@@ -329,19 +332,19 @@ static void print_step_inputs_pair(const bench_env *e, const sweep *sw, strategy
         n++;
       }
       if (!isfinite(worst_cpu)) {
-        printf("goal (step inputs%s, %s, policy %s): not measured at counts <= %d\n", dev ? ", device ids" : "",
+        printf("goal (step inputs%s, %s, policy %s): not measured at counts <= %d\n", tag,
                preset, k_policy_names[pol], INPUTS_GOAL_MAX_TOKENS);
         continue;
       }
       if (gpu)
         printf("goal (step inputs%s, %s, policy %s, tokens <= %d): +GPU us max %.2f, +CPU us max %.2f (goal <= %.2f "
-               "each): %s; +CPU net of the copy max %.2f\n", dev ? ", device ids" : "", preset, k_policy_names[pol],
+               "each): %s; +CPU net of the copy max %.2f\n", tag, preset, k_policy_names[pol],
                INPUTS_GOAL_MAX_TOKENS,
                worst_gpu, worst_cpu, INPUTS_GOAL_US,
                worst_gpu <= INPUTS_GOAL_US && worst_cpu <= INPUTS_GOAL_US ? "met" : "NOT met", worst_net);
       else
         printf("goal (step inputs%s, %s, policy %s, tokens <= %d): +CPU us max %.2f on the host backend (the goal "
-               "is read on a GPU); +CPU net of the copy max %.2f\n", dev ? ", device ids" : "", preset,
+               "is read on a GPU); +CPU net of the copy max %.2f\n", tag, preset,
                k_policy_names[pol],
                INPUTS_GOAL_MAX_TOKENS, worst_cpu, worst_net);
     }
@@ -383,8 +386,9 @@ void print_headline(const bench_env *e, const sweep *sw) {
     }
   }
   print_device_ids(e, sw, counts, n_counts);
-  print_step_inputs_pair(e, sw, STRAT_GRAPH_FUSED, STRAT_GRAPH_FUSED_INPUTS, false);
-  print_step_inputs_pair(e, sw, STRAT_GRAPH_FUSED_DEV, STRAT_GRAPH_FUSED_DEV_INPUTS, true);
+  print_step_inputs_pair(e, sw, STRAT_GRAPH_FUSED, STRAT_GRAPH_FUSED_INPUTS);
+  print_step_inputs_pair(e, sw, STRAT_GRAPH_FUSED_DEV, STRAT_GRAPH_FUSED_DEV_INPUTS);
+  print_step_inputs_pair(e, sw, STRAT_GRAPH_FUSED, STRAT_GRAPH_FUSED_INPUTS_DEVTABLE);
   size_t n_presets = count_on(o->preset_on, mdr_model_preset_count());
   size_t n_policies = count_on(o->policy_on, MDR_ROWS_POLICY_COUNT);
   if (gpu)

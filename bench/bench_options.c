@@ -34,7 +34,7 @@ static void usage(FILE *f) {
           "  --presets a,b     model presets (default: all)\n"
           "  --strategies a,b  eager-memset,eager-fused,graph-memset,graph-fused,graph-fused-dev,\n"
           "                    graph-dynamic,graph-dynamic-count,graph-fused-inputs,\n"
-          "                    graph-fused-dev-inputs (default: all,\n"
+          "                    graph-fused-dev-inputs,graph-fused-inputs-devtable (default: all,\n"
           "                    --quick too)\n"
           "  --policies a,b    seed,all (default both)\n"
           "  --reps N          timed steps per figure (default %d)\n"

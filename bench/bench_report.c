@@ -62,6 +62,9 @@ void print_legend(bool gpu) {
          INPUT_BLOCKS_PER_SEQ);
   printf("  graph-fused-dev-inputs is graph-fused-dev with the same inputs from the host\n"
          "            (mdr_graph_cache_step_inputs_device): the ids on the device, the inputs staged\n");
+  printf("  graph-fused-inputs-devtable is graph-fused-inputs with the block table kept in device memory by\n"
+         "            the engine (device_src at its destination): ids, positions and lengths staged, the\n"
+         "            table not copied\n");
   printf("  inline    (after a row) some of its steps carried their slot image in the fused launch's\n"
          "            parameters instead of a staging slot (small counts; mdr_graph_stats.inline_steps, in\n"
          "            results.json and results.csv; MDR_STAGE_INLINE=0 turns it off)\n");

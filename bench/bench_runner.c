@@ -36,11 +36,18 @@ static void upload_ids_eager(runner *r, size_t tokens) {
 
 size_t input_sequences(const runner *r, size_t tokens) { return tokens < r->max_seqs ? tokens : r->max_seqs; }
 
-bool has_inputs(strategy s) { return s == STRAT_GRAPH_FUSED_INPUTS || s == STRAT_GRAPH_FUSED_DEV_INPUTS; }
+bool has_inputs(strategy s) {
+  return s == STRAT_GRAPH_FUSED_INPUTS || s == STRAT_GRAPH_FUSED_DEV_INPUTS || s == STRAT_GRAPH_FUSED_INPUTS_DEVTABLE;
+}
+
+/* The block table is in device memory, written by the engine (here once,
+ * before timing): declared with device_src at its destination, so a step
+ * stages no values for it. */
+static bool table_on_device(strategy s) { return s == STRAT_GRAPH_FUSED_INPUTS_DEVTABLE; }
 
 void runner_step(void *arg, size_t tokens) {
   runner *r = arg;
-  if (r->strat == STRAT_GRAPH_FUSED_INPUTS) {
+  if (r->strat == STRAT_GRAPH_FUSED_INPUTS || r->strat == STRAT_GRAPH_FUSED_INPUTS_DEVTABLE) {
     CHECK(r->b, mdr_graph_cache_step_inputs(r->cache, r->values, 1 + N_STEP_INPUTS, tokens,
                                             input_sequences(r, tokens)));
   } else if (r->strat == STRAT_GRAPH_FUSED_DEV_INPUTS) {
@@ -58,7 +65,9 @@ void runner_step(void *arg, size_t tokens) {
 
 /* graph-fused-inputs: declare the inputs, allocate their destinations and
  * fill the host values every step stages (positions 1000 + i, lengths
- * 2000 + s, block ids s * INPUT_BLOCKS_PER_SEQ + j). */
+ * 2000 + s, block ids s * INPUT_BLOCKS_PER_SEQ + j). With the table on the
+ * device (graph-fused-inputs-devtable) its values are written into its
+ * destination here, once, and its host entry is NULL. */
 static void inputs_begin(runner *r, mdr_graph_cache_options *o) {
   const size_t m = mdr_arena_max_batch_tokens(r->arena);
   r->max_seqs = m < INPUT_MAX_SEQS ? m : INPUT_MAX_SEQS;
@@ -74,6 +83,11 @@ static void inputs_begin(runner *r, mdr_graph_cache_options *o) {
                                     .shape = i == 0 ? MDR_INPUT_PER_TOKEN : MDR_INPUT_PER_SEQUENCE,
                                     .width = width[i], .dest = MDR_INPUT_TO_DEVICE, .address = r->input_dst[i]};
     r->values[1 + i] = r->input_host[i];
+    if (i == 2 && table_on_device(r->strat)) {
+      CHECK(r->b, mdr_backend_copy_h2d(r->b, r->input_dst[i], r->input_host[i], n * sizeof(uint32_t)));
+      r->inputs[i].device_src = r->input_dst[i];
+      r->values[1 + i] = NULL;
+    }
   }
   r->values[0] = r->ids;
   o->inputs = r->inputs;
@@ -157,7 +171,8 @@ void runner_sync(runner *r) { CHECK(r->b, mdr_backend_synchronize(r->b, r->strea
 
 double input_copy_us(const runner *r, size_t tokens, size_t reps) {
   const size_t seqs = input_sequences(r, tokens);
-  const size_t n[N_STEP_INPUTS] = {tokens, seqs, seqs * INPUT_BLOCKS_PER_SEQ}; /* uint32 values */
+  /* uint32 values; the table stays out when it is in device memory */
+  const size_t n[N_STEP_INPUTS] = {tokens, seqs, table_on_device(r->strat) ? 0 : seqs * INPUT_BLOCKS_PER_SEQ};
   size_t bytes = 0;
   for (int i = 0; i < N_STEP_INPUTS; i++) bytes += (n[i] * sizeof(uint32_t) + 15u) / 16u * 16u;
   const size_t slots = MDR_GRAPH_STAGING_SLOTS;

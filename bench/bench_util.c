@@ -13,7 +13,7 @@
 
 const char *const k_strategy_names[STRAT_COUNT] = {
     "eager-memset", "eager-fused", "graph-memset", "graph-fused", "graph-fused-dev", "graph-dynamic",
-    "graph-dynamic-count", "graph-fused-inputs", "graph-fused-dev-inputs"};
+    "graph-dynamic-count", "graph-fused-inputs", "graph-fused-dev-inputs", "graph-fused-inputs-devtable"};
 const char *const k_policy_names[MDR_ROWS_POLICY_COUNT] = {"seed", "all"};
 
 /* ---- failure handling ---- */

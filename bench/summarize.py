@@ -19,7 +19,7 @@ import os
 import sys
 
 MDR = ["eager-memset", "eager-fused", "graph-memset", "graph-fused", "graph-fused-dev", "graph-dynamic",
-       "graph-dynamic-count", "graph-fused-inputs", "graph-fused-dev-inputs"]
+       "graph-dynamic-count", "graph-fused-inputs", "graph-fused-dev-inputs", "graph-fused-inputs-devtable"]
 PEER = ["torch-eager", "torch-foreach", "torch-graph", "torch-foreach-graph"]
 
 

@@ -119,6 +119,22 @@ else
   fail "device step inputs host run exited $?"; cat "$work/devin.err"
 fi
 
+# 7b. the block table kept in device memory: validated (the run dies when the
+# table's destination no longer holds what the engine wrote), its own table
+# beside graph-fused with its goal line, copy_us set for it
+if "$bench" --backend host --m=64 --presets glm-5.3-flash-tp2 --tokens=1,32 --reps 3 --policies=all \
+     --strategies graph-fused,graph-fused-inputs-devtable --out "$work/devtab" >"$work/devtab.out" 2>"$work/devtab.err"; then
+  grep -q '^step inputs: graph-fused-inputs-devtable .*block table per sequence in device memory, not staged, .*mdr_graph_cache_step_inputs) beside graph-fused (ids only)' \
+    "$work/devtab.out" || fail "device table: no table beside graph-fused"
+  grep -q '^goal (step inputs, table on the device, ' "$work/devtab.out" || fail "device table: no goal line"
+  awk -F, 'NR > 1 && $4 == "graph-fused-inputs-devtable" && $NF + 0 > 0 {i++}
+           END {exit !(i == 2)}' "$work/devtab/results.csv" \
+    || fail "results.csv: copy_us not set for graph-fused-inputs-devtable"
+  pass "device table: validated, its own table and goal line"
+else
+  fail "device table host run exited $?"; cat "$work/devtab.err"
+fi
+
 # 8. --pin: the first CPU this shell may run on, then refusals
 cpu=$(awk '/^Cpus_allowed_list:/ {split($2, a, /[-,]/); print a[1]}' /proc/self/status)
 if "$bench" "${small[@]}" --pin "$cpu" --out "$work/pinned" >"$work/pinned.out" 2>"$work/pinned.err"; then

@@ -167,10 +167,12 @@ fi
 if has bench; then
   run bench $build/bench/mdr-bench ${BENCH_ARGS:---quick} --out "$out/bench" --force
   # issue 22's step-inputs figures, read off one run: graph-fused-inputs
-  # beside graph-fused at 1-64 tokens, and the same with the ids on the
-  # device (the two `step inputs:` blocks and their goal lines)
+  # beside graph-fused at 1-64 tokens, the same with the ids on the
+  # device, and with the block table kept on the device (the three
+  # `step inputs:` blocks and their goal lines)
   run bench-inputs $build/bench/mdr-bench \
-    --strategies graph-fused,graph-fused-inputs,graph-fused-dev,graph-fused-dev-inputs --tokens 1,2,4,8,16,32,64 \
+    --strategies graph-fused,graph-fused-inputs,graph-fused-dev,graph-fused-dev-inputs,graph-fused-inputs-devtable \
+    --tokens 1,2,4,8,16,32,64 \
     --presets glm-5.3-flash-tp2,qwen3-next-80b --cpu-reps 4000 --out "$out/bench-inputs" --force
 fi
 if has peer; then
