@@ -392,8 +392,8 @@ TABLELB6 = [(KFU, ("__global__ void __launch_bounds__(ZF_BLOCK) zero_table_kerne
 # the table form (about 5 KiB of parameters) instead of the chunk list's
 # (about 9.4 KiB): the node update's host cost against the list form's GPU
 # gain (0.93-0.97x of the table form at 2-8 sequences, session 16).
-XLTABLE = [(KFU, ("  if (n <= MDR_ZERO_MAX_SEGS && stage->inline_bytes <= MDR_STAGE_INLINE_XL_BYTES) {\n",
-                  "  if (n <= MDR_ZERO_MAX_SEGS && stage->inline_bytes <= MDR_STAGE_INLINE_LARGE_BYTES) {\n"))]
+XLTABLE = [(KFU, ("  if (n <= MDR_ZERO_MAX_SEGS && cls <= MDR_STAGE_INLINE_XL_BYTES) {\n",
+                  "  if (n <= MDR_ZERO_MAX_SEGS && cls <= MDR_STAGE_INLINE_LARGE_BYTES) {\n"))]
 # largetable: the large class (1-2 sequences) in the table form too (about
 # 2 KiB against 6.2 KiB): the list form for ids-only steps alone.
 LARGETABLE = [(KFU, (XLTABLE[0][1][0], XLTABLE[0][1][0].replace("MDR_STAGE_INLINE_XL_BYTES", "MDR_STAGE_INLINE_BYTES")))]

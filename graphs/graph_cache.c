@@ -168,24 +168,28 @@ static uint64_t plan_bytes_at(const mdr_graph_cache *c, size_t g) {
   return total;
 }
 
-/* Whether count g's image goes inline in a table-form class (large or
- * extra-large): it does not fit the small class, fits the extra-large one,
- * and the count's zeroing is short
- * enough for the ring's read to show (LARGE_INLINE_ZERO_MAX). Fused
- * zeroing only: the large class is the table form's. */
+/* Whether count g's image goes inline in a larger class (large to
+ * largest), with the inline plan table: it does not fit the small class,
+ * or the cache declares step inputs (whose table only the larger classes
+ * carry in their parameters: mdr_stage_inline_class), fits the largest
+ * one, and the count's zeroing is short enough for the ring's read, or the
+ * input table's, to show (LARGE_INLINE_ZERO_MAX). Fused zeroing only: the
+ * larger classes are the list and table forms'. */
 static int large_inline(const mdr_graph_cache *c, size_t g, uint64_t image_bytes) {
-  return c->o.zero == MDR_ZERO_FUSED && c->n_rules <= MDR_ZERO_MAX_SEGS && image_bytes > MDR_STAGE_INLINE_BYTES &&
+  return c->o.zero == MDR_ZERO_FUSED && c->n_rules <= MDR_ZERO_MAX_SEGS &&
+         (image_bytes > MDR_STAGE_INLINE_BYTES || c->staging.n_inputs > 0) &&
          image_bytes <= MDR_STAGE_INLINE_XXXL_BYTES && plan_bytes_at(c, g) <= LARGE_INLINE_ZERO_MAX;
 }
 
 /* The inline route's plan table, for the large image class: the fused
  * inline launch of such a count reads its plan from the table, so the
  * node's parameters (updated every step) are the table parameters and the
- * image, not the whole plan and the image. Small-class counts keep the
- * static form (the plan in the parameters): on an H200 the table form
- * gained them nothing under policy all and cost 1% of GPU time at seed
- * policy, where each of some 3,000 blocks reads its plan from the table.
- * It covers 1..the largest large-class count (a few dozen at most), not
+ * image, not the whole plan and the image (plans that fit the chunk list
+ * travel as it instead). Small-class counts, those of a cache without
+ * step inputs, keep the static form (the plan in the parameters): on an
+ * H200 the table form gained them nothing under policy all and cost 1% of
+ * GPU time at seed policy, where each of some 3,000 blocks reads its plan
+ * from the table. It covers 1..the largest large-class count (a few dozen at most), not
  * max_tokens: a table to M = 4096 would take over a megabyte. A cache with
  * no large-class count (ids only, memset zeroing, long plans) takes none. */
 static mdr_status build_inline_table(mdr_graph_cache *c) {

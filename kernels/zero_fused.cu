@@ -850,20 +850,22 @@ extern "C" int mdr_cuda_zero_inline_launch(const mdr_zero_seg *segs, size_t n, u
    * only with a plan table that serves the count (the graph cache passes
    * one for them) */
   const bool table = mdr_stage_table_ok(stage, n, tokens);
-  if (stage->inline_bytes > (table ? MDR_STAGE_INLINE_XXXL_BYTES : MDR_STAGE_INLINE_BYTES))
-    return (int)cudaErrorInvalidValue;
-  /* the chunk list when the plan at the count fits it, in the smallest
-   * class that holds the image, up to the extra-large one (the two larger
-   * classes take the table form, as measured) */
-  if (n <= MDR_ZERO_MAX_SEGS && stage->inline_bytes <= MDR_STAGE_INLINE_XL_BYTES) {
+  /* the class (staging_layout.h): the smallest that holds the image, the
+   * small one only without a table, at least the large one with inputs */
+  const uint32_t cls = mdr_stage_inline_class(stage, table);
+  if (cls == 0) return (int)cudaErrorInvalidValue;
+  /* the chunk list when the plan at the count fits it, up to the
+   * extra-large class (the two larger classes take the table form, as
+   * measured) */
+  if (n <= MDR_ZERO_MAX_SEGS && cls <= MDR_STAGE_INLINE_XL_BYTES) {
     mdr_zero_seg fixed[MDR_ZERO_MAX_SEGS];
     uint64_t words[ZF_LIST_INLINE];
     const uint32_t m = (uint32_t)mdr_zero_plan_at(segs, n, tokens, fixed);
     const uint32_t k = mdr_zero_list_build(fixed, m, words, ZF_LIST_INLINE);
     if (k != MDR_ZERO_LIST_NONE) {
-      if (stage->inline_bytes <= MDR_STAGE_INLINE_BYTES)
+      if (cls == MDR_STAGE_INLINE_BYTES)
         zf_list_inline_build<MDR_STAGE_INLINE_BYTES>(words, k, tokens, stage, out);
-      else if (stage->inline_bytes <= MDR_STAGE_INLINE_LARGE_BYTES)
+      else if (cls == MDR_STAGE_INLINE_LARGE_BYTES)
         zf_list_inline_build<MDR_STAGE_INLINE_LARGE_BYTES>(words, k, tokens, stage, out);
       else
         zf_list_inline_build<MDR_STAGE_INLINE_XL_BYTES>(words, k, tokens, stage, out);
@@ -871,15 +873,15 @@ extern "C" int mdr_cuda_zero_inline_launch(const mdr_zero_seg *segs, size_t n, u
     }
   }
   /* a plan past the list and a table that serves the count: the table
-   * form, in the smallest class that holds the image */
+   * form, in that class */
   if (table) {
-    if (stage->inline_bytes <= MDR_STAGE_INLINE_BYTES)
+    if (cls == MDR_STAGE_INLINE_BYTES)
       zf_table_inline_build<MDR_STAGE_INLINE_BYTES>(segs, n, tokens, stage, sm_count, out);
-    else if (stage->inline_bytes <= MDR_STAGE_INLINE_LARGE_BYTES)
+    else if (cls == MDR_STAGE_INLINE_LARGE_BYTES)
       zf_table_inline_build<MDR_STAGE_INLINE_LARGE_BYTES>(segs, n, tokens, stage, sm_count, out);
-    else if (stage->inline_bytes <= MDR_STAGE_INLINE_XL_BYTES)
+    else if (cls == MDR_STAGE_INLINE_XL_BYTES)
       zf_table_inline_build<MDR_STAGE_INLINE_XL_BYTES>(segs, n, tokens, stage, sm_count, out);
-    else if (stage->inline_bytes <= MDR_STAGE_INLINE_XXL_BYTES)
+    else if (cls == MDR_STAGE_INLINE_XXL_BYTES)
       zf_table_inline_build<MDR_STAGE_INLINE_XXL_BYTES>(segs, n, tokens, stage, sm_count, out);
     else
       zf_table_inline_build<MDR_STAGE_INLINE_XXXL_BYTES>(segs, n, tokens, stage, sm_count, out);

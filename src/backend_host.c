@@ -375,17 +375,10 @@ static mdr_status host_fused_node_update(mdr_backend *b, void *exec, void *node,
 static const char k_host_inline_kernel;
 
 /* The image class of an inline launch, as the CUDA backend picks it
- * (mdr_cuda_zero_inline_launch): the small class when the image fits it,
- * else the smallest of the table form's (a table that serves the launch)
- * that holds it, else 0 (no class holds it). */
+ * (mdr_stage_inline_class with a table that serves the launch or not), 0
+ * when no class holds it. */
 static uint64_t host_inline_class(const mdr_stage_desc *st, size_t n, uint64_t tokens) {
-  if (st->inline_bytes <= MDR_STAGE_INLINE_BYTES) return MDR_STAGE_INLINE_BYTES;
-  if (!mdr_stage_table_ok(st, n, tokens)) return 0;
-  if (st->inline_bytes <= MDR_STAGE_INLINE_LARGE_BYTES) return MDR_STAGE_INLINE_LARGE_BYTES;
-  if (st->inline_bytes <= MDR_STAGE_INLINE_XL_BYTES) return MDR_STAGE_INLINE_XL_BYTES;
-  if (st->inline_bytes <= MDR_STAGE_INLINE_XXL_BYTES) return MDR_STAGE_INLINE_XXL_BYTES;
-  if (st->inline_bytes <= MDR_STAGE_INLINE_XXXL_BYTES) return MDR_STAGE_INLINE_XXXL_BYTES;
-  return 0;
+  return mdr_stage_inline_class(st, mdr_stage_table_ok(st, n, tokens));
 }
 
 static mdr_status host_fused_inline_launch(mdr_backend *b, const mdr_zero_seg *segs, size_t n, uint64_t tokens,

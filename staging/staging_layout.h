@@ -237,6 +237,26 @@ MDR_HD int mdr_stage_table_ok(const mdr_stage_desc *st, uint64_t n, uint64_t t) 
   return st->table != 0 && t >= 1 && t <= st->table_max && n <= MDR_ZERO_MAX_SEGS && !(st->flags & MDR_STAGE_DYNAMIC);
 }
 
+/* The image class an inline launch takes (its capacity in bytes), as the
+ * CUDA backend and the host backend pick it: without a plan table that
+ * serves the count (`table`: mdr_stage_table_ok), the small class when the
+ * image (st->inline_bytes) fits it; with one, the smallest class that
+ * holds the image, except that a launch with step inputs takes at least
+ * the large class: the larger classes carry the count's input table in
+ * their parameters, the small one does not, and its stage block would
+ * read the table from device memory, a round trip before its first copy.
+ * 0: no class holds the image. */
+MDR_HD uint32_t mdr_stage_inline_class(const mdr_stage_desc *st, int table) {
+  const uint32_t b = st->inline_bytes;
+  if (!table) return b <= MDR_STAGE_INLINE_BYTES ? MDR_STAGE_INLINE_BYTES : 0u;
+  if (b <= MDR_STAGE_INLINE_BYTES && st->n_inputs == 0) return MDR_STAGE_INLINE_BYTES;
+  if (b <= MDR_STAGE_INLINE_LARGE_BYTES) return MDR_STAGE_INLINE_LARGE_BYTES;
+  if (b <= MDR_STAGE_INLINE_XL_BYTES) return MDR_STAGE_INLINE_XL_BYTES;
+  if (b <= MDR_STAGE_INLINE_XXL_BYTES) return MDR_STAGE_INLINE_XXL_BYTES;
+  if (b <= MDR_STAGE_INLINE_XXXL_BYTES) return MDR_STAGE_INLINE_XXXL_BYTES;
+  return 0u;
+}
+
 #ifdef __cplusplus
 }
 #endif

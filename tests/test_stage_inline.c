@@ -1206,10 +1206,13 @@ Test(stage_inline, the_cuda_inline_launch_takes_the_list_form_for_a_small_plan) 
 }
 #endif
 
-/* The cache's inline captures of a large-class count (fused zeroing) pass
+/* The cache's inline captures of a larger-class count (fused zeroing) pass
  * its plan table, which reaches the largest such count, and each count's
- * image bytes; small-class counts keep the static form (no table), as
- * memset zeroing's stage-only inline launch does. */
+ * image bytes. With step inputs declared, a count whose image fits the
+ * small class takes the table too (mdr_stage_inline_class: the larger
+ * classes carry the input table in their parameters); an ids-only cache's
+ * small counts keep the static form (no table), as memset zeroing's
+ * stage-only inline launch does. */
 Test(stage_inline, the_cache_passes_its_plan_table_to_large_class_captures) {
   for (int z = 0; z < 2; z++) {
     mdr_backend *host = NULL, *fb = NULL;
@@ -1220,29 +1223,49 @@ Test(stage_inline, the_cache_passes_its_plan_table_to_large_class_captures) {
     mdr_graph_cache_options o = world_options(&w, MDR_GRAPH_EXACT, z ? MDR_ZERO_MEMSET : MDR_ZERO_FUSED);
     world_cache(&w, &o, NULL);
     uint64_t rng = 77;
-    /* memset zeroing: the small class's counts; fused: the large class's
+    /* memset zeroing: the small class's counts; fused: the larger classes'
      * too, up to the counts with an inline layout */
     const size_t top = largest_inline_of(1, !z);
     cr_assert_geq(top, 2);
-    cr_assert_leq(image_bytes(1, 2), MDR_STAGE_INLINE_BYTES, "count 2 is a small-class count");
-    if (!z) cr_assert_gt(top, largest_inline(1), "fused: counts in the large class");
+    cr_assert_leq(image_bytes(1, 2), MDR_STAGE_INLINE_BYTES, "count 2's image fits the small class");
+    if (!z) cr_assert_gt(top, largest_inline(1), "fused: counts in the larger classes");
     cr_assert_eq(step_counted(&w, &rng, 2, 1), 1, "an inline step");
     mdr_stage_desc st = fault_backend_last_inline_stage(fb);
     cr_assert_eq(st.flags, MDR_STAGE_FETCH | MDR_STAGE_INLINE);
-    cr_assert_eq(st.inline_bytes, image_bytes(1, 2), "the count's image bytes, which pick the class");
-    cr_assert_eq(st.table, 0, "a small-class count: the static form, no table");
+    cr_assert_eq(st.inline_bytes, image_bytes(1, 2), "the count's image bytes");
+    if (z) {
+      cr_assert_eq(st.table, 0, "memset zeroing: the small class, no table");
+    } else {
+      cr_assert_neq(st.table, 0, "fused zeroing with inputs: the plan table, for a larger class");
+      cr_assert_eq(st.table_max, top, "up to the largest inline count");
+      cr_assert_eq(mdr_stage_inline_class(&st, 1), MDR_STAGE_INLINE_LARGE_BYTES, "the large class");
+    }
     cr_assert_eq(step_counted(&w, &rng, top, 1), 1, "the largest inline count");
     st = fault_backend_last_inline_stage(fb);
     cr_assert_eq(st.inline_bytes, image_bytes(1, top));
     if (z) {
       cr_assert_eq(st.table, 0, "memset zeroing: no table");
     } else {
-      cr_assert_gt(image_bytes(1, top), MDR_STAGE_INLINE_BYTES, "a large-class count");
-      cr_assert_neq(st.table, 0, "fused zeroing, a large-class count: the plan table");
-      cr_assert_eq(st.table_max, top, "up to the largest large-class count");
+      cr_assert_gt(image_bytes(1, top), MDR_STAGE_INLINE_BYTES, "a larger-class count");
+      cr_assert_neq(st.table, 0, "fused zeroing, a larger-class count: the plan table");
+      cr_assert_eq(st.table_max, top, "up to the largest larger-class count");
     }
     fault_world_fini(&w, fb, host);
   }
+  /* ids only, fused zeroing: a small count keeps the static form */
+  mdr_backend *host = tb_backend(TB_HOST), *fb = NULL;
+  cr_assert_eq(fault_backend_create(host, &fb), MDR_OK);
+  world w;
+  world_init(&w, fb, 0);
+  mdr_graph_cache_options o = world_options(&w, MDR_GRAPH_EXACT, MDR_ZERO_FUSED);
+  world_cache(&w, &o, NULL);
+  uint64_t rng = 78;
+  cr_assert_eq(step_counted(&w, &rng, 2, 0), 1, "an inline step");
+  const mdr_stage_desc st = fault_backend_last_inline_stage(fb);
+  cr_assert_eq(st.n_inputs, 0);
+  cr_assert_eq(st.table, 0, "ids only: the small class, no table");
+  cr_assert_eq(mdr_stage_inline_class(&st, 0), MDR_STAGE_INLINE_BYTES);
+  fault_world_fini(&w, fb, host);
 }
 
 /* The host backend's slots refuse what an inline launch is not: another
@@ -1478,7 +1501,73 @@ Test(stage_inline, the_cuda_inline_launch_takes_the_list_form_in_every_image_cla
     cr_assert_eq(l.slot_offset, list_at, "the small class without a table: the list form");
   }
 }
+/* A launch with step inputs takes at least the large class when a plan
+ * table serves its count (no device needed): in the list form (a short
+ * plan) and in the table form (a long one), an image that fits the small
+ * class goes in the large one, with room for the input table, where the
+ * same stage without inputs keeps the small class; without a table it
+ * keeps the small class (the list or the static form). */
+Test(stage_inline, the_cuda_inline_launch_gives_steps_with_inputs_the_large_class) {
+  const size_t list_at = 8 * MDR_ZERO_LIST_INLINE_MAX + sizeof(mdr_stage_desc) + 16;
+  for (int form = 0; form < 2; form++) { /* 0: the list form, 1: the table form */
+    const mdr_zero_seg *rules = form ? k_desc_long_rules : k_desc_rules;
+    const size_t at = form ? 128 : list_at;
+    static mdr_stage_inline_launch l, ids_only;
+    const uint32_t fits[] = {1, 64, MDR_STAGE_INLINE_BYTES};
+    for (size_t i = 0; i < 3; i++) {
+      mdr_stage_desc st = desc_stage();
+      st.table = 0x400000;
+      st.table_max = 24;
+      st.inline_bytes = fits[i];
+      cr_assert_eq(mdr_cuda_zero_inline_launch(rules, 2, 20, &st, 132, &ids_only), 0);
+      cr_assert_eq(ids_only.param_bytes, at + MDR_STAGE_INLINE_BYTES, "%u bytes, no inputs: the small class",
+                   fits[i]);
+      cr_assert_eq(ids_only.table_offset, 0);
+      st.n_inputs = 3;
+      st.inputs = 0x500000;
+      memset(&l, 0xAB, sizeof l);
+      cr_assert_eq(mdr_cuda_zero_inline_launch(rules, 2, 20, &st, 132, &l), 0);
+      cr_assert_eq(l.table_offset, at, "%u bytes with inputs: room for the input table", fits[i]);
+      cr_assert_eq(l.slot_offset, at + INLINE_TABLE_BYTES);
+      cr_assert_eq(l.param_bytes, at + INLINE_TABLE_BYTES + MDR_STAGE_INLINE_LARGE_BYTES,
+                   "%u bytes with inputs: the large class", fits[i]);
+      cr_assert_neq(l.func, ids_only.func, "the large class's kernel");
+      cr_assert_eq(tb_first_not((const unsigned char *)l.param + l.slot_offset, MDR_STAGE_INLINE_LARGE_BYTES, 0),
+                   MDR_STAGE_INLINE_LARGE_BYTES, "image zeroed");
+      /* no table that serves the count: the small class, inputs or not */
+      st.table_max = 19;
+      cr_assert_eq(mdr_cuda_zero_inline_launch(rules, 2, 20, &st, 132, &l), 0);
+      cr_assert_eq(l.table_offset, 0, "%u bytes with inputs, no table: the small class", fits[i]);
+      cr_assert_eq(l.slot_offset + MDR_STAGE_INLINE_BYTES, l.param_bytes);
+    }
+  }
+}
 #endif
+
+/* The class rule both backends share (mdr_stage_inline_class): without a
+ * table the small class or none; with one the smallest that holds the
+ * image, at least the large one for a stage with inputs. */
+Test(stage_inline, the_image_class_rule) {
+  mdr_stage_desc st = {.flags = MDR_STAGE_FETCH | MDR_STAGE_INLINE};
+  const struct {
+    uint32_t bytes, none, ids_only, inputs; /* no table; a table, no inputs; a table and inputs */
+  } cases[] = {{0, MDR_STAGE_INLINE_BYTES, MDR_STAGE_INLINE_BYTES, MDR_STAGE_INLINE_LARGE_BYTES},
+               {MDR_STAGE_INLINE_BYTES, MDR_STAGE_INLINE_BYTES, MDR_STAGE_INLINE_BYTES, MDR_STAGE_INLINE_LARGE_BYTES},
+               {MDR_STAGE_INLINE_BYTES + 1, 0, MDR_STAGE_INLINE_LARGE_BYTES, MDR_STAGE_INLINE_LARGE_BYTES},
+               {MDR_STAGE_INLINE_LARGE_BYTES + 1, 0, MDR_STAGE_INLINE_XL_BYTES, MDR_STAGE_INLINE_XL_BYTES},
+               {MDR_STAGE_INLINE_XL_BYTES + 1, 0, MDR_STAGE_INLINE_XXL_BYTES, MDR_STAGE_INLINE_XXL_BYTES},
+               {MDR_STAGE_INLINE_XXXL_BYTES, 0, MDR_STAGE_INLINE_XXXL_BYTES, MDR_STAGE_INLINE_XXXL_BYTES},
+               {MDR_STAGE_INLINE_XXXL_BYTES + 1, 0, 0, 0}};
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    st.inline_bytes = cases[i].bytes;
+    for (uint32_t n = 0; n < 2; n++) {
+      st.n_inputs = n;
+      cr_assert_eq(mdr_stage_inline_class(&st, 0), cases[i].none, "%u bytes, %u inputs, no table", cases[i].bytes, n);
+      cr_assert_eq(mdr_stage_inline_class(&st, 1), n ? cases[i].inputs : cases[i].ids_only, "%u bytes, %u inputs",
+                   cases[i].bytes, n);
+    }
+  }
+}
 
 /* The host backend's inline launch takes the same classes: its argument
  * is the image alone, of the class's bytes; a large image without a table
