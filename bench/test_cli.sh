@@ -104,36 +104,29 @@ else
   fail "step inputs host run exited $?"; cat "$work/inputs.err"
 fi
 
-# 7. the device-id step with host inputs: validated (the run dies on a wrong
-# destination), its own table beside graph-fused-dev, copy_us set for it
-if "$bench" --backend host --m=64 --presets glm-5.3-flash-tp2 --tokens=1,32 --reps 3 --policies=all \
-     --strategies graph-fused-dev,graph-fused-dev-inputs --out "$work/devin" >"$work/devin.out" 2>"$work/devin.err"; then
-  grep -q '^step inputs: graph-fused-dev-inputs .*mdr_graph_cache_step_inputs_device) beside graph-fused-dev' \
-    "$work/devin.out" || fail "device step inputs: no table beside graph-fused-dev"
-  grep -q '^goal (step inputs, device ids, ' "$work/devin.out" || fail "device step inputs: no goal line"
-  awk -F, 'NR > 1 && $4 == "graph-fused-dev-inputs" && $NF + 0 > 0 {i++}
-           END {exit !(i == 2)}' "$work/devin/results.csv" \
-    || fail "results.csv: copy_us not set for graph-fused-dev-inputs"
-  pass "device step inputs: validated, their own table and goal line"
-else
-  fail "device step inputs host run exited $?"; cat "$work/devin.err"
-fi
-
-# 7b. the block table kept in device memory: validated (the run dies when the
-# table's destination no longer holds what the engine wrote), its own table
-# beside graph-fused with its goal line, copy_us set for it
-if "$bench" --backend host --m=64 --presets glm-5.3-flash-tp2 --tokens=1,32 --reps 3 --policies=all \
-     --strategies graph-fused,graph-fused-inputs-devtable --out "$work/devtab" >"$work/devtab.out" 2>"$work/devtab.err"; then
-  grep -q '^step inputs: graph-fused-inputs-devtable .*block table per sequence in device memory, not staged, .*mdr_graph_cache_step_inputs) beside graph-fused (ids only)' \
-    "$work/devtab.out" || fail "device table: no table beside graph-fused"
-  grep -q '^goal (step inputs, table on the device, ' "$work/devtab.out" || fail "device table: no goal line"
-  awk -F, 'NR > 1 && $4 == "graph-fused-inputs-devtable" && $NF + 0 > 0 {i++}
-           END {exit !(i == 2)}' "$work/devtab/results.csv" \
-    || fail "results.csv: copy_us not set for graph-fused-inputs-devtable"
-  pass "device table: validated, its own table and goal line"
-else
-  fail "device table host run exited $?"; cat "$work/devtab.err"
-fi
+# 7. a variant of the step with inputs beside its ids-only step: validated
+# (the run dies on a wrong destination, or on a table in device memory that
+# no longer holds what the engine wrote), its own table and goal line,
+# copy_us set for it. Arguments: a label, the ids-only strategy, the
+# variant, a pattern its table's title matches, its goal line's tag.
+inputs_variant() {
+  local label=$1 ids=$2 variant=$3 title=$4 tag=$5 dir="$work/$3"
+  if "$bench" --backend host --m=64 --presets glm-5.3-flash-tp2 --tokens=1,32 --reps 3 --policies=all \
+       --strategies "$ids,$variant" --out "$dir" >"$dir.out" 2>"$dir.err"; then
+    grep -q "^step inputs: $variant .*$title.* beside $ids (ids only)" "$dir.out" \
+      || fail "$label: no table beside $ids"
+    grep -q "^goal (step inputs, $tag, " "$dir.out" || fail "$label: no goal line"
+    awk -F, -v s="$variant" 'NR > 1 && $4 == s && $NF + 0 > 0 {i++} END {exit !(i == 2)}' "$dir/results.csv" \
+      || fail "results.csv: copy_us not set for $variant"
+    pass "$label: validated, its own table and goal line"
+  else
+    fail "$label host run exited $?"; cat "$dir.err"
+  fi
+}
+inputs_variant "device step inputs" graph-fused-dev graph-fused-dev-inputs \
+  'mdr_graph_cache_step_inputs_device)' "device ids"
+inputs_variant "device table" graph-fused graph-fused-inputs-devtable \
+  'block table per sequence in device memory, not staged, .*mdr_graph_cache_step_inputs)' "table on the device"
 
 # 8. --pin: the first CPU this shell may run on, then refusals
 cpu=$(awk '/^Cpus_allowed_list:/ {split($2, a, /[-,]/); print a[1]}' /proc/self/status)
