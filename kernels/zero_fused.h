@@ -85,11 +85,13 @@ int mdr_cuda_zero_table_launch(const mdr_zero_seg *rules, size_t n, uint64_t tok
  * DEVICE_IDS the image's header and inputs, the ids from stage->ids_src)
  * (staging_layout.h, MDR_STAGE_INLINE): the kernel, grid, block and
  * argument, with the image zeroed at out->slot_offset. The image class
- * is the smallest that holds stage->inline_bytes: MDR_STAGE_INLINE_BYTES,
- * or, when the stage's table is a plan table of these n rules that serves
- * `tokens` (mdr_stage_table_ok; TABLE itself stays unset),
+ * is mdr_stage_inline_class's: the smallest that holds
+ * stage->inline_bytes, MDR_STAGE_INLINE_BYTES or, when the stage's table
+ * is a plan table of these n rules that serves `tokens`
+ * (mdr_stage_table_ok; TABLE itself stays unset),
  * MDR_STAGE_INLINE_LARGE_BYTES, MDR_STAGE_INLINE_XL_BYTES,
- * MDR_STAGE_INLINE_XXL_BYTES or MDR_STAGE_INLINE_XXXL_BYTES. A plan of at
+ * MDR_STAGE_INLINE_XXL_BYTES or MDR_STAGE_INLINE_XXXL_BYTES, a stage with
+ * inputs taking at least the large one given such a table. A plan of at
  * most MDR_ZERO_LIST_INLINE_MAX chunks at `tokens` travels as its chunk
  * list (4480 bytes, then the image; up to MDR_STAGE_INLINE_XL_BYTES);
  * else, given the table, the launch reads the plan from it (the table
