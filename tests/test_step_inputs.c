@@ -1,6 +1,7 @@
 /* Suite `step_inputs`: the per-step inputs a graph cache stages with the
  * ids (positions, sequence lengths, a block table, 8-byte and 2-byte
- * inputs, a fixed input, an input already in device memory), in every mode,
+ * inputs, a fixed input, an input already in device memory, one kept in
+ * place at its destination), in every mode,
  * replayed and eager, on the host backend and, when present, the CUDA
  * backend; the refusal of bad declarations and bad steps; and the ring's
  * survival of failures (an application's pending error, a failure inside a
@@ -327,6 +328,130 @@ ParameterizedTest(short_case *sc, step_inputs, padding_stops_at_an_inputs_max_ro
     }
   mdr_graph_cache_destroy(c);
   for (int i = 0; i < N_SHORT; i++) mdr_backend_free(b, dst[i]);
+  mdr_arena_destroy(a);
+  mdr_backend_stream_destroy(b, s);
+  mdr_backend_destroy(b);
+}
+
+/* An input whose values the engine keeps at its destination (device_src
+ * equal to it: a block table the engine writes on the device): a step
+ * copies nothing for it and writes only its pad, in the rows from the
+ * step's sequences up to the graph's bound (mdr_graph_cache_sequence_bound;
+ * DYNAMIC: none). Its other rows keep what the engine wrote, and the bytes
+ * past it are untouched; the host input beside it arrives. Every route: the
+ * launch's parameters (inline, the default at these counts) and the ring
+ * (MDR_STAGE_INLINE=0), LADDER, memset zeroing, DYNAMIC, host and device
+ * ids. */
+enum { IP_SEQS = 6, IP_WIDTH = 8, IP_STEPS = 24 };
+
+typedef struct in_place_case {
+  tb_kind kind;
+  mdr_graph_mode mode;
+  mdr_zero_strategy zero;
+  int ring;       /* MDR_STAGE_INLINE=0 at create */
+  int device_ids; /* mdr_graph_cache_step_inputs_device */
+} in_place_case;
+
+ParameterizedTestParameters(step_inputs, an_input_in_place_keeps_its_rows_and_gets_its_pad) {
+  static in_place_case cases[TB_KIND_COUNT * 6];
+  size_t n = 0;
+  for (int k = 0; k < TB_KIND_COUNT; k++) {
+    cases[n++] = (in_place_case){(tb_kind)k, MDR_GRAPH_EXACT, MDR_ZERO_FUSED, 0, 0};
+    cases[n++] = (in_place_case){(tb_kind)k, MDR_GRAPH_EXACT, MDR_ZERO_FUSED, 1, 0};
+    cases[n++] = (in_place_case){(tb_kind)k, MDR_GRAPH_EXACT, MDR_ZERO_FUSED, 0, 1};
+    cases[n++] = (in_place_case){(tb_kind)k, MDR_GRAPH_EXACT, MDR_ZERO_MEMSET, 0, 0};
+    cases[n++] = (in_place_case){(tb_kind)k, MDR_GRAPH_LADDER, MDR_ZERO_FUSED, 0, 0};
+    cases[n++] = (in_place_case){(tb_kind)k, MDR_GRAPH_DYNAMIC, MDR_ZERO_FUSED, 0, 0};
+  }
+  return cr_make_param_array(in_place_case, cases, n);
+}
+
+ParameterizedTest(in_place_case *ic, step_inputs, an_input_in_place_keeps_its_rows_and_gets_its_pad) {
+  mdr_backend *b = tb_backend(ic->kind);
+  mdr_stream s = tb_stream(b);
+  mdr_sizes sizes = tb_small_sizes();
+  mdr_arena *a = NULL;
+  cr_assert_eq(mdr_arena_create(b, &sizes, &a), MDR_OK, "%s", mdr_backend_last_error(b));
+  const size_t table_bytes = IP_SEQS * IP_WIDTH * 4;
+  mdr_dptr pos = 0, table = 0, dev_ids = 0;
+  cr_assert_eq(mdr_backend_alloc(b, M * 4, &pos), MDR_OK);
+  cr_assert_eq(mdr_backend_alloc(b, table_bytes + GUARD, &table), MDR_OK);
+  cr_assert_eq(mdr_backend_alloc(b, M * 4, &dev_ids), MDR_OK);
+  const uint32_t pad = 0xFFFFFFF7u;
+  mdr_step_input in[2] = {
+      {.name = "positions", .elem_bytes = 4, .shape = MDR_INPUT_PER_TOKEN, .dest = MDR_INPUT_TO_DEVICE,
+       .address = pos},
+      {.name = "block_table", .elem_bytes = 4, .shape = MDR_INPUT_PER_SEQUENCE, .width = IP_WIDTH, .pad = pad,
+       .dest = MDR_INPUT_TO_DEVICE, .address = table, .device_src = table}};
+  mdr_graph_cache_options o;
+  mdr_graph_cache_options_default(&o);
+  o.mode = ic->mode;
+  o.zero = ic->zero;
+  o.inputs = in;
+  o.n_inputs = 2;
+  o.max_sequences = IP_SEQS;
+  mdr_graph_cache *c = NULL;
+  if (ic->ring) setenv("MDR_STAGE_INLINE", "0", 1);
+  const mdr_status created = mdr_graph_cache_create(a, s, &o, &c);
+  unsetenv("MDR_STAGE_INLINE");
+  cr_assert_eq(created, MDR_OK, "%s", mdr_backend_last_error(b));
+  mdr_step_input_info info;
+  cr_assert_eq(mdr_graph_cache_step_input_info(c, 2, &info), MDR_OK);
+  cr_assert_eq(info.device_src, table);
+  cr_assert_eq(info.slot_offset, 0, "no room in a slot for an input in device memory");
+  uint64_t rng = 4321 + (uint64_t)ic->mode * 5 + (uint64_t)ic->zero * 3 + (uint64_t)ic->ring * 7 + ic->device_ids;
+  uint32_t engine[IP_SEQS * IP_WIDTH], got[IP_SEQS * IP_WIDTH + GUARD / 4];
+  uint32_t ids[M], p[M], back[M];
+  size_t padded = 0;
+  for (int step = 0; step < IP_STEPS; step++) {
+    /* counts 1..12 (graph counts repeat: replays), sequences 1..min(t, IP_SEQS) */
+    const size_t t = 1 + tb_rng_next(&rng) % 12, smax = t < IP_SEQS ? t : IP_SEQS;
+    const size_t q = step % 3 == 0 ? smax : 1 + tb_rng_next(&rng) % smax;
+    for (size_t k = 0; k < IP_SEQS * IP_WIDTH; k++) engine[k] = (uint32_t)(0x10000u * (unsigned)(step + 1) + k);
+    for (size_t k = 0; k < t; k++) ids[k] = (uint32_t)(10 + k), p[k] = (uint32_t)tb_rng_next(&rng);
+    /* what the engine left at the destination before the step, the guard
+     * poisoned past it */
+    cr_assert_eq(mdr_backend_fill(b, table + table_bytes, POISON, GUARD), MDR_OK);
+    cr_assert_eq(mdr_backend_copy_h2d(b, table, engine, table_bytes), MDR_OK);
+    cr_assert_eq(mdr_backend_fill(b, pos, POISON, M * 4), MDR_OK);
+    const void *arr[3] = {ids, p, NULL};
+    mdr_status st;
+    if (ic->device_ids) {
+      cr_assert_eq(mdr_backend_copy_h2d(b, dev_ids, ids, 4 * t), MDR_OK);
+      st = mdr_graph_cache_step_inputs_device(c, dev_ids, arr, 3, t, q);
+    } else {
+      st = mdr_graph_cache_step_inputs(c, arr, 3, t, q);
+    }
+    cr_assert_eq(st, MDR_OK, "step %d (t=%zu s=%zu): %s", step, t, q, mdr_backend_last_error(b));
+    cr_assert_eq(mdr_backend_synchronize(b, s), MDR_OK);
+    size_t bound = 0;
+    cr_assert_eq(mdr_graph_cache_sequence_bound(c, t, &bound), MDR_OK);
+    const size_t pad_to = ic->mode == MDR_GRAPH_DYNAMIC ? q : (bound < IP_SEQS ? bound : IP_SEQS);
+    cr_assert_geq(pad_to, q);
+    cr_assert_eq(mdr_backend_copy_d2h(b, got, table, table_bytes + GUARD), MDR_OK);
+    for (size_t r = 0; r < IP_SEQS; r++)
+      for (size_t j = 0; j < IP_WIDTH; j++) {
+        const size_t k = r * IP_WIDTH + j;
+        const uint32_t want = r >= q && r < pad_to ? pad : engine[k];
+        cr_assert_eq(got[k], want, "step %d (t=%zu s=%zu, pad to %zu): row %zu col %zu = %#x, want %#x (%s)", step,
+                     t, q, pad_to, r, j, got[k], want, r >= q && r < pad_to ? "the pad" : "the engine's value");
+      }
+    padded += pad_to - q;
+    const size_t bad = tb_first_not((const unsigned char *)got + table_bytes, GUARD, POISON);
+    cr_assert_eq(bad, GUARD, "step %d: byte %zu past the table was written", step, bad);
+    cr_assert_eq(mdr_backend_copy_d2h(b, back, pos, 4 * t), MDR_OK);
+    cr_assert_eq(memcmp(back, p, 4 * t), 0, "step %d: the positions beside it", step);
+  }
+  if (ic->mode != MDR_GRAPH_DYNAMIC) cr_assert_gt(padded, 0, "some steps had rows to pad");
+  mdr_graph_stats gs;
+  cr_assert_eq(mdr_graph_cache_stats(c, &gs), MDR_OK);
+  cr_assert_gt(gs.hits, 0, "graphs were replayed");
+  if (ic->ring || ic->mode == MDR_GRAPH_DYNAMIC) cr_assert_eq(gs.inline_steps, 0, "no inline steps");
+  else if (ic->mode == MDR_GRAPH_EXACT && ic->zero == MDR_ZERO_FUSED) cr_assert_gt(gs.inline_steps, 0, "inline steps");
+  mdr_graph_cache_destroy(c);
+  mdr_backend_free(b, pos);
+  mdr_backend_free(b, table);
+  mdr_backend_free(b, dev_ids);
   mdr_arena_destroy(a);
   mdr_backend_stream_destroy(b, s);
   mdr_backend_destroy(b);
