@@ -181,7 +181,7 @@ static int large_inline(const mdr_graph_cache *c, size_t g, uint64_t image_bytes
          image_bytes <= MDR_STAGE_INLINE_XXXL_BYTES && plan_bytes_at(c, g) <= LARGE_INLINE_ZERO_MAX;
 }
 
-/* The inline route's plan table, for the large image class: the fused
+/* The inline route's plan table, for the larger image classes: the fused
  * inline launch of such a count reads its plan from the table, so the
  * node's parameters (updated every step) are the table parameters and the
  * image, not the whole plan and the image (plans that fit the chunk list
@@ -189,9 +189,10 @@ static int large_inline(const mdr_graph_cache *c, size_t g, uint64_t image_bytes
  * step inputs, keep the static form (the plan in the parameters): on an
  * H200 the table form gained them nothing under policy all and cost 1% of
  * GPU time at seed policy, where each of some 3,000 blocks reads its plan
- * from the table. It covers 1..the largest large-class count (a few dozen at most), not
- * max_tokens: a table to M = 4096 would take over a megabyte. A cache with
- * no large-class count (ids only, memset zeroing, long plans) takes none. */
+ * from the table. It covers 1..the largest larger-class count (a few dozen
+ * at most), not max_tokens: a table to M = 4096 would take over a
+ * megabyte. A cache with no larger-class count (ids only, memset zeroing,
+ * long plans) takes none. */
 static mdr_status build_inline_table(mdr_graph_cache *c) {
   if (!c->inline_route) return MDR_OK;
   size_t m = 0;
