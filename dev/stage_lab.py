@@ -70,9 +70,6 @@ Variants:
   seedinline the larger image classes inline whatever the zero plan's
              length (LARGE_INLINE_ZERO_MAX 1 GiB): steps with inputs at seed
              policy inline, where the 32 MiB rule sends them to the ring
-  inplacepad a step whose only device-resident inputs are kept in place
-             (device_src at the destination) skips the device-input pass
-             and its barrier; warp 0 alone writes their pad rows
 
 Switch variants share base's build and run with an environment switch set,
 in validation and in the benches alike (VARIANT+SWITCH runs a switch on
@@ -204,7 +201,7 @@ FINE = [(CUH, STAMP_INC), (CUH, FINE_SIG), (CUH, FINE_ROUND), (CUH, FINE_START),
 # devpass: a step with inputs runs the device-input pass and its barrier
 # whether or not an input is device-resident (as before the warp vote): the
 # vote's effect alone.
-DEVPASS = [(CUH, ("    const bool device_inputs = __ballot_sync(0xffffffffu, have && e.src != 0) != 0u;\n",
+DEVPASS = [(CUH, ("    const bool device_inputs = __ballot_sync(0xffffffffu, have && e.src != 0 && e.src != e.dst) != 0u;\n",
                   "    const bool device_inputs = __ballot_sync(0xffffffffu, have && e.src != 0) != 0u || st.n_inputs != 0u;\n"))]
 
 # idswarp: an inline device-id step's last warp, which copies the ids
@@ -412,49 +409,13 @@ LARGETABLE.append(("tests/test_stage_inline.c", (
     "  cr_assert(funcs[0] != funcs[1] && funcs[1] != funcs[2] && funcs[0] != funcs[2], \"a kernel a class\");\n",
     "  cr_assert(funcs[0] != NULL, \"the small class's kernel\");\n")))
 
-# inplacepad: a step whose only device-resident inputs are kept in place
-# at their destinations (device_src equal to it: a block table the engine
-# keeps on the device) skips the block-wide device-input pass and its
-# barrier (about 630 cycles, dev/step_params_route.md); warp 0 alone writes
-# their pad rows, the step's real counts taken from thread 0 by shuffle.
-# Steps with a device input to copy, or device ids here, keep the pass.
-# The question: how much of such a step's +0.35-0.51 us over ids only at
-# 1-8 sequences under MDR_ROWS_ALL (bench/results/h200-2026-12-04-session24/,
-# call 4) is that pass.
-INPLACEPAD = [(CUH, (
-    "    const bool device_inputs = __ballot_sync(0xffffffffu, have && e.src != 0) != 0u;\n",
-    "    const uint32_t in_place = __ballot_sync(0xffffffffu, have && e.src != 0 && e.src == e.dst);\n"
-    "    const bool device_inputs = __ballot_sync(0xffffffffu, have && e.src != 0 && e.src != e.dst) != 0u;\n")),
-    (CUH, (
-    "      if (ids_here) mdr_stage_device_ids(st, s_tokens, copy);\n"
-    "      mdr_stage_device_inputs(st, s_in, s_tokens, s_seqs, copy, copy_s);\n"
-    "    }\n",
-    "      if (ids_here) mdr_stage_device_ids(st, s_tokens, copy);\n"
-    "      mdr_stage_device_inputs(st, s_in, s_tokens, s_seqs, copy, copy_s);\n"
-    "    } else if (in_place && threadIdx.x < 32u) {\n"
-    "      /* inputs kept in place only: their pad rows, by warp 0 alone */\n"
-    "      const uint32_t rt = __shfl_sync(0xffffffffu, hv.x, 0), rs = __shfl_sync(0xffffffffu, hv.z, 0);\n"
-    "      for (uint32_t m = in_place; m; m &= m - 1u) {\n"
-    "        const int l = __ffs((int)m) - 1;\n"
-    "        mdr_stage_input x = {};\n"
-    "        x.dst = __shfl_sync(0xffffffffu, e.dst, l);\n"
-    "        x.pad = __shfl_sync(0xffffffffu, e.pad, l);\n"
-    "        x.row_bytes = __shfl_sync(0xffffffffu, e.row_bytes, l);\n"
-    "        x.rows = __shfl_sync(0xffffffffu, e.rows, l);\n"
-    "        x.max_rows = __shfl_sync(0xffffffffu, e.max_rows, l);\n"
-    "        x.elem_bytes = __shfl_sync(0xffffffffu, e.elem_bytes, l);\n"
-    "        const uint64_t from = mdr_stage_input_rows(&x, rt, rs) * x.row_bytes;\n"
-    "        const uint64_t to = mdr_stage_input_rows(&x, copy, copy_s) * x.row_bytes;\n"
-    "        for (uint64_t b = from + (uint64_t)threadIdx.x * x.elem_bytes; b < to; b += 32u * x.elem_bytes) {\n"
-    "          switch (x.elem_bytes) {\n"
-    "            case 1: *(uint8_t *)(x.dst + b) = (uint8_t)x.pad; break;\n"
-    "            case 2: *(uint16_t *)(x.dst + b) = (uint16_t)x.pad; break;\n"
-    "            case 4: *(uint32_t *)(x.dst + b) = (uint32_t)x.pad; break;\n"
-    "            default: *(uint64_t *)(x.dst + b) = x.pad; break;\n"
-    "          }\n"
-    "        }\n"
-    "      }\n"
-    "    }\n"))]
+# seedinline: the larger image classes inline at any plan length
+# (LARGE_INLINE_ZERO_MAX at 1 GiB); and the test of the 32 MiB rule expects
+# the long plan's steps inline.
+SEEDINLINE = [(GC, ("#define LARGE_INLINE_ZERO_MAX (32u << 20)\n",
+                    "#define LARGE_INLINE_ZERO_MAX (1u << 30)\n")),
+              ("tests/test_stage_inline.c", ("s1.inline_steps - s0.inline_steps, mib[k] > 32 ? 0u : 1u,",
+                                             "s1.inline_steps - s0.inline_steps, 1u,"))]
 
 VARIANTS = {
     "base": [],
@@ -481,12 +442,7 @@ VARIANTS = {
                       "#endif\n"
                       "    if (last && (flags & MDR_STAGE_ADVANCE) && !inl) {\n"))],
     "inlsame": INLSAME,
-    "inplacepad": INPLACEPAD,
-    # (and the test of the 32 MiB rule expects the long plan's steps inline)
-    "seedinline": [(GC, ("#define LARGE_INLINE_ZERO_MAX (32u << 20)\n",
-                          "#define LARGE_INLINE_ZERO_MAX (1u << 30)\n")),
-                   ("tests/test_stage_inline.c", ("s1.inline_steps - s0.inline_steps, mib[k] > 32 ? 0u : 1u,",
-                                                  "s1.inline_steps - s0.inline_steps, 1u,"))],
+    "seedinline": SEEDINLINE,
 }
 
 # Switch variants: base's build, run with these variables set (validation,

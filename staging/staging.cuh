@@ -439,6 +439,7 @@ __device__ __forceinline__ void mdr_stage_block(const mdr_stage_desc &st, uint32
   const bool fetch = flags & MDR_STAGE_FETCH;
   /* the step's real counts, in thread 0 (the header's once read) */
   uint32_t tokens = copy, seqs = copy_s;
+  bool late = false; /* inputs kept in place only: their pad rows after the last barrier */
   /* the inputs belong to the launch that fetches (or takes device ids): a
    * plan split over several launches has its later ones only advance (a
    * copy there would write the sources' rows over the first launch's pad) */
@@ -461,11 +462,15 @@ __device__ __forceinline__ void mdr_stage_block(const mdr_stage_desc &st, uint32
     else if (fetch)
       mdr_stage_copy_slot(st, e, have, slot, !(flags & MDR_STAGE_DEVICE_IDS), copy, copy_s, blk == 0 ? &hv : nullptr,
                           blk, blocks);
-    /* whether an input is already in device memory: every warp holds the
-     * whole table (lanes 1 .. n), so each warp's vote is the block's answer,
-     * with no barrier; without one (and without device ids) the step is
-     * done once the slot's loads are stored */
-    const bool device_inputs = __ballot_sync(0xffffffffu, have && e.src != 0) != 0u;
+    /* whether an input in device memory is to be copied: every warp holds
+     * the whole table (lanes 1 .. n), so each warp's vote is the block's
+     * answer, with no barrier; without one (and without device ids) the
+     * step is done once the slot's loads are stored. Inputs kept in place
+     * (device_src at the destination: a block table the engine keeps on
+     * the device) only want their pad rows: those wait for the block's
+     * last barrier, after which every thread knows the real counts, and
+     * are skipped when no count falls short (docs/GRAPHS.md) */
+    const bool device_inputs = __ballot_sync(0xffffffffu, have && e.src != 0 && e.src != e.dst) != 0u;
     /* device ids are the first stage block's alone: a launch that spreads
      * its slot's read has the real count in that block only (the others'
      * hv is the copy count) */
@@ -479,6 +484,13 @@ __device__ __forceinline__ void mdr_stage_block(const mdr_stage_desc &st, uint32
       __syncthreads();
       if (ids_here) mdr_stage_device_ids(st, s_tokens, copy);
       mdr_stage_device_inputs(st, s_in, s_tokens, s_seqs, copy, copy_s);
+    } else if (__ballot_sync(0xffffffffu, have && e.src != 0) != 0u) {
+      if (threadIdx.x < 32u && have) s_in[threadIdx.x - 1u] = e;
+      if (threadIdx.x == 0) {
+        s_tokens = hv.x;
+        s_seqs = hv.z;
+      }
+      late = true;
     }
     tokens = hv.x;
     seqs = hv.z;
@@ -505,6 +517,7 @@ __device__ __forceinline__ void mdr_stage_block(const mdr_stage_desc &st, uint32
     seqs = hv.z;
   }
   __syncthreads(); /* every load of the slot has completed */
+  if (late && (s_tokens < copy || s_seqs < copy_s)) mdr_stage_device_inputs(st, s_in, s_tokens, s_seqs, copy, copy_s);
   if (threadIdx.x == 0) {
     if (blk == 0 && (flags & (MDR_STAGE_FETCH | MDR_STAGE_DEVICE_IDS))) mdr_stage_publish_counts(st, tokens, seqs);
     bool last = true;

@@ -392,7 +392,8 @@ Case draw(Rng &g, bool spread, bool inl) {
   c.max_tokens = g.below(inl ? 3 : 6) == 0 ? 1024 + (uint32_t)g.below(4096) : 1 + (uint32_t)g.below(96);
   c.max_seqs = 1 + (uint32_t)g.below(12);
   c.t = 1 + (uint32_t)g.below(c.max_tokens);
-  c.copy = c.t + (uint32_t)g.below(c.max_tokens - c.t + 1);
+  /* a quarter at the real token count: padding by sequences alone */
+  c.copy = g.below(4) == 0 ? c.t : c.t + (uint32_t)g.below(c.max_tokens - c.t + 1);
   /* ... and padded past the real count */
   if (spread && (c.flags & MDR_STAGE_DEVICE_IDS) && c.t > 1 && c.copy == c.t) c.t -= 1 + (uint32_t)g.below(c.t - 1);
   const uint32_t smax = c.t < c.max_seqs ? c.t : c.max_seqs;
@@ -429,6 +430,11 @@ Case draw(Rng &g, bool spread, bool inl) {
   /* a third of the launches that may spread their read (fetch and advance
    * from a ring slot, every input in it; the ids from it or from the
    * device) take 2-6 stage blocks */
+  /* a quarter with every device input kept in place (a block table the
+   * engine keeps on the device): their pad rows, written only when a count
+   * falls short, are the stage's only device-input work */
+  if (g.below(4) == 0)
+    for (uint32_t i = 0; i < c.n; i++) c.in[i].in_place = c.in[i].device;
   c.blocks = 1;
   if ((c.flags & ~(uint32_t)MDR_STAGE_DEVICE_IDS) == (MDR_STAGE_FETCH | MDR_STAGE_ADVANCE) && c.n > 0 &&
       (spread || g.below(3) == 0)) {
