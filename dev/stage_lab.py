@@ -67,6 +67,9 @@ Variants:
              word (the value it holds: the counter's), so an inline step
              makes the host-memory write a ring step makes; what that write
              costs
+  large256   a diagnostic: the large image class at 256 bytes (1152 on
+             main): the device-table step's parameter block 900 bytes
+             smaller
   seedinline the larger image classes inline whatever the zero plan's
              length (LARGE_INLINE_ZERO_MAX 1 GiB): steps with inputs at seed
              policy inline, where the 32 MiB rule sends them to the ring
@@ -409,6 +412,16 @@ LARGETABLE.append(("tests/test_stage_inline.c", (
     "  cr_assert(funcs[0] != funcs[1] && funcs[1] != funcs[2] && funcs[0] != funcs[2], \"a kernel a class\");\n",
     "  cr_assert(funcs[0] != NULL, \"the small class's kernel\");\n")))
 
+# large256: a diagnostic. The large image class at 256 bytes, not 1152:
+# the device-table step's image (ids, positions and lengths: 64-208 bytes
+# at 1-8 sequences) in a parameter block some 900 bytes smaller, the
+# whole-table step's at 1 sequence (576 bytes) in the extra-large class.
+# The question: whether the parameter block's size, which each launch of
+# the node reads whole, is what the device-table step still pays over ids
+# only (small class) at 1-2 sequences under MDR_ROWS_ALL
+# (bench/results/h200-2026-12-04-session25/, call 4).
+LARGE256 = [(LAYOUT, ("#define MDR_STAGE_INLINE_LARGE_BYTES 1152u\n", "#define MDR_STAGE_INLINE_LARGE_BYTES 256u\n"))]
+
 # seedinline: the larger image classes inline at any plan length
 # (LARGE_INLINE_ZERO_MAX at 1 GiB); and the test of the 32 MiB rule expects
 # the long plan's steps inline.
@@ -443,6 +456,7 @@ VARIANTS = {
                       "    if (last && (flags & MDR_STAGE_ADVANCE) && !inl) {\n"))],
     "inlsame": INLSAME,
     "seedinline": SEEDINLINE,
+    "large256": LARGE256,
 }
 
 # Switch variants: base's build, run with these variables set (validation,
