@@ -209,7 +209,7 @@ static const char *const k_opt_names[TP_OPT_COUNT] = {
 static bool tp_takes_value(tp_opt_id id) { return id <= TP_OPT_NORM_HIDDEN; }
 
 /* --norm's defaults: decode token counts up to one-shot fusion's range,
- * the hidden sizes of issue 27 */
+ * the hidden sizes of the models mdr serves */
 static const size_t k_norm_tokens[] = {1, 2, 4, 8, 16, 32, 64, 128};
 static const size_t k_norm_hidden[] = {4096, 6144, 8192};
 

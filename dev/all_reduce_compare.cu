@@ -5,7 +5,7 @@
  *
  * Versions:
  *   v1   the kernel of commit d006a59 (epoch-based flags, before the
- *        protocol rebuild of issue 21), copied below into namespace v1
+ *        protocol's rebuild), copied below into namespace v1
  *        with its launcher; unchanged but for the names and for PDL,
  *        which it took from its own pdl_enabled() and here takes from the
  *        caller, so that both versions run with the same setting;

@@ -370,7 +370,7 @@ int main(int argc, char **argv) {
     printf("%-7zu %-7zu %-9s | %12.2f %12.2f | %8.3f\n", a.c.hidden, a.c.tokens,
            a.c.algo == MDR_ARP_ONE_SHOT ? "one-shot" : "two-shot", a.median, b.median, a.median / b.median);
   }
-  printf("\nx: %s over unfused (issue 27's goal on two GPUs: <= 0.85 at 1-64 tokens)\nwrote %s\n",
+  printf("\nx: %s over unfused (the goal on two GPUs: <= 0.85 at 1-64 tokens)\nwrote %s\n",
          fused_name(h.norm_fuse), csv_path.c_str());
   if (!ok) printf("some cases failed validation (not timed): see above\n");
   return ok ? 0 : 1;

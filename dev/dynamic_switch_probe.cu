@@ -1,5 +1,5 @@
 /* dynamic_switch_probe.cu — the three ways MDR_GRAPH_DYNAMIC can learn each
- * step's token count, side by side in one run (issue #8):
+ * step's token count, side by side in one run:
  *   exact   the library's EXACT cache, one graph per count (the reference);
  *   (b)     the library's DYNAMIC, NODE_UPDATE: one graph whose fused node
  *           is re-targeted by the host when the count changes;

@@ -1,5 +1,5 @@
 /* step_floor_probe.cu — where the GPU time of a small graph-fused step goes
- * (issue #13: device-id steps at 1-8 tokens against their floor).
+ * (device-id steps at 1-8 tokens against their floor).
  *
  * On the GLM-5.3 arena (M = 4096, rows policy ALL) at t = 1, 2, 4, 8 tokens,
  * each case below is one CUDA graph, timed the way mdr-bench times a step:

@@ -1,6 +1,6 @@
 /* step_params_probe.cu — a small step's inputs carried in the kernel's
  * parameters, set per step by node update, beside the staging slot's PCIe
- * read (issue 22, item 8).
+ * read.
  *
  * Each case is one graph of one kernel node: the blocks after the stage
  * block(s) clear Z bytes (16 KiB each, 256 threads, 16-byte stores); block

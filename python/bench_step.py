@@ -7,7 +7,7 @@ by side in one run (interleaved rounds), ids in a preallocated pinned array.
 
 A third path is the C library's own step, mdr_graph_cache_step called
 through ctypes on the same cache with no wrapper: its GPU time is C's for
-this graph (issue 24: the package's GPU time per step equal to C's), and
+this graph (the package's GPU time per step equal to C's), and
 the package's CPU cost above it is the wrapper's.
 
 CPU time: the host time of one call (step / replay), in µs, median and p99;
@@ -15,7 +15,7 @@ the GPU is kept from falling behind by a synchronize after every call,
 outside the timed region, so neither call ever waits for the GPU. GPU time:
 CUDA events around 500 back-to-back calls of each, per step, in 6
 runs per path whose order rotates. The figures
-to reach (issue 24): step median <= 5 µs, p99 <= 10 µs, and the step's
+to reach: step median <= 5 µs, p99 <= 10 µs, and the step's
 median <= the replay's + 2 µs.
 """
 import argparse

@@ -24,11 +24,11 @@
 #   paramload: what the inline stage block pays to read its image from the
 #     kernel's parameters, beside ld.param and L2 (dev/param_load_probe,
 #     PARAMLOAD_REPS graph replays per case, default 200)
-#   params: issue 22 item 8, a small step's inputs in the kernel's parameters
+#   params: a small step's inputs in the kernel's parameters
 #     (node update per step) beside the staging slot, device-resident inputs
 #     and zeroing alone (dev/step_params_probe, PARAMS_REPS reps per case,
 #     default 2000; PARAMS_ARGS adds arguments, e.g. --zero-mib 2,4,16)
-#   hf: issue 26, Hugging Face transformers' Qwen3 decoded through mdr
+#   hf: Hugging Face transformers' Qwen3 decoded through mdr
 #     (examples/python/hf_decode.py: torch + transformers on python3): its
 #     smoke test, then per model in HF_MODELS (default "0.6b 1.7b") one run
 #     over the batch sizes in HF_BATCHES (default "1 4 16") of HF_STEPS greedy
@@ -166,7 +166,7 @@ if has soak; then
 fi
 if has bench; then
   run bench $build/bench/mdr-bench ${BENCH_ARGS:---quick} --out "$out/bench" --force
-  # issue 22's step-inputs figures, read off one run: graph-fused-inputs
+  # the step-inputs figures, read off one run: graph-fused-inputs
   # beside graph-fused at 1-64 tokens, the same with the ids on the
   # device, and with the block table kept on the device (the three
   # `step inputs:` blocks and their goal lines)
@@ -210,7 +210,7 @@ if has tp; then
       run "bench-tp-norm-$fuse" env MDR_AR_NORM_FUSE=$fuse $build/bench/mdr-bench-tp --norm ${TP_NORM_ARGS:-} \
         --out "$out/bench-tp-norm-$fuse" --force
     done
-    # mdr's block barrier against NCCL's LSA barrier (issue 21 item 1), both validated first
+    # mdr's block barrier against NCCL's LSA barrier, both validated first
     run bench-tp-barrier $build/bench/mdr-bench-tp --barrier --out "$out/bench-tp-barrier" --force
   fi
 fi
@@ -282,14 +282,14 @@ fi
 if has python; then
   # the Python package's suite (its GPU cases: torch bodies under mdr's
   # capture, zero-copy views, mode (b) inside torch.cuda.graph) and the
-  # CPU cost of a step from Python beside CUDAGraph.replay() (issue 24)
+  # CPU cost of a step from Python beside CUDAGraph.replay()
   pyenv=(env MDR_LIBRARY="$PWD/$build/libmdr.so" PYTHONPATH="python${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1)
   run python-tests "${pyenv[@]}" python3 -m pytest -q -rs -p no:cacheprovider python/tests
   run python-bench-step "${pyenv[@]}" python3 python/bench_step.py --steps "${PY_BENCH_STEPS:-20000}" --tokens 8 \
     --json "$out/bench_step.json"
 fi
 if has rust; then
-  # the Rust crates' GPU cases and the Rust-against-C CPU figure (issue 25):
+  # the Rust crates' GPU cases and the Rust-against-C CPU figure:
   # the bundle built where cargo is (rust/gpu-tests.sh) and carried here
   if [ -x rust/gpu-out/run.sh ]; then run rust-gpu bash rust/gpu-out/run.sh
   else note "SKIP rust-gpu: no rust/gpu-out bundle (build it with rust/gpu-tests.sh and carry it)"; fi

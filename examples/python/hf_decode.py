@@ -1,7 +1,7 @@
 """A real model's greedy decode driven by mdr: Hugging Face transformers'
 Qwen3 (Qwen3-0.6B's or Qwen3-1.7B's dimensions, seeded random weights, bf16),
 each decode step one mdr graph-cache step, checked token for token and
-timed against the model's own paths in one run (issue 26).
+timed against the model's own paths in one run.
 
     MDR_LIBRARY=$PWD/build/libmdr.so PYTHONPATH=python \\
         python3 examples/python/hf_decode.py [--model 0.6b|1.7b] [--batch 1,4,16] \\

@@ -1,4 +1,4 @@
-"""Smoke test of examples/python/hf_decode.py (issue 26): a tiny Qwen3 config,
+"""Smoke test of examples/python/hf_decode.py: a tiny Qwen3 config,
 a few greedy steps per batch size, every check of the script (mdr's logits
 bit-identical to the eager step loop, MDR_DISABLE_GRAPHS=1 identical, memory
 stable, generate agreeing up to the first ambiguous step). Skipped, with the
