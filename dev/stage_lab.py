@@ -420,7 +420,10 @@ LARGETABLE.append(("tests/test_stage_inline.c", (
 # the node reads whole, is what the device-table step still pays over ids
 # only (small class) at 1-2 sequences under MDR_ROWS_ALL
 # (bench/results/h200-2026-12-04-session25/, call 4).
-LARGE256 = [(LAYOUT, ("#define MDR_STAGE_INLINE_LARGE_BYTES 1152u\n", "#define MDR_STAGE_INLINE_LARGE_BYTES 256u\n"))]
+LARGE256 = [(LAYOUT, ("#define MDR_STAGE_INLINE_LARGE_BYTES 1152u\n", "#define MDR_STAGE_INLINE_LARGE_BYTES 256u\n")),
+            # (and the class test's large images fit 256 bytes)
+            ("tests/test_stage_inline.c", ("MDR_STAGE_INLINE_BYTES + 1, 576, 1088, MDR_STAGE_INLINE_LARGE_BYTES};",
+                                           "MDR_STAGE_INLINE_BYTES + 1, 200, 240, MDR_STAGE_INLINE_LARGE_BYTES};"))]
 
 # seedinline: the larger image classes inline at any plan length
 # (LARGE_INLINE_ZERO_MAX at 1 GiB); and the test of the 32 MiB rule expects
