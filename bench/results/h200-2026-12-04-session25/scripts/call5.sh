@@ -1,5 +1,5 @@
 #!/bin/bash
-# Call 5: main (85de580), the figures of record at 1-64 sequences, beside
+# Call 5: main (3290358, its stage code 85de580's), the figures of record at 1-64 sequences, beside
 # the diagnostic large256 (the large image class at 256 bytes): stage_lab
 # validates both with the step-input suites on the GPU, then times ids
 # only, the whole table staged and the table kept on the device, GLM-5.3,
