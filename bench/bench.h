@@ -57,6 +57,7 @@ enum {
   INPUT_MAX_SEQS = 256,     /* graph-fused-inputs: max_sequences (at most M); a step over t tokens
                                carries min(t, INPUT_MAX_SEQS) sequences */
   N_STEP_INPUTS = 3,        /* graph-fused-inputs: positions, seq_lens, block_table */
+  INPUT_BLOCK_TABLE = 2,    /* the block table's index among them */
 };
 
 #define FLUSH_BYTES (256 * MIB)        /* > L2 of any current GPU (H200: 50 MB) */

@@ -83,7 +83,7 @@ static void inputs_begin(runner *r, mdr_graph_cache_options *o) {
                                     .shape = i == 0 ? MDR_INPUT_PER_TOKEN : MDR_INPUT_PER_SEQUENCE,
                                     .width = width[i], .dest = MDR_INPUT_TO_DEVICE, .address = r->input_dst[i]};
     r->values[1 + i] = r->input_host[i];
-    if (i == 2 && table_on_device(r->strat)) {
+    if (i == INPUT_BLOCK_TABLE && table_on_device(r->strat)) {
       CHECK(r->b, mdr_backend_copy_h2d(r->b, r->input_dst[i], r->input_host[i], n * sizeof(uint32_t)));
       r->inputs[i].device_src = r->input_dst[i];
       r->values[1 + i] = NULL;
@@ -172,7 +172,8 @@ void runner_sync(runner *r) { CHECK(r->b, mdr_backend_synchronize(r->b, r->strea
 double input_copy_us(const runner *r, size_t tokens, size_t reps) {
   const size_t seqs = input_sequences(r, tokens);
   /* uint32 values; the table stays out when it is in device memory */
-  const size_t n[N_STEP_INPUTS] = {tokens, seqs, table_on_device(r->strat) ? 0 : seqs * INPUT_BLOCKS_PER_SEQ};
+  size_t n[N_STEP_INPUTS] = {tokens, seqs, seqs * INPUT_BLOCKS_PER_SEQ};
+  if (table_on_device(r->strat)) n[INPUT_BLOCK_TABLE] = 0;
   size_t bytes = 0;
   for (int i = 0; i < N_STEP_INPUTS; i++) bytes += (n[i] * sizeof(uint32_t) + 15u) / 16u * 16u;
   const size_t slots = MDR_GRAPH_STAGING_SLOTS;
