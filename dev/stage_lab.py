@@ -73,6 +73,17 @@ Variants:
   seedinline the larger image classes inline whatever the zero plan's
              length (LARGE_INLINE_ZERO_MAX 1 GiB): steps with inputs at seed
              policy inline, where the 32 MiB rule sends them to the ring
+  ownlate    an inline launch that carries its input table in its parameters
+             (the larger image classes) tests each lane's entry for the
+             zeroed room (the fallback to the table in device memory) after
+             issuing the image's loads, not before: on main that test waits
+             for the entry's parameter load ahead of the image's, two round
+             trips in a row where the ids-only step takes one
+  preload    ownlate, and the inline list and table kernels' stage block
+             loads its first image vector (one a thread) and its lane's
+             table entry at entry, before its flags are known; an ids-only
+             inline step copies its image from those too: the parameters'
+             round trip before the image's taken off every inline step
 
 Switch variants share base's build and run with an environment switch set,
 in validation and in the benches alike (VARIANT+SWITCH runs a switch on
@@ -433,6 +444,161 @@ SEEDINLINE = [(GC, ("#define LARGE_INLINE_ZERO_MAX (32u << 20)\n",
               ("tests/test_stage_inline.c", ("s1.inline_steps - s0.inline_steps, mib[k] > 32 ? 0u : 1u,",
                                              "s1.inline_steps - s0.inline_steps, 1u,"))]
 
+# ownlate: the fallback of a lane's entry from the launch's own table
+# (room left zeroed: the table in device memory) tested after the image's
+# loads are issued. On main the test sits where the entry is loaded, so the
+# warp waits there for the entry's parameter load (in-order issue: the
+# branch needs it), and the image's loads, which need no entry, go out a
+# round trip later (the PTX of zero_list_inline_kernel<1152>: the branch on
+# the entry's dst right after its ld.param, the image's ld.v4 after it).
+# An ids-only step (small class, no table) waits for one round. The
+# question: is that second round what every step with inputs pays at 1-2
+# sequences under MDR_ROWS_ALL (bench/results/h200-2026-12-04-session25/,
+# call 5)? ptxas -v is the same as base for every kernel.
+OWN_ENTRY = (
+    "/* An inline launch's image copied (FETCH | INLINE with the image's bytes in\n",
+    "/* A lane's entry read from the launch's own copy of the table\n"
+    " * (mdr_stage_block's ptable): the entry in device memory in its place when\n"
+    " * the caller left that room zeroed (an entry's destination is never 0).\n"
+    " * Its test waits for the entry's load, so callers place it after the loads\n"
+    " * that need no entry. */\n"
+    "__device__ __forceinline__ void mdr_stage_own_entry(const mdr_stage_desc &st, bool have, mdr_stage_input &e) {\n"
+    "  if (have && e.dst == 0) e = ((const mdr_stage_input *)st.inputs)[(threadIdx.x & 31u) - 1u];\n"
+    "}\n\n"
+    "/* An inline launch's image copied (FETCH | INLINE with the image's bytes in\n")
+OWN_SIG = (
+    "__device__ __forceinline__ void mdr_stage_copy_image(const mdr_stage_desc &st, const mdr_stage_input &e, bool have,\n"
+    "                                                     uint64_t image, bool ids, uint32_t copy_t, uint32_t copy_s,\n"
+    "                                                     uint4 *hdr) {\n",
+    "__device__ __forceinline__ void mdr_stage_copy_image(const mdr_stage_desc &st, mdr_stage_input &e, bool have,\n"
+    "                                                     bool own, uint64_t image, bool ids, uint32_t copy_t,\n"
+    "                                                     uint32_t copy_s, uint4 *hdr) {\n")
+OWN_WAIT = (
+    "    if (base == 0 && hdr && tid == 0) *hdr = r[0];\n",
+    "    if (base == 0 && own) mdr_stage_own_entry(st, have, e); /* the entry's wait, after the image's loads */\n"
+    "    if (base == 0 && hdr && tid == 0) *hdr = r[0];\n")
+OWN_LOAD = (
+    "  bool have;\n"
+    "  if (ptable && st.n_inputs <= MDR_STAGE_INLINE_TABLE) {\n"
+    "    /* the launch's own copy of the table, when its caller wrote one (an\n"
+    "     * entry's destination is never 0); else the table in device memory */\n"
+    "    have = mdr_stage_lane_entry(st, ptable, e);\n"
+    "    if (have && e.dst == 0) e = ((const mdr_stage_input *)st.inputs)[(threadIdx.x & 31u) - 1u];\n"
+    "  } else {\n"
+    "    have = mdr_stage_lane_entry(st, (const mdr_stage_input *)st.inputs, e);\n"
+    "  }\n",
+    "  /* the launch's own copy of the table (its caller may have left it\n"
+    "   * zeroed: mdr_stage_own_entry), else the table in device memory */\n"
+    "  const bool own = ptable && st.n_inputs <= MDR_STAGE_INLINE_TABLE;\n"
+    "  const bool have = own ? mdr_stage_lane_entry(st, ptable, e)\n"
+    "                        : mdr_stage_lane_entry(st, (const mdr_stage_input *)st.inputs, e);\n")
+OWN_COPY = (
+    "    if (fetch && inl && st.inline_bytes) /* one stage block: an inline launch's */\n"
+    "      mdr_stage_copy_image(st, e, have, slot, !(flags & MDR_STAGE_DEVICE_IDS), copy, copy_s, &hv);\n"
+    "    else if (fetch)\n"
+    "      mdr_stage_copy_slot(st, e, have, slot, !(flags & MDR_STAGE_DEVICE_IDS), copy, copy_s, blk == 0 ? &hv : nullptr,\n"
+    "                          blk, blocks);\n",
+    "    if (fetch && inl && st.inline_bytes) { /* one stage block: an inline launch's */\n"
+    "      mdr_stage_copy_image(st, e, have, own, slot, !(flags & MDR_STAGE_DEVICE_IDS), copy, copy_s, &hv);\n"
+    "    } else {\n"
+    "      if (own) mdr_stage_own_entry(st, have, e);\n"
+    "      if (fetch)\n"
+    "        mdr_stage_copy_slot(st, e, have, slot, !(flags & MDR_STAGE_DEVICE_IDS), copy, copy_s,\n"
+    "                            blk == 0 ? &hv : nullptr, blk, blocks);\n"
+    "    }\n")
+OWNLATE = [(CUH, OWN_ENTRY), (CUH, OWN_SIG), (CUH, OWN_WAIT), (CUH, OWN_LOAD), (CUH, OWN_COPY)]
+
+# preload: ownlate, and the inline kernels (list and table forms) load, in
+# the stage block, each thread's first image vector and each lane's table
+# entry before anything else, passing them to mdr_stage_block (vec0,
+# pentry); an ids-only inline step copies its image through
+# mdr_stage_copy_image from them too. On base the image's loads wait for
+# the flags' and counts' parameter loads (the branches on them), and with
+# ownlate the table's as well: one round trip to the parameters, then the
+# image's. Here the three are in flight together. The emulation passes
+# them in half its inline cases with an image, a quarter of its inline
+# suite's cases ids only. ptxas -v is the same as base for every kernel.
+PRE_COPY_SIG = (
+    "                                                     uint32_t copy_s, uint4 *hdr) {\n",
+    "                                                     uint32_t copy_s, uint4 *hdr, const uint4 *pre = nullptr) {\n")
+PRE_COPY_LOAD = (
+    "      if (j < nv) r[u] = ((const uint4 *)image)[j];\n    }\n    if (base == 0 && own)",
+    "      if (j < nv) r[u] = pre && base == 0 && u == 0 ? *pre : ((const uint4 *)image)[j];\n    }\n"
+    "    if (base == 0 && own)")
+PRE_BLOCK_SIG = (
+    "                                                const mdr_stage_input *ptable = nullptr) {\n",
+    "                                                const mdr_stage_input *ptable = nullptr, const uint4 *vec0 = nullptr,\n"
+    "                                                const mdr_stage_input *pentry = nullptr) {\n")
+PRE_ENTRY = (
+    "  const bool have = own ? mdr_stage_lane_entry(st, ptable, e)\n"
+    "                        : mdr_stage_lane_entry(st, (const mdr_stage_input *)st.inputs, e);\n",
+    "  bool have;\n"
+    "  if (own && pentry) { /* loaded by the kernel at entry */\n"
+    "    const uint32_t n = st.n_inputs < MDR_STAGE_INPUTS_MAX ? st.n_inputs : MDR_STAGE_INPUTS_MAX;\n"
+    "    const uint32_t lane = threadIdx.x & 31u;\n"
+    "    have = lane >= 1u && lane <= n;\n"
+    "    if (have) e = *pentry;\n"
+    "  } else {\n"
+    "    have = own ? mdr_stage_lane_entry(st, ptable, e)\n"
+    "               : mdr_stage_lane_entry(st, (const mdr_stage_input *)st.inputs, e);\n"
+    "  }\n")
+PRE_IMAGE = (
+    "copy, copy_s, &hv);\n    } else {\n",
+    "copy, copy_s, &hv, vec0);\n    } else {\n")
+PRE_IDS = (
+    "  } else if (fetch) {\n    /* the header in thread 0's registers",
+    "  } else if (fetch && inl && st.inline_bytes && vec0) { /* the image's first vectors loaded at entry */\n"
+    "    uint4 hv = make_uint4(copy, copy, copy_s, copy_s);\n"
+    "    mdr_stage_copy_image(st, e, false, false, slot, true, copy, copy_s, &hv, vec0);\n"
+    "    tokens = hv.x;\n"
+    "    seqs = hv.z;\n"
+    "  } else if (fetch) {\n    /* the header in thread 0's registers")
+
+
+def pre_kernel(form):
+    """The inline kernel of this form loading vec0 and pentry at entry."""
+    head = (f"    zero_{form}_inline_kernel(const __grid_constant__ zf_{form}_inline_params_t<IMG> a) {{\n"
+            "  if (blockIdx.x == 0) {\n")
+    call = ("    mdr_stage_block(a.p.stage, a.p.flags, (uint32_t)a.p.tokens, (uint64_t)(uintptr_t)&a.inline_slot[0], 0, 1,\n"
+            "                    ")
+    return (KFU, (head + call + "zf_ptab(a));\n",
+                  head +
+                  "    /* the image's first vectors and the table's entries, loaded before\n"
+                  "     * anything else is known: the stage reads them after its flags */\n"
+                  "    uint4 pre = make_uint4(0u, 0u, 0u, 0u);\n"
+                  "    if (threadIdx.x < IMG / 16u) pre = a.inline_slot[threadIdx.x];\n"
+                  "    mdr_stage_input pe = {};\n"
+                  "    const mdr_stage_input *pt = zf_ptab(a);\n"
+                  "    const uint32_t lane = threadIdx.x & 31u;\n"
+                  "    if (pt && lane >= 1u && lane <= MDR_STAGE_INLINE_TABLE) pe = pt[lane - 1u];\n"
+                  + call + "pt, &pre, pt ? &pe : nullptr);\n"))
+
+
+EMU = "tests/stage_emulated.cpp"
+PRELOAD = OWNLATE + [
+    (CUH, PRE_COPY_SIG), (CUH, PRE_COPY_LOAD), (CUH, PRE_BLOCK_SIG), (CUH, PRE_ENTRY), (CUH, PRE_IMAGE),
+    (CUH, PRE_IDS), pre_kernel("list"), pre_kernel("table"),
+    (EMU, ("  uint32_t t, copy, s, copy_s, step, ids_mis, ids_src_kind;",
+           "  uint32_t vec0;   /* INLINE with the image's bytes: 1 the image's first vectors and the table's entries\n"
+           "                      loaded before the stage block runs, as the inline kernels pass them */\n"
+           "  uint32_t t, copy, s, copy_s, step, ids_mis, ids_src_kind;")),
+    (EMU, ("      run_block([&] { mdr_stage_block(st, flags, c.copy, inl, blk, c.blocks, pt); });\n",
+           "      run_block([&] {\n"
+           "        if (!c.vec0) return mdr_stage_block(st, flags, c.copy, inl, blk, c.blocks, pt);\n"
+           "        uint4 v0 = make_uint4(0u, 0u, 0u, 0u);\n"
+           "        if (threadIdx.x < (st.inline_bytes + 15u) / 16u) v0 = ((const uint4 *)(uintptr_t)inl)[threadIdx.x];\n"
+           "        mdr_stage_input pe = {};\n"
+           "        const uint32_t lane = threadIdx.x & 31u;\n"
+           "        if (pt && lane >= 1u && lane <= MDR_STAGE_INLINE_TABLE) pe = pt[lane - 1u];\n"
+           "        mdr_stage_block(st, flags, c.copy, inl, blk, c.blocks, pt, &v0, pt ? &pe : nullptr);\n"
+           "      });\n")),
+    (EMU, ("  if ((spread || inl) && c.n == 0) c.n = 1;\n",
+           "  if ((spread || inl) && c.n == 0) c.n = 1;\n"
+           "  if (inl && g.below(4) == 0) c.n = 0; /* ids only: the image's first vectors may come loaded (vec0) */\n")),
+    (EMU, ("  c.fill_seed = g.next();\n  return c;\n",
+           "  c.vec0 = c.image && g.below(2) == 0;\n  c.fill_seed = g.next();\n  return c;\n")),
+]
+
 VARIANTS = {
     "base": [],
     "xltable": XLTABLE,
@@ -460,6 +626,8 @@ VARIANTS = {
     "inlsame": INLSAME,
     "seedinline": SEEDINLINE,
     "large256": LARGE256,
+    "ownlate": OWNLATE,
+    "preload": PRELOAD,
 }
 
 # Switch variants: base's build, run with these variables set (validation,
