@@ -564,20 +564,39 @@ def pre_kernel(form):
     return (KFU, (head + call + "zf_ptab(a));\n",
                   head +
                   "    /* the image's first vectors and the table's entries, loaded before\n"
-                  "     * anything else is known: the stage reads them after its flags */\n"
+                  "     * anything else is known (through the parameters' generic address, as\n"
+                  "     * the stage block reads its image: an ld.param with an address a lane\n"
+                  "     * serialises the warp's addresses); the stage reads them after its\n"
+                  "     * flags */\n"
+                  "    const uint64_t image = zf_generic((uint64_t)(uintptr_t)&a.inline_slot[0]);\n"
                   "    uint4 pre = make_uint4(0u, 0u, 0u, 0u);\n"
-                  "    if (threadIdx.x < IMG / 16u) pre = a.inline_slot[threadIdx.x];\n"
+                  "    if (threadIdx.x < IMG / 16u) pre = ((const uint4 *)image)[threadIdx.x];\n"
                   "    mdr_stage_input pe = {};\n"
                   "    const mdr_stage_input *pt = zf_ptab(a);\n"
                   "    const uint32_t lane = threadIdx.x & 31u;\n"
-                  "    if (pt && lane >= 1u && lane <= MDR_STAGE_INLINE_TABLE) pe = pt[lane - 1u];\n"
-                  + call + "pt, &pre, pt ? &pe : nullptr);\n"))
+                  "    if (pt && lane >= 1u && lane <= MDR_STAGE_INLINE_TABLE)\n"
+                  "      pe = ((const mdr_stage_input *)zf_generic((uint64_t)(uintptr_t)pt))[lane - 1u];\n"
+                  "    mdr_stage_block(a.p.stage, a.p.flags, (uint32_t)a.p.tokens, image, 0, 1, pt, &pre, pt ? &pe : nullptr);\n"))
+
+
+# (the generic address the preload reads through, where the compiler would
+# otherwise see the parameters and issue ld.param)
+PRE_GENERIC = (KFU, ("#define ZF_LIST_INLINE MDR_ZERO_LIST_INLINE_MAX\n",
+                     "#define ZF_LIST_INLINE MDR_ZERO_LIST_INLINE_MAX\n"
+                     "/* An address the compiler cannot trace back to the parameters, so that its\n"
+                     " * loads stay generic ones (an ld.param with an address a lane serialises a\n"
+                     " * warp's addresses). */\n"
+                     "__device__ __forceinline__ uint64_t zf_generic(uint64_t a) {\n"
+                     "  uint64_t g;\n"
+                     "  asm(\"mov.b64 %0, %1;\" : \"=l\"(g) : \"l\"(a));\n"
+                     "  return g;\n"
+                     "}\n"))
 
 
 EMU = "tests/stage_emulated.cpp"
 PRELOAD = OWNLATE + [
     (CUH, PRE_COPY_SIG), (CUH, PRE_COPY_LOAD), (CUH, PRE_BLOCK_SIG), (CUH, PRE_ENTRY), (CUH, PRE_IMAGE),
-    (CUH, PRE_IDS), pre_kernel("list"), pre_kernel("table"),
+    (CUH, PRE_IDS), PRE_GENERIC, pre_kernel("list"), pre_kernel("table"),
     (EMU, ("  uint32_t t, copy, s, copy_s, step, ids_mis, ids_src_kind;",
            "  uint32_t vec0;   /* INLINE with the image's bytes: 1 the image's first vectors and the table's entries\n"
            "                      loaded before the stage block runs, as the inline kernels pass them */\n"
