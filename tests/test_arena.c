@@ -312,6 +312,13 @@ Test(arena, bad_input_gets_a_clear_status) {
   cr_assert_null(none);
   cr_assert_not_null(strstr(mdr_backend_last_error(b), "NULL sizes"), "%s", mdr_backend_last_error(b));
   cr_assert_eq(mdr_arena_rows_policy(a), MDR_ROWS_SEED);
+  cr_assert_eq(mdr_arena_set_rows_policy(a, MDR_ROWS_ALL), MDR_OK);
+  cr_assert_eq(mdr_arena_rows_policy(a), MDR_ROWS_ALL, "the getter reads what was set");
+  cr_assert_eq(mdr_arena_set_rows_policy(a, MDR_ROWS_FROM_ARENA), MDR_ERR_INVALID_ARGUMENT);
+  cr_assert_eq(mdr_arena_rows_policy(a), MDR_ROWS_ALL, "a refused policy leaves it");
+  cr_assert_eq(mdr_arena_set_rows_policy(a, MDR_ROWS_SEED), MDR_OK);
+  cr_assert_eq(mdr_arena_zero_strategy(NULL), MDR_ZERO_MEMSET, "NULL arena: the default");
+  cr_assert_eq(mdr_arena_rows_policy(NULL), MDR_ROWS_SEED, "NULL arena: the default");
   cr_assert_eq(mdr_arena_zero_all(NULL, NULL), MDR_ERR_INVALID_ARGUMENT);
   cr_assert_eq(mdr_arena_zero_all_rows(NULL, NULL, 1), MDR_ERR_INVALID_ARGUMENT);
   cr_assert_eq(mdr_arena_zero_prefill_essentials(NULL, NULL), MDR_ERR_INVALID_ARGUMENT);

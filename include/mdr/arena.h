@@ -106,8 +106,13 @@ MDR_API mdr_status mdr_arena_set_rows_policy(mdr_arena *a, mdr_rows_policy p);
  * A debugging aid: one more memset per such buffer. NULL arena:
  * MDR_ERR_INVALID_ARGUMENT. */
 MDR_API mdr_status mdr_arena_set_poison(mdr_arena *a, int on);
+/* The arena's poison mode: 1 on, 0 off. NULL arena: 0. */
 MDR_API int mdr_arena_poison(const mdr_arena *a);
+/* The zero strategy its helpers use (never MDR_ZERO_FROM_ARENA). NULL
+ * arena: MDR_ZERO_MEMSET, the default. */
 MDR_API mdr_zero_strategy mdr_arena_zero_strategy(const mdr_arena *a);
+/* The row policy of its zero_all_rows (never MDR_ROWS_FROM_ARENA). NULL
+ * arena: MDR_ROWS_SEED, the default. */
 MDR_API mdr_rows_policy mdr_arena_rows_policy(const mdr_arena *a);
 
 /* The zeroing helpers. Enqueue only, on `stream`; asynchronous and

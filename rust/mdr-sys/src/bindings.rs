@@ -1296,34 +1296,21 @@ extern "C" {
     /// `mdr_arena_poison` (arena.h).
     ///
     /// ```text
-    /// Poison mode of the arena's helpers (default off; MDR_POISON=1 at create
-    /// turns it on): zero_all_rows(tokens) also fills what it leaves of each
-    /// row-trimmed buffer, past its cleared head, with 0xFF bytes (a NaN in
-    /// bf16, fp16 and fp32), so a kernel reading rows it never wrote shows up.
-    /// A debugging aid: one more memset per such buffer. NULL arena:
-    /// MDR_ERR_INVALID_ARGUMENT.
+    /// The arena's poison mode: 1 on, 0 off. NULL arena: 0.
     /// ```
     pub fn mdr_arena_poison(a: *const mdr_arena) -> c_int;
     /// `mdr_arena_zero_strategy` (arena.h).
     ///
     /// ```text
-    /// Poison mode of the arena's helpers (default off; MDR_POISON=1 at create
-    /// turns it on): zero_all_rows(tokens) also fills what it leaves of each
-    /// row-trimmed buffer, past its cleared head, with 0xFF bytes (a NaN in
-    /// bf16, fp16 and fp32), so a kernel reading rows it never wrote shows up.
-    /// A debugging aid: one more memset per such buffer. NULL arena:
-    /// MDR_ERR_INVALID_ARGUMENT.
+    /// The zero strategy its helpers use (never MDR_ZERO_FROM_ARENA). NULL
+    /// arena: MDR_ZERO_MEMSET, the default.
     /// ```
     pub fn mdr_arena_zero_strategy(a: *const mdr_arena) -> mdr_zero_strategy;
     /// `mdr_arena_rows_policy` (arena.h).
     ///
     /// ```text
-    /// Poison mode of the arena's helpers (default off; MDR_POISON=1 at create
-    /// turns it on): zero_all_rows(tokens) also fills what it leaves of each
-    /// row-trimmed buffer, past its cleared head, with 0xFF bytes (a NaN in
-    /// bf16, fp16 and fp32), so a kernel reading rows it never wrote shows up.
-    /// A debugging aid: one more memset per such buffer. NULL arena:
-    /// MDR_ERR_INVALID_ARGUMENT.
+    /// The row policy of its zero_all_rows (never MDR_ROWS_FROM_ARENA). NULL
+    /// arena: MDR_ROWS_SEED, the default.
     /// ```
     pub fn mdr_arena_rows_policy(a: *const mdr_arena) -> mdr_rows_policy;
     /// `mdr_arena_zero_all` (arena.h).
