@@ -181,7 +181,8 @@ MDR_API mdr_status mdr_arena_create_on_comm(mdr_comm *c, const mdr_sizes *s, mdr
 /* The same for n ranks driven from one thread: comms[i] gets out[i]. */
 MDR_API mdr_status mdr_arena_create_on_comms(mdr_comm *const *comms, int n, const mdr_sizes *s,
                                              mdr_arena **out);
-/* The arena's window kind, and its communicator (borrowed; NULL when none). */
+/* The arena's window kind, and its communicator (borrowed; NULL when none).
+ * NULL arena: MDR_WINDOW_NONE and NULL. */
 MDR_API mdr_window mdr_arena_window(const mdr_arena *a);
 MDR_API mdr_comm *mdr_arena_comm(const mdr_arena *a);
 /* "none", "symmetric", "plain" or "host"; "unknown" out of range. */

@@ -1412,12 +1412,14 @@ extern "C" {
     ///
     /// ```text
     /// The arena's window kind, and its communicator (borrowed; NULL when none).
+    /// NULL arena: MDR_WINDOW_NONE and NULL.
     /// ```
     pub fn mdr_arena_window(a: *const mdr_arena) -> mdr_window;
     /// `mdr_arena_comm` (arena.h).
     ///
     /// ```text
     /// The arena's window kind, and its communicator (borrowed; NULL when none).
+    /// NULL arena: MDR_WINDOW_NONE and NULL.
     /// ```
     pub fn mdr_arena_comm(a: *const mdr_arena) -> *mut mdr_comm;
     /// `mdr_window_name` (arena.h).
