@@ -427,14 +427,14 @@ Case draw(Rng &g, bool spread, bool inl) {
     s.mis = g.below(3) == 0 ? s.elem * (uint32_t)g.below(16 / s.elem) : 0u;
     s.pad = g.next();
   }
-  /* a third of the launches that may spread their read (fetch and advance
-   * from a ring slot, every input in it; the ids from it or from the
-   * device) take 2-6 stage blocks */
   /* a quarter with every device input kept in place (a block table the
    * engine keeps on the device): their pad rows, written only when a count
    * falls short, are the stage's only device-input work */
   if (g.below(4) == 0)
     for (uint32_t i = 0; i < c.n; i++) c.in[i].in_place = c.in[i].device;
+  /* a third of the launches that may spread their read (fetch and advance
+   * from a ring slot, every input in it; the ids from it or from the
+   * device) take 2-6 stage blocks */
   c.blocks = 1;
   if ((c.flags & ~(uint32_t)MDR_STAGE_DEVICE_IDS) == (MDR_STAGE_FETCH | MDR_STAGE_ADVANCE) && c.n > 0 &&
       (spread || g.below(3) == 0)) {
