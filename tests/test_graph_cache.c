@@ -1250,6 +1250,21 @@ Test(graph_cache, exact_device_steps_read_no_slot_and_follow_a_moved_buffer) {
   cr_assert_eq(st.evictions, 1, "the graph captured with a was dropped");
   cr_assert_eq(st.graphs, 1);
   cr_assert_eq(st.hits, 3);
+  /* prepare with a again: the graph of b is dropped and 5 captured for a,
+   * whose step is then a hit */
+  cr_assert_eq(mdr_graph_cache_prepare_device(c, a, &five, 1), MDR_OK);
+  cr_assert_eq(mdr_graph_cache_stats(c, &st), MDR_OK);
+  cr_assert_eq(st.captures, 3, "prepared again with a");
+  cr_assert_eq(st.evictions, 2, "the graph captured with b was dropped");
+  cr_assert_eq(st.graphs, 1);
+  random_ids(&rng, ids, 5);
+  poison_all(&f);
+  cr_assert_eq(mdr_backend_copy_h2d(f.b, a, ids, sizeof ids), MDR_OK);
+  cr_assert_eq(mdr_graph_cache_step_device(c, a, 5), MDR_OK, "%s", mdr_backend_last_error(f.b));
+  expect_step(&f, c, ids, 5, 5, 5, 5, 0, 5, 5 | 1, "device step after the prepare");
+  cr_assert_eq(mdr_graph_cache_stats(c, &st), MDR_OK);
+  cr_assert_eq(st.captures, 3, "the prepared graph served");
+  cr_assert_eq(st.hits, 4);
   cr_assert_eq(mdr_graph_cache_step_device(c, a, 0), MDR_ERR_OUT_OF_RANGE);
   /* 0 names the arena's token_ids, for prepare and step alike: a hit */
   const size_t seven = 7;

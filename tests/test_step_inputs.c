@@ -523,6 +523,14 @@ Test(step_inputs, the_layout_is_queryable_input_by_input) {
   cr_assert_geq(mdr_graph_cache_slot_bytes(c), end);
   size_t index = 0;
   cr_assert_eq(mdr_graph_cache_step_input_find(c, "nope", &index), MDR_ERR_OUT_OF_RANGE);
+  /* NULL name or index: refused, the status text names which */
+  index = 77;
+  cr_assert_eq(mdr_graph_cache_step_input_find(c, NULL, &index), MDR_ERR_INVALID_ARGUMENT);
+  cr_assert(strstr(mdr_backend_last_error(b), "NULL name"), "%s", mdr_backend_last_error(b));
+  cr_assert_eq(index, 77, "a refused find leaves the index");
+  cr_assert_eq(mdr_graph_cache_step_input_find(c, "token_ids", NULL), MDR_ERR_INVALID_ARGUMENT);
+  cr_assert(strstr(mdr_backend_last_error(b), "NULL index"), "%s", mdr_backend_last_error(b));
+  cr_assert_eq(mdr_graph_cache_step_input_find(NULL, "token_ids", &index), MDR_ERR_INVALID_ARGUMENT);
   cr_assert_eq(mdr_graph_cache_step_input_info(c, 1 + N_IN, &info), MDR_ERR_OUT_OF_RANGE);
   cr_assert_eq(mdr_graph_cache_step_input_info(c, 0, NULL), MDR_ERR_INVALID_ARGUMENT);
   mdr_graph_cache_destroy(c);
