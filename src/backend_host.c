@@ -11,7 +11,11 @@
  *   - a copy node reads its (pinned) source when it runs, not when recorded;
  *   - a kernel's parameters are copied at launch: an inline fused launch
  *     (MDR_STAGE_INLINE) keeps its slot image in the op, a node update
- *     rewrites the exec's op, and an op already enqueued keeps its own copy.
+ *     rewrites the exec's op, and an op already enqueued keeps its own copy;
+ *   - an inline launch of a class past the small one keeps room for the
+ *     input table in its parameters, read in place of the descriptor's
+ *     table where the caller wrote it (its "argument" is the image, then
+ *     that room).
  * Streams run each op when it is enqueued unless the backend is held
  * (mdr_backend_host_hold, for tests: a stalled GPU), when ops wait in one
  * queue, each a copy, until released.
@@ -38,6 +42,8 @@ typedef struct host_op {
   mdr_stage_desc stage;
   uint64_t inline_slot[MDR_STAGE_INLINE_XXXL_BYTES / 8]; /* zero_fused with an INLINE stage: its slot image
                                                               (room for every class) */
+  uint64_t inline_table[MDR_STAGE_INLINE_TABLE * sizeof(mdr_stage_input) / 8]; /* and, past the small class,
+                                                              its input table (zeroed: the descriptor's serves) */
   mdr_host_fn fn;      /* fn: called with an owned copy of its argument */
   void *arg;
   size_t arg_bytes;
@@ -105,13 +111,39 @@ static mdr_status list_push(mdr_backend *b, host_list *l, const host_op *op) {
   return MDR_OK;
 }
 
+/* The host's inline launch: the op keeps the stage and, as the kernel's
+ * parameter copy, the slot image and (past the small class) the input
+ * table's room; its "argument" (what the cache writes a step's image and
+ * table into) is the image, then that room, and its "kernel" this marker. */
+static const char k_host_inline_kernel;
+
+/* The room for the input table that a larger-class inline launch keeps in
+ * its parameters, as the CUDA backend's does. */
+#define HOST_TABLE_BYTES ((uint64_t)MDR_STAGE_INLINE_TABLE * sizeof(mdr_stage_input))
+_Static_assert(MDR_STAGE_INLINE_XXXL_BYTES + MDR_STAGE_INLINE_TABLE * sizeof(mdr_stage_input) <=
+                   MDR_STAGE_INLINE_PARAM_MAX,
+               "the largest class and the table's room fit an inline launch's argument");
+
+/* The image class of an inline launch, as the CUDA backend picks it
+ * (mdr_stage_inline_class with a table that serves the launch or not), 0
+ * when no class holds it. */
+static uint64_t host_inline_class(const mdr_stage_desc *st, size_t n, uint64_t tokens) {
+  return mdr_stage_inline_class(st, mdr_stage_table_ok(st, n, tokens));
+}
+
+/* Whether an op is an inline launch whose parameters hold the table's room. */
+static int op_table_room(const host_op *op) {
+  return op->kind == HOST_OP_ZERO_FUSED && op->has_stage && (op->stage.flags & MDR_STAGE_INLINE) &&
+         host_inline_class(&op->stage, op->n, op->tokens) > MDR_STAGE_INLINE_BYTES;
+}
+
 static mdr_status op_run(mdr_backend *b, const host_op *op) {
   switch (op->kind) {
     case HOST_OP_MEMSET: memset((void *)(uintptr_t)op->dst, op->value, op->n); break;
     case HOST_OP_COPY: memcpy((void *)(uintptr_t)op->dst, op->src, op->n); break;
     case HOST_OP_ZERO_FUSED:
       mdr_zero_fused_host_inline(op->segs, op->n, op->tokens, op->has_stage ? &op->stage : NULL,
-                                 op->inline_slot);
+                                 op->inline_slot, op_table_room(op) ? op->inline_table : NULL);
       break;
     case HOST_OP_FN: return op->fn(b, op->arg);
   }
@@ -369,17 +401,6 @@ static mdr_status host_fused_node_update(mdr_backend *b, void *exec, void *node,
   return MDR_OK;
 }
 
-/* The host's inline launch: the op keeps the stage and, as the kernel's
- * parameter copy, the slot image; its "argument" (what the cache writes a
- * step's image into) is the image alone, and its "kernel" this marker. */
-static const char k_host_inline_kernel;
-
-/* The image class of an inline launch, as the CUDA backend picks it
- * (mdr_stage_inline_class with a table that serves the launch or not), 0
- * when no class holds it. */
-static uint64_t host_inline_class(const mdr_stage_desc *st, size_t n, uint64_t tokens) {
-  return mdr_stage_inline_class(st, mdr_stage_table_ok(st, n, tokens));
-}
 
 static mdr_status host_fused_inline_launch(mdr_backend *b, const mdr_zero_seg *segs, size_t n, uint64_t tokens,
                                            const mdr_stage_desc *stage, mdr_stream s, void **node,
@@ -412,8 +433,9 @@ static mdr_status host_fused_inline_launch(mdr_backend *b, const mdr_zero_seg *s
   out->func = &k_host_inline_kernel;
   out->grid[0] = out->grid[1] = out->grid[2] = 1;
   out->block[0] = out->block[1] = out->block[2] = 1;
-  out->param_bytes = img;
+  out->param_bytes = img + (img > MDR_STAGE_INLINE_BYTES ? HOST_TABLE_BYTES : 0);
   out->slot_offset = 0;
+  out->table_offset = img > MDR_STAGE_INLINE_BYTES ? img : 0;
   return MDR_OK;
 }
 
@@ -425,9 +447,12 @@ static mdr_status host_fused_inline_update(mdr_backend *b, void *exec, void *nod
     return mdr_backend_fail(b, MDR_ERR_INVALID_ARGUMENT, "host: not an inline fused node");
   const host_op *op = &e->ops[i - 1];
   const uint64_t img = host_inline_class(&op->stage, op->n, op->tokens);
-  if (l->func != &k_host_inline_kernel || img == 0 || l->param_bytes != img || l->slot_offset != 0)
+  const uint64_t room = img > MDR_STAGE_INLINE_BYTES ? HOST_TABLE_BYTES : 0;
+  if (l->func != &k_host_inline_kernel || img == 0 || l->param_bytes != img + room || l->slot_offset != 0 ||
+      l->table_offset != (room ? img : 0))
     return mdr_backend_fail(b, MDR_ERR_INVALID_ARGUMENT, "host: not the host's inline launch");
   memcpy(e->ops[i - 1].inline_slot, l->param, img);
+  if (room) memcpy(e->ops[i - 1].inline_table, (const unsigned char *)l->param + img, room);
   return MDR_OK;
 }
 

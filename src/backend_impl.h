@@ -207,9 +207,14 @@ int mdr_be_cuda_driver_node_update(const mdr_backend *b);
 void mdr_zero_fused_host(const mdr_zero_seg *segs, size_t n, uint64_t tokens,
                          const mdr_stage_desc *stage);
 /* The same for a launch whose stage may be INLINE: its slot image is at
- * inline_slot (the launch's parameter copy; NULL for ring launches). */
+ * inline_slot (the launch's parameter copy; NULL for ring launches), and
+ * inline_table, when not NULL, is the launch's own copy of the input table
+ * (MDR_STAGE_INLINE_TABLE entries, a larger class's room): an entry whose
+ * destination is not 0 is read in place of stage->inputs' entry, as the
+ * larger-class kernels read the table in their parameters (a room left
+ * zeroed: stage->inputs serves). */
 void mdr_zero_fused_host_inline(const mdr_zero_seg *segs, size_t n, uint64_t tokens,
-                                const mdr_stage_desc *stage, const void *inline_slot);
+                                const mdr_stage_desc *stage, const void *inline_slot, const void *inline_table);
 
 /* Tests only (not public API): hold (on != 0) or release (0) the host
  * backend's streams, as a stalled GPU would. While held, every op enqueued

@@ -87,12 +87,15 @@ static void zero_table_host(size_t n, uint64_t t, const mdr_stage_desc *stage) {
 /* The stage block's inputs (staging/staging.cuh): from the slot (when the
  * launch reads one) the rows at the copy counts, which the host padded;
  * from device memory the rows at the real counts, then each input's pad up
- * to the copy counts. */
-static void stage_inputs_host(const mdr_stage_desc *stage, const unsigned char *slot, uint64_t t, uint64_t s,
-                              uint64_t copy_t, uint64_t copy_s) {
+ * to the copy counts. Each entry from `ptable` (the launch's own copy of
+ * the table) where it holds one (a destination not 0), else from the
+ * descriptor's table, as mdr_stage_block takes them. */
+static void stage_inputs_host(const mdr_stage_desc *stage, const mdr_stage_input *ptable, const unsigned char *slot,
+                              uint64_t t, uint64_t s, uint64_t copy_t, uint64_t copy_s) {
   const mdr_stage_input *table = (const mdr_stage_input *)HOST_PTR(stage->inputs);
+  if (stage->n_inputs > MDR_STAGE_INLINE_TABLE) ptable = NULL;
   for (uint32_t i = 0; i < stage->n_inputs && i < MDR_STAGE_INPUTS_MAX; i++) {
-    const mdr_stage_input *in = &table[i];
+    const mdr_stage_input *in = ptable && ptable[i].dst ? &ptable[i] : &table[i];
     unsigned char *dst = (unsigned char *)HOST_PTR(in->dst);
     const uint64_t copy_bytes = mdr_stage_input_rows(in, copy_t, copy_s) * in->row_bytes;
     if (!in->src) {
@@ -108,16 +111,17 @@ static void stage_inputs_host(const mdr_stage_desc *stage, const unsigned char *
 
 void mdr_zero_fused_host(const mdr_zero_seg *segs, size_t n, uint64_t tokens,
                          const mdr_stage_desc *stage) {
-  mdr_zero_fused_host_inline(segs, n, tokens, stage, NULL);
+  mdr_zero_fused_host_inline(segs, n, tokens, stage, NULL, NULL);
 }
 
 /* An INLINE stage reads its slot from inline_slot (the launch's parameter
  * copy of the image), as the kernels' inline forms read their parameters:
- * the counter is neither read nor advanced. With a table that serves the
+ * the counter is neither read nor advanced; its input table's entries from
+ * inline_table where that holds them. With a table that serves the
  * launch (TABLE unset) the plan is read from it, as the CUDA backend's
  * table form reads it. */
 void mdr_zero_fused_host_inline(const mdr_zero_seg *segs, size_t n, uint64_t tokens,
-                                const mdr_stage_desc *stage, const void *inline_slot) {
+                                const mdr_stage_desc *stage, const void *inline_slot, const void *inline_table) {
   if (n == 0 && !stage) return;
   if (stage && (stage->flags & MDR_STAGE_TABLE)) {
     /* one launch: the plan from the table, then the static stage work */
@@ -187,7 +191,8 @@ void mdr_zero_fused_host_inline(const mdr_zero_seg *segs, size_t n, uint64_t tok
                  (size_t)copy * sizeof(uint32_t));
       }
       if (flags & (MDR_STAGE_FETCH | MDR_STAGE_DEVICE_IDS)) {
-        stage_inputs_host(stage, (flags & MDR_STAGE_FETCH) ? slot : NULL, real_t, real_s, copy, copy_s);
+        stage_inputs_host(stage, inl ? (const mdr_stage_input *)inline_table : NULL,
+                          (flags & MDR_STAGE_FETCH) ? slot : NULL, real_t, real_s, copy, copy_s);
         uint32_t *counts = (uint32_t *)HOST_PTR(stage->count_out);
         counts[0] = (uint32_t)real_t;
         counts[1] = (uint32_t)real_s;

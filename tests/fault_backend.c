@@ -17,6 +17,7 @@ typedef struct fault_backend {
   mdr_dptr host_lo, host_hi; /* is_device_memory says "not device memory" inside */
   mdr_stage_desc inline_stage; /* the stage of the last inline launch passed on */
   mdr_stage_desc fused_stage;  /* the stage of the last fused launch passed on (zero_fused) */
+  mdr_stage_inline_launch inline_update; /* the launch of the last inline update passed on */
 } fault_backend;
 
 static fault_backend *F(mdr_backend *b) { return (fault_backend *)b; }
@@ -200,6 +201,7 @@ static mdr_status f_fused_inline_launch(mdr_backend *b, const mdr_zero_seg *segs
   return r;
 }
 static mdr_status f_fused_inline_update(mdr_backend *b, void *x, void *node, const mdr_stage_inline_launch *l) {
+  if (l) F(b)->inline_update = *l;
   FORWARD(MDR_OP_FUSED_INLINE_UPDATE, fused_inline_update(I, x, node, l));
 }
 static mdr_status f_host_fn(mdr_backend *b, mdr_host_fn fn, const void *arg, size_t bytes, mdr_stream s) {
@@ -269,6 +271,7 @@ long fault_backend_calls_of(const mdr_backend *f, mdr_op op) { return CF(f)->per
 long fault_backend_live(const mdr_backend *f) { return CF(f)->live; }
 mdr_stage_desc fault_backend_last_inline_stage(const mdr_backend *f) { return CF(f)->inline_stage; }
 mdr_stage_desc fault_backend_last_fused_stage(const mdr_backend *f) { return CF(f)->fused_stage; }
+const mdr_stage_inline_launch *fault_backend_last_inline_update(const mdr_backend *f) { return &CF(f)->inline_update; }
 void fault_backend_leave_pending(mdr_backend *f) { F(f)->pending = 1; }
 void fault_backend_host_range(mdr_backend *f, mdr_dptr lo, mdr_dptr hi) {
   F(f)->host_lo = lo;

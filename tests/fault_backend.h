@@ -42,6 +42,10 @@ mdr_stage_desc fault_backend_last_inline_stage(const mdr_backend *f);
 /* The stage of the last zero_fused call passed to the inner backend with a
  * stage (all zero before the first). */
 mdr_stage_desc fault_backend_last_fused_stage(const mdr_backend *f);
+/* The launch of the last inline update passed to the inner backend (its
+ * image and, past the small class, the input table's room as the caller
+ * wrote them; all zero before the first). Valid until the next update. */
+const mdr_stage_inline_launch *fault_backend_last_inline_update(const mdr_backend *f);
 /* Leave an application error pending, as a failed launch of the
  * application's own would on CUDA: take_pending_error reports it (and
  * clears it); if nothing takes it first, the next fused launch runs and

@@ -51,7 +51,8 @@
 #include "staging.cuh"
 
 extern "C" void mdr_zero_fused_host_inline(const mdr_zero_seg *segs, size_t n, uint64_t tokens,
-                                           const mdr_stage_desc *stage, const void *inline_slot);
+                                           const mdr_stage_desc *stage, const void *inline_slot,
+                                           const void *inline_table);
 
 namespace {
 
@@ -484,8 +485,15 @@ int main(int argc, char **argv) {
     build(c, twin);
     spread += c.blocks > 1;
     run_device(c, dev);
-    mdr_zero_fused_host_inline(nullptr, 0, c.copy, &twin.desc,
-                               (const void *)(uintptr_t)inline_slot_of(c, twin));
+    /* the host mirror given the launch's table as the device block is
+     * (Case::ptable), its table in device memory cleared alike */
+    mdr_stage_input ptab[MDR_STAGE_INLINE_TABLE] = {};
+    if (c.ptable == 1) {
+      std::memcpy(ptab, twin.mem + twin.table_off, c.n * sizeof(mdr_stage_input));
+      std::memset(twin.mem + twin.table_off, 0, twin.table_len);
+    }
+    mdr_zero_fused_host_inline(nullptr, 0, c.copy, &twin.desc, (const void *)(uintptr_t)inline_slot_of(c, twin),
+                               c.ptable ? ptab : nullptr);
     failed += (unsigned)compare(c, dev, twin, i);
   }
   std::printf("stage_emulated: %u cases (%u spread over several stage blocks), %u mismatched\n", cases, spread,

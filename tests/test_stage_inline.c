@@ -1206,11 +1206,35 @@ Test(stage_inline, the_cuda_inline_launch_takes_the_list_form_for_a_small_plan) 
 }
 #endif
 
+/* The last inline update's table room holds the count's input table as
+ * the launch's descriptor has it in device memory (each declared input's
+ * entry, offsets in that count's image), the rest of the room zeroed. */
+static void expect_room_table(mdr_backend *fb, const mdr_stage_desc *st, const char *what) {
+  const mdr_stage_inline_launch *l = fault_backend_last_inline_update(fb);
+  cr_assert_neq(l->table_offset, 0, "%s: a larger class keeps the table's room", what);
+  cr_assert_geq(st->n_inputs, 1);
+  cr_assert_neq(st->inputs, 0);
+  mdr_stage_input want[MDR_STAGE_INLINE_TABLE];
+  memset(want, 0, sizeof want);
+  read_back(fb, want, st->inputs, st->n_inputs * sizeof(mdr_stage_input));
+  const unsigned char *room = (const unsigned char *)l->param + l->table_offset;
+  for (uint32_t i = 0; i < st->n_inputs; i++) {
+    mdr_stage_input got;
+    memcpy(&got, room + i * sizeof got, sizeof got);
+    cr_assert_neq(got.dst, 0, "%s: input %u written in the room", what, i);
+    cr_assert_eq(memcmp(&got, &want[i], sizeof got), 0, "%s: input %u's entry as in device memory", what, i);
+  }
+  const size_t used = st->n_inputs * sizeof(mdr_stage_input);
+  cr_assert_eq(tb_first_not(room + used, INLINE_TABLE_BYTES - used, 0), INLINE_TABLE_BYTES - used,
+               "%s: the rest of the room zeroed", what);
+}
+
 /* The cache's inline captures of a larger-class count (fused zeroing) pass
  * its plan table, which reaches the largest such count, and each count's
  * image bytes. With step inputs declared, a count whose image fits the
  * small class takes the table too (mdr_stage_inline_class: the larger
- * classes carry the input table in their parameters); an ids-only cache's
+ * classes carry the input table in their parameters, and each step's
+ * update carries the count's table there); an ids-only cache's
  * small counts keep the static form (no table), as memset zeroing's
  * stage-only inline launch does. */
 Test(stage_inline, the_cache_passes_its_plan_table_to_large_class_captures) {
@@ -1240,15 +1264,18 @@ Test(stage_inline, the_cache_passes_its_plan_table_to_large_class_captures) {
       cr_assert_eq(st.table_max, top, "up to the largest inline count");
       cr_assert_eq(mdr_stage_inline_class(&st, 1), MDR_STAGE_INLINE_LARGE_BYTES, "the large class");
     }
+    if (!z) expect_room_table(fb, &st, "count 2");
     cr_assert_eq(step_counted(&w, &rng, top, 1), 1, "the largest inline count");
     st = fault_backend_last_inline_stage(fb);
     cr_assert_eq(st.inline_bytes, image_bytes(1, top));
     if (z) {
       cr_assert_eq(st.table, 0, "memset zeroing: no table");
+      cr_assert_eq(fault_backend_last_inline_update(fb)->table_offset, 0, "the small class: no table's room");
     } else {
       cr_assert_gt(image_bytes(1, top), MDR_STAGE_INLINE_BYTES, "a larger-class count");
       cr_assert_neq(st.table, 0, "fused zeroing, a larger-class count: the plan table");
       cr_assert_eq(st.table_max, top, "up to the largest larger-class count");
+      expect_room_table(fb, &st, "the largest inline count");
     }
     fault_world_fini(&w, fb, host);
   }
@@ -1570,9 +1597,10 @@ Test(stage_inline, the_image_class_rule) {
 }
 
 /* The host backend's inline launch takes the same classes: its argument
- * is the image alone, of the class's bytes; a large image without a table
- * that serves the count, or past the large class, is refused; an update
- * must carry its node's class. */
+ * is the image, of the class's bytes, then past the small class the input
+ * table's room (table_offset: right after the image); a large image
+ * without a table that serves the count, or past the largest class, is
+ * refused; an update must carry its node's class and layout. */
 Test(stage_inline, the_host_inline_launch_takes_the_same_image_classes) {
   mdr_backend *b = tb_backend(TB_HOST);
   mdr_stream s = tb_stream(b);
@@ -1596,10 +1624,14 @@ Test(stage_inline, the_host_inline_launch_takes_the_same_image_classes) {
   cr_assert_eq(mdr_be_fused_inline_launch(b, &seg, 1, 6, &st, s, &node_s, &ls), MDR_OK, "%s",
                mdr_backend_last_error(b));
   cr_assert_eq(ls.param_bytes, MDR_STAGE_INLINE_BYTES);
+  cr_assert_eq(ls.table_offset, 0, "the small class keeps no table");
   st.inline_bytes = MDR_STAGE_INLINE_BYTES + 1;
   cr_assert_eq(mdr_be_fused_inline_launch(b, &seg, 1, 6, &st, s, &node, &l), MDR_OK, "%s", mdr_backend_last_error(b));
-  cr_assert_eq(l.param_bytes, MDR_STAGE_INLINE_LARGE_BYTES);
+  cr_assert_eq(l.param_bytes, MDR_STAGE_INLINE_LARGE_BYTES + INLINE_TABLE_BYTES);
   cr_assert_eq(l.slot_offset, 0);
+  cr_assert_eq(l.table_offset, MDR_STAGE_INLINE_LARGE_BYTES);
+  cr_assert_eq(tb_first_not((const unsigned char *)l.param + l.table_offset, INLINE_TABLE_BYTES, 0),
+               INLINE_TABLE_BYTES, "the table's room zeroed");
   /* past the large class, each class's smallest and largest image */
   static const struct {
     uint32_t bytes, cls;
@@ -1614,7 +1646,9 @@ Test(stage_inline, the_host_inline_launch_takes_the_same_image_classes) {
     xst.inline_bytes = classes[i].bytes;
     cr_assert_eq(mdr_be_fused_inline_launch(b, &seg, 1, 6, &xst, s, NULL, &lx), MDR_OK, "%s",
                  mdr_backend_last_error(b));
-    cr_assert_eq(lx.param_bytes, classes[i].cls, "%u bytes: the class of %u", classes[i].bytes, classes[i].cls);
+    cr_assert_eq(lx.param_bytes, classes[i].cls + INLINE_TABLE_BYTES, "%u bytes: the class of %u", classes[i].bytes,
+                 classes[i].cls);
+    cr_assert_eq(lx.table_offset, classes[i].cls);
   }
   mdr_stage_desc bad = st;
   bad.inline_bytes = MDR_STAGE_INLINE_XXXL_BYTES + 1;
@@ -1631,11 +1665,110 @@ Test(stage_inline, the_host_inline_launch_takes_the_same_image_classes) {
   cr_assert_eq(mdr_be_fused_inline_launch(b, &seg, 1, 6, &st, s, NULL, &l), MDR_OK); /* l: the large launch again */
   cr_assert_eq(mdr_be_fused_inline_update(b, x, node, &ls), MDR_ERR_INVALID_ARGUMENT, "the small class's argument");
   cr_assert_eq(mdr_be_fused_inline_update(b, x, node_s, &l), MDR_ERR_INVALID_ARGUMENT, "the large class's argument");
+  static mdr_stage_inline_launch moved;
+  moved = l;
+  moved.table_offset = 0;
+  cr_assert_eq(mdr_be_fused_inline_update(b, x, node, &moved), MDR_ERR_INVALID_ARGUMENT, "no table's room");
+  moved = l;
+  moved.param_bytes = MDR_STAGE_INLINE_LARGE_BYTES;
+  cr_assert_eq(mdr_be_fused_inline_update(b, x, node, &moved), MDR_ERR_INVALID_ARGUMENT, "the image alone");
   cr_assert_eq(mdr_be_fused_inline_update(b, x, node, &l), MDR_OK, "%s", mdr_backend_last_error(b));
   cr_assert_eq(mdr_be_fused_inline_update(b, x, node_s, &ls), MDR_OK, "%s", mdr_backend_last_error(b));
   cr_assert_eq(mdr_backend_synchronize(b, s), MDR_OK);
   mdr_be_exec_destroy(b, x);
   mdr_be_graph_destroy(b, g);
+  mdr_backend_free(b, table);
+  mdr_backend_free(b, buf);
+  mdr_backend_free(b, counts);
+  mdr_backend_free(b, ids);
+  mdr_backend_stream_destroy(b, s);
+  mdr_backend_destroy(b);
+}
+
+ParameterizedTestParameters(stage_inline, a_larger_class_reads_the_input_table_in_its_parameters_where_written) {
+  static tb_kind kinds[] = {TB_HOST, TB_CUDA};
+  return cr_make_param_array(tb_kind, kinds, 2);
+}
+
+/* A large-class inline node (the table form, one input of one 16-byte row
+ * at image offset 112) whose descriptor's input table, in device memory,
+ * sends the input to `a`. With an entry written in the launch's own table
+ * room that sends it to `b`, the launch copies the input to b and leaves a
+ * as poisoned; with the room zeroed again, to a, b untouched. The ids and
+ * the zeroing serve either way. Both backends: the host mirrors the
+ * kernels' reading of the room. */
+ParameterizedTest(tb_kind *kind, stage_inline, a_larger_class_reads_the_input_table_in_its_parameters_where_written) {
+  enum { COPY = 6, T = 4, OFF = 112, ROW = 16, DST = 64, BUF = 4096 };
+  mdr_backend *b = tb_backend(*kind);
+  mdr_stream s = tb_stream(b);
+  mdr_dptr ids = 0, counts = 0, buf = 0, table = 0, dtab = 0, dst[2] = {0, 0};
+  cr_assert_eq(mdr_backend_alloc(b, 256, &ids), MDR_OK);
+  cr_assert_eq(mdr_backend_alloc(b, 256, &counts), MDR_OK);
+  cr_assert_eq(mdr_backend_alloc(b, BUF, &buf), MDR_OK);
+  for (int k = 0; k < 2; k++) cr_assert_eq(mdr_backend_alloc(b, DST, &dst[k]), MDR_OK);
+  const mdr_zero_seg seg = {.ptr = buf, .bytes = BUF, .a = BUF / 8, .b = 8, .rule = MDR_RULE_ROWS};
+  const size_t words = (size_t)mdr_plan_table_words(1, 8);
+  uint64_t w[64];
+  cr_assert_leq(words, 64);
+  mdr_plan_table_fill(&seg, 1, 8, w);
+  cr_assert_eq(mdr_backend_alloc(b, words * 8, &table), MDR_OK);
+  cr_assert_eq(mdr_backend_copy_h2d(b, table, w, words * 8), MDR_OK);
+  mdr_stage_input entry = {.offset = OFF, .row_bytes = ROW, .rows = MDR_STAGE_ROWS_FIXED, .max_rows = 1,
+                           .elem_bytes = 4};
+  entry.dst = dst[0];
+  cr_assert_eq(mdr_backend_alloc(b, sizeof entry, &dtab), MDR_OK);
+  cr_assert_eq(mdr_backend_copy_h2d(b, dtab, &entry, sizeof entry), MDR_OK);
+  mdr_stage_desc st = {.token_ids = ids, .count_out = counts, .flags = MDR_STAGE_FETCH | MDR_STAGE_INLINE,
+                       .copy_sequences = 1, .table = table, .table_max = 8, .inputs = dtab, .n_inputs = 1,
+                       .inline_bytes = OFF + ROW};
+  static mdr_stage_inline_launch l;
+  void *g = NULL, *x = NULL, *node = NULL;
+  cr_assert_eq(mdr_be_capture_begin(b, s), MDR_OK);
+  cr_assert_eq(mdr_be_fused_inline_launch(b, &seg, 1, COPY, &st, s, &node, &l), MDR_OK, "%s",
+               mdr_backend_last_error(b));
+  cr_assert_eq(mdr_be_capture_end(b, s, &g), MDR_OK);
+  cr_assert_eq(mdr_be_graph_instantiate(b, g, NULL, &x), MDR_OK);
+  cr_assert_neq(l.table_offset, 0, "a larger class keeps the table's room");
+  cr_assert_eq(tb_first_not((const unsigned char *)l.param + l.table_offset, INLINE_TABLE_BYTES, 0),
+               INLINE_TABLE_BYTES, "the room comes zeroed");
+  for (int round = 0; round < 2; round++) {
+    /* round 0: the room holds an entry to b; round 1: the room zeroed */
+    mdr_stage_input room = entry;
+    room.dst = dst[1];
+    if (round == 0) memcpy((unsigned char *)l.param + l.table_offset, &room, sizeof room);
+    else memset((unsigned char *)l.param + l.table_offset, 0, INLINE_TABLE_BYTES);
+    uint32_t vals[ROW / 4];
+    for (int i = 0; i < ROW / 4; i++) vals[i] = 0xA0000000u + 16u * (uint32_t)round + (uint32_t)i;
+    cr_assert_eq(mdr_backend_fill(b, ids, POISON, 256), MDR_OK);
+    cr_assert_eq(mdr_backend_fill(b, buf, POISON, BUF), MDR_OK);
+    for (int k = 0; k < 2; k++) cr_assert_eq(mdr_backend_fill(b, dst[k], POISON, DST), MDR_OK);
+    put_image(&l, T, COPY, 500 + 10 * (uint32_t)round);
+    memcpy((unsigned char *)l.param + l.slot_offset + OFF, vals, ROW);
+    cr_assert_eq(mdr_be_fused_inline_update(b, x, node, &l), MDR_OK, "%s", mdr_backend_last_error(b));
+    cr_assert_eq(mdr_be_graph_launch(b, x, s), MDR_OK, "%s", mdr_backend_last_error(b));
+    cr_assert_eq(mdr_backend_synchronize(b, s), MDR_OK, "%s", mdr_backend_last_error(b));
+    const int to = round == 0 ? 1 : 0;
+    unsigned char got[DST];
+    read_back(b, got, dst[to], DST);
+    cr_assert_eq(memcmp(got, vals, ROW), 0, "round %d: the input at the entry's destination", round);
+    cr_assert_eq(tb_first_not(got + ROW, DST - ROW, POISON), DST - ROW, "round %d: nothing past its row", round);
+    read_back(b, got, dst[1 - to], DST);
+    cr_assert_eq(tb_first_not(got, DST, POISON), DST, "round %d: the other destination untouched", round);
+    uint32_t got_ids[COPY];
+    read_back(b, got_ids, ids, sizeof got_ids);
+    for (uint32_t i = 0; i < COPY; i++)
+      cr_assert_eq(got_ids[i], i < T ? 500 + 10 * (uint32_t)round + i : (uint32_t)PAD_ID, "round %d: id %u", round, i);
+    static unsigned char got_buf[BUF];
+    read_back(b, got_buf, buf, BUF);
+    const size_t zeroed = (size_t)mdr_zero_seg_bytes(&seg, COPY);
+    cr_assert_eq(tb_first_not(got_buf, zeroed, 0), zeroed, "round %d: the rows at the count cleared", round);
+    cr_assert_eq(tb_first_not(got_buf + zeroed, BUF - zeroed, POISON), BUF - zeroed, "round %d: nothing past them",
+                 round);
+  }
+  mdr_be_exec_destroy(b, x);
+  mdr_be_graph_destroy(b, g);
+  for (int k = 0; k < 2; k++) mdr_backend_free(b, dst[k]);
+  mdr_backend_free(b, dtab);
   mdr_backend_free(b, table);
   mdr_backend_free(b, buf);
   mdr_backend_free(b, counts);
