@@ -99,6 +99,18 @@ static void put(unsigned char *p, size_t i, mdr_dtype dt, uint32_t bits) {
   }
 }
 
+/* Every element of a row-major buffer of AR_SEQ_M rows of AR_SEQ_ROW bytes
+ * set to `bits` (its dtype's poison, say). */
+static void put_all(unsigned char *p, mdr_dtype dt, uint32_t bits) {
+  if (dt == MDR_DTYPE_FP32)
+    for (size_t i = 0; i < AR_SEQ_M * AR_SEQ_ROW / 4; i++) memcpy(p + 4 * i, &bits, 4);
+  else
+    for (size_t i = 0; i < AR_SEQ_M * AR_SEQ_ROW / 2; i++) {
+      const uint16_t h = (uint16_t)bits;
+      memcpy(p + 2 * i, &h, 2);
+    }
+}
+
 static uint32_t get(const unsigned char *p, size_t i, mdr_dtype dt) {
   if (dt == MDR_DTYPE_FP32) {
     uint32_t u;
@@ -153,7 +165,7 @@ static void *seq_main(void *p) {
       for (size_t i = live; i < d.tokens * per_row; i++) put(in, i, dt, encode(input_of(c, r, i), dt));
     /* the norm's output poisoned (rows past the count must keep it); this
      * rank's own weight (small powers of two and their negatives) */
-    for (size_t i = 0; i < elems; i++) put(nrm, i, dt, dt == MDR_DTYPE_FP32 ? 0x7F80BEEFu : 0x7DEDu);
+    put_all(nrm, dt, dt == MDR_DTYPE_FP32 ? 0x7F80BEEFu : 0x7DEDu);
     for (size_t i = 0; i < per_row; i++) {
       const int neg = (int)((c + (size_t)r + i) % 5) == 0;
       const float wf = (neg ? -1.0f : 1.0f) * (0.25f + (float)((c * 5 + (size_t)r * 11 + i * 7) % 97) / 37.0f);

@@ -229,7 +229,7 @@ typedef struct wf_run {
   mdr_backend *host, *fb;
   long inj_before;          /* injections before the API call in progress */
   mdr_status first;         /* first non-OK status of the run */
-  char first_api[48];
+  char first_api[64];
   int fired;                /* the fault has fired */
   long check_until;         /* check every step up to this step index */
   /* where the baseline run stood (k = 0): calls after prepare, after the
