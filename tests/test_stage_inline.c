@@ -1596,6 +1596,18 @@ Test(stage_inline, the_image_class_rule) {
   }
 }
 
+/* The plan table of one rule up to count 8, in device memory. */
+static mdr_dptr one_rule_table(mdr_backend *b, const mdr_zero_seg *seg) {
+  const size_t words = (size_t)mdr_plan_table_words(1, 8);
+  uint64_t w[64];
+  cr_assert_leq(words, 64);
+  mdr_plan_table_fill(seg, 1, 8, w);
+  mdr_dptr table = 0;
+  cr_assert_eq(mdr_backend_alloc(b, words * 8, &table), MDR_OK);
+  cr_assert_eq(mdr_backend_copy_h2d(b, table, w, words * 8), MDR_OK);
+  return table;
+}
+
 /* The host backend's inline launch takes the same classes: its argument
  * is the image, of the class's bytes, then past the small class the input
  * table's room (table_offset: right after the image); a large image
@@ -1609,12 +1621,7 @@ Test(stage_inline, the_host_inline_launch_takes_the_same_image_classes) {
   cr_assert_eq(mdr_backend_alloc(b, 256, &counts), MDR_OK);
   cr_assert_eq(mdr_backend_alloc(b, 4096, &buf), MDR_OK);
   const mdr_zero_seg seg = {.ptr = buf, .bytes = 4096, .a = 4096 / 8, .b = 8, .rule = MDR_RULE_ROWS};
-  const size_t words = (size_t)mdr_plan_table_words(1, 8);
-  uint64_t w[64];
-  cr_assert_leq(words, 64);
-  mdr_plan_table_fill(&seg, 1, 8, w);
-  cr_assert_eq(mdr_backend_alloc(b, words * 8, &table), MDR_OK);
-  cr_assert_eq(mdr_backend_copy_h2d(b, table, w, words * 8), MDR_OK);
+  table = one_rule_table(b, &seg);
   mdr_stage_desc st = {.token_ids = ids, .count_out = counts, .flags = MDR_STAGE_FETCH | MDR_STAGE_INLINE,
                        .copy_sequences = 1, .table = table, .table_max = 8};
   static mdr_stage_inline_launch l, ls;
@@ -1707,12 +1714,7 @@ ParameterizedTest(tb_kind *kind, stage_inline, a_larger_class_reads_the_input_ta
   cr_assert_eq(mdr_backend_alloc(b, BUF, &buf), MDR_OK);
   for (int k = 0; k < 2; k++) cr_assert_eq(mdr_backend_alloc(b, DST, &dst[k]), MDR_OK);
   const mdr_zero_seg seg = {.ptr = buf, .bytes = BUF, .a = BUF / 8, .b = 8, .rule = MDR_RULE_ROWS};
-  const size_t words = (size_t)mdr_plan_table_words(1, 8);
-  uint64_t w[64];
-  cr_assert_leq(words, 64);
-  mdr_plan_table_fill(&seg, 1, 8, w);
-  cr_assert_eq(mdr_backend_alloc(b, words * 8, &table), MDR_OK);
-  cr_assert_eq(mdr_backend_copy_h2d(b, table, w, words * 8), MDR_OK);
+  table = one_rule_table(b, &seg);
   mdr_stage_input entry = {.offset = OFF, .row_bytes = ROW, .rows = MDR_STAGE_ROWS_FIXED, .max_rows = 1,
                            .elem_bytes = 4};
   entry.dst = dst[0];
