@@ -259,10 +259,12 @@ mdr_status mdr_graph_cache_create(mdr_arena *a, mdr_stream stream, const mdr_gra
       goto fail;
     }
   }
+  /* the zero plan's rules first: the inputs' destinations are checked
+   * against them */
+  c->n_rules = mdr_arena_rules(a, MDR_COVER_ROWS, c->o.rows, c->rules);
   st = mdr_gc_setup_inputs(c, o);
   if (st == MDR_OK && c->inline_route) st = mdr_staging_inline_init(&c->staging, m, c->max_sequences);
   if (st != MDR_OK) goto fail;
-  c->n_rules = mdr_arena_rules(a, MDR_COVER_ROWS, c->o.rows, c->rules);
   if (node_update_of(&c->o)) {
     st = build_table(c, c->max_tokens, &c->table);
     if (st != MDR_OK) goto fail;

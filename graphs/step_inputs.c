@@ -42,6 +42,49 @@ static mdr_status check_device(mdr_graph_cache *c, size_t i, const mdr_step_inpu
   return MDR_OK;
 }
 
+/* Whether [p, p + n) and [q, q + m) share a byte. */
+static int overlaps(mdr_dptr p, size_t n, mdr_dptr q, size_t m) { return n && m && p < q + m && q < p + n; }
+
+/* The arena buffer that starts at p, by name ("?" when none does). */
+static const char *buffer_at(const mdr_graph_cache *c, mdr_dptr p) {
+  for (int k = 0; k < MDR_BUF_COUNT; k++)
+    if (mdr_arena_ptr(c->arena, (mdr_buffer)k) == p) return mdr_buffer_name((mdr_buffer)k);
+  return "?";
+}
+
+/* The staged launch writes a destination while its zeroing blocks clear
+ * the plan's buffers and its other lanes write the other inputs, in no set
+ * order: a destination that shares a byte with what the cache's zeroing or
+ * poison may write (any rule's whole extent), with the arena's token_ids,
+ * or with another input's destination or source, would keep or lose its
+ * values by chance on the GPU. So is a source that overlaps another
+ * input's destination, or its own without being it. Refused here, naming
+ * the field; the inputs before i are resolved. */
+static mdr_status check_disjoint(mdr_graph_cache *c, size_t i, const mdr_step_input *in, mdr_dptr dst,
+                                 size_t bytes) {
+  const char *field = in->dest == MDR_INPUT_TO_ARENA ? "offset" : "address";
+  if (overlaps(dst, bytes, mdr_arena_token_ids(c->arena), mdr_arena_token_ids_bytes(c->arena)))
+    return INPUT_FAIL(i, in, "%s: [0x%llx, +%zu) overlaps token_ids, which holds the ids", field,
+                      (unsigned long long)dst, bytes);
+  for (size_t r = 0; r < c->n_rules; r++)
+    if (overlaps(dst, bytes, c->rules[r].ptr, c->rules[r].bytes))
+      return INPUT_FAIL(i, in, "%s: [0x%llx, +%zu) overlaps %s, which the cache's zeroing clears", field,
+                        (unsigned long long)dst, bytes, buffer_at(c, c->rules[r].ptr));
+  const mdr_dptr src = in->device_src;
+  if (src && src != dst && overlaps(src, bytes, dst, bytes))
+    return INPUT_FAIL(i, in, "device_src: overlaps its own destination without being it");
+  for (size_t k = 0; k < i; k++) {
+    const mdr_step_input_info *o = &c->inputs[1 + k];
+    if (overlaps(dst, bytes, o->dst, o->max_bytes))
+      return INPUT_FAIL(i, in, "%s: overlaps inputs[%zu]'s destination", field, k);
+    if (o->device_src && overlaps(dst, bytes, o->device_src, o->max_bytes))
+      return INPUT_FAIL(i, in, "%s: overlaps inputs[%zu]'s device_src", field, k);
+    if (src && overlaps(src, bytes, o->dst, o->max_bytes))
+      return INPUT_FAIL(i, in, "device_src: overlaps inputs[%zu]'s destination", k);
+  }
+  return MDR_OK;
+}
+
 /* Check and resolve one declared input into c->inputs[1 + i] and the
  * device table entry *d (slot offset laid out by the staging ring). */
 static mdr_status resolve_input(mdr_graph_cache *c, size_t i, const mdr_step_input *in, mdr_stage_input *d,
@@ -93,6 +136,8 @@ static mdr_status resolve_input(mdr_graph_cache *c, size_t i, const mdr_step_inp
     mdr_status st = check_device(c, i, in, "device_src", in->device_src, max_bytes);
     if (st != MDR_OK) return st;
   }
+  mdr_status st = check_disjoint(c, i, in, dst, max_bytes);
+  if (st != MDR_OK) return st;
   const uint64_t pad = e == 8 ? in->pad : in->pad & ((UINT64_C(1) << (8 * e)) - 1u);
   c->inputs[1 + i] = (mdr_step_input_info){.elem_bytes = e,
                                            .shape = in->shape,

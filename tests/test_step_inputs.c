@@ -33,6 +33,7 @@ typedef struct inputs_fixture {
   mdr_dptr dst[N_IN];   /* the destinations (IN_BLOCKS: in the arena) */
   size_t bytes[N_IN];   /* their extents */
   mdr_dptr dev_src;     /* IN_DEV's values in device memory */
+  mdr_dptr spare;       /* a case's own large destinations (freed with the fixture), or 0 */
   mdr_step_input in[N_IN];
 } inputs_fixture;
 
@@ -80,6 +81,7 @@ static void inputs_fini(inputs_fixture *f) {
   for (int i = 0; i < N_IN; i++)
     if (i != IN_BLOCKS) mdr_backend_free(f->b, f->dst[i]);
   mdr_backend_free(f->b, f->dev_src);
+  mdr_backend_free(f->b, f->spare);
   mdr_arena_destroy(f->a);
   mdr_backend_stream_destroy(f->b, f->s);
 }
@@ -609,13 +611,50 @@ static void overflow(inputs_fixture *f, mdr_graph_cache_options *o, mdr_step_inp
   in[IN_TEMP].width = MDR_STAGING_SLOT_MAX_BYTES / 4 / FIXED_ROWS + 1;
 }
 static void slot_sum(inputs_fixture *f, mdr_graph_cache_options *o, mdr_step_input *in) {
-  (void)f, (void)o;
-  /* each fits alone; together they overflow the slot */
+  (void)o;
+  /* each fits alone; together they overflow the slot (their destinations
+   * apart, in a buffer of their own) */
+  const size_t half = MDR_STAGING_SLOT_MAX_BYTES / 2 + 64;
+  cr_assert_eq(mdr_backend_alloc(f->b, 2 * half, &f->spare), MDR_OK);
   in[IN_TEMP].width = MDR_STAGING_SLOT_MAX_BYTES / 4 / FIXED_ROWS / 2 + 1;
   in[IN_TEMP].dest = MDR_INPUT_TO_DEVICE;
+  in[IN_TEMP].address = f->spare;
   in[IN_SLOTMAP].shape = MDR_INPUT_FIXED;
   in[IN_SLOTMAP].max_rows = 1;
   in[IN_SLOTMAP].width = MDR_STAGING_SLOT_MAX_BYTES / 8 / 2 + 1;
+  in[IN_SLOTMAP].address = f->spare + half;
+}
+/* destinations that share bytes with what the staged launch writes beside
+ * them (the zeroing, the ids, another input) or reads (another's source) */
+static void in_zeroed(inputs_fixture *f, mdr_graph_cache_options *o, mdr_step_input *in) {
+  (void)o;
+  in[IN_BLOCKS].buffer = MDR_BUF_SCRATCH; /* zeroed whole at every count */
+  cr_assert_geq(mdr_arena_bytes(f->a, MDR_BUF_SCRATCH), f->bytes[IN_BLOCKS]);
+}
+static void into_zeroed(inputs_fixture *f, mdr_graph_cache_options *o, mdr_step_input *in) {
+  (void)o;
+  /* an engine address inside a zeroed buffer's rows past the count */
+  in[IN_POS].address = mdr_arena_hidden_states(f->a) + mdr_arena_hidden_states_bytes(f->a) - 16;
+}
+static void into_ids(inputs_fixture *f, mdr_graph_cache_options *o, mdr_step_input *in) {
+  (void)o;
+  in[IN_SLOTMAP].address = mdr_arena_token_ids(f->a);
+}
+static void two_dests(inputs_fixture *f, mdr_graph_cache_options *o, mdr_step_input *in) {
+  (void)o;
+  in[IN_HALF].address = f->dst[IN_POS] + 16; /* inside positions' rows */
+}
+static void dest_on_src(inputs_fixture *f, mdr_graph_cache_options *o, mdr_step_input *in) {
+  (void)o;
+  in[IN_DEV].address = f->dst[IN_POS]; /* its own source elsewhere, its destination positions' */
+}
+static void src_on_dest(inputs_fixture *f, mdr_graph_cache_options *o, mdr_step_input *in) {
+  (void)o;
+  in[IN_DEV].device_src = f->dst[IN_POS]; /* reads what positions' copy writes */
+}
+static void src_shifted(inputs_fixture *f, mdr_graph_cache_options *o, mdr_step_input *in) {
+  (void)o;
+  in[IN_DEV].device_src = f->dst[IN_DEV] + 16; /* overlaps its own destination, not it */
 }
 static void too_many(inputs_fixture *f, mdr_graph_cache_options *o, mdr_step_input *in) {
   (void)f, (void)in;
@@ -629,37 +668,44 @@ static void null_inputs(inputs_fixture *f, mdr_graph_cache_options *o, mdr_step_
 typedef struct bad_decl {
   breaker fn;
   const char *field;
+  const char *also; /* more the text must say, or NULL */
 } bad_decl;
 
 Test(step_inputs, a_bad_declaration_is_refused_naming_the_field) {
   static const bad_decl cases[] = {
-      {dup_name, "inputs[3] (\"positions\").name: duplicates inputs[0]"},
-      {null_name, "inputs[2] (\"\").name"},
-      {ids_name, ".name: \"token_ids\""},
-      {elem3, "inputs[1] (\"seq_lens\").elem_bytes"},
-      {bad_shape, "inputs[1] (\"seq_lens\").shape"},
-      {rows_over_m, "(\"positions\").max_rows"},
-      {rows_over_s, "(\"seq_lens\").max_rows"},
-      {fixed_zero, "(\"temperature\").max_rows"},
-      {seqs_over_m, "max_sequences"},
-      {past_arena, "(\"block_table\").offset"},
-      {not_a_buffer, "(\"block_table\").buffer"},
-      {unaligned, "(\"positions\").address"},
-      {no_address, "(\"positions\").address: 0"},
-      {host_address, "(\"slot_mapping\").address"},
-      {host_src, "(\"device_positions\").device_src"},
-      {bad_dest, "(\"half\").dest"},
-      {overflow, "(\"temperature\").max_rows * width"},
-      {slot_sum, "overflow a staging slot"},
-      {too_many, "n_inputs"},
-      {null_inputs, "inputs: NULL"},
+      {dup_name, "inputs[3] (\"positions\").name: duplicates inputs[0]", NULL},
+      {null_name, "inputs[2] (\"\").name", NULL},
+      {ids_name, ".name: \"token_ids\"", NULL},
+      {elem3, "inputs[1] (\"seq_lens\").elem_bytes", NULL},
+      {bad_shape, "inputs[1] (\"seq_lens\").shape", NULL},
+      {rows_over_m, "(\"positions\").max_rows", NULL},
+      {rows_over_s, "(\"seq_lens\").max_rows", NULL},
+      {fixed_zero, "(\"temperature\").max_rows", NULL},
+      {seqs_over_m, "max_sequences", NULL},
+      {past_arena, "(\"block_table\").offset", NULL},
+      {not_a_buffer, "(\"block_table\").buffer", NULL},
+      {unaligned, "(\"positions\").address", NULL},
+      {no_address, "(\"positions\").address: 0", NULL},
+      {host_address, "(\"slot_mapping\").address", NULL},
+      {host_src, "(\"device_positions\").device_src", NULL},
+      {bad_dest, "(\"half\").dest", NULL},
+      {overflow, "(\"temperature\").max_rows * width", NULL},
+      {slot_sum, "overflow a staging slot", NULL},
+      {in_zeroed, "(\"block_table\").offset: [0x", "overlaps scratch, which the cache's zeroing clears"},
+      {into_zeroed, "(\"positions\").address: [0x", "overlaps hidden_states, which the cache's zeroing clears"},
+      {into_ids, "(\"slot_mapping\").address: [0x", "overlaps token_ids"},
+      {two_dests, "(\"half\").address: overlaps inputs[0]'s destination", NULL},
+      {dest_on_src, "(\"device_positions\").address: overlaps inputs[0]'s destination", NULL},
+      {src_on_dest, "(\"device_positions\").device_src: overlaps inputs[0]'s destination", NULL},
+      {src_shifted, "(\"device_positions\").device_src: overlaps its own destination", NULL},
+      {too_many, "n_inputs", NULL},
+      {null_inputs, "inputs: NULL", NULL},
   };
   mdr_backend *host = tb_backend(TB_HOST), *fb = NULL;
   cr_assert_eq(fault_backend_create(host, &fb), MDR_OK);
   for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
     inputs_fixture f;
     inputs_init(&f, fb);
-    const long live = fault_backend_live(fb);
     mdr_step_input in[N_IN];
     memcpy(in, f.in, sizeof in);
     mdr_graph_cache_options o;
@@ -668,11 +714,13 @@ Test(step_inputs, a_bad_declaration_is_refused_naming_the_field) {
     o.n_inputs = N_IN;
     o.max_sequences = S;
     cases[k].fn(&f, &o, in);
+    const long live = fault_backend_live(fb); /* a case's own allocations counted */
     mdr_graph_cache *c = (mdr_graph_cache *)&o;
     cr_assert_eq(mdr_graph_cache_create(f.a, f.s, &o, &c), MDR_ERR_INVALID_ARGUMENT, "case %zu", k);
     cr_assert_null(c);
     const char *e = mdr_backend_last_error(fb);
     cr_assert_not_null(strstr(e, cases[k].field), "case %zu: \"%s\" does not name %s", k, e, cases[k].field);
+    if (cases[k].also) cr_assert_not_null(strstr(e, cases[k].also), "case %zu: \"%s\" does not say %s", k, e, cases[k].also);
     cr_assert_eq(fault_backend_live(fb), live, "case %zu leaked", k);
     fault_backend_host_range(fb, 0, 0);
     inputs_fini(&f);

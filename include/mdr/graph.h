@@ -163,7 +163,15 @@ typedef enum mdr_step_input_shape {
 } mdr_step_input_shape;
 
 /* Where an input's values go. A destination is captured into the graphs
- * (like token_ids' address): it must stay valid for the cache's life. */
+ * (like token_ids' address): it must stay valid for the cache's life. The
+ * step's launch writes it while its other blocks clear the zero plan and
+ * write the ids and the other inputs, in no set order, so a destination
+ * shares no byte with an arena buffer of the cache's zero plan (its whole
+ * extent at any count: the seed's coverage under the cache's row policy,
+ * e.g. `scratch`), the arena's token_ids, another input's destination or
+ * another input's device_src; a device_src shares none with another
+ * input's destination, and with its own only by being it. Create refuses
+ * any such overlap, naming the input. */
 typedef enum mdr_step_input_dest {
   MDR_INPUT_TO_DEVICE, /* `address`: device memory the engine owns */
   MDR_INPUT_TO_ARENA,  /* `buffer` of the cache's arena, from byte `offset` */
@@ -269,8 +277,9 @@ MDR_API void mdr_graph_cache_options_default(mdr_graph_cache_options *o);
  * NULL arguments, an unknown mode, strategy, policy or DYNAMIC
  * implementation, a ladder that is not strictly increasing or holds 0,
  * DYNAMIC without MDR_ZERO_FUSED, both bodies given, `body` in DYNAMIC mode,
- * or an arena whose token_ids cannot hold max_batch_tokens ids (the last
- * error names the field); MDR_ERR_UNSUPPORTED on a backend without the
+ * an arena whose token_ids cannot hold max_batch_tokens ids, or a step
+ * input that is not as mdr_step_input says (the last error names the
+ * input and its field); MDR_ERR_UNSUPPORTED on a backend without the
  * fused launch (the staged upload needs it); allocation failures as such.
  * On failure *out is NULL and nothing leaks. Caller owns *out; release
  * with mdr_graph_cache_destroy. Blocking (it clears and uploads on the

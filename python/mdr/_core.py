@@ -1122,7 +1122,9 @@ class StepInput:
     to their bound), a number in dtype (an int: its low bytes). dest: an
     arena buffer name (with `offset` bytes into it, 16-byte aligned), or
     device memory the engine owns (an address, mdr.DeviceMemory, a
-    BufferView, a CUDA tensor). device: False: the values come from the
+    BufferView, a CUDA tensor); it shares no byte with a buffer the step's
+    zeroing clears (scratch, say), token_ids or another input (the C
+    header's mdr_step_input_dest). device: False: the values come from the
     host each step (cache.step_inputs); True: the engine's kernels write
     them at dest themselves (only the pad is written); else the device
     memory they are in (address, DeviceMemory, BufferView, CUDA tensor):

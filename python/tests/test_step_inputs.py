@@ -21,12 +21,21 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 @pytest.fixture
 def host():
+    """A host backend, a stream, an arena, and ENG: 64 KiB of device memory
+    the engine owns, where the inputs go (a step's zeroing never touches it;
+    the arena's scratch, which it clears, is refused as a destination)."""
+    global ENG
     b = mdr.Backend.host()
     s = b.stream()
     a = mdr.Arena(b, TINY, max_batch_tokens=M, max_seq_len=256, kv_block_size=16,
                   max_batch_size=4)
+    ENG = b.alloc(65536)
     yield b, s, a
-    a.close(), s.close(), b.close()
+    ENG.close(), a.close(), s.close(), b.close()
+    ENG = None
+
+
+ENG = None
 
 
 def _raises(cls, fn, *a, **k):
@@ -38,23 +47,23 @@ def _raises(cls, fn, *a, **k):
 
 def inputs(dev=None):
     """positions per token, sequence lengths and a 4-wide block table per
-    sequence, fixed sampling temperatures; in `scratch`, and (dev) one more
-    in device memory outside the arena."""
-    ins = [mdr.StepInput("positions", "int32", "token", pad=-1, dest="scratch", offset=0),
-           mdr.StepInput("seq_lens", "uint32", "sequence", pad=0xAAAA, dest="scratch",
+    sequence, fixed sampling temperatures; in ENG, and (dev) one more in
+    device memory of its own."""
+    ins = [mdr.StepInput("positions", "int32", "token", pad=-1, dest=ENG, offset=0),
+           mdr.StepInput("seq_lens", "uint32", "sequence", pad=0xAAAA, dest=ENG,
                          offset=1024),
            mdr.StepInput("block_table", "int32", "sequence", width=4, pad=-7,
-                         dest="scratch", offset=2048),
+                         dest=ENG, offset=2048),
            mdr.StepInput("temperature", "float32", "fixed", max_rows=4, pad=1.5,
-                         dest="scratch", offset=4096),
-           mdr.StepInput("slots", "int64", "token", pad=-2, dest="scratch", offset=8192)]
+                         dest=ENG, offset=4096),
+           mdr.StepInput("slots", "int64", "token", pad=-2, dest=ENG, offset=8192)]
     if dev is not None:
         ins.append(mdr.StepInput("lora", "uint16", "token", pad=9, dest=dev))
     return ins
 
 
-def _at(a, off, dtype, n):
-    return a["scratch"].numpy()[off:off + n * np.dtype(dtype).itemsize].view(dtype)
+def _at(off, dtype, n):
+    return ENG.view("uint8").numpy()[off:off + n * np.dtype(dtype).itemsize].view(dtype)
 
 
 # ---- version and build features -----------------------------------------------------------
@@ -130,7 +139,7 @@ def test_inputs_staged_and_padded_every_mode(host, mode):
     dev = b.alloc(2 * M)
     c = mdr.GraphCache(a, s, mode=mode, inputs=inputs(dev), max_sequences=4)
     dev.view("uint16").numpy()[:] = 0x5555  # host backend: device memory is host memory
-    a["scratch"].numpy()[:] = 0x33
+    ENG.view("uint8").numpy()[:] = 0x33
     vals = dict(VALUES, lora=np.array([100, 200, 300], dtype=np.uint16))
     c.step_inputs([5, 6, 7], vals)
     s.synchronize()
@@ -142,20 +151,20 @@ def test_inputs_staged_and_padded_every_mode(host, mode):
     tok_rows = g if padded else 3  # rows written: the graph's bound, or exactly the step's
     seq_rows = sb if padded else 2
     assert list(a["token_ids"].numpy()[:3]) == [5, 6, 7]
-    pos = _at(a, 0, np.int32, M)
+    pos = _at(0, np.int32, M)
     assert list(pos[:3]) == [10, 11, 12]
     assert all(pos[3:tok_rows] == -1)
     if not padded:
         assert -1 not in pos[3:]
-    sl = _at(a, 1024, np.uint32, 4)
+    sl = _at(1024, np.uint32, 4)
     assert list(sl[:2]) == [3, 4] and all(sl[2:seq_rows] == 0xAAAA)
-    bt = _at(a, 2048, np.int32, 16).reshape(4, 4)
+    bt = _at(2048, np.int32, 16).reshape(4, 4)
     assert bt[:2].tolist() == [[1, 2, 3, 4], [5, 6, 7, 8]]
     assert (bt[2:seq_rows] == -7).all()
     if not padded:
         assert not (bt[2:] == -7).any()
-    assert list(_at(a, 4096, np.float32, 4)) == [0.5, 1.0, 2.0, 3.0]  # fixed: every row
-    sl64 = _at(a, 8192, np.int64, M)
+    assert list(_at(4096, np.float32, 4)) == [0.5, 1.0, 2.0, 3.0]  # fixed: every row
+    sl64 = _at(8192, np.int64, M)
     assert list(sl64[:3]) == [1 << 40, 2, 3] and all(sl64[3:tok_rows] == -2)
     lo = dev.view("uint16").numpy()
     assert list(lo[:3]) == [100, 200, 300] and all(lo[3:tok_rows] == 9)
@@ -183,8 +192,8 @@ def test_the_same_arrays_step_after_step_are_read_again(host):
     b, s, a = host
     c = mdr.GraphCache(a, s, mode="exact",
                        inputs=[mdr.StepInput("positions", "int64", "token", pad=-1,
-                                             dest="scratch", offset=0)])
-    pos = _at(a, 0, np.int64, 4)
+                                             dest=ENG, offset=0)])
+    pos = _at(0, np.int64, 4)
     arr = np.array([10, 11, 12], np.int64)
     for k in range(3):  # the same array, changed in place between steps
         arr[:] = [10 * k, 10 * k + 1, 10 * k + 2]
@@ -238,7 +247,7 @@ def test_device_ids_and_device_resident_inputs(host):
     ids = b.alloc(4 * M)
     ids.view("uint32").numpy()[:4] = [9, 8, 7, 6]
     lens = b.alloc(64)  # outside the arena: the step's zeroing leaves it alone
-    ins = [mdr.StepInput("positions", "int32", "token", pad=-1, dest="scratch", device=src),
+    ins = [mdr.StepInput("positions", "int32", "token", pad=-1, dest=ENG, device=src),
            mdr.StepInput("seq_lens", "int32", "sequence", pad=-3, dest=lens, device=True)]
     c = mdr.GraphCache(a, s, mode="exact", inputs=ins, max_sequences=4)
     meta = c.decode_meta()
@@ -248,7 +257,7 @@ def test_device_ids_and_device_resident_inputs(host):
     c.step_inputs(ids, tokens=4, sequences=2)  # ids in device memory, no host values
     s.synchronize()
     assert list(a["token_ids"].numpy()[:4]) == [9, 8, 7, 6]
-    assert list(_at(a, 0, np.int32, 4)) == [100, 101, 102, 103]
+    assert list(_at(0, np.int32, 4)) == [100, 101, 102, 103]
     assert list(lens.view("int32").numpy()[:4]) == [40, 41, -3, -3]  # only the pad written
     c.step_inputs(None, tokens=4, sequences=1)  # ids already in token_ids
     s.synchronize()
@@ -280,7 +289,7 @@ def test_decode_meta_equals_the_c_query(host):
     assert (ids.name, ids.elem_bytes, ids.shape, ids.width, ids.max_rows, ids.pad, ids.dst) == (
         "token_ids", 4, "token", 1, M, 77, a["token_ids"].ptr)
     pos = meta[1]
-    assert pos.dst == a["scratch"].ptr and pos.pad == 0xFFFFFFFF and pos.dtype == "int32"
+    assert pos.dst == ENG.ptr and pos.pad == 0xFFFFFFFF and pos.dtype == "int32"
     assert meta[2].max_rows == 4 and meta[3].row_bytes == 16 and meta[3].pad == 0xFFFFFFF9
     assert meta[4].pad == np.float32(1.5).view(np.uint32)
     assert meta[6].dst == dev.ptr and meta[6].pad == 9
@@ -311,8 +320,8 @@ def test_bad_step_inputs_at_create(host):
     def make(*ins, **kw):
         return mdr.GraphCache(a, s, inputs=list(ins), **kw)
 
-    def inp(**k):
-        d = dict(name="x", dtype="int32", dest="scratch")
+    def inp(**k):  # in fp8_act: an arena buffer outside the zero plan, 1024 bytes
+        d = dict(name="x", dtype="int32", dest="fp8_act")
         d.update(k)
         return mdr.StepInput(**d)
 
@@ -330,7 +339,10 @@ def test_bad_step_inputs_at_create(host):
         (I, "max_rows", [inp(shape="sequence", max_rows=5)], dict(max_sequences=4)),
         (I, "max_rows", [inp(shape="fixed")], {}),                # FIXED needs rows
         (I, "offset", [inp(offset=4)], {}),                       # not 16-byte aligned
-        (I, "offset", [inp(offset=65536 - 16, width=4)], {}),     # runs past the buffer
+        (I, "offset", [inp(offset=1024 - 16, width=4)], {}),      # runs past the buffer
+        (I, "overlaps scratch, which the cache's zeroing clears", [inp(dest="scratch")], {}),
+        (I, "overlaps inputs[0]'s destination", [inp(name="y", dest=ENG),
+                                                 inp(dest=ENG, offset=32)], {}),  # from C
         (I, "dest", [inp(dest="no_such_buffer")], {}),
         (I, "dest", [inp(dest=None)], {}),
         (I, "buffer", [inp(dest="token_ids")], {}),               # from C
@@ -346,7 +358,7 @@ def test_bad_step_inputs_at_create(host):
         (I, "overflows", [inp(width=1 << 40)], {}),               # from C
         (I, "max_sequences", [], dict(max_sequences=M + 1)),      # from C
         (I, "inputs[1]", [inp(), "not an input"], {}),
-        (I, "n_inputs", [inp(name="i%d" % k, offset=1024 * k) for k in range(17)], {}),
+        (I, "n_inputs", [inp(name="i%d" % k, offset=64 * k) for k in range(17)], {}),
     ]
     for err, word, ins, kw in cases:
         e = _raises(err, make, *ins, **kw)
@@ -361,14 +373,14 @@ def test_bad_step_inputs_at_step(host):
     b, s, a = host
     I, R = mdr.InvalidArgumentError, mdr.OutOfRangeError
     c = mdr.GraphCache(a, s, mode="exact", inputs=inputs()[:4] + [
-        mdr.StepInput("bf", "bfloat16", "token", pad=2.0, dest="scratch", offset=12288)],
+        mdr.StepInput("bf", "bfloat16", "token", pad=2.0, dest=ENG, offset=12288)],
         max_sequences=4)
     ok = dict(VALUES)
     del ok["slots"]
     ok["bf"] = [1.0, -2.5, 3.0]
     c.step_inputs([1, 2, 3], ok)
     s.synchronize()
-    assert list(_at(c.arena, 12288, np.uint16, 3)) == [0x3F80, 0xC020, 0x4040]
+    assert list(_at(12288, np.uint16, 3)) == [0x3F80, 0xC020, 0x4040]
     cases = [  # (error, what the text names, ids, values, keywords)
         (I, "slots", [1, 2, 3], dict(ok, slots=[1, 2, 3]), {}),          # unknown name
         (I, "token_ids", [1, 2, 3], dict(ok, token_ids=[1, 2, 3]), {}),
@@ -397,7 +409,7 @@ def test_bad_step_inputs_at_step(host):
         assert word in str(e), (word, str(e))
     # rows over an input's max_rows: from C, naming it
     c2 = mdr.GraphCache(a, s, inputs=[mdr.StepInput("p", "int32", "token", max_rows=2,
-                                                    dest="scratch")])
+                                                    dest=ENG)])
     e = _raises(R, c2.step_inputs, [1, 2, 3], {"p": [1, 2, 3]})
     assert '"p"' in e.text and "max_rows" in e.text
     # a plain step on a cache with host inputs: refused by C, naming the input

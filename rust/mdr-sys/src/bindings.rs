@@ -487,7 +487,15 @@ pub const MDR_INPUT_SHAPE_COUNT: mdr_step_input_shape = 3;
 ///
 /// ```text
 /// Where an input's values go. A destination is captured into the graphs
-/// (like token_ids' address): it must stay valid for the cache's life.
+/// (like token_ids' address): it must stay valid for the cache's life. The
+/// step's launch writes it while its other blocks clear the zero plan and
+/// write the ids and the other inputs, in no set order, so a destination
+/// shares no byte with an arena buffer of the cache's zero plan (its whole
+/// extent at any count: the seed's coverage under the cache's row policy,
+/// e.g. `scratch`), the arena's token_ids, another input's destination or
+/// another input's device_src; a device_src shares none with another
+/// input's destination, and with its own only by being it. Create refuses
+/// any such overlap, naming the input.
 /// ```
 pub type mdr_step_input_dest = c_int;
 /// `MDR_INPUT_TO_DEVICE` = 0 (enum `mdr_step_input_dest`). 'address': device memory the engine owns
@@ -820,7 +828,7 @@ pub struct mdr_step_input {
     pub buffer: mdr_buffer,
     /// Field `offset`. ... and the byte offset in it
     pub offset: usize,
-    /// Field `device_src`. 0: the values come from the host, each step. Else the values are already in device memory there (the engine's own kernels wrote them, on the cache's stream or before the step): the staged launch copies the step's rows device to device and pads, and steps pass no host values for it. Equal to the destination: only the pad is written.
+    /// Field `device_src`.
     pub device_src: mdr_dptr,
 }
 
@@ -848,7 +856,7 @@ pub struct mdr_step_input_info {
     pub max_bytes: usize,
     /// Field `dst`. the destination's device address
     pub dst: mdr_dptr,
-    /// Field `device_src`. 0: the values come from the host, each step. Else the values are already in device memory there (the engine's own kernels wrote them, on the cache's stream or before the step): the staged launch copies the step's rows device to device and pads, and steps pass no host values for it. Equal to the destination: only the pad is written.
+    /// Field `device_src`.
     pub device_src: mdr_dptr,
     /// Field `slot_offset`. byte offset of its values in a staging slot; 0 for inputs already in device memory
     pub slot_offset: usize,
@@ -1448,8 +1456,9 @@ extern "C" {
     /// NULL arguments, an unknown mode, strategy, policy or DYNAMIC
     /// implementation, a ladder that is not strictly increasing or holds 0,
     /// DYNAMIC without MDR_ZERO_FUSED, both bodies given, `body` in DYNAMIC mode,
-    /// or an arena whose token_ids cannot hold max_batch_tokens ids (the last
-    /// error names the field); MDR_ERR_UNSUPPORTED on a backend without the
+    /// an arena whose token_ids cannot hold max_batch_tokens ids, or a step
+    /// input that is not as mdr_step_input says (the last error names the
+    /// input and its field); MDR_ERR_UNSUPPORTED on a backend without the
     /// fused launch (the staged upload needs it); allocation failures as such.
     /// On failure *out is NULL and nothing leaks. Caller owns *out; release
     /// with mdr_graph_cache_destroy. Blocking (it clears and uploads on the

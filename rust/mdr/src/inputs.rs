@@ -119,7 +119,10 @@ impl<'a> StepInput<'a> {
     }
 
     /// Destination: `buffer` of the cache's arena, from byte `offset`
-    /// (16-byte aligned). The cache refuses a destination past the buffer.
+    /// (16-byte aligned). The cache refuses a destination past the buffer,
+    /// and one that shares a byte with a buffer the step's zeroing clears
+    /// (`Buffer::Scratch`, say), token_ids or another input (the C header's
+    /// `mdr_step_input_dest`).
     pub fn to_arena(mut self, buffer: Buffer, offset: usize) -> Self {
         self.dest = Some(Dest::Arena { buffer, offset });
         self
