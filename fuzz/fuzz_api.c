@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "fault_backend.h"
+#include "fuzz_arena.h"
 #include "fuzz_provider.h"
 #include "mdr/mdr.h"
 
@@ -65,23 +66,8 @@ static mdr_status body_dynamic(void *u, mdr_stream s, mdr_dptr count_ptr, size_t
 
 /* Small sizes around an M of 1 .. MAX_M, or a deliberately bad set. */
 static mdr_sizes fuzz_sizes_of(fuzz_in *in) {
-  mdr_sizes s;
-  memset(&s, 0, sizeof s);
-  size_t m = 1 + fuzz_u8(in) % MAX_M, mp = (m + 15) / 16 * 16;
-  s.max_batch_tokens = m;
-  s.logits_rows = m;
-  s.bytes[MDR_BUF_HIDDEN_STATES] = m * 64;
-  s.bytes[MDR_BUF_RESIDUAL] = m * 64;
-  s.bytes[MDR_BUF_QKV_OUTPUT] = mp * 96;
-  s.bytes[MDR_BUF_MOE_OUTPUT] = mp * 64;
-  s.bytes[MDR_BUF_LOGITS] = m * 100;
-  s.bytes[MDR_BUF_SSM_QKVZ] = 256;
-  s.bytes[MDR_BUF_SSM_BA] = m * 8 + 3;
-  s.bytes[MDR_BUF_SCRATCH] = 4096;
-  s.bytes[MDR_BUF_TOKEN_IDS] = m * 4 < 256 ? 256 : m * 4;
-  s.bytes[MDR_BUF_EXPERT_DOWN_OUT] = mp * 40;
-  s.bytes[MDR_BUF_SPLITK_WORKSPACE] = 4000;
-  s.bytes[MDR_BUF_NORM_UNIT_W] = 128;
+  size_t m = 1 + fuzz_u8(in) % MAX_M;
+  mdr_sizes s = fuzz_small_sizes(m);
   uint8_t tweak = fuzz_u8(in);
   switch (tweak % 16) {
     case 0: s.max_batch_tokens = 0; break;

@@ -5,11 +5,17 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
-/* Abort on a broken invariant: a crash libFuzzer records as a finding. */
-#define FUZZ_CHECK(cond) \
-  do {                   \
-    if (!(cond)) __builtin_trap(); \
+/* Abort on a broken invariant: a crash libFuzzer records as a finding,
+ * after the invariant and its line (the targets' calls are inlined, so the
+ * stack alone does not place it). */
+#define FUZZ_CHECK(cond)                                                                  \
+  do {                                                                                    \
+    if (!(cond)) {                                                                        \
+      fprintf(stderr, "FUZZ_CHECK failed at %s:%d: %s\n", __FILE__, __LINE__, #cond);  \
+      __builtin_trap();                                                                   \
+    }                                                                                     \
   } while (0)
 
 /* Undefined behaviour is fatal (a finding). One definition per target: each

@@ -14,7 +14,7 @@ secs=${1:-60}
 cd "$(dirname "$0")/.."
 root=$PWD
 build=build-fuzz
-targets=(fuzz_sizes fuzz_api)
+targets=(fuzz_sizes fuzz_api fuzz_inputs)
 
 cmake -S . -B "$build" -DCMAKE_C_COMPILER="${CC_FUZZ:-clang}" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DMDR_BUILD_FUZZERS=ON -DMDR_ENABLE_CUDA=OFF -DMDR_BUILD_TESTS=OFF -DMDR_BUILD_BENCH=OFF \

@@ -412,11 +412,15 @@ static int device_needs_header(const mdr_graph_cache *c) {
 /* The stage descriptor of a step of this kind: host ids come from the slot
  * (FETCH); device ids from ids.src, the count from the slot only when the
  * launch cannot carry it. */
+int mdr_gc_device_carries_sequences(const mdr_graph_cache *c) {
+  return device_needs_header(c) || node_update_of(&c->o);
+}
+
 /* Whether a step of this kind uses a staging slot (and so advances the
  * ring): host steps, and device steps that read their count from a slot.
  * The others touch no host memory at all: no slot read, no ack written. */
 static int uses_slot(const mdr_graph_cache *c, step_ids ids) {
-  return ids.kind == IDS_HOST || device_needs_header(c);
+  return ids.kind != IDS_DEVICE || device_needs_header(c);
 }
 
 /* Whether graph count g of this kind is captured inline: a step of an
@@ -441,10 +445,10 @@ static mdr_stage_desc stage_of(const mdr_graph_cache *c, step_ids ids, uint32_t 
   if (ids.kind == IDS_HOST) {
     flags |= MDR_STAGE_FETCH;
   } else {
-    flags |= MDR_STAGE_DEVICE_IDS | (device_needs_header(c) ? MDR_STAGE_FETCH : 0u);
+    flags |= MDR_STAGE_DEVICE_IDS | (uses_slot(c, ids) ? MDR_STAGE_FETCH : 0u);
   }
   mdr_stage_desc d = mdr_staging_desc(&c->staging, mdr_arena_token_ids(c->arena), flags, (uint32_t)copy_sequences);
-  d.ids_src = ids.kind == IDS_DEVICE ? ids.src : 0;
+  d.ids_src = ids.kind != IDS_HOST ? ids.src : 0;
   d.pad_id = c->o.pad_token_id;
   if (flags & MDR_STAGE_TABLE) {
     d.table = c->table;
@@ -471,7 +475,7 @@ static mdr_status enqueue_step(mdr_graph_cache *c, size_t g, size_t seqs, step_i
   mdr_status st;
   if (inl) {
     mdr_stage_desc stage = mdr_staging_inline_desc(&c->staging, mdr_arena_token_ids(c->arena), g);
-    if (ids.kind == IDS_DEVICE) { /* the image holds no ids: they come from the device, pad after them */
+    if (ids.kind != IDS_HOST) { /* the image holds no ids: they come from the device, pad after them */
       stage.flags |= MDR_STAGE_DEVICE_IDS;
       stage.ids_src = ids.src;
       stage.pad_id = c->o.pad_token_id;
@@ -791,7 +795,7 @@ static mdr_status step_locked(mdr_graph_cache *c, const step_call *call, step_id
     c->stats.eager_steps++;
   }
   c->stats.steps++;
-  c->stats.device_steps += ids.kind == IDS_DEVICE;
+  c->stats.device_steps += ids.kind != IDS_HOST;
   c->stats.padded_tokens += dynamic ? 0 : g - tokens;
   return outcome;
 }

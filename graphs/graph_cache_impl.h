@@ -28,12 +28,16 @@ typedef struct graph_entry {
   void *inl_graph;
 } graph_entry;
 
-/* Where a step's ids come from. */
-typedef enum ids_kind { IDS_HOST, IDS_DEVICE, IDS_KINDS } ids_kind;
+/* Where a step's ids come from. IDS_DEVICE_COUNTED: device ids whose step
+ * gives a sequence count its IDS_DEVICE graph cannot carry (an EXACT cache
+ * without step inputs, whose device launch publishes the count's default,
+ * reads no slot): the counts come from the slot header, in graphs of their
+ * own. */
+typedef enum ids_kind { IDS_HOST, IDS_DEVICE, IDS_DEVICE_COUNTED, IDS_KINDS } ids_kind;
 
 typedef struct step_ids {
   ids_kind kind;
-  mdr_dptr src; /* IDS_DEVICE: the ids' device address (token_ids or 0: in place) */
+  mdr_dptr src; /* device kinds: the ids' device address (token_ids or 0: in place) */
 } step_ids;
 
 /* What a step call carries: its counts and its host values. */
@@ -100,5 +104,9 @@ step_ids mdr_gc_device_ids(const mdr_graph_cache *c, mdr_dptr token_ids);
 /* The sequences of a step that does not say: one per token, up to
  * max_sequences. */
 size_t mdr_gc_default_sequences(const mdr_graph_cache *c, size_t tokens);
+/* Whether an IDS_DEVICE step publishes the sequence count it is given (from
+ * the slot header, or DYNAMIC's node update): else its launch publishes
+ * the count's default, and a step with another takes IDS_DEVICE_COUNTED. */
+int mdr_gc_device_carries_sequences(const mdr_graph_cache *c);
 
 #endif

@@ -57,9 +57,10 @@ static const char *buffer_at(const mdr_graph_cache *c, mdr_dptr p) {
  * order: a destination that shares a byte with what the cache's zeroing or
  * poison may write (any rule's whole extent), with the arena's token_ids,
  * or with another input's destination or source, would keep or lose its
- * values by chance on the GPU. So is a source that overlaps another
- * input's destination, or its own without being it. Refused here, naming
- * the field; the inputs before i are resolved. */
+ * values by chance on the GPU; so would a source that overlaps any of
+ * those (the launch writes them as it reads the source), or its own
+ * destination without being it. Refused here, naming the field; the
+ * inputs before i are resolved. */
 static mdr_status check_disjoint(mdr_graph_cache *c, size_t i, const mdr_step_input *in, mdr_dptr dst,
                                  size_t bytes) {
   const char *field = in->dest == MDR_INPUT_TO_ARENA ? "offset" : "address";
@@ -71,8 +72,17 @@ static mdr_status check_disjoint(mdr_graph_cache *c, size_t i, const mdr_step_in
       return INPUT_FAIL(i, in, "%s: [0x%llx, +%zu) overlaps %s, which the cache's zeroing clears", field,
                         (unsigned long long)dst, bytes, buffer_at(c, c->rules[r].ptr));
   const mdr_dptr src = in->device_src;
-  if (src && src != dst && overlaps(src, bytes, dst, bytes))
-    return INPUT_FAIL(i, in, "device_src: overlaps its own destination without being it");
+  if (src && src != dst) {
+    if (overlaps(src, bytes, dst, bytes))
+      return INPUT_FAIL(i, in, "device_src: overlaps its own destination without being it");
+    if (overlaps(src, bytes, mdr_arena_token_ids(c->arena), mdr_arena_token_ids_bytes(c->arena)))
+      return INPUT_FAIL(i, in, "device_src: [0x%llx, +%zu) overlaps token_ids, which the launch writes",
+                        (unsigned long long)src, bytes);
+    for (size_t r = 0; r < c->n_rules; r++)
+      if (overlaps(src, bytes, c->rules[r].ptr, c->rules[r].bytes))
+        return INPUT_FAIL(i, in, "device_src: [0x%llx, +%zu) overlaps %s, which the cache's zeroing clears",
+                          (unsigned long long)src, bytes, buffer_at(c, c->rules[r].ptr));
+  }
   for (size_t k = 0; k < i; k++) {
     const mdr_step_input_info *o = &c->inputs[1 + k];
     if (overlaps(dst, bytes, o->dst, o->max_bytes))
@@ -241,7 +251,12 @@ mdr_status mdr_graph_cache_step_inputs_device(mdr_graph_cache *c, mdr_dptr token
   mdr_status st = check_values(c, values, n_values);
   if (st != MDR_OK) return st;
   const step_call call = {.values = values, .tokens = tokens, .sequences = sequences};
-  return mdr_gc_step(c, &call, mdr_gc_device_ids(c, token_ids));
+  step_ids ids = mdr_gc_device_ids(c, token_ids);
+  /* a count the device graph publishes on its own (no slot read) but not
+   * this step's: the counted kind, which reads the slot header */
+  if (!mdr_gc_device_carries_sequences(c) && sequences != mdr_gc_default_sequences(c, tokens))
+    ids.kind = IDS_DEVICE_COUNTED;
+  return mdr_gc_step(c, &call, ids);
 }
 
 size_t mdr_graph_cache_step_input_count(const mdr_graph_cache *c) { return c ? 1 + c->n_inputs : 0; }

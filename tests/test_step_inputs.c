@@ -652,6 +652,14 @@ static void src_on_dest(inputs_fixture *f, mdr_graph_cache_options *o, mdr_step_
   (void)o;
   in[IN_DEV].device_src = f->dst[IN_POS]; /* reads what positions' copy writes */
 }
+static void src_in_zeroed(inputs_fixture *f, mdr_graph_cache_options *o, mdr_step_input *in) {
+  (void)o;
+  in[IN_DEV].device_src = mdr_arena_hidden_states(f->a); /* read while the zeroing clears it */
+}
+static void src_on_ids(inputs_fixture *f, mdr_graph_cache_options *o, mdr_step_input *in) {
+  (void)o;
+  in[IN_DEV].device_src = mdr_arena_token_ids(f->a); /* read while the ids are written */
+}
 static void src_shifted(inputs_fixture *f, mdr_graph_cache_options *o, mdr_step_input *in) {
   (void)o;
   in[IN_DEV].device_src = f->dst[IN_DEV] + 16; /* overlaps its own destination, not it */
@@ -698,6 +706,8 @@ Test(step_inputs, a_bad_declaration_is_refused_naming_the_field) {
       {dest_on_src, "(\"device_positions\").address: overlaps inputs[0]'s destination", NULL},
       {src_on_dest, "(\"device_positions\").device_src: overlaps inputs[0]'s destination", NULL},
       {src_shifted, "(\"device_positions\").device_src: overlaps its own destination", NULL},
+      {src_in_zeroed, "(\"device_positions\").device_src: [0x", "overlaps hidden_states, which the cache's zeroing clears"},
+      {src_on_ids, "(\"device_positions\").device_src: [0x", "overlaps token_ids"},
       {too_many, "n_inputs", NULL},
       {null_inputs, "inputs: NULL", NULL},
   };
@@ -824,6 +834,82 @@ Test(step_inputs, a_plain_step_counts_one_sequence_per_token) {
     cr_assert_eq(mdr_backend_copy_d2h(b, &n, mdr_graph_cache_sequences_ptr(c), 4), MDR_OK);
     cr_assert_eq(n, 1);
   }
+  mdr_graph_cache_destroy(c);
+  mdr_arena_destroy(a);
+  mdr_backend_stream_destroy(b, s);
+  mdr_backend_destroy(b);
+}
+
+typedef struct seq_case {
+  mdr_graph_mode mode;
+  mdr_zero_strategy zero;
+  int eager; /* MDR_DISABLE_GRAPHS at create */
+} seq_case;
+
+ParameterizedTestParameters(step_inputs, a_device_step_without_inputs_publishes_the_sequences_it_is_given) {
+  static seq_case cases[] = {
+      {MDR_GRAPH_EXACT, MDR_ZERO_FUSED, 0},  {MDR_GRAPH_EXACT, MDR_ZERO_MEMSET, 0},
+      {MDR_GRAPH_EXACT, MDR_ZERO_FUSED, 1},  {MDR_GRAPH_LADDER, MDR_ZERO_FUSED, 0},
+      {MDR_GRAPH_DYNAMIC, MDR_ZERO_FUSED, 0},
+  };
+  return cr_make_param_array(seq_case, cases, sizeof cases / sizeof cases[0]);
+}
+
+/* A cache without inputs, device ids: a step that gives its sequence count
+ * (mdr_graph_cache_step_inputs_device) publishes that count, not its
+ * token count's default, in every mode (an EXACT device graph reads no
+ * slot and publishes the default: such a step takes graphs of its own,
+ * which read it from the slot header), and its ids arrive; plain device
+ * steps keep their own graphs and publish the default. */
+ParameterizedTest(seq_case *sc, step_inputs, a_device_step_without_inputs_publishes_the_sequences_it_is_given) {
+  mdr_backend *b = tb_backend(TB_HOST);
+  mdr_stream s = tb_stream(b);
+  mdr_sizes sizes = tb_small_sizes();
+  mdr_arena *a = NULL;
+  cr_assert_eq(mdr_arena_create(b, &sizes, &a), MDR_OK);
+  mdr_graph_cache_options o;
+  mdr_graph_cache_options_default(&o);
+  o.mode = sc->mode;
+  o.zero = sc->zero;
+  o.max_sequences = 5;
+  if (sc->eager) setenv("MDR_DISABLE_GRAPHS", "1", 1);
+  mdr_graph_cache *c = NULL;
+  const mdr_status created = mdr_graph_cache_create(a, s, &o, &c);
+  unsetenv("MDR_DISABLE_GRAPHS");
+  cr_assert_eq(created, MDR_OK, "%s", mdr_backend_last_error(b));
+  mdr_dptr ids = 0;
+  cr_assert_eq(mdr_backend_alloc(b, M * 4, &ids), MDR_OK);
+  int counted[10] = {0}; /* the counts stepped with sequences not their default */
+  for (int round = 0; round < 2; round++)
+    for (size_t t = 1; t <= 9; t++) {
+      uint32_t want[M], got[M], n = 0;
+      for (size_t i = 0; i < t; i++) want[i] = (uint32_t)(1000 * round + 10 * t + i);
+      cr_assert_eq(mdr_backend_copy_h2d(b, ids, want, t * 4), MDR_OK);
+      const size_t given = 1 + (t + (size_t)round) % (t < 5 ? t : 5); /* 1 .. min(t, 5), mostly not the default */
+      counted[t] |= given != (t < 5 ? t : 5);
+      const void *none[1] = {NULL}; /* values[0] is ignored for device ids */
+      cr_assert_eq(mdr_graph_cache_step_inputs_device(c, ids, none, 1, t, given), MDR_OK, "%s",
+                   mdr_backend_last_error(b));
+      cr_assert_eq(mdr_backend_copy_d2h(b, &n, mdr_graph_cache_sequences_ptr(c), 4), MDR_OK);
+      cr_assert_eq(n, given, "t %zu: the sequences given", t);
+      cr_assert_eq(mdr_backend_copy_d2h(b, &n, mdr_graph_cache_count_ptr(c), 4), MDR_OK);
+      cr_assert_eq(n, t);
+      cr_assert_eq(mdr_backend_copy_d2h(b, got, mdr_arena_token_ids(a), t * 4), MDR_OK);
+      cr_assert_eq(memcmp(got, want, t * 4), 0, "t %zu: the ids", t);
+      cr_assert_eq(mdr_graph_cache_step_device(c, ids, t), MDR_OK, "%s", mdr_backend_last_error(b));
+      cr_assert_eq(mdr_backend_copy_d2h(b, &n, mdr_graph_cache_sequences_ptr(c), 4), MDR_OK);
+      cr_assert_eq(n, t < 5 ? t : 5, "t %zu: a plain device step, the default", t);
+    }
+  mdr_graph_stats st;
+  cr_assert_eq(mdr_graph_cache_stats(c, &st), MDR_OK);
+  cr_assert_eq(st.device_steps, 36, "every step a device step");
+  if (!sc->eager && sc->mode == MDR_GRAPH_EXACT) {
+    size_t want = 9;
+    for (size_t t = 1; t <= 9; t++) want += (size_t)counted[t];
+    cr_assert_gt(want, 9 + 4);
+    cr_assert_eq(st.graphs, want, "EXACT: a plain device graph per count, and a counted one where stepped so");
+  }
+  mdr_backend_free(b, ids);
   mdr_graph_cache_destroy(c);
   mdr_arena_destroy(a);
   mdr_backend_stream_destroy(b, s);

@@ -493,9 +493,10 @@ pub const MDR_INPUT_SHAPE_COUNT: mdr_step_input_shape = 3;
 /// shares no byte with an arena buffer of the cache's zero plan (its whole
 /// extent at any count: the seed's coverage under the cache's row policy,
 /// e.g. `scratch`), the arena's token_ids, another input's destination or
-/// another input's device_src; a device_src shares none with another
-/// input's destination, and with its own only by being it. Create refuses
-/// any such overlap, naming the input.
+/// another input's device_src; a device_src shares none with the zero
+/// plan's buffers, token_ids or another input's destination, and with its
+/// own only by being it. Create refuses any such overlap, naming the
+/// input.
 /// ```
 pub type mdr_step_input_dest = c_int;
 /// `MDR_INPUT_TO_DEVICE` = 0 (enum `mdr_step_input_dest`). 'address': device memory the engine owns
@@ -1589,8 +1590,13 @@ extern "C" {
     /// arena's token_ids); values[0] is ignored. With step inputs declared, a
     /// device step reads the counts (and any host inputs) from a staging slot,
     /// or, for a small step, from the fused launch's parameters (inline, as a
-    /// host step's). The launch copies the ids and the inputs in no set order:
-    /// `token_ids` must not overlap an input's destination.
+    /// host step's). Without inputs, an EXACT cache's device graph reads no
+    /// slot and publishes min(tokens, max_sequences): a step that gives
+    /// another sequence count takes graphs of its own (captured at its first
+    /// such step, not by mdr_graph_cache_prepare_device, not in
+    /// mdr_graph_info's device fields), which read the counts as above. The
+    /// launch copies the ids and the inputs in no set order: `token_ids` must
+    /// not overlap an input's destination.
     /// ```
     pub fn mdr_graph_cache_step_inputs_device(c: *mut mdr_graph_cache, token_ids: mdr_dptr, values: *const *const c_void, n_values: usize, tokens: usize, sequences: usize) -> mdr_status;
     /// `mdr_graph_cache_step_input_count` (graph.h).
