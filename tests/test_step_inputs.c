@@ -841,28 +841,36 @@ Test(step_inputs, a_plain_step_counts_one_sequence_per_token) {
 }
 
 typedef struct seq_case {
+  tb_kind kind;
   mdr_graph_mode mode;
   mdr_zero_strategy zero;
   int eager; /* MDR_DISABLE_GRAPHS at create */
 } seq_case;
 
 ParameterizedTestParameters(step_inputs, a_device_step_without_inputs_publishes_the_sequences_it_is_given) {
-  static seq_case cases[] = {
-      {MDR_GRAPH_EXACT, MDR_ZERO_FUSED, 0},  {MDR_GRAPH_EXACT, MDR_ZERO_MEMSET, 0},
-      {MDR_GRAPH_EXACT, MDR_ZERO_FUSED, 1},  {MDR_GRAPH_LADDER, MDR_ZERO_FUSED, 0},
-      {MDR_GRAPH_DYNAMIC, MDR_ZERO_FUSED, 0},
+  static const seq_case shapes[] = {
+      {TB_HOST, MDR_GRAPH_EXACT, MDR_ZERO_FUSED, 0},  {TB_HOST, MDR_GRAPH_EXACT, MDR_ZERO_MEMSET, 0},
+      {TB_HOST, MDR_GRAPH_EXACT, MDR_ZERO_FUSED, 1},  {TB_HOST, MDR_GRAPH_LADDER, MDR_ZERO_FUSED, 0},
+      {TB_HOST, MDR_GRAPH_DYNAMIC, MDR_ZERO_FUSED, 0},
   };
-  return cr_make_param_array(seq_case, cases, sizeof cases / sizeof cases[0]);
+  enum { SHAPES = sizeof shapes / sizeof shapes[0] };
+  static seq_case cases[2 * SHAPES];
+  for (int k = 0; k < 2; k++)
+    for (int i = 0; i < SHAPES; i++) {
+      cases[k * SHAPES + i] = shapes[i];
+      cases[k * SHAPES + i].kind = k ? TB_CUDA : TB_HOST;
+    }
+  return cr_make_param_array(seq_case, cases, 2 * SHAPES);
 }
 
-/* A cache without inputs, device ids: a step that gives its sequence count
+/* A cache without inputs, device ids (both backends): a step that gives its sequence count
  * (mdr_graph_cache_step_inputs_device) publishes that count, not its
  * token count's default, in every mode (an EXACT device graph reads no
  * slot and publishes the default: such a step takes graphs of its own,
  * which read it from the slot header), and its ids arrive; plain device
  * steps keep their own graphs and publish the default. */
 ParameterizedTest(seq_case *sc, step_inputs, a_device_step_without_inputs_publishes_the_sequences_it_is_given) {
-  mdr_backend *b = tb_backend(TB_HOST);
+  mdr_backend *b = tb_backend(sc->kind);
   mdr_stream s = tb_stream(b);
   mdr_sizes sizes = tb_small_sizes();
   mdr_arena *a = NULL;
@@ -890,6 +898,7 @@ ParameterizedTest(seq_case *sc, step_inputs, a_device_step_without_inputs_publis
       const void *none[1] = {NULL}; /* values[0] is ignored for device ids */
       cr_assert_eq(mdr_graph_cache_step_inputs_device(c, ids, none, 1, t, given), MDR_OK, "%s",
                    mdr_backend_last_error(b));
+      cr_assert_eq(mdr_backend_synchronize(b, s), MDR_OK);
       cr_assert_eq(mdr_backend_copy_d2h(b, &n, mdr_graph_cache_sequences_ptr(c), 4), MDR_OK);
       cr_assert_eq(n, given, "t %zu: the sequences given", t);
       cr_assert_eq(mdr_backend_copy_d2h(b, &n, mdr_graph_cache_count_ptr(c), 4), MDR_OK);
@@ -897,6 +906,7 @@ ParameterizedTest(seq_case *sc, step_inputs, a_device_step_without_inputs_publis
       cr_assert_eq(mdr_backend_copy_d2h(b, got, mdr_arena_token_ids(a), t * 4), MDR_OK);
       cr_assert_eq(memcmp(got, want, t * 4), 0, "t %zu: the ids", t);
       cr_assert_eq(mdr_graph_cache_step_device(c, ids, t), MDR_OK, "%s", mdr_backend_last_error(b));
+      cr_assert_eq(mdr_backend_synchronize(b, s), MDR_OK);
       cr_assert_eq(mdr_backend_copy_d2h(b, &n, mdr_graph_cache_sequences_ptr(c), 4), MDR_OK);
       cr_assert_eq(n, t < 5 ? t : 5, "t %zu: a plain device step, the default", t);
     }
