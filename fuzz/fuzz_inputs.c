@@ -9,6 +9,7 @@
  * misaligned, 0, overlapping each other, token_ids or a buffer of the zero
  * plan; sources in place, elsewhere, or overlapping), steps with host or
  * device ids and with counts, sequence counts and values good and bad,
+ * on graphs or eager (MDR_DISABLE_GRAPHS at create),
  * prepares, the layout queries, a destroy, injected faults. Invariants
  * (trap when broken):
  *   - every call returns a valid mdr_status and ASan/UBSan stay quiet;
@@ -18,7 +19,8 @@
  *     or with the zero plan's buffers; host inputs' slot ranges aligned,
  *     disjoint and inside the slot;
  *   - a step that reports success (or MDR_ERR_CAPTURE: served eagerly)
- *     left the ids, both count cells and every input's rows (the host
+ *     left the ids (padded with pad_token_id up to the graph's count in
+ *     EXACT and LADDER), both count cells and every input's rows (the host
  *     values or the source's), the pad up to the graph's bound (EXACT and
  *     LADDER) and nothing past it (poisoned before the step);
  *   - a step refused for its arguments, no fault armed, wrote no
@@ -38,6 +40,7 @@ enum { CACHES = 2, MAX_M = 32, MAX_IN = MDR_STEP_INPUTS_MAX + 1, POOL = 1 << 16,
 typedef struct cache_slot {
   mdr_graph_cache *c;
   mdr_graph_mode mode;
+  uint32_t pad_id;
   size_t n;                        /* declared inputs */
   mdr_step_input_info info[1 + MDR_STEP_INPUTS_MAX];
 } cache_slot;
@@ -176,7 +179,9 @@ static void op_create(world *w, fuzz_in *in) {
   o.inputs = (nb & 1) && o.n_inputs && fuzz_u8(in) >= 0xF8 ? NULL : ins;
   mdr_graph_cache *out = (mdr_graph_cache *)w;
   const long live = fault_backend_live(w->fb);
+  if (sq & 0x80) setenv("MDR_DISABLE_GRAPHS", "1", 1); /* every step eager */
   const mdr_status st = mdr_graph_cache_create(w->a, w->s, &o, &out);
+  unsetenv("MDR_DISABLE_GRAPHS");
   FUZZ_CHECK((unsigned)st < MDR_STATUS_COUNT);
   if (st != MDR_OK) {
     FUZZ_CHECK(out == NULL && fault_backend_live(w->fb) == live);
@@ -186,6 +191,7 @@ static void op_create(world *w, fuzz_in *in) {
   cache_slot *cs = &w->caches[slot];
   cs->c = out;
   cs->mode = o.mode;
+  cs->pad_id = o.pad_token_id;
   cs->n = o.n_inputs;
   check_layout(w, cs);
 }
@@ -259,6 +265,12 @@ static void op_step(world *w, fuzz_in *in) {
   size_t g = 0, bound_s = 0;
   FUZZ_CHECK(mdr_graph_cache_graph_tokens(c, t, &g) == MDR_OK && mdr_graph_cache_sequence_bound(c, t, &bound_s) == MDR_OK);
   const int padded = cs->mode != MDR_GRAPH_DYNAMIC;
+  if (padded) /* the ids padded up to the graph's count */
+    for (size_t k = t; k < g; k++) {
+      uint32_t id = 0;
+      memcpy(&id, host_ptr(mdr_arena_token_ids(w->a)) + 4 * k, 4);
+      FUZZ_CHECK(id == cs->pad_id);
+    }
   for (size_t i = 1; i <= cs->n; i++) {
     const mdr_step_input_info *f = &cs->info[i];
     const size_t r = rows_of(f, t, s);
