@@ -834,10 +834,13 @@ mdr_status mdr_gc_step(mdr_graph_cache *c, const step_call *call, step_ids ids) 
   mdr_status st = check_step(c, call, ids);
   if (st == MDR_OK) st = enter(c, "step");
   if (st != MDR_OK) return st;
-  mdr_trace_push(MDR_TRACE_STEP, (int)c->o.mode, call->tokens);
-  st = step_locked(c, call, ids);
+  if (ids.kind != IDS_HOST) st = mdr_gc_check_device_ids(c, ids.src, call->tokens);
+  if (st == MDR_OK) {
+    mdr_trace_push(MDR_TRACE_STEP, (int)c->o.mode, call->tokens);
+    st = step_locked(c, call, ids);
+    mdr_trace_pop();
+  }
   leave(c);
-  mdr_trace_pop();
   return st;
 }
 

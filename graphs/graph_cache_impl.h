@@ -78,6 +78,8 @@ struct mdr_graph_cache {
   size_t n_inputs, n_host_inputs, n_seq_inputs;
   mdr_step_input_info inputs[1 + MDR_STEP_INPUTS_MAX]; /* [0]: the ids */
   char *names;                                         /* the inputs' names, one block */
+  mdr_dptr ids_checked;       /* device steps: the last ids address found clear (mdr_gc_check_device_ids) */
+  size_t ids_checked_tokens;  /* ... for up to this many ids */
 
   graph_set sets[IDS_KINDS];
   /* zero_all_rows as rules under the cache's row policy, resolved at
@@ -95,6 +97,13 @@ struct mdr_graph_cache {
  * (at create, before the ring is set up); a refusal names the input and
  * the field. */
 mdr_status mdr_gc_setup_inputs(mdr_graph_cache *c, const mdr_graph_cache_options *o);
+/* A device step's ids at `src` (t of them, not the arena's token_ids) are
+ * read by the launch that clears the zero plan and writes token_ids and
+ * the inputs, in no set order: refused (MDR_ERR_INVALID_ARGUMENT, the text
+ * says what they overlap) when they share a byte with any of those. An
+ * address found clear is remembered with its count. Called with the
+ * cache entered. */
+mdr_status mdr_gc_check_device_ids(mdr_graph_cache *c, mdr_dptr src, size_t t);
 /* One step: checks, the thread guard, then the replay, capture or eager
  * run of `call`. */
 mdr_status mdr_gc_step(mdr_graph_cache *c, const step_call *call, step_ids ids);

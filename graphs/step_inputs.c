@@ -95,6 +95,32 @@ static mdr_status check_disjoint(mdr_graph_cache *c, size_t i, const mdr_step_in
   return MDR_OK;
 }
 
+mdr_status mdr_gc_check_device_ids(mdr_graph_cache *c, mdr_dptr src, size_t t) {
+  const mdr_dptr ids = mdr_arena_token_ids(c->arena);
+  if (src == ids || (src == c->ids_checked && t <= c->ids_checked_tokens)) return MDR_OK;
+  const size_t n = t * sizeof(uint32_t);
+  if (overlaps(src, n, ids, mdr_arena_token_ids_bytes(c->arena)))
+    return mdr_backend_fail(c->b, MDR_ERR_INVALID_ARGUMENT,
+                            "graph cache: device token_ids [0x%llx, +%zu) overlap the arena's token_ids "
+                            "without being them",
+                            (unsigned long long)src, n);
+  for (size_t r = 0; r < c->n_rules; r++)
+    if (overlaps(src, n, c->rules[r].ptr, c->rules[r].bytes))
+      return mdr_backend_fail(c->b, MDR_ERR_INVALID_ARGUMENT,
+                              "graph cache: device token_ids [0x%llx, +%zu) overlap %s, which the step's zeroing "
+                              "clears",
+                              (unsigned long long)src, n, buffer_at(c, c->rules[r].ptr));
+  for (size_t i = 1; i <= c->n_inputs; i++)
+    if (overlaps(src, n, c->inputs[i].dst, c->inputs[i].max_bytes))
+      return mdr_backend_fail(c->b, MDR_ERR_INVALID_ARGUMENT,
+                              "graph cache: device token_ids [0x%llx, +%zu) overlap input %zu (\"%s\")'s "
+                              "destination",
+                              (unsigned long long)src, n, i, c->inputs[i].name);
+  c->ids_checked = src;
+  c->ids_checked_tokens = t;
+  return MDR_OK;
+}
+
 /* Check and resolve one declared input into c->inputs[1 + i] and the
  * device table entry *d (slot offset laid out by the staging ring). */
 static mdr_status resolve_input(mdr_graph_cache *c, size_t i, const mdr_step_input *in, mdr_stage_input *d,

@@ -840,6 +840,62 @@ Test(step_inputs, a_plain_step_counts_one_sequence_per_token) {
   mdr_backend_destroy(b);
 }
 
+/* A device step whose ids share bytes with what its own launch writes (a
+ * buffer of the zero plan, an input's destination, token_ids without being
+ * it) is refused, the text saying which, and stages nothing; the arena's
+ * token_ids themselves (in place) and a clear buffer step. */
+Test(step_inputs, device_ids_over_what_the_launch_writes_are_refused) {
+  mdr_backend *b = tb_backend(TB_HOST);
+  inputs_fixture f;
+  inputs_init(&f, b);
+  mdr_graph_cache *c = make_cache(&f, MDR_GRAPH_EXACT, MDR_ZERO_FUSED, MDR_DYNAMIC_NODE_UPDATE);
+  uint64_t rng = 9;
+  step_values v;
+  make_values(&rng, &v, 4, 2);
+  const void *arr[1 + N_IN];
+  values_of(&v, arr);
+  mdr_dptr ids = 0;
+  cr_assert_eq(mdr_backend_alloc(b, M * 4, &ids), MDR_OK);
+  cr_assert_eq(mdr_backend_copy_h2d(b, ids, v.ids, 4 * 4), MDR_OK);
+  const struct {
+    mdr_dptr src;
+    const char *says;
+  } bad[] = {
+      {mdr_arena_scratch(f.a) + 64, "overlap scratch, which the step's zeroing clears"},
+      {mdr_arena_hidden_states(f.a), "overlap hidden_states, which the step's zeroing clears"},
+      {f.dst[IN_POS], "overlap input 1 (\"positions\")'s destination"},
+      {mdr_arena_token_ids(f.a) + 16, "overlap the arena's token_ids without being them"},
+  };
+  mdr_graph_stats before, after;
+  cr_assert_eq(mdr_graph_cache_stats(c, &before), MDR_OK);
+  for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+    poison_inputs(&f);
+    cr_assert_eq(mdr_graph_cache_step_inputs_device(c, bad[k].src, arr, 1 + N_IN, 4, 2), MDR_ERR_INVALID_ARGUMENT,
+                 "case %zu", k);
+    cr_assert(strstr(mdr_backend_last_error(b), bad[k].says), "case %zu: %s", k, mdr_backend_last_error(b));
+    cr_assert_eq(mdr_graph_cache_step_device(c, bad[k].src, 4), MDR_ERR_INVALID_ARGUMENT, "case %zu, plain", k);
+    for (int i = 0; i < N_IN; i++) expect_dst(&f, i, NULL, 0, 0, "a refused device step");
+    unsigned char raw[M * 4];
+    cr_assert_eq(mdr_backend_copy_d2h(b, raw, mdr_arena_token_ids(f.a), sizeof raw), MDR_OK);
+    cr_assert_eq(tb_first_not(raw, sizeof raw, POISON), sizeof raw, "case %zu: token_ids untouched", k);
+  }
+  cr_assert_eq(mdr_graph_cache_stats(c, &after), MDR_OK);
+  cr_assert_eq(after.steps, before.steps, "nothing refused was counted");
+  cr_assert_eq(after.captures, before.captures, "nor captured");
+  /* clear ids, and the arena's own (in place), step */
+  cr_assert_eq(mdr_graph_cache_step_inputs_device(c, ids, arr, 1 + N_IN, 4, 2), MDR_OK, "%s",
+               mdr_backend_last_error(b));
+  cr_assert_eq(mdr_graph_cache_step_inputs_device(c, 0, arr, 1 + N_IN, 4, 2), MDR_OK, "%s",
+               mdr_backend_last_error(b));
+  uint32_t got[4];
+  cr_assert_eq(mdr_backend_copy_d2h(b, got, mdr_arena_token_ids(f.a), sizeof got), MDR_OK);
+  cr_assert_eq(memcmp(got, v.ids, sizeof got), 0);
+  mdr_backend_free(b, ids);
+  mdr_graph_cache_destroy(c);
+  inputs_fini(&f);
+  mdr_backend_destroy(b);
+}
+
 typedef struct seq_case {
   tb_kind kind;
   mdr_graph_mode mode;

@@ -356,7 +356,11 @@ MDR_API mdr_status mdr_graph_cache_step(mdr_graph_cache *c, const uint32_t *toke
  * own (they may be mixed with host steps on one cache in any order; each
  * kind replays its own graph of a count). The ids must be written, on the
  * cache's stream or before it, ahead of the step, and stay until it ran.
- * Statuses as for mdr_graph_cache_step. */
+ * The step's launch reads them while it clears the zero plan and writes
+ * token_ids and the step inputs: ids that share a byte with a buffer of
+ * the zero plan, an input's destination, or token_ids without being them
+ * are refused (MDR_ERR_INVALID_ARGUMENT, the text says which; nothing
+ * staged). Otherwise statuses as for mdr_graph_cache_step. */
 MDR_API mdr_status mdr_graph_cache_step_device(mdr_graph_cache *c, mdr_dptr token_ids, size_t tokens);
 
 /* prepare for device steps with ids at `token_ids` (0: in token_ids). */

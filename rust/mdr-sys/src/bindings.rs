@@ -1546,7 +1546,11 @@ extern "C" {
     /// own (they may be mixed with host steps on one cache in any order; each
     /// kind replays its own graph of a count). The ids must be written, on the
     /// cache's stream or before it, ahead of the step, and stay until it ran.
-    /// Statuses as for mdr_graph_cache_step.
+    /// The step's launch reads them while it clears the zero plan and writes
+    /// token_ids and the step inputs: ids that share a byte with a buffer of
+    /// the zero plan, an input's destination, or token_ids without being them
+    /// are refused (MDR_ERR_INVALID_ARGUMENT, the text says which; nothing
+    /// staged). Otherwise statuses as for mdr_graph_cache_step.
     /// ```
     pub fn mdr_graph_cache_step_device(c: *mut mdr_graph_cache, token_ids: mdr_dptr, tokens: usize) -> mdr_status;
     /// `mdr_graph_cache_prepare_device` (graph.h).
