@@ -23,8 +23,9 @@
  *     EXACT and LADDER), both count cells and every input's rows (the host
  *     values or the source's), the pad up to the graph's bound (EXACT and
  *     LADDER) and nothing past it (poisoned before the step);
- *   - a step refused for its arguments, no fault armed, wrote no
- *     destination (each still poisoned);
+ *   - a step refused for its arguments (device ids over a destination
+ *     included), no fault armed, wrote no destination (each still
+ *     poisoned);
  *   - after everything is destroyed no backend resource is live. */
 #define _POSIX_C_SOURCE 200809L
 #include <stdlib.h>
@@ -225,6 +226,11 @@ static void op_step(world *w, fuzz_in *in) {
   const size_t tc = t <= w->m ? t : w->m;
   pattern(vals[0], tc * 4, seed);
   values[0] = vals[0];
+  /* device ids: the engine's own buffer, or somewhere in the pool (perhaps
+   * over a destination: refused); written first, then the sources, then
+   * the ids taken back as they stand (a source may share their bytes) */
+  const mdr_dptr ids_src = how % 8 == 7 ? w->pool + (size_t)(how / 8 % 16) * 64 : w->ids_dev;
+  if (device && tc) memcpy(host_ptr(ids_src), vals[0], tc * 4);
   for (size_t i = 1; i <= cs->n; i++) {
     const mdr_step_input_info *f = &cs->info[i];
     const size_t r = rows_of(f, t, s), have = r <= f->max_rows ? r * f->row_bytes : 0;
@@ -238,6 +244,7 @@ static void op_step(world *w, fuzz_in *in) {
   /* what each source holds once all are written (sources may share bytes) */
   for (size_t i = 1; i <= cs->n; i++)
     if (cs->info[i].device_src) memcpy(vals[i], host_ptr(cs->info[i].device_src), cs->info[i].max_bytes);
+  if (device && tc) memcpy(vals[0], host_ptr(ids_src), tc * 4);
   values[1 + cs->n] = vals[0];
   const uint8_t nul = fuzz_u8(in);
   if (nul >= 0xF0 && cs->n) values[1 + nul % cs->n] = NULL; /* a host input's values missing, perhaps */
@@ -245,8 +252,7 @@ static void op_step(world *w, fuzz_in *in) {
   /* poison every destination that is not its own source */
   for (size_t i = 1; i <= cs->n; i++)
     if (cs->info[i].device_src != cs->info[i].dst) memset(host_ptr(cs->info[i].dst), POISON, cs->info[i].max_bytes);
-  if (device && tc) memcpy(host_ptr(w->ids_dev), vals[0], tc * 4);
-  const mdr_status st = device ? mdr_graph_cache_step_inputs_device(c, w->ids_dev, vp, n_values, t, s)
+  const mdr_status st = device ? mdr_graph_cache_step_inputs_device(c, ids_src, vp, n_values, t, s)
                                : mdr_graph_cache_step_inputs(c, vp, n_values, t, s);
   FUZZ_CHECK((unsigned)st < MDR_STATUS_COUNT);
   if (st != MDR_OK && st != MDR_ERR_CAPTURE) {
