@@ -45,8 +45,8 @@ static mdr_status check_device(mdr_graph_cache *c, size_t i, const mdr_step_inpu
 /* Whether [p, p + n) and [q, q + m) share a byte. */
 static int overlaps(mdr_dptr p, size_t n, mdr_dptr q, size_t m) { return n && m && p < q + m && q < p + n; }
 
-/* The arena buffer that starts at p, by name ("?" when none does). */
-static const char *buffer_at(const mdr_graph_cache *c, mdr_dptr p) {
+/* The name of the arena buffer that starts at p (a rule's), "?" when none does. */
+static const char *plan_buffer_name(const mdr_graph_cache *c, mdr_dptr p) {
   for (int k = 0; k < MDR_BUF_COUNT; k++)
     if (mdr_arena_ptr(c->arena, (mdr_buffer)k) == p) return mdr_buffer_name((mdr_buffer)k);
   return "?";
@@ -70,7 +70,7 @@ static mdr_status check_disjoint(mdr_graph_cache *c, size_t i, const mdr_step_in
   for (size_t r = 0; r < c->n_rules; r++)
     if (overlaps(dst, bytes, c->rules[r].ptr, c->rules[r].bytes))
       return INPUT_FAIL(i, in, "%s: [0x%llx, +%zu) overlaps %s, which the cache's zeroing clears", field,
-                        (unsigned long long)dst, bytes, buffer_at(c, c->rules[r].ptr));
+                        (unsigned long long)dst, bytes, plan_buffer_name(c, c->rules[r].ptr));
   const mdr_dptr src = in->device_src;
   if (src && src != dst) {
     if (overlaps(src, bytes, dst, bytes))
@@ -81,7 +81,7 @@ static mdr_status check_disjoint(mdr_graph_cache *c, size_t i, const mdr_step_in
     for (size_t r = 0; r < c->n_rules; r++)
       if (overlaps(src, bytes, c->rules[r].ptr, c->rules[r].bytes))
         return INPUT_FAIL(i, in, "device_src: [0x%llx, +%zu) overlaps %s, which the cache's zeroing clears",
-                          (unsigned long long)src, bytes, buffer_at(c, c->rules[r].ptr));
+                          (unsigned long long)src, bytes, plan_buffer_name(c, c->rules[r].ptr));
   }
   for (size_t k = 0; k < i; k++) {
     const mdr_step_input_info *o = &c->inputs[1 + k];
@@ -109,7 +109,7 @@ mdr_status mdr_gc_check_device_ids(mdr_graph_cache *c, mdr_dptr src, size_t t) {
       return mdr_backend_fail(c->b, MDR_ERR_INVALID_ARGUMENT,
                               "graph cache: device token_ids [0x%llx, +%zu) overlap %s, which the step's zeroing "
                               "clears",
-                              (unsigned long long)src, n, buffer_at(c, c->rules[r].ptr));
+                              (unsigned long long)src, n, plan_buffer_name(c, c->rules[r].ptr));
   for (size_t i = 1; i <= c->n_inputs; i++)
     if (overlaps(src, n, c->inputs[i].dst, c->inputs[i].max_bytes))
       return mdr_backend_fail(c->b, MDR_ERR_INVALID_ARGUMENT,
