@@ -409,16 +409,15 @@ static int device_needs_header(const mdr_graph_cache *c) {
          c->n_inputs > 0;
 }
 
-/* The stage descriptor of a step of this kind: host ids come from the slot
- * (FETCH); device ids from ids.src, the count from the slot only when the
- * launch cannot carry it. */
+/* (graph_cache_impl.h) */
 int mdr_gc_device_carries_sequences(const mdr_graph_cache *c) {
   return device_needs_header(c) || node_update_of(&c->o);
 }
 
 /* Whether a step of this kind uses a staging slot (and so advances the
- * ring): host steps, and device steps that read their count from a slot.
- * The others touch no host memory at all: no slot read, no ack written. */
+ * ring): host steps, device steps that read their count from a slot, and
+ * counted device steps (IDS_DEVICE_COUNTED). The others touch no host
+ * memory at all: no slot read, no ack written. */
 static int uses_slot(const mdr_graph_cache *c, step_ids ids) {
   return ids.kind != IDS_DEVICE || device_needs_header(c);
 }
@@ -439,6 +438,9 @@ static int inline_count(const mdr_graph_cache *c, size_t g, step_ids ids) {
   return bytes <= MDR_STAGE_INLINE_BYTES || large_count(c, g);
 }
 
+/* The stage descriptor of a step of this kind: host ids come from the slot
+ * (FETCH); device ids from ids.src, the counts from the slot only when the
+ * step uses one (uses_slot). */
 static mdr_stage_desc stage_of(const mdr_graph_cache *c, step_ids ids, uint32_t extra, size_t g,
                                size_t copy_sequences) {
   uint32_t flags = extra | (uses_slot(c, ids) ? MDR_STAGE_ADVANCE : 0u);

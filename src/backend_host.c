@@ -401,7 +401,6 @@ static mdr_status host_fused_node_update(mdr_backend *b, void *exec, void *node,
   return MDR_OK;
 }
 
-
 static mdr_status host_fused_inline_launch(mdr_backend *b, const mdr_zero_seg *segs, size_t n, uint64_t tokens,
                                            const mdr_stage_desc *stage, mdr_stream s, void **node,
                                            mdr_stage_inline_launch *out) {
