@@ -1701,7 +1701,10 @@ class GraphCache(_Object):
     def step_device(self, ids_ptr, tokens):
         """A step whose ids are in device memory at `ids_ptr` (an address, a
         BufferView, DeviceMemory or a CUDA tensor), or 0: already in
-        token_ids."""
+        token_ids. Ids in a buffer the step's zeroing clears (scratch, say),
+        in an input's destination or partly over token_ids raise
+        mdr.InvalidArgumentError: the step's launch writes those as it
+        reads them."""
         c = self._c()
         if hasattr(ids_ptr, "data_ptr"):
             addr = ids_ptr.data_ptr()

@@ -263,6 +263,11 @@ def test_device_ids_and_device_resident_inputs(host):
     s.synchronize()
     assert list(a["token_ids"].numpy()[:4]) == [9, 8, 7, 6]
     _raises(mdr.InvalidArgumentError, c.step_inputs, [1], {"positions": [1]})
+    # device ids where the step's own launch writes: refused, naming it
+    e = _raises(mdr.InvalidArgumentError, c.step_device, a["scratch"], 4)
+    assert "overlap scratch" in str(e), str(e)
+    e = _raises(mdr.InvalidArgumentError, c.step_device, lens, 4)
+    assert "seq_lens" in str(e), str(e)
     c.close(), src.close(), ids.close(), lens.close()
 
 

@@ -419,6 +419,10 @@ impl<'a> GraphCache<'a> {
 
     /// A step whose ids are the first `tokens` uint32 of `ids`, device
     /// memory that outlives the cache (its address is captured into graphs).
+    /// Ids in a buffer the step's zeroing clears, in an input's
+    /// destination, or partly over token_ids are refused
+    /// (`Status::InvalidArgument`): the step's launch writes those as it
+    /// reads the ids.
     pub fn step_device(&mut self, ids: &'a DeviceBuffer<'_>, tokens: usize) -> Result<()> {
         if tokens.checked_mul(4).map_or(true, |n| n > ids.len()) {
             return Err(Error::new(Status::OutOfRange, format!("step_device: {tokens} ids pass the buffer's {} bytes", ids.len())));
@@ -507,7 +511,8 @@ impl<'a> GraphCache<'a> {
     /// (`mdr_graph_cache_step_inputs_device`): the first `tokens` uint32 of
     /// `ids`, or `None` when they are in the arena's token_ids already. The
     /// step copies the ids and the inputs in no set order, so `ids` must not
-    /// overlap an input's destination.
+    /// overlap an input's destination (refused, as for
+    /// [`step_device`](Self::step_device)).
     pub fn step_inputs_device(&mut self, ids: Option<&'a DeviceBuffer<'_>>, tokens: usize, sequences: usize, values: &[Values<'_>]) -> Result<()> {
         if let Some(b) = ids {
             if tokens.checked_mul(4).map_or(true, |n| n > b.len()) {
