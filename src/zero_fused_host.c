@@ -15,6 +15,7 @@
  * kernel clears it when captured (eager kernel launches take the prefix
  * sums; the bytes cleared are the same either way). An INLINE stage's slot
  * is the launch's own copy of its image (mdr_zero_fused_host_inline). */
+#include <stdatomic.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -114,6 +115,18 @@ void mdr_zero_fused_host(const mdr_zero_seg *segs, size_t n, uint64_t tokens,
   mdr_zero_fused_host_inline(segs, n, tokens, stage, NULL, NULL);
 }
 
+/* A GPU runs a launch's stage block and its zeroing blocks in no set
+ * order, so the mirror takes both orders: the stage work before the
+ * zeroing in about half the launches, chosen by a counter's hash (the same
+ * sequence in every run of a single-threaded program). A step whose bytes
+ * depended on the order (a destination inside the plan, say) would show
+ * it on the host as it would on a GPU, by chance. */
+static int stage_first(void) {
+  static _Atomic uint64_t launches;
+  const uint64_t k = atomic_fetch_add_explicit(&launches, 1, memory_order_relaxed);
+  return (int)((k * UINT64_C(0x9E3779B97F4A7C15)) >> 63);
+}
+
 /* An INLINE stage reads its slot from inline_slot (the launch's parameter
  * copy of the image), as the kernels' inline forms read their parameters:
  * the counter is neither read nor advanced; its input table's entries from
@@ -123,19 +136,24 @@ void mdr_zero_fused_host(const mdr_zero_seg *segs, size_t n, uint64_t tokens,
 void mdr_zero_fused_host_inline(const mdr_zero_seg *segs, size_t n, uint64_t tokens,
                                 const mdr_stage_desc *stage, const void *inline_slot, const void *inline_table) {
   if (n == 0 && !stage) return;
+  const int early = stage && stage_first(); /* the stage work before the zeroing */
   if (stage && (stage->flags & MDR_STAGE_TABLE)) {
-    /* one launch: the plan from the table, then the static stage work */
+    /* one launch: the plan from the table and the static stage work */
     if (!mdr_stage_table_ok(stage, n, tokens)) return; /* the backends refuse these at enqueue */
-    zero_table_host(n, tokens, stage);
+    if (!early) zero_table_host(n, tokens, stage);
     mdr_stage_desc st = *stage;
     st.flags &= MDR_STAGE_FETCH | MDR_STAGE_ADVANCE | MDR_STAGE_DEVICE_IDS;
     if (st.flags) mdr_zero_fused_host(NULL, 0, tokens, &st);
+    if (early) zero_table_host(n, tokens, stage);
     return;
   }
+  int table_form = 0;
+  const size_t n_table = n;
   if (stage && (stage->flags & MDR_STAGE_INLINE) && mdr_stage_table_ok(stage, n, tokens)) {
     /* the inline launch's table form (zero_table_inline_kernel): the plan
-     * from the table, then the stage from the image as below */
-    zero_table_host(n, tokens, stage);
+     * from the table, and the stage from the image as below */
+    table_form = 1;
+    if (!early) zero_table_host(n, tokens, stage);
     segs = NULL;
     n = 0;
   }
@@ -170,7 +188,7 @@ void mdr_zero_fused_host_inline(const mdr_zero_seg *segs, size_t n, uint64_t tok
       }
     }
 
-    if (count) zero_launch_host(segs + first, (uint32_t)count, t, dynamic, launches == 1, flags);
+    if (count && !early) zero_launch_host(segs + first, (uint32_t)count, t, dynamic, launches == 1, flags);
 
     if (flags & (MDR_STAGE_FETCH | MDR_STAGE_DEVICE_IDS)) {
       /* static plans copy the launch's own counts; DYNAMIC the slot's */
@@ -198,6 +216,8 @@ void mdr_zero_fused_host_inline(const mdr_zero_seg *segs, size_t n, uint64_t tok
         counts[1] = (uint32_t)real_s;
       }
     }
+    if (count && early) zero_launch_host(segs + first, (uint32_t)count, t, dynamic, launches == 1, flags);
+    if (j == 0 && table_form && early) zero_table_host(n_table, tokens, stage);
     if (dynamic || ((flags & MDR_STAGE_ADVANCE) && !inl)) {
       uint32_t prev = sync->done++;
       if (prev == 0) { /* the last (only) block of a one-block grid */

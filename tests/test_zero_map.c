@@ -667,6 +667,35 @@ Test(zero_map, host_split_stage_fetches_once_and_advances_once) {
   free(hs.ring);
 }
 
+/* A GPU runs a launch's stage block and its zeroing blocks in no set
+ * order, and so does the mirror: with the ids' destination inside the plan
+ * (which the graph cache refuses), some launches leave the ids and some
+ * clear them, and every launch leaves one or the other whole. */
+Test(zero_map, host_stage_and_zeroing_run_in_either_order) {
+  host_stage hs;
+  stage_init(&hs, 0, MDR_STAGE_FETCH | MDR_STAGE_ADVANCE);
+  const mdr_zero_seg seg = {.ptr = ADDR(hs.token_ids), .bytes = 8 * 4, .rule = MDR_RULE_FIXED};
+  int kept = 0, cleared = 0;
+  for (uint32_t k = 0; k < 32; k++) {
+    stage_fill(&hs, k % RING_SLOTS, 8, 8, 100 * (k + 1));
+    memset(hs.token_ids, POISON, sizeof hs.token_ids);
+    mdr_zero_fused_host(&seg, 1, 8, &hs.desc);
+    int ids = 1, zeros = 1;
+    for (uint32_t i = 0; i < 8; i++) {
+      ids &= hs.token_ids[i] == 100 * (k + 1) + i;
+      zeros &= hs.token_ids[i] == 0;
+    }
+    cr_assert(ids || zeros, "launch %u: the ids or zeros, whole", k);
+    kept += ids;
+    cleared += zeros;
+    cr_assert_eq(hs.count_out, 8);
+    cr_assert_eq(hs.counter, k + 1, "advanced after both, either way");
+  }
+  cr_assert_gt(kept, 0, "the stage after the zeroing");
+  cr_assert_gt(cleared, 0, "the stage before the zeroing");
+  free(hs.ring);
+}
+
 Test(zero_map, host_stage_without_segments_does_only_the_stage_work) {
   host_stage hs;
   stage_init(&hs, 5, MDR_STAGE_FETCH | MDR_STAGE_ADVANCE);
