@@ -15,7 +15,9 @@
  *   - an inline launch of a class past the small one keeps room for the
  *     input table in its parameters, read in place of the descriptor's
  *     table where the caller wrote it (its "argument" is the image, then
- *     that room).
+ *     that room);
+ *   - a fused launch's stage work and its zeroing run in either order
+ *     (zero_fused_host.c), as a GPU's blocks do.
  * Streams run each op when it is enqueued unless the backend is held
  * (mdr_backend_host_hold, for tests: a stalled GPU), when ops wait in one
  * queue, each a copy, until released.
