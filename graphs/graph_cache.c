@@ -651,9 +651,14 @@ static mdr_status prepare(mdr_graph_cache *c, const size_t *tokens, size_t n, st
   }
   mdr_status st = enter(c, "prepare");
   if (st != MDR_OK) return st;
-  if (c->graphs_disabled) {
+  if (ids.kind != IDS_HOST && n) { /* ids a step of these counts would refuse: refused here already */
+    size_t most = 0;
+    for (size_t i = 0; i < n; i++) most = tokens[i] > most ? tokens[i] : most;
+    st = mdr_gc_check_device_ids(c, ids.src, most);
+  }
+  if (st != MDR_OK || c->graphs_disabled) {
     leave(c);
-    return MDR_OK;
+    return st;
   }
   mdr_trace_push(MDR_TRACE_PREPARE, (int)c->o.mode, n);
   for (size_t i = 0; i < n && st == MDR_OK; i++) {

@@ -842,8 +842,9 @@ Test(step_inputs, a_plain_step_counts_one_sequence_per_token) {
 
 /* A device step whose ids share bytes with what its own launch writes (a
  * buffer of the zero plan, an input's destination, token_ids without being
- * it) is refused, the text saying which, and stages nothing; the arena's
- * token_ids themselves (in place) and a clear buffer step. */
+ * it) is refused, the text saying which, and stages nothing; a prepare of
+ * such ids is refused and captures nothing; the arena's token_ids
+ * themselves (in place) and a clear buffer step. */
 Test(step_inputs, device_ids_over_what_the_launch_writes_are_refused) {
   mdr_backend *b = tb_backend(TB_HOST);
   inputs_fixture f;
@@ -869,6 +870,10 @@ Test(step_inputs, device_ids_over_what_the_launch_writes_are_refused) {
   mdr_graph_stats before, after;
   cr_assert_eq(mdr_graph_cache_stats(c, &before), MDR_OK);
   for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+    const size_t counts[2] = {1, 4};
+    cr_assert_eq(mdr_graph_cache_prepare_device(c, bad[k].src, counts, 2), MDR_ERR_INVALID_ARGUMENT,
+                 "case %zu, prepare", k);
+    cr_assert(strstr(mdr_backend_last_error(b), bad[k].says), "case %zu: %s", k, mdr_backend_last_error(b));
     poison_inputs(&f);
     cr_assert_eq(mdr_graph_cache_step_inputs_device(c, bad[k].src, arr, 1 + N_IN, 4, 2), MDR_ERR_INVALID_ARGUMENT,
                  "case %zu", k);

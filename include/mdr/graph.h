@@ -363,7 +363,9 @@ MDR_API mdr_status mdr_graph_cache_step(mdr_graph_cache *c, const uint32_t *toke
  * staged). Otherwise statuses as for mdr_graph_cache_step. */
 MDR_API mdr_status mdr_graph_cache_step_device(mdr_graph_cache *c, mdr_dptr token_ids, size_t tokens);
 
-/* prepare for device steps with ids at `token_ids` (0: in token_ids). */
+/* prepare for device steps with ids at `token_ids` (0: in token_ids).
+ * Ids that such steps would refuse (mdr_graph_cache_step_device) are
+ * refused here, at the largest of the counts, capturing nothing. */
 MDR_API mdr_status mdr_graph_cache_prepare_device(mdr_graph_cache *c, mdr_dptr token_ids, const size_t *tokens,
                                                   size_t n);
 

@@ -1557,6 +1557,8 @@ extern "C" {
     ///
     /// ```text
     /// prepare for device steps with ids at `token_ids` (0: in token_ids).
+    /// Ids that such steps would refuse (mdr_graph_cache_step_device) are
+    /// refused here, at the largest of the counts, capturing nothing.
     /// ```
     pub fn mdr_graph_cache_prepare_device(c: *mut mdr_graph_cache, token_ids: mdr_dptr, tokens: *const usize, n: usize) -> mdr_status;
     /// `mdr_graph_cache_step_inputs` (graph.h).
