@@ -357,8 +357,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   fuzz_in in = {data, size, 0};
   world w;
   memset(&w, 0, sizeof w);
-  FUZZ_CHECK(mdr_backend_host_create(&w.host) == MDR_OK);
-  FUZZ_CHECK(fault_backend_create(w.host, &w.fb) == MDR_OK);
+  fuzz_backends(&w.host, &w.fb);
   for (int i = 0; i < STREAMS; i++) FUZZ_CHECK(mdr_backend_stream_create(w.fb, &w.streams[i]) == MDR_OK);
   FUZZ_CHECK(mdr_backend_alloc(w.host, MARK_BYTES, &w.user.mark) == MDR_OK);
   FUZZ_CHECK(mdr_backend_alloc(w.host, MAX_M * sizeof(uint32_t), &w.ids_dev) == MDR_OK);

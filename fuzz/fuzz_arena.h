@@ -1,12 +1,22 @@
-/* fuzz_arena.h — the small arena sizes the fuzz targets build on: a few
- * buffers of M = m rows (some of them in 16-row tiles), sized as a tiny
- * model's would be, every other entry 0 (a NULL buffer). */
+/* fuzz_arena.h — what the fuzz targets build on: the host backend behind
+ * the fault wrapper, and small arena sizes (a few buffers of M = m rows,
+ * some of them in 16-row tiles, sized as a tiny model's would be, every
+ * other entry 0: a NULL buffer). */
 #ifndef MDR_FUZZ_ARENA_H
 #define MDR_FUZZ_ARENA_H
 
 #include <string.h>
 
+#include "fault_backend.h"
+#include "fuzz_provider.h"
 #include "mdr/sizes.h"
+
+/* A host backend and the fault wrapper over it (host: the plain backend,
+ * whose allocations the wrapper does not count). */
+static inline void fuzz_backends(mdr_backend **host, mdr_backend **fb) {
+  FUZZ_CHECK(mdr_backend_host_create(host) == MDR_OK);
+  FUZZ_CHECK(fault_backend_create(*host, fb) == MDR_OK);
+}
 
 static inline mdr_sizes fuzz_small_sizes(size_t m) {
   mdr_sizes s;

@@ -349,8 +349,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   fuzz_in in = {data, size, 0};
   world w;
   memset(&w, 0, sizeof w);
-  FUZZ_CHECK(mdr_backend_host_create(&w.host) == MDR_OK);
-  FUZZ_CHECK(fault_backend_create(w.host, &w.fb) == MDR_OK);
+  fuzz_backends(&w.host, &w.fb);
   FUZZ_CHECK(mdr_backend_stream_create(w.fb, &w.s) == MDR_OK);
   w.m = 1 + fuzz_u8(&in) % MAX_M;
   mdr_sizes sz = fuzz_small_sizes(w.m);

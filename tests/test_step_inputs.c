@@ -739,18 +739,26 @@ Test(step_inputs, a_bad_declaration_is_refused_naming_the_field) {
   mdr_backend_destroy(host);
 }
 
+/* An EXACT cache of fused zeroing over the fixture, and one step's values
+ * at t tokens and s sequences (from `seed`) listed in arr. */
+static mdr_graph_cache *exact_with_values(inputs_fixture *f, uint64_t seed, size_t t, size_t s, step_values *v,
+                                          const void **arr) {
+  mdr_graph_cache *c = make_cache(f, MDR_GRAPH_EXACT, MDR_ZERO_FUSED, MDR_DYNAMIC_NODE_UPDATE);
+  uint64_t rng = seed;
+  make_values(&rng, v, t, s);
+  values_of(v, arr);
+  return c;
+}
+
 /* A bad step is refused with the field named, and stages nothing: the next
  * good step sees a ring as it was. */
 Test(step_inputs, a_bad_step_is_refused_and_stages_nothing) {
   mdr_backend *b = tb_backend(TB_HOST);
   inputs_fixture f;
   inputs_init(&f, b);
-  mdr_graph_cache *c = make_cache(&f, MDR_GRAPH_EXACT, MDR_ZERO_FUSED, MDR_DYNAMIC_NODE_UPDATE);
-  uint64_t rng = 5;
   step_values v;
-  make_values(&rng, &v, M, S);
   const void *arr[1 + N_IN];
-  values_of(&v, arr);
+  mdr_graph_cache *c = exact_with_values(&f, 5, M, S, &v, arr);
   poison_inputs(&f);
   struct {
     size_t n_values, t, s;
@@ -849,12 +857,9 @@ Test(step_inputs, device_ids_over_what_the_launch_writes_are_refused) {
   mdr_backend *b = tb_backend(TB_HOST);
   inputs_fixture f;
   inputs_init(&f, b);
-  mdr_graph_cache *c = make_cache(&f, MDR_GRAPH_EXACT, MDR_ZERO_FUSED, MDR_DYNAMIC_NODE_UPDATE);
-  uint64_t rng = 9;
   step_values v;
-  make_values(&rng, &v, 4, 2);
   const void *arr[1 + N_IN];
-  values_of(&v, arr);
+  mdr_graph_cache *c = exact_with_values(&f, 9, 4, 2, &v, arr);
   mdr_dptr ids = 0;
   cr_assert_eq(mdr_backend_alloc(b, M * 4, &ids), MDR_OK);
   cr_assert_eq(mdr_backend_copy_h2d(b, ids, v.ids, 4 * 4), MDR_OK);
