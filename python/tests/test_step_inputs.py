@@ -271,6 +271,28 @@ def test_device_ids_and_device_resident_inputs(host):
     c.close(), src.close(), ids.close(), lens.close()
 
 
+def test_a_device_step_without_inputs_publishes_the_sequences_given(host):
+    """An EXACT cache without inputs: a device-id step that gives its
+    sequence count publishes that count (its plain device graph would
+    publish min(tokens, max_sequences)), and a plain one the default."""
+    b, s, a = host
+    ids = b.alloc(4 * M)
+    ids.view("uint32").numpy()[:6] = [5, 4, 3, 2, 1, 0]
+    c = mdr.GraphCache(a, s, mode="exact", max_sequences=4)
+
+    def seqs():
+        return np.frombuffer(b.copy_d2h(c.sequences_ptr, 4), np.uint32)[0]
+    for t, given in ((6, 2), (6, 4), (3, 1), (6, 2)):
+        c.step_inputs(ids, tokens=t, sequences=given)
+        s.synchronize()
+        assert seqs() == given, (t, given)
+        assert list(a["token_ids"].numpy()[:t]) == [5, 4, 3, 2, 1, 0][:t]
+        c.step_device(ids, t)
+        s.synchronize()
+        assert seqs() == min(t, 4)
+    c.close(), ids.close()
+
+
 def test_decode_meta_equals_the_c_query(host):
     b, s, a = host
     dev = b.alloc(2 * M)
