@@ -758,6 +758,13 @@ fn bad_step_inputs_return_the_right_error() {
         many = many.input(StepInput::new(&format!("in{k}"), 4, InputShape::PerToken).to_arena(Buffer::Fp8Act, 64 * k));
     }
     assert_eq!(g!(many).status(), Status::InvalidArgument, "more than MDR_STEP_INPUTS_MAX");
+    // Destinations the step's own launch writes otherwise: from C, naming the overlap.
+    let e = g!(Options::default().input(pos().to_arena(Buffer::Scratch, 0)));
+    assert_eq!(e.status(), Status::InvalidArgument);
+    assert!(e.message().contains("overlaps scratch, which the cache's zeroing clears"), "{e}");
+    let e = g!(Options::default().input(pos()).input(StepInput::new("slots", 4, InputShape::PerToken).to_arena(Buffer::Fp8Act, 16)));
+    assert_eq!(e.status(), Status::InvalidArgument);
+    assert!(e.message().contains("overlaps inputs[0]'s destination"), "{e}");
     // A device destination or source too small for the largest step (8 rows of 8 bytes).
     let e = g!(Options::default().input(StepInput::new("slots", 8, InputShape::PerToken).to_device(&small)));
     assert_eq!(e.status(), Status::OutOfRange);
