@@ -45,11 +45,17 @@ static mdr_status check_device(mdr_graph_cache *c, size_t i, const mdr_step_inpu
 /* Whether [p, p + n) and [q, q + m) share a byte. */
 static int overlaps(mdr_dptr p, size_t n, mdr_dptr q, size_t m) { return n && m && p < q + m && q < p + n; }
 
-/* The name of the arena buffer that starts at p (a rule's), "?" when none does. */
-static const char *plan_buffer_name(const mdr_graph_cache *c, mdr_dptr p) {
-  for (int k = 0; k < MDR_BUF_COUNT; k++)
-    if (mdr_arena_ptr(c->arena, (mdr_buffer)k) == p) return mdr_buffer_name((mdr_buffer)k);
-  return "?";
+/* The name of the first buffer of the cache's zero plan (any rule's whole
+ * extent: every count, poison too) that [p, p + n) shares a byte with
+ * ("?" for a rule that starts no arena buffer), or NULL when none. */
+static const char *plan_overlap(const mdr_graph_cache *c, mdr_dptr p, size_t n) {
+  for (size_t r = 0; r < c->n_rules; r++) {
+    if (!overlaps(p, n, c->rules[r].ptr, c->rules[r].bytes)) continue;
+    for (int k = 0; k < MDR_BUF_COUNT; k++)
+      if (mdr_arena_ptr(c->arena, (mdr_buffer)k) == c->rules[r].ptr) return mdr_buffer_name((mdr_buffer)k);
+    return "?";
+  }
+  return NULL;
 }
 
 /* The staged launch writes a destination while its zeroing blocks clear
@@ -67,10 +73,10 @@ static mdr_status check_disjoint(mdr_graph_cache *c, size_t i, const mdr_step_in
   if (overlaps(dst, bytes, mdr_arena_token_ids(c->arena), mdr_arena_token_ids_bytes(c->arena)))
     return INPUT_FAIL(i, in, "%s: [0x%llx, +%zu) overlaps token_ids, which holds the ids", field,
                       (unsigned long long)dst, bytes);
-  for (size_t r = 0; r < c->n_rules; r++)
-    if (overlaps(dst, bytes, c->rules[r].ptr, c->rules[r].bytes))
-      return INPUT_FAIL(i, in, "%s: [0x%llx, +%zu) overlaps %s, which the cache's zeroing clears", field,
-                        (unsigned long long)dst, bytes, plan_buffer_name(c, c->rules[r].ptr));
+  const char *zeroed = plan_overlap(c, dst, bytes);
+  if (zeroed)
+    return INPUT_FAIL(i, in, "%s: [0x%llx, +%zu) overlaps %s, which the cache's zeroing clears", field,
+                      (unsigned long long)dst, bytes, zeroed);
   const mdr_dptr src = in->device_src;
   if (src && src != dst) {
     if (overlaps(src, bytes, dst, bytes))
@@ -78,10 +84,9 @@ static mdr_status check_disjoint(mdr_graph_cache *c, size_t i, const mdr_step_in
     if (overlaps(src, bytes, mdr_arena_token_ids(c->arena), mdr_arena_token_ids_bytes(c->arena)))
       return INPUT_FAIL(i, in, "device_src: [0x%llx, +%zu) overlaps token_ids, which the launch writes",
                         (unsigned long long)src, bytes);
-    for (size_t r = 0; r < c->n_rules; r++)
-      if (overlaps(src, bytes, c->rules[r].ptr, c->rules[r].bytes))
-        return INPUT_FAIL(i, in, "device_src: [0x%llx, +%zu) overlaps %s, which the cache's zeroing clears",
-                          (unsigned long long)src, bytes, plan_buffer_name(c, c->rules[r].ptr));
+    if ((zeroed = plan_overlap(c, src, bytes)) != NULL)
+      return INPUT_FAIL(i, in, "device_src: [0x%llx, +%zu) overlaps %s, which the cache's zeroing clears",
+                        (unsigned long long)src, bytes, zeroed);
   }
   for (size_t k = 0; k < i; k++) {
     const mdr_step_input_info *o = &c->inputs[1 + k];
@@ -104,12 +109,11 @@ mdr_status mdr_gc_check_device_ids(mdr_graph_cache *c, mdr_dptr src, size_t t) {
                             "graph cache: device token_ids [0x%llx, +%zu) overlap the arena's token_ids "
                             "without being them",
                             (unsigned long long)src, n);
-  for (size_t r = 0; r < c->n_rules; r++)
-    if (overlaps(src, n, c->rules[r].ptr, c->rules[r].bytes))
-      return mdr_backend_fail(c->b, MDR_ERR_INVALID_ARGUMENT,
-                              "graph cache: device token_ids [0x%llx, +%zu) overlap %s, which the step's zeroing "
-                              "clears",
-                              (unsigned long long)src, n, plan_buffer_name(c, c->rules[r].ptr));
+  const char *zeroed = plan_overlap(c, src, n);
+  if (zeroed)
+    return mdr_backend_fail(c->b, MDR_ERR_INVALID_ARGUMENT,
+                            "graph cache: device token_ids [0x%llx, +%zu) overlap %s, which the step's zeroing clears",
+                            (unsigned long long)src, n, zeroed);
   for (size_t i = 1; i <= c->n_inputs; i++)
     if (overlaps(src, n, c->inputs[i].dst, c->inputs[i].max_bytes))
       return mdr_backend_fail(c->b, MDR_ERR_INVALID_ARGUMENT,

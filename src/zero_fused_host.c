@@ -217,7 +217,6 @@ void mdr_zero_fused_host_inline(const mdr_zero_seg *segs, size_t n, uint64_t tok
       }
     }
     if (count && early) zero_launch_host(segs + first, (uint32_t)count, t, dynamic, launches == 1, flags);
-    if (j == 0 && table_form && early) zero_table_host(n_table, tokens, stage);
     if (dynamic || ((flags & MDR_STAGE_ADVANCE) && !inl)) {
       uint32_t prev = sync->done++;
       if (prev == 0) { /* the last (only) block of a one-block grid */
@@ -230,4 +229,7 @@ void mdr_zero_fused_host_inline(const mdr_zero_seg *segs, size_t n, uint64_t tok
       }
     }
   }
+  /* the table form's zeroing, when it comes after the stage work (an
+   * inline launch: one launch, no counter to advance) */
+  if (table_form && early) zero_table_host(n_table, tokens, stage);
 }
