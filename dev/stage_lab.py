@@ -25,6 +25,10 @@ Variants:
              stamps its start and end (%globaltimer); one launch
              in 64 prints where the stage blocks ran against the zeroing
              blocks ("span ..." lines; the report's medians)
+  phases     a diagnostic: SM clock stamps of an inline launch's stage
+             block (threads 0 and 1, about one launch in 64, in mdr-bench's
+             log): image copied, inputs' votes, the last barrier, the end
+             ("phases ..." lines in the log)
   fine       a diagnostic: SM clock stamps of a ring step's stage block
              (thread 1, one step in 32, in mdr-bench's log; time it with
              MDR_STAGE_INLINE=0): counter, table entry, slot address, pieces,
@@ -211,6 +215,78 @@ FINE_BAR = (
     "    lab[9] = MDR_LAB_CLOCK();\n"
     "    mdr_stage_device_inputs(st, s_in, s_tokens, s_seqs, copy, copy_s);\n")
 FINE = [(CUH, STAMP_INC), (CUH, FINE_SIG), (CUH, FINE_ROUND), (CUH, FINE_START), (CUH, FINE_IDS), (CUH, FINE_BAR)]
+
+# phases: a diagnostic. Threads 0 and 1 of an inline launch's stage block
+# (lane 0 the ids, lane 1 the first input) stamp the SM clock, in cycles
+# from the stage block's entry: [1] the image copied (its stores issued,
+# so its loads and the lane's table entry arrived; ids only: the ids
+# stored), [2] the inputs' votes and shared stores done, [3] at the last
+# barrier, [4] past it, [5] the end; and the whole stage block in ns
+# (%globaltimer). About one launch in 64 prints ("phases ..." lines in the
+# bench logs): where the stage block of a step with inputs spends what the
+# ids-only step's does not, at 1-2 sequences under policy all, where that
+# block is the launch's critical path (span).
+PH_INC = ("#include <stdint.h>\n",
+          "#include <stdint.h>\n#include <stdio.h>\n"
+          "/* the host emulation compiles this file too: no clock there, no stamps */\n"
+          "#if defined(__CUDA_ARCH__)\n#define MDR_LAB_CLOCK() clock64()\n"
+          "__device__ __forceinline__ unsigned long long mdr_lab_gt() {\n"
+          "  unsigned long long t;\n"
+          "  asm volatile(\"mov.u64 %0, %%globaltimer;\" : \"=l\"(t));\n"
+          "  return t;\n"
+          "}\n"
+          "#else\n#define MDR_LAB_CLOCK() 0ll\n#endif\n")
+PH_START = (
+    "  const uint32_t copy_s = st.copy_sequences;\n  __shared__ mdr_stage_input s_in[MDR_STAGE_INPUTS_MAX];\n",
+    "  long long lab[6] = {0};\n"
+    "  lab[0] = MDR_LAB_CLOCK();\n"
+    "#if defined(__CUDA_ARCH__)\n"
+    "  const unsigned long long lab_g0 = mdr_lab_gt();\n"
+    "#endif\n"
+    "  const uint32_t copy_s = st.copy_sequences;\n  __shared__ mdr_stage_input s_in[MDR_STAGE_INPUTS_MAX];\n")
+PH_IMAGE = (
+    "    if (fetch && inl && st.inline_bytes) /* one stage block: an inline launch's */\n"
+    "      mdr_stage_copy_image(st, e, have, slot, !(flags & MDR_STAGE_DEVICE_IDS), copy, copy_s, &hv);\n",
+    "    if (fetch && inl && st.inline_bytes) { /* one stage block: an inline launch's */\n"
+    "      mdr_stage_copy_image(st, e, have, slot, !(flags & MDR_STAGE_DEVICE_IDS), copy, copy_s, &hv);\n"
+    "      lab[1] = MDR_LAB_CLOCK();\n"
+    "    }\n")
+PH_VOTES = (
+    "      late = true;\n    }\n    tokens = hv.x;\n",
+    "      late = true;\n    }\n    lab[2] = MDR_LAB_CLOCK();\n    tokens = hv.x;\n")
+PH_IDS = (
+    "    mdr_stage_fetch_scalars((const uint32_t *)ids, (uint32_t *)st.token_ids, nvec * MDR_STAGE_IDS_PER_VEC, copy);\n"
+    "    tokens = hv.x;\n",
+    "    mdr_stage_fetch_scalars((const uint32_t *)ids, (uint32_t *)st.token_ids, nvec * MDR_STAGE_IDS_PER_VEC, copy);\n"
+    "    lab[1] = lab[2] = MDR_LAB_CLOCK();\n"
+    "    tokens = hv.x;\n")
+PH_BAR = (
+    "  __syncthreads(); /* every load of the slot has completed */\n",
+    "  lab[3] = MDR_LAB_CLOCK();\n"
+    "  __syncthreads(); /* every load of the slot has completed */\n"
+    "  lab[4] = MDR_LAB_CLOCK();\n")
+PH_END = (
+    "      *(volatile uint64_t *)st.ack = step + 1;\n    }\n  }\n}\n",
+    "      *(volatile uint64_t *)st.ack = step + 1;\n    }\n  }\n"
+    "  lab[5] = MDR_LAB_CLOCK();\n"
+    "#if defined(__CUDA_ARCH__)\n"
+    "  if (inl) {\n"
+    "    const unsigned long long g = mdr_lab_gt();\n"
+    "    long long v[5], w[5];\n"
+    "#pragma unroll\n"
+    "    for (int i = 0; i < 5; i++) {\n"
+    "      v[i] = lab[i + 1] ? lab[i + 1] - lab[0] : -1ll;\n"
+    "      w[i] = __shfl_sync(0xffffffffu, v[i], 0);\n"
+    "    }\n"
+    "    if (threadIdx.x == 1 && ((g >> 12) & 63u) == 20u)\n"
+    "      printf(\"phases inputs=%u tokens=%u seqs=%u img=%u dev=%u t0=%lld,%lld,%lld,%lld,%lld \"\n"
+    "             \"t1=%lld,%lld,%lld,%lld,%lld ns=%lld\\n\", st.n_inputs, copy, copy_s, st.inline_bytes,\n"
+    "             (flags & MDR_STAGE_DEVICE_IDS) != 0u, w[0], w[1], w[2], w[3], w[4], v[0], v[1], v[2], v[3], v[4],\n"
+    "             (long long)(g - lab_g0));\n"
+    "  }\n"
+    "#endif\n"
+    "}\n")
+PHASES = [(CUH, PH_INC), (CUH, PH_START), (CUH, PH_IMAGE), (CUH, PH_VOTES), (CUH, PH_IDS), (CUH, PH_BAR), (CUH, PH_END)]
 
 # devpass: a step with inputs runs the device-input pass and its barrier
 # whether or not an input is device-resident (as before the warp vote): the
@@ -626,6 +702,7 @@ VARIANTS = {
     "lb8": launch_bounds(8),
     "lb6": launch_bounds(6),
     "drvlaunch": DRVLAUNCH,
+    "phases": PHASES,
     "span": [(KFU, SPAN_KERNEL_HEAD), (KFU, SPAN_GUARD),
              span_inline("zero_list_inline_kernel", "zf_list_inline_params_t"),
              span_inline("zero_table_inline_kernel", "zf_table_inline_params_t")],
