@@ -211,9 +211,11 @@ FINE_IDS = (
     "           lab[5] ? lab[5] - lab[0] : -1ll, lab[6] ? lab[6] - lab[0] : -1ll, lab[7] ? lab[7] - lab[0] : -1ll,\n"
     "           lab[8] ? lab[8] - lab[0] : -1ll, lab[9] ? lab[9] - lab[0] : -1ll, lab[10] - lab[0]);\n")
 FINE_BAR = (
-    "    mdr_stage_device_inputs(st, s_in, s_tokens, s_seqs, copy, copy_s);\n",
-    "    lab[9] = MDR_LAB_CLOCK();\n"
-    "    mdr_stage_device_inputs(st, s_in, s_tokens, s_seqs, copy, copy_s);\n")
+    "      if (ids_here) mdr_stage_device_ids(st, s_tokens, copy);\n"
+    "      mdr_stage_device_inputs(st, s_in, s_tokens, s_seqs, copy, copy_s);\n",
+    "      if (ids_here) mdr_stage_device_ids(st, s_tokens, copy);\n"
+    "      lab[9] = MDR_LAB_CLOCK();\n"
+    "      mdr_stage_device_inputs(st, s_in, s_tokens, s_seqs, copy, copy_s);\n")
 FINE = [(CUH, STAMP_INC), (CUH, FINE_SIG), (CUH, FINE_ROUND), (CUH, FINE_START), (CUH, FINE_IDS), (CUH, FINE_BAR)]
 
 # phases: a diagnostic. Threads 0 and 1 of an inline launch's stage block
