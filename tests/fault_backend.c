@@ -3,6 +3,7 @@
  * (status + last-error text). */
 #include "fault_backend.h"
 
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -201,7 +202,14 @@ static mdr_status f_fused_inline_launch(mdr_backend *b, const mdr_zero_seg *segs
   return r;
 }
 static mdr_status f_fused_inline_update(mdr_backend *b, void *x, void *node, const mdr_stage_inline_launch *l) {
-  if (l) F(b)->inline_update = *l;
+  if (l) { /* the launch's fields and the parameters it passes, not the whole buffer (some 18 KB) */
+    mdr_stage_inline_launch *u = &F(b)->inline_update;
+    const size_t head = offsetof(mdr_stage_inline_launch, param);
+    const size_t bytes = l->param_bytes < sizeof u->param ? (size_t)l->param_bytes : sizeof u->param;
+    const size_t had = u->param_bytes < sizeof u->param ? (size_t)u->param_bytes : sizeof u->param;
+    memcpy(u, l, head + bytes);
+    if (had > bytes) memset((unsigned char *)u->param + bytes, 0, had - bytes); /* zero past them, as before */
+  }
   FORWARD(MDR_OP_FUSED_INLINE_UPDATE, fused_inline_update(I, x, node, l));
 }
 static mdr_status f_host_fn(mdr_backend *b, mdr_host_fn fn, const void *arg, size_t bytes, mdr_stream s) {
