@@ -29,6 +29,10 @@ Variants:
              block (threads 0 and 1, about one launch in 64, in mdr-bench's
              log): image copied, inputs' votes, the last barrier, the end
              ("phases ..." lines in the log)
+  phasesimg  phases, with four more stamps inside the image's copy: its
+             vector in, its lane's piece known, the pieces' bounds from
+             every lane, its stores issued ("phasesimg ..." lines; the
+             report's medians of both, as span's)
   fine       a diagnostic: SM clock stamps of a ring step's stage block
              (thread 1, one step in 32, in mdr-bench's log; time it with
              MDR_STAGE_INLINE=0): counter, table entry, slot address, pieces,
@@ -289,6 +293,69 @@ PH_END = (
     "#endif\n"
     "}\n")
 PHASES = [(CUH, PH_INC), (CUH, PH_START), (CUH, PH_IMAGE), (CUH, PH_VOTES), (CUH, PH_IDS), (CUH, PH_BAR), (CUH, PH_END)]
+
+# phasesimg: phases, and inside the image's copy (mdr_stage_copy_image,
+# its first round) four more stamps in each of threads 0 and 1: [6] its
+# image vector arrived, [7] its lane's piece known (the table entry
+# arrived), [8] the pieces' bounds taken from every lane (the shuffles),
+# [9] its vectors' stores issued. Each of [6]-[8] first reads the value it
+# waits for (a mov of it: the warp stalls there until it is in), so the
+# stamps may hold the copy back a little; phases alone does not. A
+# "phasesimg ..." line a printed launch, in the bench logs.
+PHI_SIG = (
+    "                                                     uint64_t image, bool ids, uint32_t copy_t, uint32_t copy_s,\n"
+    "                                                     uint4 *hdr) {\n",
+    "                                                     uint64_t image, bool ids, uint32_t copy_t, uint32_t copy_s,\n"
+    "                                                     uint4 *hdr, long long *lab = nullptr) {\n"
+    "#if defined(__CUDA_ARCH__)\n"
+    "#define MDR_LAB_WAIT(x) asm volatile(\"{ .reg .b32 lab_t; mov.b32 lab_t, %0; }\" : : \"r\"((unsigned)(x)))\n"
+    "#else\n"
+    "#define MDR_LAB_WAIT(x) (void)(x)\n"
+    "#endif\n")
+PHI_LOADED = (
+    "    if (base == 0 && hdr && tid == 0) *hdr = r[0];\n",
+    "    if (base == 0 && hdr && tid == 0) *hdr = r[0];\n"
+    "    if (lab && base == 0 && tid < 2u) {\n"
+    "      MDR_LAB_WAIT(r[0].x);\n"
+    "      lab[0] = MDR_LAB_CLOCK();\n"
+    "    }\n")
+PHI_PIECE = (
+    "      dst = e.dst;\n    }\n",
+    "      dst = e.dst;\n    }\n"
+    "    if (lab && base == 0 && tid < 2u) {\n"
+    "      MDR_LAB_WAIT(len ^ (uint32_t)dst);\n"
+    "      lab[1] = MDR_LAB_CLOCK();\n"
+    "    }\n")
+PHI_BOUNDS = (
+    "#pragma unroll\n"
+    "    for (uint32_t u = 0; u < R; u++)\n"
+    "      if (base + u * MDR_STAGE_BLOCK + tid < nv && part[u]) mdr_stage_store_part(to[u], r[u], part[u]);\n"
+    "  }\n",
+    "    if (lab && base == 0 && tid < 2u) {\n"
+    "      MDR_LAB_WAIT(part[0] ^ (uint32_t)to[0]);\n"
+    "      lab[2] = MDR_LAB_CLOCK();\n"
+    "    }\n"
+    "#pragma unroll\n"
+    "    for (uint32_t u = 0; u < R; u++)\n"
+    "      if (base + u * MDR_STAGE_BLOCK + tid < nv && part[u]) mdr_stage_store_part(to[u], r[u], part[u]);\n"
+    "    if (lab && base == 0 && tid < 2u) lab[3] = MDR_LAB_CLOCK();\n"
+    "  }\n")
+PHI_START = (PH_START[0], PH_START[1].replace("long long lab[6] = {0};", "long long lab[10] = {0};"))
+PHI_IMAGE = (PH_IMAGE[0], PH_IMAGE[1].replace("copy, copy_s, &hv);\n      lab[1]", "copy, copy_s, &hv, lab + 6);\n      lab[1]"))
+PHI_END = (PH_END[0], PH_END[1]
+           .replace("    long long v[5], w[5];\n", "    long long v[9], w[9];\n")
+           .replace("    for (int i = 0; i < 5; i++) {\n", "    for (int i = 0; i < 9; i++) {\n")
+           .replace("printf(\"phases inputs=", "printf(\"phasesimg inputs=")
+           .replace("t0=%lld,%lld,%lld,%lld,%lld \"\n", "t0=%lld,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%lld \"\n")
+           .replace("\"t1=%lld,%lld,%lld,%lld,%lld ns=%lld", "\"t1=%lld,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%lld ns=%lld")
+           .replace("w[0], w[1], w[2], w[3], w[4], v[0], v[1], v[2], v[3], v[4],",
+                    "w[0], w[1], w[2], w[3], w[4], w[5], w[6], w[7], w[8],\n"
+                    "             v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8],"))
+assert PHI_START[1] != PH_START[1] and PHI_IMAGE[1] != PH_IMAGE[1]
+assert PHI_END[1].count("v[9]") == 1 and PHI_END[1].count("phasesimg") == 1 and PHI_END[1].count("w[8]") == 1 \
+    and PHI_END[1].count("%lld,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%lld") == 2
+PHASESIMG = [(CUH, PH_INC), (CUH, PHI_SIG), (CUH, PHI_LOADED), (CUH, PHI_PIECE), (CUH, PHI_BOUNDS), (CUH, PHI_START),
+             (CUH, PHI_IMAGE), (CUH, PH_VOTES), (CUH, PH_IDS), (CUH, PH_BAR), (CUH, PHI_END)]
 
 # devpass: a step with inputs runs the device-input pass and its barrier
 # whether or not an input is device-resident (as before the warp vote): the
@@ -705,6 +772,7 @@ VARIANTS = {
     "lb6": launch_bounds(6),
     "drvlaunch": DRVLAUNCH,
     "phases": PHASES,
+    "phasesimg": PHASESIMG,
     "span": [(KFU, SPAN_KERNEL_HEAD), (KFU, SPAN_GUARD),
              span_inline("zero_list_inline_kernel", "zf_list_inline_params_t"),
              span_inline("zero_table_inline_kernel", "zf_table_inline_params_t")],
@@ -969,10 +1037,60 @@ def report(out, names):
         lines.append(f"{k[2]:6d} {k[3]:20s} " + " ".join(cells))
     lines += inputs_over_ids(data, names)
     lines += span_report(out, names)
+    lines += phases_report(out, names)
     return lines
 
 
 SPAN_FIELDS = ("stage0", "stage1", "z0", "zlast", "zend", "kernel", "gap")
+
+
+PHASE_POINTS = ("img", "vote", "bar<", "bar>", "end", "in", "piece", "bounds", "stored")
+
+
+def phases_report(out, names):
+    """The phases and phasesimg stamps ("phases ..." and "phasesimg ..."
+    lines of the bench logs): per variant, inputs, tokens, sequences, image
+    bytes and device ids, the medians of thread 0's stamps (SM cycles from
+    the stage block's entry; thread 1's where they differ by more than 32
+    cycles, as t1) and of the block's span in ns."""
+    groups = {}
+    for n in names:
+        vdir = os.path.join(out, n)
+        logs = sorted(f for f in os.listdir(vdir) if f.startswith("bench-") and f.endswith(".log")) \
+            if os.path.isdir(vdir) else []
+        for f in logs:
+            for line in open(os.path.join(vdir, f), errors="replace"):
+                if not line.startswith(("phases ", "phasesimg ")):
+                    continue
+                kv = dict(x.split("=", 1) for x in line.split()[1:] if "=" in x)
+                try:
+                    k = (n,) + tuple(int(kv[x]) for x in ("inputs", "tokens", "seqs", "img", "dev"))
+                    t0 = [int(x) for x in kv["t0"].split(",")]
+                    t1 = [int(x) for x in kv["t1"].split(",")]
+                    ns = int(kv["ns"])
+                except (KeyError, ValueError):
+                    continue
+                if len(t0) != len(t1) or len(t0) > len(PHASE_POINTS):
+                    continue
+                groups.setdefault(k, []).append((t0, t1, ns))
+    if not groups:
+        return []
+    width = max(len(v[0][0]) for v in groups.values())
+    lines = ["\n== phases stamps (SM cycles from the stage block's entry, thread 0 [thread 1 where it differs]; "
+             "ns the block's span; medians over n launches; -1: not reached)",
+             f"{'variant':>10s} {'inputs':>6s} {'tokens':>6s} {'seqs':>4s} {'img':>5s} {'dev':>3s} {'n':>4s} " +
+             " ".join(f"{x:>11s}" for x in PHASE_POINTS[:width]) + f" {'ns':>6s}"]
+    for k in sorted(groups):
+        v = groups[k]
+        w = len(v[0][0])
+        cols = []
+        for i in range(w):
+            a = statistics.median(r[0][i] for r in v)
+            b = statistics.median(r[1][i] for r in v)
+            cols.append(f"{a:.0f}" if abs(a - b) <= 32 else f"{a:.0f}[{b:.0f}]")
+        lines.append(f"{k[0]:>10s} {k[1]:6d} {k[2]:6d} {k[3]:4d} {k[4]:5d} {k[5]:3d} {len(v):4d} " +
+                     " ".join(f"{c:>11s}" for c in cols) + f" {statistics.median(r[2] for r in v):6.0f}")
+    return lines
 
 
 def span_report(out, names):
