@@ -1044,6 +1044,20 @@ def report(out, names):
 SPAN_FIELDS = ("stage0", "stage1", "z0", "zlast", "zend", "kernel", "gap")
 
 
+def stamp_lines(out, names, prefixes):
+    """(variant, fields) of each line of the variants' bench logs
+    (bench-*.log) that starts with one of prefixes: the diagnostics'
+    printed stamps, their key=value words as a dict."""
+    for n in names:
+        vdir = os.path.join(out, n)
+        logs = sorted(f for f in os.listdir(vdir) if f.startswith("bench-") and f.endswith(".log")) \
+            if os.path.isdir(vdir) else []
+        for f in logs:
+            for line in open(os.path.join(vdir, f), errors="replace"):
+                if line.startswith(prefixes):
+                    yield n, dict(x.split("=", 1) for x in line.split()[1:] if "=" in x)
+
+
 PHASE_POINTS = ("img", "vote", "bar<", "bar>", "end", "in", "piece", "bounds", "stored")
 
 
@@ -1054,25 +1068,17 @@ def phases_report(out, names):
     the stage block's entry; thread 1's where they differ by more than 32
     cycles, as t1) and of the block's span in ns."""
     groups = {}
-    for n in names:
-        vdir = os.path.join(out, n)
-        logs = sorted(f for f in os.listdir(vdir) if f.startswith("bench-") and f.endswith(".log")) \
-            if os.path.isdir(vdir) else []
-        for f in logs:
-            for line in open(os.path.join(vdir, f), errors="replace"):
-                if not line.startswith(("phases ", "phasesimg ")):
-                    continue
-                kv = dict(x.split("=", 1) for x in line.split()[1:] if "=" in x)
-                try:
-                    k = (n,) + tuple(int(kv[x]) for x in ("inputs", "tokens", "seqs", "img", "dev"))
-                    t0 = [int(x) for x in kv["t0"].split(",")]
-                    t1 = [int(x) for x in kv["t1"].split(",")]
-                    ns = int(kv["ns"])
-                except (KeyError, ValueError):
-                    continue
-                if len(t0) != len(t1) or len(t0) > len(PHASE_POINTS):
-                    continue
-                groups.setdefault(k, []).append((t0, t1, ns))
+    for n, kv in stamp_lines(out, names, ("phases ", "phasesimg ")):
+        try:
+            k = (n,) + tuple(int(kv[x]) for x in ("inputs", "tokens", "seqs", "img", "dev"))
+            t0 = [int(x) for x in kv["t0"].split(",")]
+            t1 = [int(x) for x in kv["t1"].split(",")]
+            ns = int(kv["ns"])
+        except (KeyError, ValueError):
+            continue
+        if len(t0) != len(t1) or len(t0) > len(PHASE_POINTS):
+            continue
+        groups.setdefault(k, []).append((t0, t1, ns))
     if not groups:
         return []
     width = max(len(v[0][0]) for v in groups.values())
@@ -1098,22 +1104,14 @@ def span_report(out, names):
     variant, launch kind, tokens and inputs, the medians of each field (ns
     from the launch's first block) and how many launches they cover."""
     groups = {}
-    for n in names:
-        vdir = os.path.join(out, n)
-        logs = sorted(f for f in os.listdir(vdir) if f.startswith("bench-") and f.endswith(".log")) \
-            if os.path.isdir(vdir) else []
-        for f in logs:
-            for line in open(os.path.join(vdir, f), errors="replace"):
-                if not line.startswith("span "):
-                    continue
-                kv = dict(x.split("=", 1) for x in line.split()[1:] if "=" in x)
-                try:
-                    k = (n, kv["kind"] + ("/dev" if kv.get("dev") == "1" else ""), int(kv["tokens"]),
-                         int(kv["inputs"]), kv["gx"] + "x" + kv["gy"])
-                    vals = [int(kv[x]) for x in SPAN_FIELDS]
-                except (KeyError, ValueError):
-                    continue
-                groups.setdefault(k, []).append(vals)
+    for n, kv in stamp_lines(out, names, ("span ",)):
+        try:
+            k = (n, kv["kind"] + ("/dev" if kv.get("dev") == "1" else ""), int(kv["tokens"]),
+                 int(kv["inputs"]), kv["gx"] + "x" + kv["gy"])
+            vals = [int(kv[x]) for x in SPAN_FIELDS]
+        except (KeyError, ValueError):
+            continue
+        groups.setdefault(k, []).append(vals)
     if not groups:
         return []
     lines = ["\n== span stamps (ns from the launch's first block; medians over n launches)",
