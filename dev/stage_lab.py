@@ -92,6 +92,12 @@ Variants:
              table entry at entry, before its flags are known; an ids-only
              inline step copies its image from those too: the parameters'
              round trip before the image's taken off every inline step
+  idslarge   a diagnostic: ids-only inline steps in the large image class
+             (the table's room and a 1152-byte image, about 6.4 KiB of
+             parameters, where the small class's are 4.6 KiB): does the
+             class's launch cost what steps with inputs pay over ids only
+             at 1-2 sequences? (validated without stage_inline, whose
+             class tests hold the rule it changes)
 
 Switch variants share base's build and run with an environment switch set,
 in validation and in the benches alike (VARIANT+SWITCH runs a switch on
@@ -285,9 +291,10 @@ PH_END = (
     "      w[i] = __shfl_sync(0xffffffffu, v[i], 0);\n"
     "    }\n"
     "    if (threadIdx.x == 1 && ((g >> 12) & 63u) == 20u)\n"
-    "      printf(\"phases inputs=%u tokens=%u seqs=%u img=%u dev=%u t0=%lld,%lld,%lld,%lld,%lld \"\n"
+    "      printf(\"phases inputs=%u tokens=%u seqs=%u img=%u dev=%u tab=%d t0=%lld,%lld,%lld,%lld,%lld \"\n"
     "             \"t1=%lld,%lld,%lld,%lld,%lld ns=%lld\\n\", st.n_inputs, copy, copy_s, st.inline_bytes,\n"
-    "             (flags & MDR_STAGE_DEVICE_IDS) != 0u, w[0], w[1], w[2], w[3], w[4], v[0], v[1], v[2], v[3], v[4],\n"
+    "             (flags & MDR_STAGE_DEVICE_IDS) != 0u, ptable != nullptr, w[0], w[1], w[2], w[3], w[4], v[0], v[1],\n"
+    "             v[2], v[3], v[4],\n"
     "             (long long)(g - lab_g0));\n"
     "  }\n"
     "#endif\n"
@@ -348,7 +355,7 @@ PHI_END = (PH_END[0], PH_END[1]
            .replace("printf(\"phases inputs=", "printf(\"phasesimg inputs=")
            .replace("t0=%lld,%lld,%lld,%lld,%lld \"\n", "t0=%lld,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%lld \"\n")
            .replace("\"t1=%lld,%lld,%lld,%lld,%lld ns=%lld", "\"t1=%lld,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%lld ns=%lld")
-           .replace("w[0], w[1], w[2], w[3], w[4], v[0], v[1], v[2], v[3], v[4],",
+           .replace("w[0], w[1], w[2], w[3], w[4], v[0], v[1],\n             v[2], v[3], v[4],",
                     "w[0], w[1], w[2], w[3], w[4], w[5], w[6], w[7], w[8],\n"
                     "             v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8],"))
 assert PHI_START[1] != PH_START[1] and PHI_IMAGE[1] != PH_IMAGE[1]
@@ -762,6 +769,18 @@ PRELOAD = OWNLATE + [
     (EMU, ("  c.fill_seed = g.next();\n  return c;\n",
            "  c.vec0 = c.image && g.below(2) == 0;\n  c.fill_seed = g.next();\n  return c;\n")),
 ]
+# idslarge: a diagnostic. Ids-only inline steps take the large image class
+# (the list form's parameters with the input table's room: about 6.4 KiB
+# where the small class's are 4.6 KiB) instead of the small one, their stage
+# code unchanged (no inputs: the ids' own path). Whether what every step
+# with inputs pays over ids only at 1-2 sequences under MDR_ROWS_ALL goes
+# with the larger class's launch (then ids only pays it here too) or with
+# the stage block's work for the inputs (then ids only stays as it is).
+# stage_inline's class tests encode the rule this changes, so the variant is
+# validated without them (SUITES_OF).
+IDSLARGE = [(LAYOUT, ("  if (b <= MDR_STAGE_INLINE_BYTES && st->n_inputs == 0) return MDR_STAGE_INLINE_BYTES;\n", "")),
+            (GC, ("(image_bytes > MDR_STAGE_INLINE_BYTES || c->staging.n_inputs > 0) &&",
+                  "(image_bytes > MDR_STAGE_INLINE_BYTES || c->staging.n_inputs > 0 || 1) &&"))]
 
 VARIANTS = {
     "base": [],
@@ -794,6 +813,7 @@ VARIANTS = {
     "large256": LARGE256,
     "ownlate": OWNLATE,
     "preload": PRELOAD,
+    "idslarge": IDSLARGE,
 }
 
 # Switch variants: base's build, run with these variables set (validation,
@@ -825,6 +845,9 @@ def build_owner(name):
 # The suites that validate a variant (tests/CMakeLists.txt: the Criterion
 # suites by name, stage_emulated as staging_emulated), and what to build.
 SUITES = "^(stage_inline|staging|staging_emulated|step_inputs|graph_cache)$"
+# variants validated by other suites: diagnostics that change a rule a
+# suite holds
+SUITES_OF = {"idslarge": "^(staging|staging_emulated|step_inputs|graph_cache)$"}
 TARGETS = ["mdr-bench", "test_stage_inline", "test_staging", "stage_emulated", "test_step_inputs",
            "test_graph_cache"]
 BENCH_ARGS = ["--strategies", "graph-fused,graph-fused-inputs", "--tokens", "1,2,4,8,16,24,32,64",
@@ -931,8 +954,9 @@ def validate(out, name, bld):
     """The variant's own step-input suites (GPU cases skip without a GPU)."""
     log = os.path.join(out, name, "ctest.log")
     open(log, "w").close()
-    say(f"testing {name} (ctest -R '{SUITES}'; log {log})")
-    rc = run_logged(["ctest", "--output-on-failure", "--no-tests=error", "-R", SUITES], log, cwd=bld, name=name)
+    suites = SUITES_OF.get(name.split("+")[0], SUITES)
+    say(f"testing {name} (ctest -R '{suites}'; log {log})")
+    rc = run_logged(["ctest", "--output-on-failure", "--no-tests=error", "-R", suites], log, cwd=bld, name=name)
     if rc != 0:
         say(f"{name}: validation FAILED (rc {rc}): never timed; see {log}")
     return rc == 0
@@ -1047,7 +1071,10 @@ SPAN_FIELDS = ("stage0", "stage1", "z0", "zlast", "zend", "kernel", "gap")
 def stamp_lines(out, names, prefixes):
     """(variant, fields) of each line of the variants' bench logs
     (bench-*.log) that starts with one of prefixes: the diagnostics'
-    printed stamps, their key=value words as a dict."""
+    printed stamps, their key=value words as a dict. (Which case printed a
+    line cannot be read from its place in the log: the device's printf
+    output reaches stdout at synchronisations, buffered, while mdr-bench's
+    progress goes to stderr; a stamp line says what it needs itself.)"""
     for n in names:
         vdir = os.path.join(out, n)
         logs = sorted(f for f in os.listdir(vdir) if f.startswith("bench-") and f.endswith(".log")) \
@@ -1064,13 +1091,17 @@ PHASE_POINTS = ("img", "vote", "bar<", "bar>", "end", "in", "piece", "bounds", "
 def phases_report(out, names):
     """The phases and phasesimg stamps ("phases ..." and "phasesimg ..."
     lines of the bench logs): per variant, inputs, tokens, sequences, image
-    bytes and device ids, the medians of thread 0's stamps (SM cycles from
+    bytes, device ids and whether the launch carries the input table in its
+    parameters (tab: the larger classes; 0 the small class, whose steps at
+    seed policy may share the other fields; -1 in logs from before the
+    field), the medians of thread 0's stamps (SM cycles from
     the stage block's entry; thread 1's where they differ by more than 32
     cycles, as t1) and of the block's span in ns."""
     groups = {}
     for n, kv in stamp_lines(out, names, ("phases ", "phasesimg ")):
         try:
-            k = (n,) + tuple(int(kv[x]) for x in ("inputs", "tokens", "seqs", "img", "dev"))
+            k = (n,) + tuple(int(kv[x]) for x in ("inputs", "tokens", "seqs", "img", "dev")) + \
+                (int(kv.get("tab", -1)),)
             t0 = [int(x) for x in kv["t0"].split(",")]
             t1 = [int(x) for x in kv["t1"].split(",")]
             ns = int(kv["ns"])
@@ -1084,7 +1115,8 @@ def phases_report(out, names):
     width = max(len(v[0][0]) for v in groups.values())
     lines = ["\n== phases stamps (SM cycles from the stage block's entry, thread 0 [thread 1 where it differs]; "
              "ns the block's span; medians over n launches; -1: not reached)",
-             f"{'variant':>10s} {'inputs':>6s} {'tokens':>6s} {'seqs':>4s} {'img':>5s} {'dev':>3s} {'n':>4s} " +
+             f"{'variant':>10s} {'inputs':>6s} {'tokens':>6s} {'seqs':>4s} {'img':>5s} {'dev':>3s} {'tab':>3s} "
+             f"{'n':>4s} " +
              " ".join(f"{x:>11s}" for x in PHASE_POINTS[:width]) + f" {'ns':>6s}"]
     for k in sorted(groups):
         v = groups[k]
@@ -1094,7 +1126,7 @@ def phases_report(out, names):
             a = statistics.median(r[0][i] for r in v)
             b = statistics.median(r[1][i] for r in v)
             cols.append(f"{a:.0f}" if abs(a - b) <= 32 else f"{a:.0f}[{b:.0f}]")
-        lines.append(f"{k[0]:>10s} {k[1]:6d} {k[2]:6d} {k[3]:4d} {k[4]:5d} {k[5]:3d} {len(v):4d} " +
+        lines.append(f"{k[0]:>10s} {k[1]:6d} {k[2]:6d} {k[3]:4d} {k[4]:5d} {k[5]:3d} {k[6]:3d} {len(v):4d} " +
                      " ".join(f"{c:>11s}" for c in cols) + f" {statistics.median(r[2] for r in v):6.0f}")
     return lines
 
