@@ -98,6 +98,12 @@ Variants:
              class's launch cost what steps with inputs pay over ids only
              at 1-2 sequences? (validated without stage_inline, whose
              class tests hold the rule it changes)
+  idspad     a diagnostic: ids-only inline steps keep the small class and
+             its code, its list-form parameters padded (before the image)
+             to the large class's size (6400 bytes where the small class's
+             are 4592): the parameter block's size alone, beside idslarge's
+             whole class (validated without stage_inline, whose layout
+             tests hold the size)
 
 Switch variants share base's build and run with an environment switch set,
 in validation and in the benches alike (VARIANT+SWITCH runs a switch on
@@ -782,6 +788,19 @@ IDSLARGE = [(LAYOUT, ("  if (b <= MDR_STAGE_INLINE_BYTES && st->n_inputs == 0) r
             (GC, ("(image_bytes > MDR_STAGE_INLINE_BYTES || c->staging.n_inputs > 0) &&",
                   "(image_bytes > MDR_STAGE_INLINE_BYTES || c->staging.n_inputs > 0 || 1) &&"))]
 
+# idspad: a diagnostic. The small class's list-form parameters (ids-only
+# inline steps at short plans) padded between the list and the image to the
+# large class's size: its chunk list, table room and image, 6400 bytes
+# (4592 on main). If idslarge's ids-only steps pay what steps with inputs
+# pay at 1-2 sequences, this says whether the block's size is the cost (it
+# pays it too) or the larger class's kernel and its stage path (it does
+# not). The graph cache writes the image at the launch's slot_offset, which
+# follows the padding.
+IDSPAD = [(KFU, ("struct zf_list_inline_params_t {\n  zf_list_params_t<ZF_LIST_INLINE> p;\n  uint4 inline_slot[IMG / 16];\n",
+                 "struct zf_list_inline_params_t {\n  zf_list_params_t<ZF_LIST_INLINE> p;\n"
+                 "  uint4 lab_pad[(MDR_STAGE_INLINE_TABLE * sizeof(mdr_stage_input) + MDR_STAGE_INLINE_LARGE_BYTES - IMG) / 16];\n"
+                 "  uint4 inline_slot[IMG / 16];\n"))]
+
 VARIANTS = {
     "base": [],
     "xltable": XLTABLE,
@@ -814,6 +833,7 @@ VARIANTS = {
     "ownlate": OWNLATE,
     "preload": PRELOAD,
     "idslarge": IDSLARGE,
+    "idspad": IDSPAD,
 }
 
 # Switch variants: base's build, run with these variables set (validation,
@@ -847,7 +867,8 @@ def build_owner(name):
 SUITES = "^(stage_inline|staging|staging_emulated|step_inputs|graph_cache)$"
 # variants validated by other suites: diagnostics that change a rule a
 # suite holds
-SUITES_OF = {"idslarge": "^(staging|staging_emulated|step_inputs|graph_cache)$"}
+SUITES_OF = {"idslarge": "^(staging|staging_emulated|step_inputs|graph_cache)$",
+             "idspad": "^(staging|staging_emulated|step_inputs|graph_cache)$"}
 TARGETS = ["mdr-bench", "test_stage_inline", "test_staging", "stage_emulated", "test_step_inputs",
            "test_graph_cache"]
 BENCH_ARGS = ["--strategies", "graph-fused,graph-fused-inputs", "--tokens", "1,2,4,8,16,24,32,64",

@@ -6,9 +6,10 @@
 # main (prev: .device-prev from `git archive main`), with phasesimg (stage block clock stamps, on base; its lines
 # now say whether the launch carries the input table, tab=1, so a small
 # class's launch at seed policy no longer shares a row with a larger
-# class's) and idslarge (ids-only steps in the large image class: does the
+# class's), idslarge (ids-only steps in the large image class: does the
 # class's launch cost what steps with inputs pay over ids only at 1-2
-# sequences?) beside them. stage_lab validates each with the step-input suites on the GPU,
+# sequences?) and idspad (the small class's parameters padded to the large
+# class's 6400 bytes: the block's size alone) beside them. stage_lab validates each with the step-input suites on the GPU,
 # then times ids only, the whole table staged and the table kept on the
 # device, 1-64 sequences, GLM-5.3, policy all (where the gap is; at seed
 # policy these steps take the ring or the small class, which the change
@@ -20,7 +21,7 @@ d=/tmp/s29c3; rm -rf $d; mkdir -p $d; nvidia-smi -L > $d/checks.txt
 pack() { cp $d/checks.txt $d/stage_lab.txt $OUT/ 2>/dev/null
          (cd /tmp && tar --exclude='*/src' --exclude='*/build' -cJf $OUT/call3.tar.xz s29c3); }
 t1=$SECONDS
-timeout 480 python3 dev/stage_lab.py $d base prev=.device-prev idslarge phasesimg --runs 3 --builds 2 --pin 3 -- \
+timeout 500 python3 dev/stage_lab.py $d base prev=.device-prev idslarge idspad phasesimg --runs 3 --builds 2 --pin 3 -- \
   --strategies graph-fused,graph-fused-inputs,graph-fused-inputs-devtable \
   --tokens 1,2,4,8,16,32,64 --presets glm-5.3-flash-tp2 --policies all --cpu-reps 1000 --force > $d/lab.out 2>&1
 echo "lab rc $? $((SECONDS - t1)) s" >> $d/checks.txt; pack
