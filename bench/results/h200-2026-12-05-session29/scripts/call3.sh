@@ -1,30 +1,37 @@
 #!/bin/bash
-# Call 3 (planned; the machine was not lent again this session): a checkout
-# of branch stage-direct, its stage code as of 689138a (base: the larger classes' inline
-# images copied by direct words, and no input-table entry read before the
-# copy, the device inputs' work told by MDR_STAGE_DIRECT_COPY/_PAD) against
-# main (prev: .device-prev from `git archive main`), with phasesimg (stage block clock stamps, on base; its lines
-# now say whether the launch carries the input table, tab=1, so a small
-# class's launch at seed policy no longer shares a row with a larger
-# class's), idslarge (ids-only steps in the large image class: does the
-# class's launch cost what steps with inputs pay over ids only at 1-2
-# sequences?) and idspad (the small class's parameters padded to the large
-# class's 6400 bytes: the block's size alone) beside them, and directfast
-# (a DIRECT launch with no device-to-device input takes a straight-line
-# path at the stage block's entry, not the general block's far branches:
-# whether the block's code, not its reads, is the cost). stage_lab validates each with the step-input suites on the GPU,
-# then times ids only, the whole table staged and the table kept on the
-# device, 1-64 sequences, GLM-5.3, policy all (where the gap is; at seed
-# policy these steps take the ring or the small class, which the change
-# does not touch), three interleaved runs pinned to CPU 3; then memcheck of
-# stage_inline, step_inputs and graph_cache on base's build.
+# Call 3 (planned; the machine was not lent again this session), run from a
+# checkout of branch stage-direct-fast with two archived trees beside it:
+#   git archive main | tar -x -C .device-prev
+#   git archive stage-direct | tar -x -C .device-step2
+# carried with .device-deps. Trees:
+#   base  stage-direct-fast: the larger classes' inline images copied by
+#         direct words, no input-table entry read before the copy (the
+#         device inputs' work told by MDR_STAGE_DIRECT_COPY/_PAD), and a
+#         launch with no device-to-device input on a straight path first in
+#         the stage block's code (mdr_stage_inline_direct), not through the
+#         general block's far branches;
+#   step2 stage-direct: the same without the straight path;
+#   prev  main.
+# Beside them, patched from base: phasesimg (the stage block's clock stamps;
+# tab=1 a larger class's general block, tab=2 its straight path), idslarge
+# (ids-only steps in the large image class: does the class's launch cost
+# what steps with inputs pay over ids only at 1-2 sequences?) and idspad
+# (the small class's parameters padded to the large class's 6400 bytes: the
+# block's size alone). stage_lab validates each with the step-input suites on
+# the GPU, then times ids only, the whole table staged and the table kept on
+# the device, 1-64 sequences, GLM-5.3, policy all (where the gap is; at seed
+# policy these steps take the ring or the small class, which the change does
+# not touch), three interleaved runs pinned to CPU 3; then memcheck of
+# stage_inline, step_inputs and graph_cache on base's build, as the call's
+# 600 s allow.
 . scripts/device-env.sh  # multicast off (NCCL_NVLS_ENABLE=0, children too), Criterion's paths
 export PYTHONUNBUFFERED=1
 d=/tmp/s29c3; rm -rf $d; mkdir -p $d; nvidia-smi -L > $d/checks.txt
 pack() { cp $d/checks.txt $d/stage_lab.txt $OUT/ 2>/dev/null
          (cd /tmp && tar --exclude='*/src' --exclude='*/build' -cJf $OUT/call3.tar.xz s29c3); }
 t1=$SECONDS
-timeout 520 python3 dev/stage_lab.py $d base prev=.device-prev idslarge idspad directfast phasesimg --runs 3 --builds 3 --pin 3 -- \
+timeout 520 python3 dev/stage_lab.py $d base step2=.device-step2 prev=.device-prev idslarge idspad phasesimg \
+  --runs 3 --builds 3 --pin 3 -- \
   --strategies graph-fused,graph-fused-inputs,graph-fused-inputs-devtable \
   --tokens 1,2,4,8,16,32,64 --presets glm-5.3-flash-tp2 --policies all --cpu-reps 1000 --force > $d/lab.out 2>&1
 echo "lab rc $? $((SECONDS - t1)) s" >> $d/checks.txt; pack
