@@ -98,6 +98,11 @@ Variants:
              class's launch cost what steps with inputs pay over ids only
              at 1-2 sequences? (validated without stage_inline, whose
              class tests hold the rule it changes)
+  largelist256 the large image class in the list form with a 256-chunk list
+             where the count's plan fits it: 4096 bytes of parameters, under
+             the small class's 4592, where the 544-chunk list makes 6400
+             (validated without stage_inline, whose layout tests hold the
+             544-chunk list)
   idspad     a diagnostic: ids-only inline steps keep the small class and
              its code, its list-form parameters padded (before the image)
              to the large class's size (6400 bytes where the small class's
@@ -801,6 +806,73 @@ IDSPAD = [(KFU, ("struct zf_list_inline_params_t {\n  zf_list_params_t<ZF_LIST_I
                  "  uint4 lab_pad[(MDR_STAGE_INLINE_TABLE * sizeof(mdr_stage_input) + MDR_STAGE_INLINE_LARGE_BYTES - IMG) / 16];\n"
                  "  uint4 inline_slot[IMG / 16];\n"))]
 
+# largelist256: the large image class in the list form with a 256-chunk
+# list when the count's plan fits it (GLM-5.3 under MDR_ROWS_ALL at 1-2
+# tokens: 214 and 254 chunks): 2176 bytes of list parameters, the input
+# table's room and the 1152-byte image, 4096 bytes in all, under the small
+# class's 4592, where the 544-chunk list makes 6400. If idslarge and idspad
+# put what steps with inputs pay at 1-2 sequences on the parameter block's
+# size, this is the candidate that keeps the inputs and sheds the size. A
+# kernel of its own (zero_list256_large_kernel), in the preload table for
+# the driver's node update. stage_inline's layout tests hold the 544-chunk
+# list, so it is validated without them (SUITES_OF).
+LARGELIST256 = [
+    (KFU, ("static_assert(zf_list_inline_ok<MDR_STAGE_INLINE_BYTES>() && zf_list_inline_ok<MDR_STAGE_INLINE_LARGE_BYTES>() &&\n",
+           "struct zf_list256_large_params {\n"
+           "  zf_list_params_t<256> p;\n"
+           "  mdr_stage_input table[MDR_STAGE_INLINE_TABLE];\n"
+           "  uint4 inline_slot[MDR_STAGE_INLINE_LARGE_BYTES / 16];\n"
+           "};\n"
+           "static_assert(zf_inline_layout_ok<zf_list256_large_params, MDR_STAGE_INLINE_LARGE_BYTES>() &&\n"
+           "                  sizeof(zf_list256_large_params) <= 4096,\n"
+           "              \"the 256-chunk large class: within 4 KiB\");\n"
+           "static_assert(zf_list_inline_ok<MDR_STAGE_INLINE_BYTES>() && zf_list_inline_ok<MDR_STAGE_INLINE_LARGE_BYTES>() &&\n")),
+    (KFU, ("template <unsigned IMG>\n__global__ void __launch_bounds__(ZF_BLOCK)\n"
+           "    zero_table_inline_kernel(const __grid_constant__ zf_table_inline_params_t<IMG> a) {\n",
+           "__global__ void __launch_bounds__(ZF_BLOCK)\n"
+           "    zero_list256_large_kernel(const __grid_constant__ zf_list256_large_params a) {\n"
+           "  if (blockIdx.x == 0) {\n"
+           "    mdr_stage_block(a.p.stage, a.p.flags, (uint32_t)a.p.tokens, (uint64_t)(uintptr_t)&a.inline_slot[0], 0, 1,\n"
+           "                    a.table);\n"
+           "    return;\n"
+           "  }\n"
+           "  zf_clear_span(mdr_zero_list_span(a.p.chunk[blockIdx.x - 1]));\n"
+           "}\n\n"
+           "template <unsigned IMG>\n__global__ void __launch_bounds__(ZF_BLOCK)\n"
+           "    zero_table_inline_kernel(const __grid_constant__ zf_table_inline_params_t<IMG> a) {\n")),
+    (KFU, ("extern \"C\" int mdr_cuda_zero_inline_launch(",
+           "static void zf_list256_build(const uint64_t *words, uint32_t k, uint64_t tokens, const mdr_stage_desc *stage,\n"
+           "                             mdr_stage_inline_launch *out) {\n"
+           "  zf_list256_large_params a;\n"
+           "  memset(&a, 0, sizeof a);\n"
+           "  memcpy(a.p.chunk, words, k * sizeof *words);\n"
+           "  a.p.n = k;\n"
+           "  a.p.tokens = tokens;\n"
+           "  a.p.flags = stage->flags & (MDR_STAGE_FETCH | MDR_STAGE_INLINE | MDR_STAGE_DEVICE_IDS);\n"
+           "  a.p.stage = *stage;\n"
+           "  memset(out, 0, sizeof *out);\n"
+           "  out->func = (const void *)zero_list256_large_kernel;\n"
+           "  out->grid[0] = k + 1;\n"
+           "  out->grid[1] = out->grid[2] = 1;\n"
+           "  out->block[0] = ZF_BLOCK;\n"
+           "  out->block[1] = out->block[2] = 1;\n"
+           "  out->param_bytes = sizeof a;\n"
+           "  out->slot_offset = offsetof(zf_list256_large_params, inline_slot);\n"
+           "  out->table_offset = offsetof(zf_list256_large_params, table);\n"
+           "  memcpy(out->param, &a, sizeof a);\n"
+           "}\n\n"
+           "extern \"C\" int mdr_cuda_zero_inline_launch(")),
+    (KFU, ("      else if (cls == MDR_STAGE_INLINE_LARGE_BYTES)\n"
+           "        zf_list_inline_build<MDR_STAGE_INLINE_LARGE_BYTES>(words, k, tokens, stage, out);\n",
+           "      else if (cls == MDR_STAGE_INLINE_LARGE_BYTES && k <= 256)\n"
+           "        zf_list256_build(words, k, tokens, stage, out);\n"
+           "      else if (cls == MDR_STAGE_INLINE_LARGE_BYTES)\n"
+           "        zf_list_inline_build<MDR_STAGE_INLINE_LARGE_BYTES>(words, k, tokens, stage, out);\n")),
+    (KFU, ("      (const void *)zero_list_inline_kernel<MDR_STAGE_INLINE_XL_BYTES>,\n",
+           "      (const void *)zero_list_inline_kernel<MDR_STAGE_INLINE_XL_BYTES>, (const void *)zero_list256_large_kernel,\n")),
+    ("kernels/zero_fused.h", ("#define MDR_CUDA_ZERO_KERNELS 19\n", "#define MDR_CUDA_ZERO_KERNELS 20\n")),
+]
+
 VARIANTS = {
     "base": [],
     "xltable": XLTABLE,
@@ -834,6 +906,7 @@ VARIANTS = {
     "preload": PRELOAD,
     "idslarge": IDSLARGE,
     "idspad": IDSPAD,
+    "largelist256": LARGELIST256,
 }
 
 # Switch variants: base's build, run with these variables set (validation,
@@ -868,7 +941,8 @@ SUITES = "^(stage_inline|staging|staging_emulated|step_inputs|graph_cache)$"
 # variants validated by other suites: diagnostics that change a rule a
 # suite holds
 SUITES_OF = {"idslarge": "^(staging|staging_emulated|step_inputs|graph_cache)$",
-             "idspad": "^(staging|staging_emulated|step_inputs|graph_cache)$"}
+             "idspad": "^(staging|staging_emulated|step_inputs|graph_cache)$",
+             "largelist256": "^(staging|staging_emulated|step_inputs|graph_cache)$"}
 TARGETS = ["mdr-bench", "test_stage_inline", "test_staging", "stage_emulated", "test_step_inputs",
            "test_graph_cache"]
 BENCH_ARGS = ["--strategies", "graph-fused,graph-fused-inputs", "--tokens", "1,2,4,8,16,24,32,64",
