@@ -1,8 +1,10 @@
 #!/bin/bash
 # Call 3 (planned; the machine was not lent again this session), run from a
-# checkout of branch stage-direct-fast with two archived trees beside it:
-#   git archive main | tar -x -C .device-prev
-#   git archive stage-direct | tar -x -C .device-step2
+# checkout of branch stage-direct-fast with two archived trees beside it
+# (without bench/results: 3.5 MiB each where they would be 18, within what
+# a call carries):
+#   git archive main -- . ':(exclude)bench/results' | tar -x -C .device-prev
+#   git archive stage-direct -- . ':(exclude)bench/results' | tar -x -C .device-step2
 # carried with .device-deps. Trees:
 #   base  stage-direct-fast: the larger classes' inline images copied by
 #         direct words, no input-table entry read before the copy (the
