@@ -275,9 +275,20 @@ def main(argv):
     nvdisasm = os.environ.get("NVDISASM") or shutil.which("nvdisasm")
     if not nvdisasm:
         sys.exit("sass: no nvdisasm (set NVDISASM; the head of dev/sass.py says where one comes from)")
+    if not (os.path.isfile(nvdisasm) and os.access(nvdisasm, os.X_OK)):
+        sys.exit(f"sass: {nvdisasm} is not an executable file")
+    if "--tree" in opts and not os.path.isfile(os.path.join(opts["--tree"], "kernels", "zero_fused.cu")):
+        sys.exit(f"sass: {opts['--tree']} has no kernels/zero_fused.cu")
     with tempfile.TemporaryDirectory() as tmp:
         src = tree_of(opts.get("--variant"), opts.get("--tree"), tmp)
-        sass = disassemble(build_cubin(src, tmp), nvdisasm)
+        try:
+            sass = disassemble(build_cubin(src, tmp), nvdisasm)
+        except subprocess.CalledProcessError:
+            sys.exit("sass: nvcc failed on the tree's kernels/zero_fused.cu (its messages above)")
+        except RuntimeError as e:
+            sys.exit(f"sass: {e}")
+    if not kernels(sass):
+        sys.exit(f"sass: {nvdisasm} printed no kernel")
     if "--list" in opts:
         print("\n".join(kernels(sass)))
         return 0
