@@ -109,6 +109,33 @@ Variants:
              are 4592): the parameter block's size alone, beside idslarge's
              whole class (validated without stage_inline, whose layout
              tests hold the size)
+  inlspec    the inline list and table kernels' stage block compiled a
+             second time for the flags of a host-valued inline step (FETCH
+             | INLINE, no device ids): the ring's counter, the slot's
+             rounds, the device ids' paths and the spread pruned at compile
+             time, so block 0 of such a step runs a short path with few
+             branches to code it has not run in this launch; the other
+             inline steps (device ids) keep the general block
+  inlspecph  inlspec with phases' stamps (both blocks print them)
+  onealloc   a diagnostic (mdr-bench only): the step inputs' three
+             destinations carved from one device allocation (256-byte
+             aligned, in declaration order) where base allocates each on its
+             own: whether the stores to more allocations (their pages) cost
+             what steps with inputs pay over ids only at 1-2 sequences
+  imgspread  inlspec, and an inline image's vectors dealt over the stage
+             block's warps (vector j to lane j / 8 of warp j % 8) where
+             base gives a warp 32 in a row: a generic load of the launch's
+             parameters whose lanes want distinct addresses may be served a
+             lane at a time, so a 576-byte image (36 vectors) waits on one
+             warp's 32 where it could wait on 5
+  imgspreadph imgspread with phases' stamps
+  imgpair    inlspec, and an image of the large class or smaller (at most
+             72 vectors) dealt over the warps by 32-byte sectors (vectors
+             2s and 2s + 1 to two neighbouring lanes of warp s % 8): at
+             most 5 sectors a warp where base's first warp waits on 16;
+             larger images as base (imgspread's dealing by vector was
+             slower there: 32 sectors a warp's load)
+  imgpairph  imgpair with phases' stamps
 
 Switch variants share base's build and run with an environment switch set,
 in validation and in the benches alike (VARIANT+SWITCH runs a switch on
@@ -873,6 +900,84 @@ LARGELIST256 = [
     ("kernels/zero_fused.h", ("#define MDR_CUDA_ZERO_KERNELS 19\n", "#define MDR_CUDA_ZERO_KERNELS 20\n")),
 ]
 
+# inlspec: the stage block of a host-valued inline step (flags FETCH |
+# INLINE, neither device ids nor ADVANCE) specialised at compile time.
+# Session 29's SASS reading of the large class's stage block (its copy
+# reached from block 0's entry through four taken branches to code not yet
+# run in the launch, where the ids-only step's ids take two) leaves the
+# instruction fetch as a candidate for what steps with inputs pay at 1-2
+# sequences; a path compiled for the known flags drops the ring's, the
+# device ids' and the spread's branches. The same semantics: the flags bits
+# the block tests are those the host set.
+INLSPEC_KNOWN = "(MDR_STAGE_FETCH | MDR_STAGE_ADVANCE | MDR_STAGE_DEVICE_IDS | MDR_STAGE_INLINE)"
+
+
+def inlspec_kernel(kernel, params):
+    head = (f"    {kernel}(const __grid_constant__ {params}<IMG> a) {{\n"
+            "  if (blockIdx.x == 0) {\n")
+    return (KFU, (head, head +
+                  f"    if ((a.p.flags & {INLSPEC_KNOWN}) == (MDR_STAGE_FETCH | MDR_STAGE_INLINE)) {{\n"
+                  "      mdr_stage_block<MDR_STAGE_FETCH | MDR_STAGE_INLINE>(a.p.stage, a.p.flags, (uint32_t)a.p.tokens,\n"
+                  "                                                         (uint64_t)(uintptr_t)&a.inline_slot[0], 0, 1,\n"
+                  "                                                         zf_ptab(a));\n"
+                  "      return;\n"
+                  "    }\n"))
+
+
+INLSPEC = [
+    (CUH, ("__device__ __forceinline__ void mdr_stage_block(const mdr_stage_desc &st, uint32_t flags, uint32_t copy,\n",
+           "template <uint32_t KNOWN = 0u>\n"
+           "__device__ __forceinline__ void mdr_stage_block(const mdr_stage_desc &st, uint32_t flags, uint32_t copy,\n")),
+    (CUH, ("                                                const mdr_stage_input *ptable = nullptr) {\n",
+           "                                                const mdr_stage_input *ptable = nullptr) {\n"
+           f"  if (KNOWN) flags = (flags & ~(uint32_t){INLSPEC_KNOWN}) | KNOWN; /* known bits: folded */\n")),
+    inlspec_kernel("zero_list_inline_kernel", "zf_list_inline_params_t"),
+    inlspec_kernel("zero_table_inline_kernel", "zf_table_inline_params_t"),
+]
+
+# onealloc: a diagnostic in mdr-bench alone. The inputs' destinations in
+# one allocation, each at a 256-byte aligned offset, where base gives each
+# its own. inlspec (session 32, call 2) shortened the stage block of a step
+# with inputs by about 0.27 us at 1 sequence with no change in the step's
+# GPU time, so the block's end is not the step's bound there; its stores to
+# allocations the ids-only step never touches are what such a step still
+# adds to the launch (a store is issued before the block ends and completes
+# before the kernel does).
+BR = "bench/bench_runner.c"
+ONEALLOC = [
+    (BR, ("    CHECK(r->b, mdr_backend_alloc(r->b, n * sizeof(uint32_t), &r->input_dst[i]));\n",
+          "    if (i == 0) {\n"
+          "      size_t all = 0;\n"
+          "      for (int j = 0; j < N_STEP_INPUTS; j++) all += (rows[j] * width[j] * sizeof(uint32_t) + 255u) / 256u * 256u;\n"
+          "      CHECK(r->b, mdr_backend_alloc(r->b, all, &r->input_dst[0]));\n"
+          "    } else {\n"
+          "      r->input_dst[i] = r->input_dst[i - 1] + (rows[i - 1] * width[i - 1] * sizeof(uint32_t) + 255u) / 256u * 256u;\n"
+          "    }\n")),
+    (BR, ("    if (r->input_dst[i]) mdr_backend_free(r->b, r->input_dst[i]);\n",
+          "    if (r->input_dst[i] && i == 0) mdr_backend_free(r->b, r->input_dst[i]);\n")),
+]
+
+# imgspread: see the variant's line above. The same vectors, loaded and
+# stored by other threads; thread 0 still takes vector 0 (the header).
+IMGSPREAD = [
+    (CUH, ("  const uint32_t nv = (st.inline_bytes + 15u) / 16u;\n",
+           "  const uint32_t nv = (st.inline_bytes + 15u) / 16u;\n"
+           "  const uint32_t sp = lane * (MDR_STAGE_BLOCK / 32u) + tid / 32u; /* dealt over the warps */\n")),
+    (CUH, ("      const uint32_t j = base + u * MDR_STAGE_BLOCK + tid;\n",
+           "      const uint32_t j = base + u * MDR_STAGE_BLOCK + sp;\n")),
+    (CUH, ("        const uint32_t o = 16u * (base + u * MDR_STAGE_BLOCK + tid);\n",
+           "        const uint32_t o = 16u * (base + u * MDR_STAGE_BLOCK + sp);\n")),
+    (CUH, ("      if (base + u * MDR_STAGE_BLOCK + tid < nv && part[u]) mdr_stage_store_part",
+           "      if (base + u * MDR_STAGE_BLOCK + sp < nv && part[u]) mdr_stage_store_part")),
+]
+
+# imgpair: see the variant's line above.
+IMGPAIR = [(CUH, ("  const uint32_t nv = (st.inline_bytes + 15u) / 16u;\n",
+                  "  const uint32_t nv = (st.inline_bytes + 15u) / 16u;\n"
+                  "  const uint32_t sp = nv <= MDR_STAGE_INLINE_LARGE_BYTES / 16u\n"
+                  "                          ? (lane >> 1) * 16u + (tid >> 5) * 2u + (lane & 1u) /* sectors over the warps */\n"
+                  "                          : tid;\n"))] + IMGSPREAD[1:]
+
 VARIANTS = {
     "base": [],
     "xltable": XLTABLE,
@@ -907,6 +1012,13 @@ VARIANTS = {
     "idslarge": IDSLARGE,
     "idspad": IDSPAD,
     "largelist256": LARGELIST256,
+    "inlspec": INLSPEC,
+    "inlspecph": INLSPEC + PHASES,
+    "onealloc": ONEALLOC,
+    "imgspread": INLSPEC + IMGSPREAD,
+    "imgspreadph": INLSPEC + IMGSPREAD + PHASES,
+    "imgpair": INLSPEC + IMGPAIR,
+    "imgpairph": INLSPEC + IMGPAIR + PHASES,
 }
 
 # Switch variants: base's build, run with these variables set (validation,
