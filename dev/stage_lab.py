@@ -87,11 +87,6 @@ Variants:
              issuing the image's loads, not before: on main that test waits
              for the entry's parameter load ahead of the image's, two round
              trips in a row where the ids-only step takes one
-  preload    ownlate, and the inline list and table kernels' stage block
-             loads its first image vector (one a thread) and its lane's
-             table entry at entry, before its flags are known; an ids-only
-             inline step copies its image from those too: the parameters'
-             round trip before the image's taken off every inline step
   idslarge   a diagnostic: ids-only inline steps in the large image class
              (the table's room and a 1152-byte image, about 6.4 KiB of
              parameters, where the small class's are 4.6 KiB): does the
@@ -109,33 +104,19 @@ Variants:
              are 4592): the parameter block's size alone, beside idslarge's
              whole class (validated without stage_inline, whose layout
              tests hold the size)
-  inlspec    the inline list and table kernels' stage block compiled a
-             second time for the flags of a host-valued inline step (FETCH
-             | INLINE, no device ids): the ring's counter, the slot's
-             rounds, the device ids' paths and the spread pruned at compile
-             time, so block 0 of such a step runs a short path with few
-             branches to code it has not run in this launch; the other
-             inline steps (device ids) keep the general block
-  inlspecph  inlspec with phases' stamps (both blocks print them)
   onealloc   a diagnostic (mdr-bench only): the step inputs' three
              destinations carved from one device allocation (256-byte
              aligned, in declaration order) where base allocates each on its
              own: whether the stores to more allocations (their pages) cost
              what steps with inputs pay over ids only at 1-2 sequences
-  imgspread  inlspec, and an inline image's vectors dealt over the stage
-             block's warps (vector j to lane j / 8 of warp j % 8) where
-             base gives a warp 32 in a row: a generic load of the launch's
-             parameters whose lanes want distinct addresses may be served a
-             lane at a time, so a 576-byte image (36 vectors) waits on one
-             warp's 32 where it could wait on 5
-  imgspreadph imgspread with phases' stamps
-  imgpair    inlspec, and an image of the large class or smaller (at most
-             72 vectors) dealt over the warps by 32-byte sectors (vectors
-             2s and 2s + 1 to two neighbouring lanes of warp s % 8): at
-             most 5 sectors a warp where base's first warp waits on 16;
-             larger images as base (imgspread's dealing by vector was
-             slower there: 32 sectors a warp's load)
-  imgpairph  imgpair with phases' stamps
+
+Retired (their patches no longer apply; what they measured is in
+dev/step_params_route.md): preload (the image's first vector and the
+table entry loaded at the stage block's entry); inlspec (the stage block
+compiled for a host-valued inline step's flags) and imgspread (an inline
+image dealt over the stage block's warps), on main since as
+mdr_stage_inline_block and mdr_stage_copy_image's dealing; imgpair (the
+dealing by 32-byte sectors), never run.
 
 Switch variants share base's build and run with an environment switch set,
 in validation and in the benches alike (VARIANT+SWITCH runs a switch on
@@ -374,7 +355,7 @@ PHI_PIECE = (
 PHI_BOUNDS = (
     "#pragma unroll\n"
     "    for (uint32_t u = 0; u < R; u++)\n"
-    "      if (base + u * MDR_STAGE_BLOCK + tid < nv && part[u]) mdr_stage_store_part(to[u], r[u], part[u]);\n"
+    "      if (base + u * MDR_STAGE_BLOCK + mine < nv && part[u]) mdr_stage_store_part(to[u], r[u], part[u]);\n"
     "  }\n",
     "    if (lab && base == 0 && tid < 2u) {\n"
     "      MDR_LAB_WAIT(part[0] ^ (uint32_t)to[0]);\n"
@@ -382,7 +363,7 @@ PHI_BOUNDS = (
     "    }\n"
     "#pragma unroll\n"
     "    for (uint32_t u = 0; u < R; u++)\n"
-    "      if (base + u * MDR_STAGE_BLOCK + tid < nv && part[u]) mdr_stage_store_part(to[u], r[u], part[u]);\n"
+    "      if (base + u * MDR_STAGE_BLOCK + mine < nv && part[u]) mdr_stage_store_part(to[u], r[u], part[u]);\n"
     "    if (lab && base == 0 && tid < 2u) lab[3] = MDR_LAB_CLOCK();\n"
     "  }\n")
 PHI_START = (PH_START[0], PH_START[1].replace("long long lab[6] = {0};", "long long lab[10] = {0};"))
@@ -698,115 +679,6 @@ OWN_COPY = (
     "    }\n")
 OWNLATE = [(CUH, OWN_ENTRY), (CUH, OWN_SIG), (CUH, OWN_WAIT), (CUH, OWN_LOAD), (CUH, OWN_COPY)]
 
-# preload: ownlate, and the inline kernels (list and table forms) load, in
-# the stage block, each thread's first image vector and each lane's table
-# entry before anything else, passing them to mdr_stage_block (vec0,
-# pentry); an ids-only inline step copies its image through
-# mdr_stage_copy_image from them too. On base the image's loads wait for
-# the flags' and counts' parameter loads (the branches on them), and with
-# ownlate the table's as well: one round trip to the parameters, then the
-# image's. Here the three are in flight together. The emulation passes
-# them in half its inline cases with an image, a quarter of its inline
-# suite's cases ids only. ptxas -v is the same as base for every kernel.
-PRE_COPY_SIG = (
-    "                                                     uint32_t copy_s, uint4 *hdr) {\n",
-    "                                                     uint32_t copy_s, uint4 *hdr, const uint4 *pre = nullptr) {\n")
-PRE_COPY_LOAD = (
-    "      if (j < nv) r[u] = ((const uint4 *)image)[j];\n    }\n    if (base == 0 && own)",
-    "      if (j < nv) r[u] = pre && base == 0 && u == 0 ? *pre : ((const uint4 *)image)[j];\n    }\n"
-    "    if (base == 0 && own)")
-PRE_BLOCK_SIG = (
-    "                                                const mdr_stage_input *ptable = nullptr) {\n",
-    "                                                const mdr_stage_input *ptable = nullptr, const uint4 *vec0 = nullptr,\n"
-    "                                                const mdr_stage_input *pentry = nullptr) {\n")
-PRE_ENTRY = (
-    "  const bool have = own ? mdr_stage_lane_entry(st, ptable, e)\n"
-    "                        : mdr_stage_lane_entry(st, (const mdr_stage_input *)st.inputs, e);\n",
-    "  bool have;\n"
-    "  if (own && pentry) { /* loaded by the kernel at entry */\n"
-    "    const uint32_t n = st.n_inputs < MDR_STAGE_INPUTS_MAX ? st.n_inputs : MDR_STAGE_INPUTS_MAX;\n"
-    "    const uint32_t lane = threadIdx.x & 31u;\n"
-    "    have = lane >= 1u && lane <= n;\n"
-    "    if (have) e = *pentry;\n"
-    "  } else {\n"
-    "    have = own ? mdr_stage_lane_entry(st, ptable, e)\n"
-    "               : mdr_stage_lane_entry(st, (const mdr_stage_input *)st.inputs, e);\n"
-    "  }\n")
-PRE_IMAGE = (
-    "copy, copy_s, &hv);\n    } else {\n",
-    "copy, copy_s, &hv, vec0);\n    } else {\n")
-PRE_IDS = (
-    "  } else if (fetch) {\n    /* the header in thread 0's registers",
-    "  } else if (fetch && inl && st.inline_bytes && vec0) { /* the image's first vectors loaded at entry */\n"
-    "    uint4 hv = make_uint4(copy, copy, copy_s, copy_s);\n"
-    "    mdr_stage_copy_image(st, e, false, false, slot, true, copy, copy_s, &hv, vec0);\n"
-    "    tokens = hv.x;\n"
-    "    seqs = hv.z;\n"
-    "  } else if (fetch) {\n    /* the header in thread 0's registers")
-
-
-def pre_kernel(form):
-    """The inline kernel of this form loading vec0 and pentry at entry."""
-    head = (f"    zero_{form}_inline_kernel(const __grid_constant__ zf_{form}_inline_params_t<IMG> a) {{\n"
-            "  if (blockIdx.x == 0) {\n")
-    call = ("    mdr_stage_block(a.p.stage, a.p.flags, (uint32_t)a.p.tokens, (uint64_t)(uintptr_t)&a.inline_slot[0], 0, 1,\n"
-            "                    ")
-    return (KFU, (head + call + "zf_ptab(a));\n",
-                  head +
-                  "    /* the image's first vectors and the table's entries, loaded before\n"
-                  "     * anything else is known (through the parameters' generic address, as\n"
-                  "     * the stage block reads its image: an ld.param with an address a lane\n"
-                  "     * serialises the warp's addresses); the stage reads them after its\n"
-                  "     * flags */\n"
-                  "    const uint64_t image = zf_generic((uint64_t)(uintptr_t)&a.inline_slot[0]);\n"
-                  "    uint4 pre = make_uint4(0u, 0u, 0u, 0u);\n"
-                  "    if (threadIdx.x < IMG / 16u) pre = ((const uint4 *)image)[threadIdx.x];\n"
-                  "    mdr_stage_input pe = {};\n"
-                  "    const mdr_stage_input *pt = zf_ptab(a);\n"
-                  "    const uint32_t lane = threadIdx.x & 31u;\n"
-                  "    if (pt && lane >= 1u && lane <= MDR_STAGE_INLINE_TABLE)\n"
-                  "      pe = ((const mdr_stage_input *)zf_generic((uint64_t)(uintptr_t)pt))[lane - 1u];\n"
-                  "    mdr_stage_block(a.p.stage, a.p.flags, (uint32_t)a.p.tokens, image, 0, 1, pt, &pre, pt ? &pe : nullptr);\n"))
-
-
-# (the generic address the preload reads through, where the compiler would
-# otherwise see the parameters and issue ld.param)
-PRE_GENERIC = (KFU, ("#define ZF_LIST_INLINE MDR_ZERO_LIST_INLINE_MAX\n",
-                     "#define ZF_LIST_INLINE MDR_ZERO_LIST_INLINE_MAX\n"
-                     "/* An address the compiler cannot trace back to the parameters, so that its\n"
-                     " * loads stay generic ones (an ld.param with an address a lane serialises a\n"
-                     " * warp's addresses). */\n"
-                     "__device__ __forceinline__ uint64_t zf_generic(uint64_t a) {\n"
-                     "  uint64_t g;\n"
-                     "  asm(\"mov.b64 %0, %1;\" : \"=l\"(g) : \"l\"(a));\n"
-                     "  return g;\n"
-                     "}\n"))
-
-
-EMU = "tests/stage_emulated.cpp"
-PRELOAD = OWNLATE + [
-    (CUH, PRE_COPY_SIG), (CUH, PRE_COPY_LOAD), (CUH, PRE_BLOCK_SIG), (CUH, PRE_ENTRY), (CUH, PRE_IMAGE),
-    (CUH, PRE_IDS), PRE_GENERIC, pre_kernel("list"), pre_kernel("table"),
-    (EMU, ("  uint32_t t, copy, s, copy_s, step, ids_mis, ids_src_kind;",
-           "  uint32_t vec0;   /* INLINE with the image's bytes: 1 the image's first vectors and the table's entries\n"
-           "                      loaded before the stage block runs, as the inline kernels pass them */\n"
-           "  uint32_t t, copy, s, copy_s, step, ids_mis, ids_src_kind;")),
-    (EMU, ("      run_block([&] { mdr_stage_block(st, flags, c.copy, inl, blk, c.blocks, pt); });\n",
-           "      run_block([&] {\n"
-           "        if (!c.vec0) return mdr_stage_block(st, flags, c.copy, inl, blk, c.blocks, pt);\n"
-           "        uint4 v0 = make_uint4(0u, 0u, 0u, 0u);\n"
-           "        if (threadIdx.x < (st.inline_bytes + 15u) / 16u) v0 = ((const uint4 *)(uintptr_t)inl)[threadIdx.x];\n"
-           "        mdr_stage_input pe = {};\n"
-           "        const uint32_t lane = threadIdx.x & 31u;\n"
-           "        if (pt && lane >= 1u && lane <= MDR_STAGE_INLINE_TABLE) pe = pt[lane - 1u];\n"
-           "        mdr_stage_block(st, flags, c.copy, inl, blk, c.blocks, pt, &v0, pt ? &pe : nullptr);\n"
-           "      });\n")),
-    (EMU, ("  if ((spread || inl) && c.n == 0) c.n = 1;\n",
-           "  if ((spread || inl) && c.n == 0) c.n = 1;\n"
-           "  if (inl && g.below(4) == 0) c.n = 0; /* ids only: the image's first vectors may come loaded (vec0) */\n")),
-    (EMU, ("  c.fill_seed = g.next();\n  return c;\n",
-           "  c.vec0 = c.image && g.below(2) == 0;\n  c.fill_seed = g.next();\n  return c;\n")),
-]
 # idslarge: a diagnostic. Ids-only inline steps take the large image class
 # (the list form's parameters with the input table's room: about 6.4 KiB
 # where the small class's are 4.6 KiB) instead of the small one, their stage
@@ -859,8 +731,8 @@ LARGELIST256 = [
            "__global__ void __launch_bounds__(ZF_BLOCK)\n"
            "    zero_list256_large_kernel(const __grid_constant__ zf_list256_large_params a) {\n"
            "  if (blockIdx.x == 0) {\n"
-           "    mdr_stage_block(a.p.stage, a.p.flags, (uint32_t)a.p.tokens, (uint64_t)(uintptr_t)&a.inline_slot[0], 0, 1,\n"
-           "                    a.table);\n"
+           "    mdr_stage_inline_block(a.p.stage, a.p.flags, (uint32_t)a.p.tokens, (uint64_t)(uintptr_t)&a.inline_slot[0],\n"
+           "                           a.table);\n"
            "    return;\n"
            "  }\n"
            "  zf_clear_span(mdr_zero_list_span(a.p.chunk[blockIdx.x - 1]));\n"
@@ -900,49 +772,13 @@ LARGELIST256 = [
     ("kernels/zero_fused.h", ("#define MDR_CUDA_ZERO_KERNELS 19\n", "#define MDR_CUDA_ZERO_KERNELS 20\n")),
 ]
 
-# inlspec: the stage block of a host-valued inline step (flags FETCH |
-# INLINE, neither device ids nor ADVANCE) specialised at compile time.
-# Session 29's SASS reading of the large class's stage block (its copy
-# reached from block 0's entry through four taken branches to code not yet
-# run in the launch, where the ids-only step's ids take two) leaves the
-# instruction fetch as a candidate for what steps with inputs pay at 1-2
-# sequences; a path compiled for the known flags drops the ring's, the
-# device ids' and the spread's branches. The same semantics: the flags bits
-# the block tests are those the host set.
-INLSPEC_KNOWN = "(MDR_STAGE_FETCH | MDR_STAGE_ADVANCE | MDR_STAGE_DEVICE_IDS | MDR_STAGE_INLINE)"
-
-
-def inlspec_kernel(kernel, params):
-    head = (f"    {kernel}(const __grid_constant__ {params}<IMG> a) {{\n"
-            "  if (blockIdx.x == 0) {\n")
-    return (KFU, (head, head +
-                  f"    if ((a.p.flags & {INLSPEC_KNOWN}) == (MDR_STAGE_FETCH | MDR_STAGE_INLINE)) {{\n"
-                  "      mdr_stage_block<MDR_STAGE_FETCH | MDR_STAGE_INLINE>(a.p.stage, a.p.flags, (uint32_t)a.p.tokens,\n"
-                  "                                                         (uint64_t)(uintptr_t)&a.inline_slot[0], 0, 1,\n"
-                  "                                                         zf_ptab(a));\n"
-                  "      return;\n"
-                  "    }\n"))
-
-
-INLSPEC = [
-    (CUH, ("__device__ __forceinline__ void mdr_stage_block(const mdr_stage_desc &st, uint32_t flags, uint32_t copy,\n",
-           "template <uint32_t KNOWN = 0u>\n"
-           "__device__ __forceinline__ void mdr_stage_block(const mdr_stage_desc &st, uint32_t flags, uint32_t copy,\n")),
-    (CUH, ("                                                const mdr_stage_input *ptable = nullptr) {\n",
-           "                                                const mdr_stage_input *ptable = nullptr) {\n"
-           f"  if (KNOWN) flags = (flags & ~(uint32_t){INLSPEC_KNOWN}) | KNOWN; /* known bits: folded */\n")),
-    inlspec_kernel("zero_list_inline_kernel", "zf_list_inline_params_t"),
-    inlspec_kernel("zero_table_inline_kernel", "zf_table_inline_params_t"),
-]
-
 # onealloc: a diagnostic in mdr-bench alone. The inputs' destinations in
 # one allocation, each at a 256-byte aligned offset, where base gives each
-# its own. inlspec (session 32, call 2) shortened the stage block of a step
-# with inputs by about 0.27 us at 1 sequence with no change in the step's
-# GPU time, so the block's end is not the step's bound there; its stores to
-# allocations the ids-only step never touches are what such a step still
-# adds to the launch (a store is issued before the block ends and completes
-# before the kernel does).
+# its own: whether the stores of a step with inputs to allocations the
+# ids-only step never touches (a store is issued before the stage block
+# ends and completes before the kernel does) cost what such a step pays
+# over ids only at 1-2 sequences. Measured: no
+# (bench/results/h200-2026-12-05-session32/, call 3).
 BR = "bench/bench_runner.c"
 ONEALLOC = [
     (BR, ("    CHECK(r->b, mdr_backend_alloc(r->b, n * sizeof(uint32_t), &r->input_dst[i]));\n",
@@ -956,27 +792,6 @@ ONEALLOC = [
     (BR, ("    if (r->input_dst[i]) mdr_backend_free(r->b, r->input_dst[i]);\n",
           "    if (r->input_dst[i] && i == 0) mdr_backend_free(r->b, r->input_dst[i]);\n")),
 ]
-
-# imgspread: see the variant's line above. The same vectors, loaded and
-# stored by other threads; thread 0 still takes vector 0 (the header).
-IMGSPREAD = [
-    (CUH, ("  const uint32_t nv = (st.inline_bytes + 15u) / 16u;\n",
-           "  const uint32_t nv = (st.inline_bytes + 15u) / 16u;\n"
-           "  const uint32_t sp = lane * (MDR_STAGE_BLOCK / 32u) + tid / 32u; /* dealt over the warps */\n")),
-    (CUH, ("      const uint32_t j = base + u * MDR_STAGE_BLOCK + tid;\n",
-           "      const uint32_t j = base + u * MDR_STAGE_BLOCK + sp;\n")),
-    (CUH, ("        const uint32_t o = 16u * (base + u * MDR_STAGE_BLOCK + tid);\n",
-           "        const uint32_t o = 16u * (base + u * MDR_STAGE_BLOCK + sp);\n")),
-    (CUH, ("      if (base + u * MDR_STAGE_BLOCK + tid < nv && part[u]) mdr_stage_store_part",
-           "      if (base + u * MDR_STAGE_BLOCK + sp < nv && part[u]) mdr_stage_store_part")),
-]
-
-# imgpair: see the variant's line above.
-IMGPAIR = [(CUH, ("  const uint32_t nv = (st.inline_bytes + 15u) / 16u;\n",
-                  "  const uint32_t nv = (st.inline_bytes + 15u) / 16u;\n"
-                  "  const uint32_t sp = nv <= MDR_STAGE_INLINE_LARGE_BYTES / 16u\n"
-                  "                          ? (lane >> 1) * 16u + (tid >> 5) * 2u + (lane & 1u) /* sectors over the warps */\n"
-                  "                          : tid;\n"))] + IMGSPREAD[1:]
 
 VARIANTS = {
     "base": [],
@@ -1008,17 +823,10 @@ VARIANTS = {
     "seedinline": SEEDINLINE,
     "large256": LARGE256,
     "ownlate": OWNLATE,
-    "preload": PRELOAD,
     "idslarge": IDSLARGE,
     "idspad": IDSPAD,
     "largelist256": LARGELIST256,
-    "inlspec": INLSPEC,
-    "inlspecph": INLSPEC + PHASES,
     "onealloc": ONEALLOC,
-    "imgspread": INLSPEC + IMGSPREAD,
-    "imgspreadph": INLSPEC + IMGSPREAD + PHASES,
-    "imgpair": INLSPEC + IMGPAIR,
-    "imgpairph": INLSPEC + IMGPAIR + PHASES,
 }
 
 # Switch variants: base's build, run with these variables set (validation,

@@ -472,8 +472,8 @@ template <unsigned IMG>
 __global__ void __launch_bounds__(ZF_BLOCK)
     zero_list_inline_kernel(const __grid_constant__ zf_list_inline_params_t<IMG> a) {
   if (blockIdx.x == 0) {
-    mdr_stage_block(a.p.stage, a.p.flags, (uint32_t)a.p.tokens, (uint64_t)(uintptr_t)&a.inline_slot[0], 0, 1,
-                    zf_ptab(a));
+    mdr_stage_inline_block(a.p.stage, a.p.flags, (uint32_t)a.p.tokens, (uint64_t)(uintptr_t)&a.inline_slot[0],
+                           zf_ptab(a));
     return;
   }
   zf_clear_span(mdr_zero_list_span(a.p.chunk[blockIdx.x - 1]));
@@ -483,8 +483,8 @@ template <unsigned IMG>
 __global__ void __launch_bounds__(ZF_BLOCK)
     zero_table_inline_kernel(const __grid_constant__ zf_table_inline_params_t<IMG> a) {
   if (blockIdx.x == 0) {
-    mdr_stage_block(a.p.stage, a.p.flags, (uint32_t)a.p.tokens, (uint64_t)(uintptr_t)&a.inline_slot[0], 0, 1,
-                    zf_ptab(a));
+    mdr_stage_inline_block(a.p.stage, a.p.flags, (uint32_t)a.p.tokens, (uint64_t)(uintptr_t)&a.inline_slot[0],
+                           zf_ptab(a));
     return;
   }
   zf_table_zero(a.p, 1u);

@@ -278,7 +278,20 @@ __device__ __forceinline__ void mdr_stage_store_part(uint64_t to, const uint4 &v
  * stage block calls it (an inline launch has one). The ids are the image's
  * (lane 0) when `ids`; a device-id step's image (DEVICE_IDS) carries the
  * header and the host inputs only, its ids room unused, and its ids are
- * copied from the device after. */
+ * copied from the device after.
+ *
+ * Which thread takes which vector: a generic load of the launch's
+ * parameters waits on the 32-byte sectors its warp's lanes touch, so an
+ * image of the large class or smaller (at most MDR_STAGE_IMAGE_DEALT
+ * vectors: 1-2 sequences of a decode step's inputs) is dealt over the
+ * block's warps, vector j to lane j / W of warp j % W (W warps), a few
+ * sectors a warp where 32 vectors in a row make warp 0 wait on 16. A
+ * larger image keeps the vectors in a row (thread j takes vector j of each
+ * MDR_STAGE_BLOCK): dealt, each lane's vector would sit in a sector of its
+ * own, twice the sectors a load (docs/GRAPHS.md, "Small steps inline").
+ * Thread 0 takes vector 0 either way. */
+#define MDR_STAGE_IMAGE_DEALT (MDR_STAGE_INLINE_LARGE_BYTES / 16u)
+static_assert(MDR_STAGE_BLOCK % 32 == 0, "the stage block is whole warps");
 __device__ __forceinline__ void mdr_stage_copy_image(const mdr_stage_desc &st, const mdr_stage_input &e, bool have,
                                                      uint64_t image, bool ids, uint32_t copy_t, uint32_t copy_s,
                                                      uint4 *hdr) {
@@ -286,11 +299,13 @@ __device__ __forceinline__ void mdr_stage_copy_image(const mdr_stage_desc &st, c
   const uint32_t tid = threadIdx.x, lane = tid & 31u;
   const uint32_t nv = (st.inline_bytes + 15u) / 16u;
   const uint32_t n = st.n_inputs < MDR_STAGE_INPUTS_MAX ? st.n_inputs : MDR_STAGE_INPUTS_MAX;
+  /* this thread's vector of each MDR_STAGE_BLOCK: dealt over the warps, or in a row */
+  const uint32_t mine = nv <= MDR_STAGE_IMAGE_DEALT ? lane * (MDR_STAGE_BLOCK / 32u) + tid / 32u : tid;
   for (uint32_t base = 0; base < nv; base += R * MDR_STAGE_BLOCK) {
     uint4 r[R];
 #pragma unroll
     for (uint32_t u = 0; u < R; u++) {
-      const uint32_t j = base + u * MDR_STAGE_BLOCK + tid;
+      const uint32_t j = base + u * MDR_STAGE_BLOCK + mine;
       if (j < nv) r[u] = ((const uint4 *)image)[j];
     }
     if (base == 0 && hdr && tid == 0) *hdr = r[0];
@@ -313,7 +328,7 @@ __device__ __forceinline__ void mdr_stage_copy_image(const mdr_stage_desc &st, c
       const uint64_t kd = __shfl_sync(0xffffffffu, dst, (int)k);
 #pragma unroll
       for (uint32_t u = 0; u < R; u++) {
-        const uint32_t o = 16u * (base + u * MDR_STAGE_BLOCK + tid);
+        const uint32_t o = 16u * (base + u * MDR_STAGE_BLOCK + mine);
         if (o >= ko && o - ko < kl) {
           to[u] = kd + (o - ko);
           part[u] = kl - (o - ko) < 16u ? kl - (o - ko) : 16u;
@@ -322,7 +337,7 @@ __device__ __forceinline__ void mdr_stage_copy_image(const mdr_stage_desc &st, c
     }
 #pragma unroll
     for (uint32_t u = 0; u < R; u++)
-      if (base + u * MDR_STAGE_BLOCK + tid < nv && part[u]) mdr_stage_store_part(to[u], r[u], part[u]);
+      if (base + u * MDR_STAGE_BLOCK + mine < nv && part[u]) mdr_stage_store_part(to[u], r[u], part[u]);
   }
 }
 
@@ -395,10 +410,18 @@ __device__ __forceinline__ void mdr_stage_publish_counts(const mdr_stage_desc &s
  * launch's own copy of the input table (the generic address of its room in
  * the parameters, MDR_STAGE_INLINE_TABLE entries), read in place of
  * st.inputs when the caller wrote it there (an entry's destination is
- * never 0); nullptr, or room left zeroed, reads st.inputs. */
+ * never 0); nullptr, or room left zeroed, reads st.inputs.
+ *
+ * KNOWN: 0, or the launch's MDR_STAGE_KNOWN_BITS as the caller has tested
+ * them, so that the compiler drops the paths those bits rule out (a
+ * second copy of the block's code, mdr_stage_inline_block). */
+#define MDR_STAGE_KNOWN_BITS (MDR_STAGE_FETCH | MDR_STAGE_ADVANCE | MDR_STAGE_DEVICE_IDS | MDR_STAGE_INLINE)
+template <uint32_t KNOWN = 0u>
 __device__ __forceinline__ void mdr_stage_block(const mdr_stage_desc &st, uint32_t flags, uint32_t copy,
                                                 uint64_t inline_slot = 0, uint32_t blk = 0, uint32_t blocks = 1,
                                                 const mdr_stage_input *ptable = nullptr) {
+  static_assert((KNOWN & ~(uint32_t)MDR_STAGE_KNOWN_BITS) == 0u, "KNOWN: stage bits the block tests");
+  if (KNOWN) flags = (flags & ~(uint32_t)MDR_STAGE_KNOWN_BITS) | KNOWN; /* known bits: constants from here */
   const uint32_t copy_s = st.copy_sequences;
   __shared__ mdr_stage_input s_in[MDR_STAGE_INPUTS_MAX];
   if ((flags & (MDR_STAGE_FETCH | MDR_STAGE_ADVANCE)) == 0) {
@@ -532,6 +555,22 @@ __device__ __forceinline__ void mdr_stage_block(const mdr_stage_desc &st, uint32
       *(volatile uint64_t *)st.ack = step + 1;
     }
   }
+}
+
+/* The stage block of an inline launch (one stage block, its slot image at
+ * inline_slot in its parameters, its input table at ptable or nullptr):
+ * a host-valued step (FETCH | INLINE, neither device ids nor ADVANCE)
+ * takes mdr_stage_block compiled for those bits, without the ring's
+ * counter, the slot's rounds, the device ids' paths or the spread, so that
+ * block 0 runs a short path with few branches to code it has not run in
+ * the launch; other inline steps (device ids) take the general block. The
+ * same work either way. Every thread of the block calls it. */
+__device__ __forceinline__ void mdr_stage_inline_block(const mdr_stage_desc &st, uint32_t flags, uint32_t copy,
+                                                       uint64_t inline_slot, const mdr_stage_input *ptable) {
+  if ((flags & MDR_STAGE_KNOWN_BITS) == (MDR_STAGE_FETCH | MDR_STAGE_INLINE))
+    mdr_stage_block<MDR_STAGE_FETCH | MDR_STAGE_INLINE>(st, flags, copy, inline_slot, 0, 1, ptable);
+  else
+    mdr_stage_block(st, flags, copy, inline_slot, 0, 1, ptable);
 }
 
 /* The stager of a DYNAMIC launch by device count (the block holding ticket

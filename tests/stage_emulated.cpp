@@ -332,6 +332,14 @@ uint64_t inline_slot_of(const Case &c, const World &w) {
   return (c.flags & MDR_STAGE_INLINE) ? w.desc.ring + (c.step % c.slots) * w.desc.slot_bytes : 0;
 }
 
+/* What the cases drew of the inline stage block's paths: launches the
+ * block compiled for FETCH | INLINE served (mdr_stage_inline_block), other
+ * inline launches, and inline images dealt over the warps or in a row
+ * (mdr_stage_copy_image). */
+struct InlinePaths {
+  unsigned known = 0, general = 0, dealt = 0, in_row = 0;
+} g_paths;
+
 void run_device(const Case &c, World &w) {
   const mdr_stage_desc &st = w.desc;
   if (!(c.flags & MDR_STAGE_DYNAMIC)) {
@@ -348,6 +356,14 @@ void run_device(const Case &c, World &w) {
     }
     const mdr_stage_input *pt = c.ptable ? ptab : nullptr;
     for (uint32_t blk = 0; blk < c.blocks; blk++) { /* the stage blocks, one after another */
+      if (inl) { /* an inline launch: one stage block, as the inline kernels serve it */
+        const bool known = (flags & MDR_STAGE_KNOWN_BITS) == (MDR_STAGE_FETCH | MDR_STAGE_INLINE);
+        (known ? g_paths.known : g_paths.general)++;
+        if (st.inline_bytes && st.n_inputs)
+          ((st.inline_bytes + 15u) / 16u <= MDR_STAGE_IMAGE_DEALT ? g_paths.dealt : g_paths.in_row)++;
+        run_block([&] { mdr_stage_inline_block(st, flags, c.copy, inl, pt); });
+        return;
+      }
       run_block([&] { mdr_stage_block(st, flags, c.copy, inl, blk, c.blocks, pt); });
       if (blk + 1u == c.blocks) break;
       /* before the last: counted, and nothing advanced */
@@ -498,5 +514,12 @@ int main(int argc, char **argv) {
   }
   std::printf("stage_emulated: %u cases (%u spread over several stage blocks), %u mismatched\n", cases, spread,
               failed);
+  std::printf("stage_emulated: inline launches: %u by the block compiled for FETCH | INLINE, %u by the general "
+              "block; images with inputs: %u dealt over the warps, %u in a row\n",
+              g_paths.known, g_paths.general, g_paths.dealt, g_paths.in_row);
+  if (inline_only && (!g_paths.known || !g_paths.general || !g_paths.dealt || !g_paths.in_row)) {
+    std::printf("stage_emulated: the inline cases did not draw every path\n");
+    return 1;
+  }
   return failed ? 1 : 0;
 }

@@ -1,28 +1,26 @@
 #!/bin/bash
-# Call 5, from a checkout of main with dev/stage_lab.py's imgpair variant
-# (inlspec, and an image of at most 72 vectors dealt over the stage block's
-# warps by 32-byte sectors; larger images as base):
-#   1. base and imgpair timed as call 4 (four interleaved runs, policy all,
-#      1-64 sequences), each validated first by the step-input suites;
-#   2. imgpairph (its stage block's SM clock stamps, one run, 1, 2 and 4
-#      sequences), beside call 4's imgspreadph.
+# Call 5: the tree that lands (main with mdr_stage_inline_block and the
+# image dealt over the warps) checked on the GPU: configure and build the
+# staging and graph suites, run them (ctest), then memcheck of stage_inline
+# and step_inputs as the call's time allows (CALL_LIMIT, default 300 s).
 . scripts/device-env.sh  # multicast off (NCCL_NVLS_ENABLE=0, children too), Criterion's paths
-export PYTHONUNBUFFERED=1
-d=/tmp/s32c5; rm -rf $d; mkdir -p $d/lab $d/ph; nvidia-smi -L > $d/checks.txt
-pack() { cp $d/checks.txt $OUT/ 2>/dev/null; cp $d/lab/stage_lab.txt $OUT/stage_lab.txt 2>/dev/null
-         cp $d/ph/stage_lab.txt $OUT/phases_lab.txt 2>/dev/null
-         (cd /tmp && tar --exclude='*/src' --exclude='*/build' -cJf $OUT/call5.tar.xz s32c5); }
+d=/tmp/s32c5; rm -rf $d; mkdir -p $d; nvidia-smi -L > $d/checks.txt
+pack() { cp $d/*.txt $d/*.log $OUT/ 2>/dev/null; }
 t1=$SECONDS
-timeout ${LAB_TIMEOUT:-260} python3 dev/stage_lab.py $d/lab base imgpair \
-  --runs ${LAB_RUNS:-4} --builds 3 --pin 3 -- \
-  --strategies graph-fused,graph-fused-inputs,graph-fused-inputs-devtable \
-  --tokens 1,2,4,8,16,32,64 --presets glm-5.3-flash-tp2 --policies all --cpu-reps 1000 --force > $d/lab.out 2>&1
-echo "lab rc $? $((SECONDS - t1)) s" >> $d/checks.txt; pack
+cmake -S . -B $d/build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CUDA_ARCHITECTURES=90 -DMDR_REQUIRE_TESTS=ON > $d/configure.log 2>&1 &&
+  cmake --build $d/build -j "$(nproc)" --target test_stage_inline test_staging stage_emulated test_step_inputs \
+    test_graph_cache test_zero_fused > $d/build.log 2>&1
+echo "build rc $? $((SECONDS - t1)) s" >> $d/checks.txt; pack
 t1=$SECONDS
-timeout ${PH_TIMEOUT:-110} python3 dev/stage_lab.py $d/ph imgpairph --runs 1 --builds 1 -- \
-  --strategies graph-fused,graph-fused-inputs,graph-fused-inputs-devtable \
-  --tokens 1,2,4 --presets glm-5.3-flash-tp2 --policies all --cpu-reps 200 --force > $d/ph.out 2>&1
-echo "phases lab rc $? $((SECONDS - t1)) s" >> $d/checks.txt; pack
-cat $d/checks.txt
-sed -n '/policy all$/,/^$/p' $d/lab/stage_lab.txt | head -30
-grep -A16 "phases stamps" $d/ph/stage_lab.txt | head -20
+(cd $d/build && ctest -R '^(stage_inline|staging|staging_emulated|staging_emulated_inline|step_inputs|graph_cache|zero_fused)$' \
+   --output-on-failure > $d/ctest.log 2>&1)
+echo "ctest rc $? $((SECONDS - t1)) s: $(grep -h 'tests passed' $d/ctest.log)" >> $d/checks.txt; pack
+cs="compute-sanitizer --error-exitcode 1 --tool memcheck --report-api-errors no"
+for s in stage_inline step_inputs; do
+  [ $SECONDS -lt $(( ${CALL_LIMIT:-300} - 30 )) ] || { echo "memcheck $s skipped: no time left" >> $d/checks.txt; continue; }
+  t1=$SECONDS
+  timeout 30 $cs $d/build/tests/test_$s --jobs 1 > $d/memcheck-$s.log 2>&1
+  echo "memcheck $s rc $? $((SECONDS - t1)) s: $(grep -h 'Synthesis' $d/memcheck-$s.log | tr -s ' ') $(grep -h 'ERROR SUMMARY' $d/memcheck-$s.log)" >> $d/checks.txt
+done
+pack
+cat $d/checks.txt; grep -E "Skipped|Failed|\*\*\*" $d/ctest.log | head
