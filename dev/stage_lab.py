@@ -109,6 +109,16 @@ Variants:
              aligned, in declaration order) where base allocates each on its
              own: whether the stores to more allocations (their pages) cost
              what steps with inputs pay over ids only at 1-2 sequences
+  imgpair    an inline image of at most 72 vectors dealt over the stage
+             block's warps by 32-byte sectors (vectors 2s and 2s + 1 to
+             neighbouring lanes of warp s % 8: at most 3 sectors a warp at 1
+             sequence, 5 at 2) where main deals it by vector (one sector a
+             lane: 5 and 9); larger images in a row, as main
+  pairall    imgpair's dealing for every image (a larger one's load then
+             touches 16 sectors a warp, as in a row, in 16 lines, not 4)
+  wordtail   a piece's part-vector (a position or a length, 4 bytes at a
+             sequence) stored in 4-byte words where its destination is
+             word-aligned, where main stores it a byte at a time
 
 Retired (their patches no longer apply; what they measured is in
 dev/step_params_route.md): preload (the image's first vector and the
@@ -116,7 +126,8 @@ table entry loaded at the stage block's entry); inlspec (the stage block
 compiled for a host-valued inline step's flags) and imgspread (an inline
 image dealt over the stage block's warps), on main since as
 mdr_stage_inline_block and mdr_stage_copy_image's dealing; imgpair (the
-dealing by 32-byte sectors), never run.
+dealing by 32-byte sectors, as first written against inlspec), never run;
+rewritten above against main.
 
 Switch variants share base's build and run with an environment switch set,
 in validation and in the benches alike (VARIANT+SWITCH runs a switch on
@@ -793,6 +804,24 @@ ONEALLOC = [
           "    if (r->input_dst[i] && i == 0) mdr_backend_free(r->b, r->input_dst[i]);\n")),
 ]
 
+# imgpair and pairall: mdr_stage_copy_image's thread-to-vector map by
+# 32-byte sectors: thread (lane, warp w) of W warps takes vector
+# 2 (lane / 2) W + 2 w + lane % 2 of each MDR_STAGE_BLOCK (a bijection, thread 0
+# vector 0). imgpair for the images main deals (at most
+# MDR_STAGE_IMAGE_DEALT vectors), pairall for every image.
+MINE_MAIN = ("  const uint32_t mine = nv <= MDR_STAGE_IMAGE_DEALT ? lane * (MDR_STAGE_BLOCK / 32u) + tid / 32u : tid;\n")
+PAIR_MAP = "(lane >> 1) * (MDR_STAGE_BLOCK / 16u) + (tid >> 5) * 2u + (lane & 1u)"
+IMGPAIR = [(CUH, (MINE_MAIN, f"  const uint32_t mine = nv <= MDR_STAGE_IMAGE_DEALT ? {PAIR_MAP} : tid;\n"))]
+PAIRALL = [(CUH, (MINE_MAIN, f"  const uint32_t mine = {PAIR_MAP};\n"))]
+# wordtail: mdr_stage_store_part's part-vector in words where aligned.
+WORDTAIL = [(CUH, ("  for (uint32_t b = 0; b < n; b++) {\n"
+                   "    const uint32_t w = b < 4u ? v.x : b < 8u ? v.y : b < 12u ? v.z : v.w;\n",
+                   "  uint32_t b0 = 0;\n"
+                   "  if ((to & 3u) == 0)\n"
+                   "    for (; b0 + 4u <= n; b0 += 4u) *(uint32_t *)(to + b0) = b0 < 4u ? v.x : b0 < 8u ? v.y : b0 < 12u ? v.z : v.w;\n"
+                   "  for (uint32_t b = b0; b < n; b++) {\n"
+                   "    const uint32_t w = b < 4u ? v.x : b < 8u ? v.y : b < 12u ? v.z : v.w;\n"))]
+
 VARIANTS = {
     "base": [],
     "xltable": XLTABLE,
@@ -827,6 +856,9 @@ VARIANTS = {
     "idspad": IDSPAD,
     "largelist256": LARGELIST256,
     "onealloc": ONEALLOC,
+    "imgpair": IMGPAIR,
+    "pairall": PAIRALL,
+    "wordtail": WORDTAIL,
 }
 
 # Switch variants: base's build, run with these variables set (validation,
