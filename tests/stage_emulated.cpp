@@ -28,13 +28,17 @@
  * before the input table is waited for, the rest placed as a ring slot;
  * a third with the input table in the launch's parameters, the one in
  * device memory cleared, and a third with that room left zeroed, so that
- * the device table serves).
+ * the device table serves). An INLINE launch runs through
+ * mdr_stage_inline_block, as the inline kernels' block 0 does: a
+ * host-valued one in the block compiled for its flags, the rest in the
+ * general block; its image is dealt over the warps when small.
  *
  * A plain program (no Criterion): exit 0 when every case matches, 1 on a
  * mismatch; a fault aborts. Usage: stage_emulated [cases] [seed] [spread|inline]
  * (inline: every case an INLINE launch with inputs, its table in its
  * parameters or not, half of them with device ids, a third of them with
- * over a thousand tokens;
+ * over a thousand tokens; it fails unless the cases drew both blocks and
+ * both of the image's layouts, dealt and in a row;
  * spread: every case a launch whose stage is spread over 2-6 blocks, run
  * one after another, the counter checked unadvanced until the last; half
  * of them with device ids, which the first block alone copies). */
