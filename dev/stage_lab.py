@@ -119,6 +119,7 @@ Variants:
   wordtail   a piece's part-vector (a position or a length, 4 bytes at a
              sequence) stored in 4-byte words where its destination is
              word-aligned, where main stores it a byte at a time
+  pairword   imgpair and wordtail together
 
 Retired (their patches no longer apply; what they measured is in
 dev/step_params_route.md): preload (the image's first vector and the
@@ -859,6 +860,7 @@ VARIANTS = {
     "imgpair": IMGPAIR,
     "pairall": PAIRALL,
     "wordtail": WORDTAIL,
+    "pairword": IMGPAIR + WORDTAIL,
 }
 
 # Switch variants: base's build, run with these variables set (validation,

@@ -10,11 +10,12 @@
 #   imgpair   the dealing by 32-byte sectors (half the sectors a warp)
 #   pairall   imgpair's map for every image (the extra-large classes too)
 #   wordtail  a piece's part-vector stored in words where aligned
+#   pairword  imgpair and wordtail together
 # timed as calls 1-4 (ids only, the whole table staged, the table on the
 # device; 1-64 sequences, GLM-5.3, policy all), three interleaved runs
 # pinned to CPU 3, each validated first by the step-input suites on the
 # GPU; then phases on base at 1, 2 and 4 sequences as time allows.
-# LAB_VARIANTS, LAB_RUNS, LAB_TIMEOUT (default 420 s) shorten it.
+# LAB_VARIANTS, LAB_RUNS, LAB_TIMEOUT (default 460 s) shorten it.
 . scripts/device-env.sh  # multicast off (NCCL_NVLS_ENABLE=0, children too), Criterion's paths
 export PYTHONUNBUFFERED=1
 d=/tmp/s32c6; rm -rf $d; mkdir -p $d/lab $d/ph; nvidia-smi -L > $d/checks.txt
@@ -22,7 +23,7 @@ pack() { cp $d/checks.txt $OUT/ 2>/dev/null; cp $d/lab/stage_lab.txt $OUT/stage_
          cp $d/ph/stage_lab.txt $OUT/phases_lab.txt 2>/dev/null
          (cd /tmp && tar --exclude='*/src' --exclude='*/build' -cJf $OUT/call6.tar.xz s32c6); }
 t1=$SECONDS
-timeout ${LAB_TIMEOUT:-420} python3 dev/stage_lab.py $d/lab ${LAB_VARIANTS:-base prev=.device-prev imgpair pairall wordtail} \
+timeout ${LAB_TIMEOUT:-460} python3 dev/stage_lab.py $d/lab ${LAB_VARIANTS:-base prev=.device-prev imgpair pairall wordtail pairword} \
   --runs ${LAB_RUNS:-3} --builds 3 --pin 3 -- \
   --strategies graph-fused,graph-fused-inputs,graph-fused-inputs-devtable \
   --tokens 1,2,4,8,16,32,64 --presets glm-5.3-flash-tp2 --policies all --cpu-reps 1000 --force > $d/lab.out 2>&1
