@@ -147,6 +147,14 @@ static double lone_rank(uint32_t e, uint32_t b, mdr_all_reduce_algo algo, double
   return waited;
 }
 
+/* The most a lone rank may take, in ms, from its peer's abort (or its
+ * peer's end) to its return. The wait it ends would otherwise last the host
+ * communicator's time limit (30 s), so a return within a few seconds is the
+ * abort's doing; a loaded machine (a CI box building beside the suite)
+ * deschedules the polling thread for up to a second, so the bound is not
+ * a latency figure. */
+#define ABORT_RETURN_MS 5000.0
+
 static const uint32_t k_long[] = {0x3FFFFFFFu, 0x40000000u, 0x7FFFFFFFu, 0x80000000u, 0xC0000000u, 0xFFFFFFFFu};
 
 Test(ar_protocol, a_lone_rank_waits_at_every_long_running_start_state, .timeout = 120) {
@@ -157,9 +165,9 @@ Test(ar_protocol, a_lone_rank_waits_at_every_long_running_start_state, .timeout 
        * two-shot run (barriers at an even value near the same point) */
       const double w1 = lone_rank(k_long[i], 0, algos[a], 60, 1);
       const double w2 = lone_rank(k_long[i], k_long[i] & ~1u, algos[a], 60, 1);
-      cr_assert_lt(w1, 100.0, "0x%08x, %s: %.1f ms from the abort to the return", k_long[i],
+      cr_assert_lt(w1, ABORT_RETURN_MS, "0x%08x, %s: %.1f ms from the abort to the return", k_long[i],
                    mdr_all_reduce_algo_name(algos[a]), w1);
-      cr_assert_lt(w2, 100.0, "0x%08x, %s: %.1f ms", k_long[i], mdr_all_reduce_algo_name(algos[a]), w2);
+      cr_assert_lt(w2, ABORT_RETURN_MS, "0x%08x, %s: %.1f ms", k_long[i], mdr_all_reduce_algo_name(algos[a]), w2);
     }
 }
 
@@ -204,7 +212,7 @@ Test(ar_protocol, destroying_a_rank_ends_its_peers_waits_at_once, .timeout = 60)
   mdr_comm_destroy(t.c[1]);
   t.c[1] = NULL;
   pthread_join(th, NULL);
-  cr_assert_lt(l.t_end - t0, 100.0, "rank 0 returned %.1f ms after its peer went away", l.t_end - t0);
+  cr_assert_lt(l.t_end - t0, ABORT_RETURN_MS, "rank 0 returned %.1f ms after its peer went away", l.t_end - t0);
   cr_assert_eq(l.st, MDR_ERR_STATE, "%s", l.why);
   team_fini(&t);
 }
