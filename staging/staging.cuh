@@ -262,6 +262,11 @@ __device__ __forceinline__ void mdr_stage_store_part(uint64_t to, const uint4 &v
   }
 }
 
+/* The largest inline image mdr_stage_copy_image deals over the warps, in
+ * vectors: the large class's. */
+#define MDR_STAGE_IMAGE_DEALT (MDR_STAGE_INLINE_LARGE_BYTES / 16u)
+static_assert(MDR_STAGE_BLOCK % 32 == 0, "the stage block is whole warps");
+
 /* An inline launch's image copied (FETCH | INLINE with the image's bytes in
  * st.inline_bytes): every vector of the image is loaded first, from the
  * launch's own parameters, which needs nothing else; only then does each
@@ -290,8 +295,6 @@ __device__ __forceinline__ void mdr_stage_store_part(uint64_t to, const uint4 &v
  * MDR_STAGE_BLOCK): dealt, each lane's vector would sit in a sector of its
  * own, twice the sectors a load (docs/GRAPHS.md, "Small steps inline").
  * Thread 0 takes vector 0 either way. */
-#define MDR_STAGE_IMAGE_DEALT (MDR_STAGE_INLINE_LARGE_BYTES / 16u)
-static_assert(MDR_STAGE_BLOCK % 32 == 0, "the stage block is whole warps");
 __device__ __forceinline__ void mdr_stage_copy_image(const mdr_stage_desc &st, const mdr_stage_input &e, bool have,
                                                      uint64_t image, bool ids, uint32_t copy_t, uint32_t copy_s,
                                                      uint4 *hdr) {
@@ -389,6 +392,10 @@ __device__ __forceinline__ void mdr_stage_publish_counts(const mdr_stage_desc &s
   ((uint32_t *)st.count_out)[1] = s;
 }
 
+/* The flags bits mdr_stage_block tests (a caller may fix them at compile
+ * time: its KNOWN). */
+#define MDR_STAGE_KNOWN_BITS (MDR_STAGE_FETCH | MDR_STAGE_ADVANCE | MDR_STAGE_DEVICE_IDS | MDR_STAGE_INLINE)
+
 /* Serve a staged step of a static or TABLE launch from one block: `copy` is
  * the launch's ids count (known on the host), copy_sequences the
  * per-sequence rows (in the descriptor). Reads the counter, then in one
@@ -415,7 +422,6 @@ __device__ __forceinline__ void mdr_stage_publish_counts(const mdr_stage_desc &s
  * KNOWN: 0, or the launch's MDR_STAGE_KNOWN_BITS as the caller has tested
  * them, so that the compiler drops the paths those bits rule out (a
  * second copy of the block's code, mdr_stage_inline_block). */
-#define MDR_STAGE_KNOWN_BITS (MDR_STAGE_FETCH | MDR_STAGE_ADVANCE | MDR_STAGE_DEVICE_IDS | MDR_STAGE_INLINE)
 template <uint32_t KNOWN = 0u>
 __device__ __forceinline__ void mdr_stage_block(const mdr_stage_desc &st, uint32_t flags, uint32_t copy,
                                                 uint64_t inline_slot = 0, uint32_t blk = 0, uint32_t blocks = 1,

@@ -359,15 +359,15 @@ void run_device(const Case &c, World &w) {
       std::memset(w.mem + w.table_off, 0, w.table_len);
     }
     const mdr_stage_input *pt = c.ptable ? ptab : nullptr;
+    if (inl) { /* an inline launch: one stage block, as the inline kernels serve it */
+      const bool known = (flags & MDR_STAGE_KNOWN_BITS) == (MDR_STAGE_FETCH | MDR_STAGE_INLINE);
+      (known ? g_paths.known : g_paths.general)++;
+      if (st.inline_bytes && st.n_inputs)
+        ((st.inline_bytes + 15u) / 16u <= MDR_STAGE_IMAGE_DEALT ? g_paths.dealt : g_paths.in_row)++;
+      run_block([&] { mdr_stage_inline_block(st, flags, c.copy, inl, pt); });
+      return;
+    }
     for (uint32_t blk = 0; blk < c.blocks; blk++) { /* the stage blocks, one after another */
-      if (inl) { /* an inline launch: one stage block, as the inline kernels serve it */
-        const bool known = (flags & MDR_STAGE_KNOWN_BITS) == (MDR_STAGE_FETCH | MDR_STAGE_INLINE);
-        (known ? g_paths.known : g_paths.general)++;
-        if (st.inline_bytes && st.n_inputs)
-          ((st.inline_bytes + 15u) / 16u <= MDR_STAGE_IMAGE_DEALT ? g_paths.dealt : g_paths.in_row)++;
-        run_block([&] { mdr_stage_inline_block(st, flags, c.copy, inl, pt); });
-        return;
-      }
       run_block([&] { mdr_stage_block(st, flags, c.copy, inl, blk, c.blocks, pt); });
       if (blk + 1u == c.blocks) break;
       /* before the last: counted, and nothing advanced */
