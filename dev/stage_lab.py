@@ -890,11 +890,13 @@ def build_owner(name):
     return v if plus else name
 
 # The suites that validate a variant (tests/CMakeLists.txt: the Criterion
-# suites by name, stage_emulated as staging_emulated), and what to build.
-SUITES = "^(stage_inline|staging|staging_emulated|step_inputs|graph_cache)$"
+# suites by name; stage_emulated as staging_emulated, and with its spread and
+# inline cases as staging_emulated_spread and staging_emulated_inline, which
+# run the stage block's copy on the host), and what to build.
+SUITES = "^(stage_inline|staging|staging_emulated(_spread|_inline)?|step_inputs|graph_cache)$"
 # variants validated by other suites: those that change the class rule or
 # the parameter layout stage_inline's tests hold run the others only
-SUITES_NO_LAYOUT = "^(staging|staging_emulated|step_inputs|graph_cache)$"
+SUITES_NO_LAYOUT = "^(staging|staging_emulated(_spread|_inline)?|step_inputs|graph_cache)$"
 SUITES_OF = {"idslarge": SUITES_NO_LAYOUT, "idspad": SUITES_NO_LAYOUT, "largelist256": SUITES_NO_LAYOUT}
 TARGETS = ["mdr-bench", "test_stage_inline", "test_staging", "stage_emulated", "test_step_inputs",
            "test_graph_cache"]
