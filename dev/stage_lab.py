@@ -810,9 +810,9 @@ ONEALLOC = [
 # 2 (lane / 2) W + 2 w + lane % 2 of each MDR_STAGE_BLOCK (a bijection, thread 0
 # vector 0). imgpair for the images main deals (at most
 # MDR_STAGE_IMAGE_DEALT vectors), pairall for every image.
-MINE_MAIN = ("  const uint32_t mine = nv <= MDR_STAGE_IMAGE_DEALT ? lane * (MDR_STAGE_BLOCK / 32u) + tid / 32u : tid;\n")
+MINE_MAIN = ("  const uint32_t mine = mdr_stage_image_dealt(nv) ? lane * (MDR_STAGE_BLOCK / 32u) + tid / 32u : tid;\n")
 PAIR_MAP = "(lane >> 1) * (MDR_STAGE_BLOCK / 16u) + (tid >> 5) * 2u + (lane & 1u)"
-IMGPAIR = [(CUH, (MINE_MAIN, f"  const uint32_t mine = nv <= MDR_STAGE_IMAGE_DEALT ? {PAIR_MAP} : tid;\n"))]
+IMGPAIR = [(CUH, (MINE_MAIN, f"  const uint32_t mine = mdr_stage_image_dealt(nv) ? {PAIR_MAP} : tid;\n"))]
 PAIRALL = [(CUH, (MINE_MAIN, f"  const uint32_t mine = {PAIR_MAP};\n"))]
 # wordtail: mdr_stage_store_part's part-vector in words where aligned.
 WORDTAIL = [(CUH, ("  for (uint32_t b = 0; b < n; b++) {\n"

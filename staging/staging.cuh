@@ -267,6 +267,10 @@ __device__ __forceinline__ void mdr_stage_store_part(uint64_t to, const uint4 &v
 #define MDR_STAGE_IMAGE_DEALT (MDR_STAGE_INLINE_LARGE_BYTES / 16u)
 static_assert(MDR_STAGE_BLOCK % 32 == 0, "the stage block is whole warps");
 
+/* Whether mdr_stage_copy_image deals an image of `nv` vectors over the
+ * warps (else it keeps them in a row). */
+__host__ __device__ __forceinline__ bool mdr_stage_image_dealt(uint32_t nv) { return nv <= MDR_STAGE_IMAGE_DEALT; }
+
 /* An inline launch's image copied (FETCH | INLINE with the image's bytes in
  * st.inline_bytes): every vector of the image is loaded first, from the
  * launch's own parameters, which needs nothing else; only then does each
@@ -303,7 +307,7 @@ __device__ __forceinline__ void mdr_stage_copy_image(const mdr_stage_desc &st, c
   const uint32_t nv = (st.inline_bytes + 15u) / 16u;
   const uint32_t n = st.n_inputs < MDR_STAGE_INPUTS_MAX ? st.n_inputs : MDR_STAGE_INPUTS_MAX;
   /* this thread's vector of each MDR_STAGE_BLOCK: dealt over the warps, or in a row */
-  const uint32_t mine = nv <= MDR_STAGE_IMAGE_DEALT ? lane * (MDR_STAGE_BLOCK / 32u) + tid / 32u : tid;
+  const uint32_t mine = mdr_stage_image_dealt(nv) ? lane * (MDR_STAGE_BLOCK / 32u) + tid / 32u : tid;
   for (uint32_t base = 0; base < nv; base += R * MDR_STAGE_BLOCK) {
     uint4 r[R];
 #pragma unroll
@@ -563,6 +567,12 @@ __device__ __forceinline__ void mdr_stage_block(const mdr_stage_desc &st, uint32
   }
 }
 
+/* Whether mdr_stage_inline_block serves an inline launch of these flags by
+ * the block compiled for FETCH | INLINE (a host-valued step). */
+__host__ __device__ __forceinline__ bool mdr_stage_inline_known(uint32_t flags) {
+  return (flags & MDR_STAGE_KNOWN_BITS) == (MDR_STAGE_FETCH | MDR_STAGE_INLINE);
+}
+
 /* The stage block of an inline launch (one stage block, its slot image at
  * inline_slot in its parameters, its input table at ptable or nullptr):
  * a host-valued step (FETCH | INLINE, neither device ids nor ADVANCE)
@@ -573,7 +583,7 @@ __device__ __forceinline__ void mdr_stage_block(const mdr_stage_desc &st, uint32
  * same work either way. Every thread of the block calls it. */
 __device__ __forceinline__ void mdr_stage_inline_block(const mdr_stage_desc &st, uint32_t flags, uint32_t copy,
                                                        uint64_t inline_slot, const mdr_stage_input *ptable) {
-  if ((flags & MDR_STAGE_KNOWN_BITS) == (MDR_STAGE_FETCH | MDR_STAGE_INLINE))
+  if (mdr_stage_inline_known(flags))
     mdr_stage_block<MDR_STAGE_FETCH | MDR_STAGE_INLINE>(st, flags, copy, inline_slot, 0, 1, ptable);
   else
     mdr_stage_block(st, flags, copy, inline_slot, 0, 1, ptable);

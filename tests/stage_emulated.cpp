@@ -360,10 +360,9 @@ void run_device(const Case &c, World &w) {
     }
     const mdr_stage_input *pt = c.ptable ? ptab : nullptr;
     if (inl) { /* an inline launch: one stage block, as the inline kernels serve it */
-      const bool known = (flags & MDR_STAGE_KNOWN_BITS) == (MDR_STAGE_FETCH | MDR_STAGE_INLINE);
-      (known ? g_paths.known : g_paths.general)++;
+      (mdr_stage_inline_known(flags) ? g_paths.known : g_paths.general)++;
       if (st.inline_bytes && st.n_inputs)
-        ((st.inline_bytes + 15u) / 16u <= MDR_STAGE_IMAGE_DEALT ? g_paths.dealt : g_paths.in_row)++;
+        (mdr_stage_image_dealt((st.inline_bytes + 15u) / 16u) ? g_paths.dealt : g_paths.in_row)++;
       run_block([&] { mdr_stage_inline_block(st, flags, c.copy, inl, pt); });
       return;
     }
