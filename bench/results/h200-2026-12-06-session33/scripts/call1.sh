@@ -1,5 +1,5 @@
 #!/bin/bash
-# Call 1: session 32's call 6 (its scripts/call6.sh) with both row policies:
+# Call 1, with both row policies:
 # main beside the build before the compiled stage block (45a8adf, carried
 # in .device-prev, made with
 #   git archive 45a8adf -- . ':(exclude)bench/results' | tar -x -C .device-prev)
