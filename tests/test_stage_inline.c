@@ -448,7 +448,6 @@ ParameterizedTest(mix_case *mc, stage_inline, device_id_steps_with_host_inputs_g
 }
 
 static uint64_t step_counted(world *w, uint64_t *rng, size_t t, size_t s);
-static uint64_t step_counted(world *w, uint64_t *rng, size_t t, size_t s);
 
 /* ---- a queue of steps behind a stalled device ---------------------------------------- */
 
@@ -677,13 +676,13 @@ ParameterizedTest(tb_kind *kind, stage_inline, an_image_of_exactly_the_limit_is_
     for (int rep = 0; rep < 2; rep++) { /* the capture, then a replay */
       if (gi + 4 <= M) {
         cr_assert_eq(step_counted(&w, &rng, gi, 4), 1, "%s, %zu ids: exactly the limit, inline", z, gi);
-        cr_assert_eq(step_counted(&w, &rng, gi + 4, 4), fused, "%s, %zu ids: one vector more", z, gi + 4);
-        cr_assert_eq(step_counted(&w, &rng, gi + 1, 4), fused, "%s, %zu ids: a word more", z, gi + 1);
+        cr_assert_eq(step_counted(&w, &rng, gi + 4, 4), (uint64_t)fused, "%s, %zu ids: one vector more", z, gi + 4);
+        cr_assert_eq(step_counted(&w, &rng, gi + 1, 4), (uint64_t)fused, "%s, %zu ids: a word more", z, gi + 1);
       } else {
         cr_assert_eq(step_counted(&w, &rng, M, 4), 1, "%s, %d ids: under a limit past M, inline", z, (int)M);
       }
       if (INLINE_COUNTS + 1 <= M) {
-        cr_assert_eq(step_counted(&w, &rng, INLINE_COUNTS, 4), fused, "%s, %d ids: the last inline layout", z,
+        cr_assert_eq(step_counted(&w, &rng, INLINE_COUNTS, 4), (uint64_t)fused, "%s, %d ids: the last inline layout", z,
                      (int)INLINE_COUNTS);
         cr_assert_eq(step_counted(&w, &rng, INLINE_COUNTS + 1, 4), 0, "%s, %d ids: no inline layout, the ring", z,
                      (int)INLINE_COUNTS + 1);
