@@ -1,5 +1,5 @@
 #!/bin/bash
-# Call 4: everything #22 still owes an H200, in one machine start.
+# Call 4: everything the step inputs still owe an H200 (figures and checks), in one machine start.
 # First the lab: main beside the stage_lab candidates imgpair and pairword
 # (ids only, the whole table staged, the table on the device; 1-64
 # sequences, GLM-5.3, policies all and seed, two interleaved runs pinned to
