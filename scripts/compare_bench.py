@@ -6,10 +6,12 @@ with the other side's in one device call). For every (preset, policy,
 tokens, strategy) measured on both sides it prints the median over runs of
 gpu_us_med, cpu_us_med and loop_us_mean per side, and new/old ratios.
 The last lines summarise the ratio spread per strategy, so a reader can see
-whether a change is within the run-to-run noise (the spread of the old
-side against itself is printed too when it has two runs or more).
+whether a change is within the run-to-run noise: each side's spread
+against itself (max/min of its runs' medians, per case) is printed for GPU
+and CPU when that side has two runs or more.
 
 Usage: compare_bench.py --old DIR [DIR...] --new DIR [DIR...] [--strategies a,b]
+       compare_bench.py --self-test   (checks the report on made-up runs)
 """
 import argparse
 import json
@@ -43,7 +45,60 @@ def med(v):
     return statistics.median(v) if v else float("nan")
 
 
+def noise_lines(old, new, keys):
+    """Each side's run-to-run noise over `keys`: per case, max/min of its
+    runs' medians; the median and largest of those, for GPU and CPU. A side
+    or field with fewer than two runs of a case is left out."""
+    lines = []
+    for name, side in (("old", old), ("new", new)):
+        for label, field in (("GPU", "gpu_us_med"), ("CPU", "cpu_us_med")):
+            spread = []
+            for k in keys:
+                v = side[k][field]
+                if len(v) >= 2 and min(v) > 0:
+                    spread.append(max(v) / min(v))
+            if spread:
+                lines.append(f"run-to-run noise of the {name} build (max/min of its runs' {label} medians): "
+                             f"median {med(spread):.3f}, max {max(spread):.3f}")
+    return lines
+
+
+def self_test():
+    """The report on made-up runs: ratios of medians, and each side's noise."""
+    import tempfile
+
+    def case(tokens, gpu, cpu):
+        return {"preset": "p", "policy": "all", "tokens": tokens, "strategy": "graph-fused",
+                "gpu_us_med": gpu, "cpu_us_med": cpu, "loop_us_mean": gpu}
+
+    runs = {"old1": [case(1, 10.0, 2.0), case(64, 20.0, 1.0)], "old2": [case(1, 10.0, 3.0), case(64, 22.0, 1.0)],
+            "old3": [case(1, 10.0, 4.0), case(64, 21.0, 1.0)], "new1": [case(1, 5.0, 2.0), case(64, 21.0, 2.0)],
+            "new2": [case(1, 5.0, 2.0), case(64, 21.0, 2.0)]}
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, cases in runs.items():
+            os.makedirs(os.path.join(tmp, name))
+            with open(os.path.join(tmp, name, "results.json"), "w") as f:
+                json.dump({"cases": cases + [dict(case(8, 1.0, 1.0), measured=False)]}, f)
+        old = load([os.path.join(tmp, n) for n in ("old1", "old2", "old3")])
+        new = load([os.path.join(tmp, n) for n in ("new1", "new2")])
+    keys = sorted(k for k in old if k in new)
+    assert [k[2] for k in keys] == [1, 64], keys  # the unmeasured case is left out
+    assert old[keys[0]]["cpu_us_med"] == [2.0, 3.0, 4.0]
+    assert med(new[keys[0]]["gpu_us_med"]) / med(old[keys[0]]["gpu_us_med"]) == 0.5
+    lines = noise_lines(old, new, keys)
+    want = ["run-to-run noise of the old build (max/min of its runs' GPU medians): median 1.050, max 1.100",
+            "run-to-run noise of the old build (max/min of its runs' CPU medians): median 1.500, max 2.000",
+            "run-to-run noise of the new build (max/min of its runs' GPU medians): median 1.000, max 1.000",
+            "run-to-run noise of the new build (max/min of its runs' CPU medians): median 1.000, max 1.000"]
+    assert lines == want, lines
+    assert noise_lines(new, load([]), []) == []
+    print("compare_bench self-test: ok")
+    return 0
+
+
 def main():
+    if sys.argv[1:] == ["--self-test"]:
+        return self_test()
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--old", nargs="+", required=True, help="results folders of the previous build")
     ap.add_argument("--new", nargs="+", required=True, help="results folders of this build")
@@ -73,15 +128,8 @@ def main():
         gs = f"{med(g):.3f} [{min(g):.3f}, {max(g):.3f}]" if g else "n/a"
         cs = f"{med(c):.3f} [{min(c):.3f}, {max(c):.3f}]" if c else "n/a"
         print(f"  {s:<14} GPU {gs} | CPU {cs}")
-    if len(a.old) >= 2:
-        noise = []
-        for k in keys:
-            v = old[k]["gpu_us_med"]
-            if len(v) >= 2 and min(v) > 0:
-                noise.append(max(v) / min(v))
-        if noise:
-            print(f"run-to-run noise of the old build (max/min of its runs' GPU medians): median {med(noise):.3f}, "
-                  f"max {max(noise):.3f}")
+    for line in noise_lines(old, new, keys):
+        print(line)
     return 0
 
 
