@@ -64,6 +64,8 @@
 #     `git archive REV | tar -x -C .device-prev` and carried); both
 #     mdr-bench builds run COMPARE_RUNS times each, alternately, with the
 #     same COMPARE_ARGS, and scripts/compare_bench.py prints the ratios.
+#     COMPARE_PIN=CPU runs both on that one CPU (taskset: an older
+#     mdr-bench may lack --pin), so their CPU figures compare.
 # Criterion comes from .device-deps/criterion/*.deb, made by
 # scripts/fetch-criterion-debs.sh (docs/GPU-MACHINE.md).
 set -uo pipefail
@@ -343,10 +345,11 @@ if has compare; then
   run prev-configure cmake -S "$prev" -B build-prev -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DCMAKE_CUDA_ARCHITECTURES=90 -DMDR_BUILD_TESTS=OFF -DMDR_BUILD_EXAMPLES=OFF
   run prev-build cmake --build build-prev -j "$(nproc)" --target mdr-bench
-  olds=() news=()
+  olds=() news=() pin=()
+  [ -n "${COMPARE_PIN:-}" ] && pin=(taskset -c "$COMPARE_PIN")
   for i in $(seq 1 "${COMPARE_RUNS:-2}"); do
-    run "compare-prev-$i" build-prev/bench/mdr-bench $cargs --out "$out/compare-prev-$i"
-    run "compare-new-$i" $build/bench/mdr-bench $cargs --out "$out/compare-new-$i" --force
+    run "compare-prev-$i" "${pin[@]}" build-prev/bench/mdr-bench $cargs --out "$out/compare-prev-$i"
+    run "compare-new-$i" "${pin[@]}" $build/bench/mdr-bench $cargs --out "$out/compare-new-$i" --force
     olds+=("$out/compare-prev-$i") news+=("$out/compare-new-$i")
   done
   python3 scripts/compare_bench.py --old "${olds[@]}" --new "${news[@]}" | tee "$out/compare.txt"
